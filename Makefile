@@ -1,0 +1,37 @@
+# The two commands: `make run` (the main job) and `make test` (the whole suite).
+PY      := .venv/bin/python
+PIP     := .venv/bin/pip
+STAMP   := .venv/.installed
+DEVSTAMP:= .venv/.installed-dev
+export OMP_NUM_THREADS ?= 2
+
+.PHONY: run test lint bench clean
+
+.venv/bin/python:
+	python3 -m venv .venv
+	$(PIP) install -q --upgrade pip
+
+# torch is pinned to the CPU build that lies on these machines' disk; see README.
+$(STAMP): .venv/bin/python pyproject.toml
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e .
+	touch $@
+
+$(DEVSTAMP): $(STAMP)
+	$(PIP) install -q -e '.[dev]'
+	touch $@
+
+run: $(STAMP)
+	.venv/bin/depthlab explain --arch encdec --layers 6 --d-model 512 --heads 8 --d-ff 2048 --wrap post
+	.venv/bin/depthlab explain --arch encdec --layers 6 --d-model 512 --heads 8 --d-ff 2048 --wrap pre
+
+lint: $(DEVSTAMP)
+	.venv/bin/ruff check depthlab tests benchmarks
+	.venv/bin/ruff format --check depthlab tests benchmarks
+
+test: $(DEVSTAMP)
+	.venv/bin/ruff check depthlab tests benchmarks
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf .venv build *.egg-info

@@ -1,0 +1,3 @@
+from depthlab.cli import main
+
+raise SystemExit(main())

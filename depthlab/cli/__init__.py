@@ -1,0 +1,59 @@
+"""The ``depthlab`` command: thin. Each subcommand module turns flags into configs and calls the library.
+
+Exit codes (DESIGN.md): 0 success, 2 bad input (one line on stderr, no traceback), 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from depthlab.errors import ConfigError, InputError
+
+# Each name is a module depthlab.cli.<name> with ``add_parser(subparsers)`` and ``run(args) -> int``.
+COMMANDS = ["explain", "probe", "train", "study", "report", "reproduce"]
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line on stderr and exit code 2."""
+
+    def error(self, message):
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="depthlab", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"depthlab.cli.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"depthlab.cli.{name}":
+                raise
+            continue
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except (ConfigError, InputError) as e:
+        sys.stderr.write(f"depthlab {args.command}: error: {e}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 1
+    except BrokenPipeError:
+        return 0
+    except Exception as e:  # anything else is a bug or an environment problem: exit 1
+        if os.environ.get("DEPTHLAB_DEBUG"):
+            raise
+        sys.stderr.write(
+            f"depthlab {args.command}: failed: {type(e).__name__}: {e} (DEPTHLAB_DEBUG=1 for a traceback)\n"
+        )
+        return 1

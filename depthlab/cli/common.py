@@ -1,0 +1,127 @@
+"""Flags shared by several commands: the model flags (DESIGN.md) and JSON output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from depthlab.config import (
+    ACTIVATIONS,
+    ARCHS,
+    FINAL_NORMS,
+    INITS,
+    NORMS,
+    POSITIONS,
+    SUBLAYERS,
+    WRAPS,
+    ModelConfig,
+)
+from depthlab.errors import ConfigError, InputError
+
+
+def add_model_flags(p: argparse.ArgumentParser, multi: bool = False) -> None:
+    """The model flags. With ``multi``, --wrap/--norm/--no-residual take comma-separated lists (probe --compare)."""
+    d = ModelConfig()
+    g = p.add_argument_group("model")
+    lst = " (comma-separated to compare several)" if multi else ""
+    g.add_argument("--arch", default=d.arch, help=f"{'|'.join(ARCHS)} (default {d.arch})")
+    g.add_argument("--layers", type=int, default=d.n_layers, help=f"layers per stack (default {d.n_layers})")
+    g.add_argument("--enc-layers", type=int, help="encoder layers of an encdec model (default --layers)")
+    g.add_argument("--dec-layers", type=int, help="decoder layers of an encdec model (default --layers)")
+    g.add_argument("--d-model", type=int, default=d.d_model, help=f"stream width (default {d.d_model})")
+    g.add_argument("--heads", type=int, default=d.n_heads, help=f"attention heads (default {d.n_heads})")
+    g.add_argument(
+        "--kv-heads", type=int, help="key/value heads for grouped-query attention (default --heads)"
+    )
+    g.add_argument("--d-ff", type=int, help="FFN inner width (default 4 x d-model)")
+    g.add_argument(
+        "--vocab", type=int, default=d.vocab_size, help=f"vocabulary size (default {d.vocab_size}: bytes)"
+    )
+    g.add_argument("--max-len", type=int, default=d.max_len, help=f"longest sequence (default {d.max_len})")
+    g.add_argument("--wrap", default=d.wrap, help=f"{'|'.join(WRAPS)} (default {d.wrap}){lst}")
+    g.add_argument("--norm", default=d.norm, help=f"{'|'.join(NORMS)} (default {d.norm}){lst}")
+    g.add_argument(
+        "--activation", default=d.activation, help=f"{'|'.join(ACTIVATIONS)} (default {d.activation})"
+    )
+    g.add_argument("--position", default=d.position, help=f"{'|'.join(POSITIONS)} (default {d.position})")
+    g.add_argument(
+        "--final-norm",
+        default=d.final_norm,
+        help=f"{'|'.join(FINAL_NORMS)} (default auto: on where the stream is never normalised)",
+    )
+    g.add_argument(
+        "--no-residual",
+        default="none",
+        help=f"turn skips off: {','.join(SUBLAYERS)},all,none (default none){lst}",
+    )
+    g.add_argument("--init", default=d.init, help=f"{'|'.join(INITS)} (default {d.init})")
+    g.add_argument("--qk-norm", action="store_true", help="normalise queries and keys per head")
+    g.add_argument("--no-bias", action="store_true", help="linear layers without biases")
+    g.add_argument(
+        "--checkpoint-activations", action="store_true", help="recompute blocks in backward to save memory"
+    )
+    g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+
+
+def residual_from_flag(value: str) -> tuple[str, ...]:
+    """--no-residual attn,ffn -> the sublayers whose residual stays on."""
+    off = {v.strip() for v in value.split("+") if v.strip()} if "+" in value else {value.strip()}
+    if off == {"none"} or off == {""}:
+        return SUBLAYERS
+    if off == {"all"}:
+        return ()
+    for v in off:
+        if v not in SUBLAYERS:
+            raise ConfigError("no_residual", v, f"one of {', '.join(SUBLAYERS)}, all, none")
+    return tuple(s for s in SUBLAYERS if s not in off)
+
+
+def model_config_from_args(args: argparse.Namespace, **overrides) -> ModelConfig:
+    """A validated ModelConfig from the model flags; ``overrides`` replace single flag values."""
+    values = {
+        "arch": args.arch,
+        "n_layers": args.layers,
+        "enc_layers": args.enc_layers,
+        "dec_layers": args.dec_layers,
+        "d_model": args.d_model,
+        "n_heads": args.heads,
+        "n_kv_heads": args.kv_heads,
+        "d_ff": args.d_ff,
+        "vocab_size": args.vocab,
+        "max_len": args.max_len,
+        "wrap": args.wrap,
+        "norm": args.norm,
+        "activation": args.activation,
+        "position": args.position,
+        "final_norm": args.final_norm,
+        "residual": residual_from_flag(args.no_residual),
+        "init": args.init,
+        "qk_norm": args.qk_norm,
+        "bias": not args.no_bias,
+        "checkpoint": args.checkpoint_activations,
+    }
+    if values["arch"] != "encdec":
+        values["enc_layers"] = values["dec_layers"] = None
+    values.update(overrides)
+    return ModelConfig(**values)
+
+
+def add_json_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH ('-' for stdout)")
+
+
+def write_json(obj, path: str | None) -> None:
+    """Write ``obj`` to ``path`` ('-' = stdout). Refuses to overwrite nothing silently: files are replaced only
+    when the user named them explicitly, which --json does."""
+    if path is None:
+        return
+    text = json.dumps(obj, indent=2)
+    if path == "-":
+        sys.stdout.write(text + "\n")
+        return
+    try:
+        with open(path, "w") as f:
+            f.write(text + "\n")
+    except OSError as e:
+        raise InputError(f"cannot write {path}: {e.strerror}") from None

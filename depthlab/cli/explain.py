@@ -1,0 +1,29 @@
+"""depthlab explain: the effective wiring of each layer of a config."""
+
+from __future__ import annotations
+
+from depthlab.cli.common import add_json_flag, add_model_flags, model_config_from_args, write_json
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "explain",
+        help="print the effective wiring of each layer (norms, skips, constants)",
+        description="Print, for each layer and sublayer, where the norms sit, the wrapping's "
+        "constants and whether the skip is on; the final norm; parameter counts; and warnings.",
+    )
+    add_model_flags(p)
+    add_json_flag(p)
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from depthlab.model.explain import explain, format_explain
+
+    info = explain(model_config_from_args(args))
+    if args.json == "-":
+        write_json(info, "-")
+        return 0
+    print(format_explain(info))
+    write_json(info, args.json)
+    return 0

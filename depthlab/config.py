@@ -1,0 +1,276 @@
+"""Configs: frozen, validated dataclasses that round-trip through JSON exactly.
+
+``ModelConfig`` says what stack to build, ``TrainConfig`` how to train it. Each validates itself in
+``__post_init__`` and raises :class:`depthlab.ConfigError` naming the field, the value and what is
+allowed. ``to_dict``/``from_dict`` (and ``to_json``/``from_json``) are exact inverses, and
+``config_hash`` is a stable digest of the resolved values (the study store keys runs by it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import typing
+from dataclasses import dataclass, fields
+
+from depthlab.errors import ConfigError
+
+ARCHS = ("encoder", "decoder", "encdec")
+WRAPS = ("post", "pre", "sandwich", "reorder", "deepnorm", "admin", "rezero", "layerscale", "mix", "lns")
+NORMS = ("layernorm", "rmsnorm", "dyt", "batchnorm", "none")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")
+POSITIONS = ("sinusoidal", "learned", "rope", "none")
+FINAL_NORMS = ("auto", "on", "off")
+SUBLAYERS = ("attn", "cross", "ffn")
+INITS = ("xavier", "gpt2")
+
+# Wrappings whose formula has no norm of its own inside or around the sum: with norm "none" they
+# would be a different wrapping (or nonsense: DeepNorm's alpha-scaled sum with nothing to rescale it).
+NEEDS_NORM = ("sandwich", "reorder", "deepnorm", "admin", "mix", "lns")
+
+
+class _Config:
+    """JSON round-trip, hashing and field-checking shared by every config dataclass."""
+
+    def to_dict(self) -> dict:
+        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
+
+    def to_json(self, **kw) -> str:
+        return json.dumps(self.to_dict(), **kw)
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        if not isinstance(d, dict):
+            raise ConfigError(cls.__name__, d, "a JSON object of fields")
+        known = {f.name: f for f in fields(cls)}
+        for k in d:
+            if k not in known:
+                raise ConfigError(k, d[k], f"a field of {cls.__name__}: {', '.join(known)}")
+        hints = typing.get_type_hints(cls)
+        kwargs = {k: _from_json(hints[k], v) for k, v in d.items()}
+        return cls(**kwargs)
+
+    @classmethod
+    def from_json(cls, s: str):
+        return cls.from_dict(json.loads(s))
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+    def config_hash(self) -> str:
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    # -- checks used by __post_init__ -------------------------------------------------------------
+    def _check_choice(self, name: str, allowed: tuple) -> None:
+        value = getattr(self, name)
+        if value not in allowed:
+            raise ConfigError(name, value, f"one of {', '.join(allowed)}")
+
+    def _check_int(self, name: str, low: int = 1, optional: bool = False) -> None:
+        value = getattr(self, name)
+        if value is None and optional:
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(name, value, f"an integer >= {low}")
+
+    def _check_float(self, name: str, low: float = 0.0, high: float = math.inf, strict_low=False) -> None:
+        value = getattr(self, name)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        ok = ok and (value > low if strict_low else value >= low) and value <= high
+        if not ok:
+            bound = f"> {low}" if strict_low else f">= {low}"
+            raise ConfigError(
+                name, value, f"a finite number {bound}" + (f" and <= {high}" if high < math.inf else "")
+            )
+
+    def _check_bool(self, name: str) -> None:
+        if not isinstance(getattr(self, name), bool):
+            raise ConfigError(name, getattr(self, name), "true or false")
+
+
+def _jsonable(v):
+    return list(v) if isinstance(v, tuple) else v
+
+
+def _from_json(hint, v):
+    """Undo JSON's tuple -> list for tuple-typed fields; everything else is stored as is."""
+    if typing.get_origin(hint) is tuple and isinstance(v, list):
+        return tuple(v)
+    return v
+
+
+@dataclass(frozen=True)
+class ModelConfig(_Config):
+    """What stack to build. Every field is a plain JSON value.
+
+    ``n_layers`` is the depth of an encoder or decoder; for ``encdec`` it is the depth of both sides
+    unless ``enc_layers``/``dec_layers`` say otherwise. ``residual`` lists the sublayer kinds whose
+    skip connection is on (seed 004's "drop the first skip" is ``residual=("ffn", "cross")``).
+    """
+
+    arch: str = "decoder"
+    n_layers: int = 6
+    enc_layers: int | None = None
+    dec_layers: int | None = None
+    d_model: int = 64
+    n_heads: int = 4
+    n_kv_heads: int | None = None  # grouped-query attention; None = n_heads (plain multi-head)
+    d_ff: int | None = None  # None = 4 * d_model
+    vocab_size: int = 256
+    max_len: int = 256
+    wrap: str = "pre"
+    norm: str = "layernorm"
+    activation: str = "gelu"
+    position: str = "learned"
+    final_norm: str = "auto"
+    residual: tuple[str, ...] = ("attn", "cross", "ffn")
+    bias: bool = True
+    qk_norm: bool = False
+    tie_embeddings: bool = True
+    embed_norm: bool = False
+    embed_scale: bool = True  # multiply token embeddings by sqrt(d_model) (Vaswani 2017, sec. 3.4)
+    norm_eps: float = 1e-5
+    dropout: float = 0.0
+    init: str = "xavier"
+    rope_base: float = 10000.0
+    dyt_alpha: float = 0.5  # DyT's alpha_0 (Zhu et al. 2025, default)
+    mix_ratio: float = 0.25  # Mix-LN: share of the bottom layers that are post-LN
+    checkpoint: bool = False  # activation checkpointing per block (saves memory, costs a forward)
+
+    def __post_init__(self):
+        for name, allowed in (
+            ("arch", ARCHS),
+            ("wrap", WRAPS),
+            ("norm", NORMS),
+            ("activation", ACTIVATIONS),
+            ("position", POSITIONS),
+            ("final_norm", FINAL_NORMS),
+            ("init", INITS),
+        ):
+            self._check_choice(name, allowed)
+        for name in ("n_layers", "d_model", "n_heads", "vocab_size", "max_len"):
+            self._check_int(name)
+        for name in ("enc_layers", "dec_layers", "n_kv_heads", "d_ff"):
+            self._check_int(name, optional=True)
+        for name in ("bias", "qk_norm", "tie_embeddings", "embed_norm", "embed_scale", "checkpoint"):
+            self._check_bool(name)
+        self._check_float("norm_eps", 0.0, 1.0, strict_low=True)
+        self._check_float("dropout", 0.0, 0.99)
+        self._check_float("rope_base", 1.0, strict_low=True)
+        self._check_float("dyt_alpha", 0.0, strict_low=True)
+        self._check_float("mix_ratio", 0.0, 1.0)
+        self._check_structure()
+
+    def _check_structure(self) -> None:
+        if not isinstance(self.residual, tuple) or any(r not in SUBLAYERS for r in self.residual):
+            raise ConfigError("residual", self.residual, f"a list drawn from {', '.join(SUBLAYERS)}")
+        if len(set(self.residual)) != len(self.residual):
+            raise ConfigError("residual", self.residual, "each sublayer kind at most once")
+        if self.d_model % self.n_heads:
+            raise ConfigError("d_model", self.d_model, f"a multiple of n_heads={self.n_heads}")
+        if self.n_heads % self.kv_heads:
+            raise ConfigError("n_kv_heads", self.n_kv_heads, f"a divisor of n_heads={self.n_heads}")
+        if self.position == "rope" and self.head_dim % 2:
+            raise ConfigError("position", "rope", f"an even head dim (d_model/n_heads = {self.head_dim})")
+        if self.wrap in NEEDS_NORM and self.norm == "none":
+            raise ConfigError("norm", "none", f"a real norm with wrap={self.wrap} (its formula normalises)")
+        if self.qk_norm and self.norm == "none":
+            raise ConfigError("qk_norm", True, "false when norm is none (QK-norm uses the configured norm)")
+        if self.arch != "encdec" and (self.enc_layers is not None or self.dec_layers is not None):
+            bad = "enc_layers" if self.enc_layers is not None else "dec_layers"
+            raise ConfigError(bad, getattr(self, bad), "unset unless arch=encdec (use n_layers)")
+
+    # -- resolved values ------------------------------------------------------------------------
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def ffn_dim(self) -> int:
+        return self.d_ff or 4 * self.d_model
+
+    @property
+    def enc_depth(self) -> int:
+        """Encoder layers (0 for a decoder-only model)."""
+        if self.arch == "decoder":
+            return 0
+        return self.enc_layers if self.enc_layers is not None else self.n_layers
+
+    @property
+    def dec_depth(self) -> int:
+        """Decoder layers (0 for an encoder-only model)."""
+        if self.arch == "encoder":
+            return 0
+        return self.dec_layers if self.dec_layers is not None else self.n_layers
+
+    def has_residual(self, sublayer: str) -> bool:
+        return sublayer in self.residual
+
+
+SCHEDULES = ("constant", "linear", "noam", "cosine")
+OPTIMIZERS = ("adam", "adamw")
+TASKS = ("lm", "copy", "reverse", "sort")
+
+
+@dataclass(frozen=True)
+class TrainConfig(_Config):
+    """How to train: task and data, optimiser, schedule, logging, divergence thresholds.
+
+    ``warmup`` is in steps. ``clip`` 0 turns clipping off. ``spike_factor`` and ``stall_share`` are the
+    divergence/stall thresholds documented in ``depthlab.train.outcome``.
+    """
+
+    task: str = "lm"
+    data: str | None = None  # a text file; None = the Python standard library's own source
+    steps: int = 150
+    batch_size: int = 32
+    seq_len: int = 64
+    lr: float = 1e-3
+    warmup: int = 0
+    schedule: str = "linear"
+    optimizer: str = "adam"
+    beta1: float = 0.9
+    beta2: float = 0.98
+    eps: float = 1e-9  # the original recipe (Vaswani 2017): Adam eps 1e-9
+    weight_decay: float = 0.0
+    clip: float = 0.0
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    log_every: int = 10
+    eval_batches: int = 8
+    checkpoint_every: int = 50
+    seed: int = 0
+    spike_factor: float = 3.0
+    stall_share: float = 0.5
+    compile: bool = False
+
+    def __post_init__(self):
+        for name, allowed in (("task", TASKS), ("schedule", SCHEDULES), ("optimizer", OPTIMIZERS)):
+            self._check_choice(name, allowed)
+        for name in ("steps", "batch_size", "seq_len", "log_every", "eval_batches", "checkpoint_every"):
+            self._check_int(name)
+        self._check_int("warmup", low=0)
+        self._check_int("seed", low=0)
+        self._check_float("lr", 0.0, 10.0, strict_low=True)
+        self._check_float("beta1", 0.0, 1.0)
+        self._check_float("beta2", 0.0, 1.0)
+        if self.beta2 >= 1.0 or self.beta1 >= 1.0:
+            bad = "beta1" if self.beta1 >= 1.0 else "beta2"
+            raise ConfigError(bad, getattr(self, bad), "a number in [0, 1)")
+        self._check_float("eps", 0.0, 1.0, strict_low=True)
+        self._check_float("weight_decay", 0.0)
+        self._check_float("clip", 0.0)
+        self._check_float("min_lr_ratio", 0.0, 1.0)
+        self._check_float("spike_factor", 1.0, strict_low=True)
+        self._check_float("stall_share", 0.0, 1.0)
+        self._check_bool("compile")
+        if self.schedule == "noam" and self.warmup == 0:
+            raise ConfigError("warmup", 0, "> 0 with schedule=noam (its formula divides by the warmup)")
+        if self.data is not None and not isinstance(self.data, str):
+            raise ConfigError("data", self.data, "a file path or null")

@@ -1,0 +1,125 @@
+"""Initialisation, in one place: the weight schemes and every depth-dependent constant.
+
+Weight schemes (``ModelConfig.init``):
+
+| scheme | linear weights                                  | embeddings                  | source          |
+|--------|-------------------------------------------------|-----------------------------|-----------------|
+| xavier | Xavier-uniform; q, k, v initialised separately  | N(0, d^-1/2), x sqrt(d)     | Vaswani 2017 / fairseq |
+| gpt2   | N(0, 0.02); residual outputs N(0, 0.02/sqrt(2L))| N(0, 0.02)                  | GPT-2; nanoGPT model.py |
+
+Biases start at 0, norm gains at 1. Depth-dependent constants of the wrappings:
+
+| wrapping   | constant                                         | value                                    | source |
+|------------|--------------------------------------------------|------------------------------------------|--------|
+| deepnorm   | alpha (skip scale), beta (v, out, fc1, fc2 init) | see :func:`deepnorm_constants`           | Wang et al. 2022, Table 1 |
+| admin      | omega (skip scale), n = residual sublayers       | sqrt((n+1)/ln(n+1) - 1)                  | admin-torch admin.py |
+| layerscale | lambda                                           | 0.1 (L<=18), 1e-5 (L<=24), 1e-6 (deeper) | CaiT, deit cait_models.py |
+| lns        | 1/sqrt(l), l = 1..L                              |                                          | LayerNorm-Scaling |
+| rezero     | a                                                | 0                                        | Bachlechner et al. 2020 |
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from depthlab.model.layers import Attention, FeedForward
+
+
+def deepnorm_constants(arch: str, side: str, n_enc: int, n_dec: int) -> tuple[float, float]:
+    """(alpha, beta) of DeepNorm for one side of a model (Wang et al. 2022, Table 1).
+
+    encoder-only: alpha=(2N)^1/4, beta=(8N)^-1/4; decoder-only: alpha=(2M)^1/4, beta=(8M)^-1/4;
+    encoder-decoder: encoder alpha=0.81 (N^4 M)^1/16, beta=0.87 (N^4 M)^-1/16, decoder
+    alpha=(3M)^1/4, beta=(12M)^-1/4. This is the paper's table; torchscale's encoder.py uses
+    1.15 instead of 0.87 for the enc-dec encoder beta.
+    """
+    N, M = n_enc, n_dec
+    if arch == "encdec":
+        if side == "encoder":
+            return 0.81 * (N**4 * M) ** (1 / 16), 0.87 * (N**4 * M) ** (-1 / 16)
+        return (3 * M) ** 0.25, (12 * M) ** -0.25
+    L = N if arch == "encoder" else M
+    return (2 * L) ** 0.25, (8 * L) ** -0.25
+
+
+def admin_omega(n_residual_sublayers: int) -> float:
+    """Admin's closed-form omega = sqrt((n+1)/ln(n+1) - 1) (admin-torch; n=12 -> 2.017, n=48 -> 3.404)."""
+    n = n_residual_sublayers
+    return math.sqrt((n + 1) / math.log(n + 1) - 1)
+
+
+def layerscale_init(n_layers: int) -> float:
+    """CaiT's lambda by depth: 0.1 up to 18 layers, 1e-5 up to 24, 1e-6 beyond."""
+    return 0.1 if n_layers <= 18 else 1e-5 if n_layers <= 24 else 1e-6
+
+
+def lns_scale(layer_index: int) -> float:
+    """LayerNorm Scaling's 1/sqrt(l) for the 1-based layer index l."""
+    return 1.0 / math.sqrt(layer_index)
+
+
+@torch.no_grad()
+def init_weights(model: nn.Module, scheme: str, n_layers_total: int) -> None:
+    """Initialise every linear and embedding of ``model`` by ``scheme``, then apply DeepNorm's beta.
+
+    ``n_layers_total`` is the L of GPT-2's 0.02/sqrt(2L) residual-projection scaling.
+    """
+    from depthlab.model.wrappings import DeepNorm  # local: wrappings import nothing from here
+
+    for module in model.modules():
+        if isinstance(module, Attention):
+            _init_attention(module, scheme, n_layers_total)
+        elif isinstance(module, FeedForward):
+            _init_linear(module.fc1, scheme)
+            _init_linear(module.fc2, scheme, residual_out=True, n_layers=n_layers_total)
+        elif isinstance(module, nn.Embedding):
+            std = 0.02 if scheme == "gpt2" else module.embedding_dim**-0.5
+            nn.init.normal_(module.weight, std=std)
+    for module in model.modules():
+        if isinstance(module, DeepNorm):
+            _scale_deepnorm_branch(module.f, module.beta)
+
+
+def _init_linear(lin: nn.Linear, scheme: str, residual_out: bool = False, n_layers: int = 1) -> None:
+    if scheme == "gpt2":
+        std = 0.02 / math.sqrt(2 * n_layers) if residual_out else 0.02
+        nn.init.normal_(lin.weight, std=std)
+    else:
+        nn.init.xavier_uniform_(lin.weight)
+    if lin.bias is not None:
+        nn.init.zeros_(lin.bias)
+
+
+def _init_attention(attn: Attention, scheme: str, n_layers: int) -> None:
+    """q, k and v are separate d x d maps, fused for speed: initialise each block on its own fan."""
+    fused = attn.kv if attn.cross else attn.qkv
+    if attn.cross:
+        _init_linear(attn.q, scheme)
+    for block in _row_blocks(fused, attn):
+        if scheme == "gpt2":
+            nn.init.normal_(block, std=0.02)
+        else:
+            nn.init.xavier_uniform_(block)
+    if fused.bias is not None:
+        nn.init.zeros_(fused.bias)
+    _init_linear(attn.out, scheme, residual_out=True, n_layers=n_layers)
+
+
+def _row_blocks(fused: nn.Linear, attn: Attention) -> list[torch.Tensor]:
+    """Views of the q|k|v (or k|v) row blocks of a fused projection weight."""
+    kv = attn.n_kv_heads * attn.head_dim
+    sizes = [kv, kv] if attn.cross else [fused.weight.shape[0] - 2 * kv, kv, kv]
+    return list(fused.weight.split(sizes, dim=0))
+
+
+def _scale_deepnorm_branch(f: nn.Module, beta: float) -> None:
+    """DeepNorm: multiply the FFN's fc1/fc2 and attention's v and out projections by beta; q, k untouched."""
+    if isinstance(f, FeedForward):
+        f.fc1.weight.mul_(beta)
+        f.fc2.weight.mul_(beta)
+    elif isinstance(f, Attention):
+        _row_blocks(f.kv if f.cross else f.qkv, f)[-1].mul_(beta)  # v is the last row block
+        f.out.weight.mul_(beta)

@@ -1,0 +1,239 @@
+"""Stacks of blocks, embeddings and heads: encoder, decoder and encoder-decoder models.
+
+    tokens ─► Embedding ─► x_0 ─► block 1 ─► x_1 ─► ... ─► block L ─► x_L ─► [final norm] ─► head ─► logits
+
+``states`` (``return_states=True``) are x_0 .. x_L, before any final norm (DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from depthlab.config import ModelConfig
+from depthlab.model.init import admin_omega, deepnorm_constants, init_weights, layerscale_init, lns_scale
+from depthlab.model.layers import Attention, Block, Context, FeedForward, rope_tables
+from depthlab.model.norms import make_norm
+from depthlab.model.wrappings import WRAPPINGS
+
+# Wrappings that renormalise the stream after every sublayer: their output needs no final norm.
+STREAM_NORMALISED = ("post", "deepnorm", "admin")
+
+
+def layer_wraps(cfg: ModelConfig, n_layers: int) -> list[str]:
+    """The wrapping of each layer: ``mix`` is post for the bottom floor(mix_ratio * L) layers, pre above."""
+    if cfg.wrap != "mix":
+        return [cfg.wrap] * n_layers
+    n_post = math.floor(cfg.mix_ratio * n_layers)
+    return ["post"] * n_post + ["pre"] * (n_layers - n_post)
+
+
+def uses_final_norm(cfg: ModelConfig) -> bool:
+    """``final_norm`` resolved: auto is on unless the stream is renormalised by every sublayer."""
+    if cfg.final_norm != "auto":
+        return cfg.final_norm == "on"
+    return cfg.wrap not in STREAM_NORMALISED and cfg.norm != "none"
+
+
+class Embedding(nn.Module):
+    """Token embedding (x sqrt(d) if ``embed_scale``), plus positions, then an optional norm."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.scale = math.sqrt(cfg.d_model) if cfg.embed_scale else 1.0
+        self.pos = nn.Embedding(cfg.max_len, cfg.d_model) if cfg.position == "learned" else None
+        if cfg.position == "sinusoidal":
+            self.register_buffer("sinusoid", sinusoid_table(cfg.max_len, cfg.d_model), persistent=False)
+        self.norm = _norm_factory(cfg)() if cfg.embed_norm else nn.Identity()
+        self.drop = nn.Dropout(cfg.dropout)
+        self.max_len = cfg.max_len
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        T = tokens.shape[1]
+        if T > self.max_len:
+            raise ValueError(f"sequence length {T} exceeds max_len {self.max_len}")
+        x = self.tok(tokens) * self.scale  # (B, T, d)
+        if self.pos is not None:
+            x = x + self.pos.weight[:T]
+        elif hasattr(self, "sinusoid"):
+            x = x + self.sinusoid[:T].to(x.dtype)
+        return self.drop(self.norm(x))
+
+
+def sinusoid_table(n: int, d: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (Vaswani et al. 2017, 3.5)."""
+    pos = torch.arange(n, dtype=torch.float32)[:, None]
+    div = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
+    table = torch.zeros(n, d)
+    table[:, 0::2] = torch.sin(pos * div)
+    table[:, 1::2] = torch.cos(pos * div)[:, : d // 2]
+    return table
+
+
+class Stack(nn.Module):
+    """L blocks and the final norm. ``forward`` returns (output, states or None)."""
+
+    def __init__(self, layers: list[Block], final_norm: nn.Module | None, checkpoint: bool = False):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.norm = final_norm if final_norm is not None else nn.Identity()
+        self.has_final_norm = final_norm is not None
+        self.checkpoint = checkpoint
+
+    def forward(self, x: torch.Tensor, ctx: Context, return_states: bool = False):
+        states = [x] if return_states else None
+        for layer in self.layers:
+            if self.checkpoint and self.training and torch.is_grad_enabled():
+                x = checkpoint(layer, x, ctx, use_reentrant=False)
+            else:
+                x = layer(x, ctx)
+            if return_states:
+                states.append(x)
+        return self.norm(x), states
+
+
+class LanguageModel(nn.Module):
+    """An encoder (bidirectional) or decoder (causal) stack with embedding and head: (B, T) -> (B, T, V).
+
+    The stack is ``self.encoder`` or ``self.decoder`` by ``cfg.arch``; ``self.stack`` names it either way.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = Embedding(cfg)
+        side = cfg.arch
+        stack = build_stack(cfg, side, cfg.n_layers)
+        setattr(self, side, stack)
+        self.head = _head(cfg, self.embed)
+
+    @property
+    def stack(self) -> Stack:
+        return getattr(self, self.cfg.arch)
+
+    def forward(
+        self, tokens: torch.Tensor, padding_mask: torch.Tensor | None = None, return_states: bool = False
+    ):
+        ctx = Context(padding_mask=padding_mask, rope=_rope(self.cfg, tokens))
+        out, states = self.stack(self.embed(tokens), ctx, return_states)
+        logits = self.head(out)  # (B, T, V)
+        return (logits, states) if return_states else logits
+
+
+class EncoderDecoder(nn.Module):
+    """Encoder over ``src``, decoder over ``tgt`` with cross-attention; shared embedding (Vaswani 2017)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = Embedding(cfg)
+        self.encoder = build_stack(cfg, "encoder", cfg.enc_depth)
+        self.decoder = build_stack(cfg, "decoder", cfg.dec_depth)
+        self.head = _head(cfg, self.embed)
+
+    @property
+    def stack(self) -> Stack:
+        return self.decoder
+
+    def encode(self, src, src_padding_mask=None, return_states=False):
+        ctx = Context(padding_mask=src_padding_mask, rope=_rope(self.cfg, src))
+        return self.encoder(self.embed(src), ctx, return_states)
+
+    def forward(self, src, tgt, src_padding_mask=None, tgt_padding_mask=None, return_states=False):
+        memory, _ = self.encode(src, src_padding_mask)
+        ctx = Context(
+            padding_mask=tgt_padding_mask,
+            memory=memory,
+            memory_padding_mask=src_padding_mask,
+            rope=_rope(self.cfg, tgt),
+        )
+        out, states = self.decoder(self.embed(tgt), ctx, return_states)
+        logits = self.head(out)  # (B, T_tgt, V)
+        return (logits, states) if return_states else logits
+
+
+def build_model(cfg: ModelConfig) -> nn.Module:
+    """The model ``cfg`` describes, initialised (see :mod:`depthlab.model.init`)."""
+    model = EncoderDecoder(cfg) if cfg.arch == "encdec" else LanguageModel(cfg)
+    init_weights(model, cfg.init, cfg.enc_depth + cfg.dec_depth)
+    return model
+
+
+def build_stack(cfg: ModelConfig, side: str, n_layers: int) -> Stack:
+    """``n_layers`` blocks for one side (encoder: bidirectional; decoder: causal, + cross in encdec)."""
+    make_norm = _norm_factory(cfg)
+    wraps = layer_wraps(cfg, n_layers)
+    layers = []
+    for i in range(n_layers):
+        constants = _constants(cfg, side, i + 1)
+        wrap = WRAPPINGS[wraps[i]]
+
+        def wrapped(kind: str, f: nn.Module, wrap=wrap, constants=constants):
+            return wrap(f, make_norm, cfg.has_residual(kind), **constants)
+
+        causal = side == "decoder"
+        attn = wrapped("attn", _attention(cfg, causal=causal, cross=False))
+        cross = (
+            wrapped("cross", _attention(cfg, causal=False, cross=True))
+            if cfg.arch == "encdec" and causal
+            else None
+        )
+        ffn = wrapped(
+            "ffn", FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation, bias=cfg.bias, dropout=cfg.dropout)
+        )
+        layers.append(Block(attn, ffn, cross))
+    return Stack(layers, make_norm() if uses_final_norm(cfg) else None, checkpoint=cfg.checkpoint)
+
+
+def _constants(cfg: ModelConfig, side: str, layer_index: int) -> dict:
+    """The depth-dependent constants every wrapping may take (each takes the ones it needs)."""
+    n_side = cfg.enc_depth if side == "encoder" else cfg.dec_depth
+    alpha, beta = deepnorm_constants(cfg.arch, side, cfg.enc_depth, cfg.dec_depth)
+    sublayers_per_layer = 3 if (cfg.arch == "encdec" and side == "decoder") else 2
+    return {
+        "alpha": alpha,
+        "beta": beta,
+        "omega": admin_omega(sublayers_per_layer * n_side),
+        "layerscale": layerscale_init(n_side),
+        "lns_scale": lns_scale(layer_index),
+        "d_model": cfg.d_model,
+    }
+
+
+def _attention(cfg: ModelConfig, causal: bool, cross: bool) -> Attention:
+    qn = kn = None
+    if cfg.qk_norm:
+        qn, kn = (make_norm(cfg.norm, cfg.head_dim, cfg.norm_eps, cfg.dyt_alpha) for _ in range(2))
+    return Attention(
+        cfg.d_model,
+        cfg.n_heads,
+        cfg.kv_heads,
+        bias=cfg.bias,
+        causal=causal,
+        cross=cross,
+        rope=cfg.position == "rope",
+        qk_norm=qn,
+        k_norm=kn,
+        dropout=cfg.dropout,
+    )
+
+
+def _norm_factory(cfg: ModelConfig):
+    return lambda: make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.dyt_alpha)
+
+
+def _head(cfg: ModelConfig, embed: Embedding) -> nn.Linear:
+    head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+    if cfg.tie_embeddings:
+        head.weight = embed.tok.weight
+    return head
+
+
+def _rope(cfg: ModelConfig, tokens: torch.Tensor):
+    if cfg.position != "rope":
+        return None
+    return rope_tables(tokens.shape[1], cfg.head_dim, cfg.rope_base, device=tokens.device)
