@@ -1,0 +1,42 @@
+"""depthlab reproduce NAME: recompute a claim of the source texts or the papers, with its verdict."""
+
+from __future__ import annotations
+
+import os
+
+from depthlab.cli.common import add_json_flag, write_json
+from depthlab.errors import ConfigError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "reproduce",
+        help="reproduce the seeds' numbers and the published claims",
+        description="Recompute a claim and print, beside each stated number, the measured one "
+        "and whether they match. NAME 'list' lists the reproductions.",
+    )
+    p.add_argument("name", help="which reproduction (e.g. seeds, init-scaling); 'list' to list them")
+    p.add_argument("--quick", action="store_true", help="a smaller, faster version where one exists")
+    p.add_argument("--out", default="runs/reproduce", help="folder for plots (default runs/reproduce)")
+    add_json_flag(p)
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from depthlab.reproduce import load_all
+
+    registry = load_all()
+    if args.name == "list":
+        for name, fn in sorted(registry.items()):
+            print(f"{name:16} {(fn.__doc__ or '').strip().splitlines()[0] if fn.__doc__ else ''}")
+        return 0
+    if args.name not in registry:
+        raise ConfigError("NAME", args.name, f"one of {', '.join(sorted(registry))}, list")
+    out_dir = os.path.join(args.out, args.name)
+    result = registry[args.name](quick=args.quick, out_dir=out_dir)
+    if args.json == "-":
+        write_json(result.to_dict(), "-")
+    else:
+        print(result.format())
+        write_json(result.to_dict(), args.json)
+    return 0 if result.ok else 1
