@@ -39,4 +39,4 @@ def run(args) -> int:
     else:
         print(result.format())
         write_json(result.to_dict(), args.json)
-    return 0 if result.ok else 1
+    return 0  # a claim that does not reproduce is a result (printed as MISMATCH), not a failure
