@@ -1,0 +1,68 @@
+"""depthlab explain and the CLI's error contract (one line on stderr, exit code 2)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from depthlab.cli import main
+
+
+def test_explain_bert_base_ffn_weights(capsys):
+    """Seed 002: one BERT-base FFN sublayer has 2 x 768 x 3072 = 4,718,592 weights."""
+    rc = main("explain --arch encoder --layers 12 --d-model 768 --heads 12 --d-ff 3072 --json -".split())
+    assert rc == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["params"]["ffn_weights"] == 4718592
+    assert info["params"]["attn_weights"] == 4 * 768 * 768
+    assert info["final_norm"] is True and len(info["layers"]) == 12  # default wrap pre: final norm on
+
+
+def test_explain_shape_for_encdec_post_vs_pre(capsys):
+    main("explain --arch encdec --layers 2 --d-model 32 --heads 4 --wrap post --json -".split())
+    post = json.loads(capsys.readouterr().out)
+    main("explain --arch encdec --layers 2 --d-model 32 --heads 4 --wrap pre --json -".split())
+    pre = json.loads(capsys.readouterr().out)
+    assert [layer["side"] for layer in post["layers"]] == ["encoder"] * 2 + ["decoder"] * 2
+    dec = post["layers"][-1]["sublayers"]
+    assert [s["name"] for s in dec] == ["attn", "cross", "ffn"]
+    assert all(s["norm_after_add"] and not s["norm_in"] for s in dec)
+    assert all(s["norm_in"] and not s["norm_after_add"] for s in pre["layers"][-1]["sublayers"])
+    assert post["final_norm"] is False and pre["final_norm"] is True
+    keys = {"name", "wrap", "norm_in", "norm_out", "norm_after_add", "residual", "alpha", "beta"}
+    assert keys <= set(dec[0])
+
+
+def test_explain_deepnorm_constants_and_warnings(capsys):
+    main("explain --layers 64 --d-model 16 --heads 2 --wrap deepnorm --json -".split())
+    info = json.loads(capsys.readouterr().out)
+    sub = info["layers"][0]["sublayers"][0]
+    assert sub["alpha"] == pytest.approx(3.36, abs=0.005) and sub["beta"] == pytest.approx(0.210, abs=0.0005)
+    main("explain --layers 4 --wrap pre --final-norm off --no-residual attn --json -".split())
+    warnings = " ".join(json.loads(capsys.readouterr().out)["warnings"])
+    assert "final norm off" in warnings and "residual off for attn" in warnings
+
+
+def test_explain_text_groups_identical_layers(capsys):
+    assert main("explain --layers 8 --wrap mix".split()) == 0
+    out = capsys.readouterr().out
+    assert "dec 1-2" in out and "dec 3-8" in out and "final norm: on" in out
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        ("explain --wrap prenorm", "wrap='prenorm'"),
+        ("explain --d-model 30 --heads 4", "d_model=30"),
+        ("explain --layers 0", "n_layers=0"),
+        ("explain --no-residual mlp", "no_residual='mlp'"),
+        ("explain --layers seven", "invalid int value"),
+        ("reproduce no-such-claim", "NAME='no-such-claim'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(argv, needle):
+    proc = subprocess.run([sys.executable, "-m", "depthlab", *argv.split()], capture_output=True, text=True)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in proc.stderr
