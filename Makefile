@@ -5,7 +5,7 @@ STAMP   := .venv/.installed
 DEVSTAMP:= .venv/.installed-dev
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench clean chromium
 
 .venv/bin/python:
 	python3 -m venv .venv
@@ -29,7 +29,12 @@ lint: $(DEVSTAMP)
 	.venv/bin/ruff check depthlab tests benchmarks
 	.venv/bin/ruff format --check depthlab tests benchmarks
 
-test: $(DEVSTAMP)
+# The browser test renders the report in headless Chromium (Debian's package); install it when missing.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 \
+	  || echo "chromium could not be installed: the browser test will be skipped"; }
+
+test: $(DEVSTAMP) chromium
 	.venv/bin/ruff check depthlab tests benchmarks
 	$(PY) -m pytest -q
 

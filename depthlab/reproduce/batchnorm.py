@@ -1,0 +1,126 @@
+"""Seed 000: LayerNorm's statistics come from one token's features, BatchNorm's from the batch.
+
+"The mean and variance come from the features of that single vector for that single example ... batch
+normalization estimates statistics across the batch, so it behaves differently at different batch sizes
+... whereas layer normalization does exactly the same computation at training and inference time."
+
+Measured, for LayerNorm, RMSNorm and BatchNorm, on the norm alone and on a small pre-LN model built
+with each: (1) the change in one sequence's output when the *other* items of its batch change,
+(2) when the batch size changes, (3) train-mode vs eval-mode output; and (4) a short training run
+where BatchNorm's train/eval mismatch shows as a gap between training and validation loss.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from depthlab.config import ModelConfig, TrainConfig
+from depthlab.model import build_model
+from depthlab.model.norms import make_norm
+from depthlab.reproduce import Check, Reproduction, register
+
+NORMS = ("layernorm", "rmsnorm", "batchnorm")
+# "Does not depend" = equal to float32 rounding; "depends" = a relative change of at least 1%.
+SAME, DIFFERENT = 1e-5, 1e-2
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+@torch.no_grad()
+def sensitivity(fn, x: torch.Tensor, others: torch.Tensor) -> dict:
+    """How item 0's output of ``fn`` moves with its batch: other items swapped, batch of one, eval mode.
+
+    ``fn(batch, train: bool)`` returns the output for the whole batch. Returns relative changes.
+    """
+    base = fn(x, True)[0]
+    swapped = torch.cat([x[:1], others[1:]])
+    return {
+        "other_items": _rel(fn(swapped, True)[0], base),
+        "batch_size": _rel(fn(x[:2], True)[0], base),
+        "train_vs_eval": _rel(fn(x, False)[0], base),
+    }
+
+
+def _norm_fn(name: str, d: int):
+    norm = make_norm(name, d)
+    # give BatchNorm running statistics of a different batch, as after some training
+    if name == "batchnorm":
+        norm.train()
+        for _ in range(20):
+            norm(torch.randn(8, 16, d) * 2 + 0.5)
+
+    def fn(batch, train):
+        norm.train(train)
+        return norm(batch)
+
+    return fn
+
+
+def _model_fn(name: str, d: int, seed: int):
+    torch.manual_seed(seed)
+    cfg = ModelConfig(arch="encoder", n_layers=2, d_model=d, n_heads=4, vocab_size=256, wrap="pre", norm=name)
+    model = build_model(cfg)
+    with torch.no_grad():  # warm BatchNorm's running statistics on other batches
+        model.train()
+        for _ in range(20):
+            model(torch.randint(0, 256, (8, 16)))
+
+    def fn(tokens, train):
+        model.train(train)
+        return model(tokens)
+
+    return fn
+
+
+def _train_gap(norm: str, quick: bool) -> dict:
+    """Train a small causal LM with ``norm``; BatchNorm also mixes statistics over time (future tokens)."""
+    from depthlab.train import train
+
+    mcfg = ModelConfig(arch="decoder", n_layers=2, d_model=32, n_heads=4, wrap="pre", norm=norm)
+    tcfg = TrainConfig(
+        steps=40 if quick else 150, batch_size=16, seq_len=32, lr=3e-3, warmup=10, log_every=10
+    )
+    r = train(mcfg, tcfg)
+    return {"train_loss": r.final_train_loss, "val_loss": r.val_loss, "gap": r.val_loss - r.final_train_loss}
+
+
+@register("batchnorm")
+def reproduce_batchnorm(quick: bool = False, out_dir: str | None = None) -> Reproduction:
+    """LayerNorm vs BatchNorm (seed 000): batch dependence, train/eval mismatch, and its effect on training."""
+    torch.manual_seed(0)
+    d = 64
+    x, others = torch.randn(8, 16, d), torch.randn(8, 16, d)
+    tokens, other_tokens = torch.randint(0, 256, (8, 16)), torch.randint(0, 256, (8, 16))
+    data = {"norm_alone": {}, "model": {}, "training": {}}
+    for name in NORMS:
+        data["norm_alone"][name] = sensitivity(_norm_fn(name, d), x, others)
+        data["model"][name] = sensitivity(_model_fn(name, d, seed=0), tokens, other_tokens)
+    for name in ("layernorm", "batchnorm"):
+        data["training"][name] = _train_gap(name, quick)
+    return Reproduction("batchnorm", data, _checks(data), source="seed 000; Ba et al. 2016")
+
+
+def _checks(data: dict) -> list[Check]:
+    checks = []
+    for where in ("norm_alone", "model"):
+        for name in NORMS:
+            s = data[where][name]
+            worst = max(s.values())
+            if name == "batchnorm":
+                stated, ok = f"depends on the batch (>= {DIFFERENT:g})", min(s.values()) >= DIFFERENT
+            else:
+                stated, ok = f"independent of the batch (<= {SAME:g})", worst <= SAME
+            measured = ", ".join(f"{k} {v:.2g}" for k, v in s.items())
+            checks.append(Check(f"{name} ({where.replace('_', ' ')})", stated, measured, ok))
+    ln, bn = data["training"]["layernorm"], data["training"]["batchnorm"]
+    checks.append(
+        Check(
+            "BN's train/eval mismatch shows in validation",
+            "val-train gap: BN > LN",
+            f"BN {bn['gap']:+.2f} nats, LN {ln['gap']:+.2f} nats",
+            bn["gap"] > ln["gap"],
+        )
+    )
+    return checks
