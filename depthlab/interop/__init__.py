@@ -1,0 +1,14 @@
+"""Interop: import Hugging Face and ``torch.nn`` Transformers into depthlab, computing the same outputs.
+
+- :func:`from_hf` / :func:`config_from_hf`: HF ``GPT2LMHeadModel``, ``BertModel``, ``LlamaForCausalLM``.
+- :func:`from_torch`: ``torch.nn.TransformerEncoderLayer`` / ``TransformerDecoderLayer`` -> a Block,
+  ``TransformerEncoder`` / ``TransformerDecoder`` -> a Stack.
+
+The parity tests (tests/test_parity_hf.py, tests/test_parity_torch.py) are the proof that depthlab's
+model library is the computation these trusted implementations perform.
+"""
+
+from depthlab.interop.hf import config_from_hf, from_hf
+from depthlab.interop.torch_nn import from_torch, layer_config
+
+__all__ = ["config_from_hf", "from_hf", "from_torch", "layer_config"]

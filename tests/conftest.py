@@ -1,0 +1,61 @@
+"""Shared test helpers, exposed as fixtures."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def _assert_parity(ours: torch.Tensor, ref: torch.Tensor, rel: float = 1e-5) -> float:
+    """Elementwise ``assert_close`` at 1e-5 and ||ours - ref|| / ||ref|| <= ``rel``; returns that error.
+
+    The norm-relative check keeps the comparison honest when outputs are small enough for the
+    elementwise atol alone to hide a real difference.
+    """
+    assert ours.shape == ref.shape, f"shape {tuple(ours.shape)} != {tuple(ref.shape)}"
+    assert torch.isfinite(ref).all(), "the reference output is not finite"
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-5)
+    err = ((ours - ref).norm() / ref.norm()).item()
+    assert err <= rel, f"relative error {err:.2e} > {rel:.0e}"
+    return err
+
+
+@torch.no_grad()
+def _randomize(module: torch.nn.Module, gain: float = 1.5, seed: int = 0) -> torch.nn.Module:
+    """Overwrite every parameter with values large and varied enough that a mis-mapped weight shows.
+
+    Default inits (std 0.02, norm gains 1, biases 0) make attention near-uniform and leave gains and
+    biases indistinguishable, so a swapped head, q/k or bias could pass a parity test unnoticed.
+    Matrices get N(0, gain^2 / fan), gains N(1, 0.2^2), biases N(0, 0.2^2). Returns ``module``.
+    """
+    g = torch.Generator().manual_seed(seed)
+    for name, p in module.named_parameters():
+        if p.dim() >= 2:
+            fresh = torch.randn(p.shape, generator=g) * gain / min(p.shape) ** 0.5
+        elif name.endswith("weight"):
+            fresh = 1 + 0.2 * torch.randn(p.shape, generator=g)
+        else:
+            fresh = 0.2 * torch.randn(p.shape, generator=g)
+        p.copy_(fresh)
+    return module
+
+
+@pytest.fixture
+def assert_parity():
+    """The parity check of the interop tests (see ``_assert_parity``)."""
+    return _assert_parity
+
+
+@pytest.fixture
+def randomize():
+    """Re-initialise a module's parameters so that parity tests can fail (see ``_randomize``)."""
+    return _randomize
+
+
+@pytest.fixture
+def one_thread():
+    """Run the test on one intra-op thread (a shared, busy machine), restoring the setting after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
