@@ -50,3 +50,18 @@ def stream_table(states: list[torch.Tensor], grads: list[torch.Tensor | None] | 
         row["angular_distance"] = angular_distance(row["cos_prev"]) if i else None
         rows.append(row)
     return rows
+
+
+@torch.no_grad()
+def token_cosine(x: torch.Tensor) -> float | None:
+    """Mean cosine similarity between the vectors of distinct positions of one sequence, x (B, T, d).
+
+    1.0 means every position carries the same vector: the rank collapse of attention stacks without
+    skip connections (Dong, Cordonnier & Loukas 2021). None when there is no position axis (T < 2).
+    """
+    if x.ndim != 3 or x.shape[1] < 2:
+        return None
+    xn = torch.nn.functional.normalize(x.float(), dim=-1, eps=1e-30)
+    T = x.shape[1]
+    gram_sum = (xn.sum(dim=1) ** 2).sum(dim=-1)  # (B,): sum over all (s, t) pairs of cos(x_s, x_t)
+    return float(((gram_sum - T) / (T * (T - 1))).mean())

@@ -1,0 +1,68 @@
+"""Issue 3: what a probe costs, against one plain forward and backward of the same model.
+
+A 96-layer pre-LN decoder, d_model 64, 4 heads, on a batch of 8 x 64 bytes: the median wall time of
+``depthlab.probe.probe`` (forward, backward to every stream and parameter, one more backward for the
+position-varying gradient, one forward without grad for the output change, the statistics and the
+verdicts) over the median of a plain ``loss.backward()`` step, timed in alternation.
+
+    python benchmarks/probe_cost.py [--layers 96 --d-model 64 --rounds 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import median, pin_threads, time_alternating  # noqa: E402
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--layers", type=int, default=96)
+    p.add_argument("--d-model", type=int, default=64)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--budget", type=float, default=90.0, help="seconds after which no new round starts")
+    args = p.parse_args()
+    threads = pin_threads()
+
+    import torch
+    import torch.nn.functional as F
+
+    from depthlab import ModelConfig, build_model
+    from depthlab.probe import probe
+    from depthlab.probe.batch import text_batch
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(n_layers=args.layers, d_model=args.d_model, n_heads=args.heads)
+    model = build_model(cfg).eval()
+    tokens = text_batch(args.batch, args.seq, cfg.vocab_size, seed=0)
+
+    def plain_step():
+        model.zero_grad(set_to_none=True)
+        logits = model(tokens)
+        F.cross_entropy(logits[:, :-1].reshape(-1, cfg.vocab_size), tokens[:, 1:].reshape(-1)).backward()
+
+    fns = {
+        "forward+backward": plain_step,
+        "probe": lambda: probe(model, tokens),
+        "probe, no output change": lambda: probe(model, tokens, perturbation=0.0),
+        "probe core (no extras)": lambda: probe(model, tokens, perturbation=0.0, context=False),
+    }
+    times = time_alternating(fns, rounds=args.rounds, warmup=1, budget_s=args.budget)
+    base = median(times["forward+backward"])
+    print(
+        f"{args.layers} layers, d_model {args.d_model}, batch {args.batch} x {args.seq}, {threads} threads, "
+        f"{len(times['probe'])} rounds (median)"
+    )
+    for name, ts in times.items():
+        print(f"  {name:26} {median(ts) * 1e3:9.1f} ms   x{median(ts) / base:.2f}")
+    print(f"probe / (forward + backward) = {median(times['probe']) / base:.2f}")
+
+
+if __name__ == "__main__":
+    main()

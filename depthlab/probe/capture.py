@@ -1,0 +1,96 @@
+"""Forward hooks that observe the residual stream of a stack without changing the model.
+
+    x_0 ─► block 1 ─► x_1 ─► ... ─► block L ─► x_L ─► [final norm?] ─► head
+
+``StreamCapture`` records x_0 (the input of the first block call) and the output of every block call
+(in call order, so a block applied twice, as in ALBERT, gives two streams). Blocks may return a tensor
+or a tuple whose first element is the stream (Hugging Face blocks do either, by version); the tensor
+recorded is the very object the model passes on, so autograd can differentiate the loss with respect
+to it. Two structural facts are read off the same forward:
+
+- ``normalised[j]``: block j's output *is* the output of a norm inside it (post-LN, DeepNorm, Admin:
+  the stream is renormalised after every sublayer);
+- ``final_norm``: a norm outside the stack takes x_L itself as its input (GPT-2's ``ln_f``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from depthlab.probe.locate import StackInfo, is_norm
+
+
+def stream_tensor(value) -> torch.Tensor | None:
+    """The stream inside a block's input or output: the tensor itself, or the first element of a tuple."""
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (tuple, list)) and value and isinstance(value[0], torch.Tensor):
+        return value[0]
+    hidden = getattr(value, "last_hidden_state", None)
+    return hidden if isinstance(hidden, torch.Tensor) else None
+
+
+class StreamCapture:
+    """Context manager: while active, ``states`` collects x_0 .. x_L of every forward through ``stack``.
+
+    ``make_leaf``: if x_0 does not require grad (a raw float input to nn.TransformerEncoder), replace
+    it by an equal tensor that does, so that d loss / d x_0 exists; values are unchanged.
+    """
+
+    def __init__(self, model: nn.Module, stack: StackInfo, make_leaf: bool = True):
+        self.model, self.stack, self.make_leaf = model, stack, make_leaf
+        self.states: list[torch.Tensor] = []
+        self.normalised: list[bool] = []
+        self.final_norm = False
+        self._handles: list = []
+        self._last_norm_out = None
+
+    def __enter__(self) -> StreamCapture:
+        blocks = list(self.stack.blocks)
+        self._handles.append(blocks[0].register_forward_pre_hook(self._enter_stack, with_kwargs=True))
+        inside = set()
+        for block in blocks:
+            self._handles.append(block.register_forward_hook(self._leave_block))
+            for m in block.modules():
+                inside.add(id(m))
+                if is_norm(m):
+                    self._handles.append(m.register_forward_hook(self._norm_inside))
+        for m in self.model.modules():
+            if is_norm(m) and id(m) not in inside:
+                self._handles.append(m.register_forward_hook(self._norm_outside))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    def _enter_stack(self, module, args, kwargs):
+        if self.states:  # a block applied again (weight sharing): x_0 is the first entry only
+            return None
+        in_args = bool(args) and isinstance(args[0], torch.Tensor)
+        x = args[0] if in_args else kwargs.get("hidden_states", kwargs.get("src", kwargs.get("tgt")))
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{type(module).__name__}: cannot find the stream among the block's inputs")
+        if self.make_leaf and torch.is_grad_enabled() and not x.requires_grad:
+            x = x.detach().requires_grad_(True)
+        self.states.append(x)
+        if in_args:
+            return (x, *args[1:]), kwargs
+        key = next(k for k in ("hidden_states", "src", "tgt") if k in kwargs)
+        return args, {**kwargs, key: x}
+
+    def _leave_block(self, module, args, output):
+        x = stream_tensor(output)
+        if x is None:
+            raise TypeError(f"{type(module).__name__} returned {type(output).__name__}: no stream tensor")
+        self.states.append(x)
+        self.normalised.append(x is self._last_norm_out)
+
+    def _norm_inside(self, module, args, output):
+        self._last_norm_out = output
+
+    def _norm_outside(self, module, args, output):
+        if self.states and args and args[0] is self.states[-1]:
+            self.final_norm = True

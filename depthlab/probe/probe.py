@@ -1,0 +1,308 @@
+"""``probe(model, batch)``: one forward and backward at init, observed by hooks; per-stream numbers, verdicts.
+
+Works on depthlab models, Hugging Face models (GPT-2, BERT, Llama, any model with one ModuleList of
+identical blocks) and ``torch.nn.TransformerEncoder/Decoder`` (see :mod:`depthlab.probe.locate`).
+The model is put in eval mode (dropout off) for the probe and restored after; its weights are
+perturbed for the output-change pass and restored bit for bit; no ``.grad`` is written (gradients
+come from ``torch.autograd.grad`` with respect to the recorded stream tensors and the parameters).
+Random numbers (perturbation, Jacobian projections) come from a private generator seeded by ``seed``,
+so the global RNG is left as it was.
+
+Cost: one forward and backward, plus one backward to the streams for the position-varying gradient
+(LM loss), one forward without grad for the output change and, if asked, ``jacobian_probes``
+backward passes. benchmarks/probe_cost.py measures the total at about twice a plain forward and
+backward (96 layers, d_model 64), the core (``perturbation=0, context=False``) at about once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from depthlab.errors import ConfigError, InputError
+from depthlab.probe.capture import StreamCapture, stream_tensor
+from depthlab.probe.locate import StackInfo, locate_stack
+from depthlab.probe.result import ProbeResult
+from depthlab.probe.stats import stream_table, token_cosine
+
+LOSSES = ("lm", "sum")
+
+
+def probe(
+    model: nn.Module,
+    batch,
+    loss: str = "lm",
+    *,
+    perturbation: float = 1e-3,
+    jacobian_probes: int = 0,
+    context: bool = True,
+    seed: int = 0,
+    model_config: dict | None = None,
+) -> ProbeResult:
+    """Probe ``model`` on ``batch`` and diagnose it.
+
+    batch: a tensor (tokens (B, T) for a language model; a float stream for nn.TransformerEncoder), a
+    tuple of positional inputs ((src, tgt) for an encoder-decoder, (tgt, memory) for
+    nn.TransformerDecoder) or a dict of keyword inputs. loss: "lm" = mean next-token cross-entropy of
+    logits[:, :-1] against tokens[:, 1:]; "sum" = the sum of the last stream (the seeds' toy loss).
+    perturbation: relative size of the weight perturbation for ``output_change`` (0 turns it off).
+    jacobian_probes: random projections for the Jacobian estimate (0 = not estimated).
+    context: also carry the position-varying part of the top gradient down (one more backward pass;
+    LM loss only), the signal behind the ``vanishing-gradient`` verdict for skip-less attention.
+    Returns a :class:`ProbeResult` with L+1 rows and the doctor's verdicts.
+    """
+    from depthlab.probe.doctor import diagnose
+
+    result = measure(
+        model,
+        batch,
+        loss,
+        perturbation=perturbation,
+        jacobian_probes=jacobian_probes,
+        context=context,
+        seed=seed,
+    )
+    if model_config is not None:
+        result.config["model"] = model_config
+    result.verdicts = diagnose(result)
+    return result
+
+
+def measure(
+    model, batch, loss="lm", *, perturbation=1e-3, jacobian_probes=0, context=True, seed=0
+) -> ProbeResult:
+    """The numbers of :func:`probe`, without verdicts."""
+    _check_args(loss, perturbation, jacobian_probes)
+    stack = locate_stack(model)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.enable_grad():
+            run = _forward_backward(model, batch, loss, stack, jacobian_probes, seed, context)
+        changes, out_change = _perturbed_change(model, batch, stack, run, perturbation, seed)
+    finally:
+        model.train(was_training)
+    rows = stream_table(run["states"], run["grads"])
+    _add_layer_columns(rows, stack, run, changes)
+    config = {
+        "model": describe_model(model),
+        "stack": {
+            "path": stack.path,
+            "kind": stack.kind,
+            "n_layers": len(rows) - 1,
+            "note": stack.note,
+            "final_norm": run["final_norm"],
+            "stream_normalised": run["normalised"][-1],
+        },
+        "probe": {
+            "loss": loss,
+            "loss_value": run["loss"],
+            "batch_shape": list(run["states"][0].shape),
+            "perturbation": perturbation,
+            "output_change": out_change,
+            "jacobian_probes": jacobian_probes,
+            "seed": seed,
+            "mode": "eval",
+        },
+    }
+    return ProbeResult(config, rows)
+
+
+def _check_args(loss, perturbation, jacobian_probes) -> None:
+    if loss not in LOSSES:
+        raise ConfigError("loss", loss, f"one of {', '.join(LOSSES)}")
+    if not isinstance(perturbation, (int, float)) or not 0 <= perturbation < 1:
+        raise ConfigError("perturbation", perturbation, "a number in [0, 1)")
+    if isinstance(jacobian_probes, bool) or not isinstance(jacobian_probes, int) or jacobian_probes < 0:
+        raise ConfigError("jacobian_probes", jacobian_probes, "an integer >= 0")
+
+
+def call_model(model: nn.Module, batch):
+    """model(**batch) for a dict, model(*batch) for a tuple or list, model(batch) otherwise."""
+    if isinstance(batch, dict):
+        return model(**batch)
+    if isinstance(batch, (tuple, list)):
+        return model(*batch)
+    return model(batch)
+
+
+def _forward_backward(
+    model, batch, loss, stack: StackInfo, jacobian_probes: int, seed: int, context: bool
+) -> dict:
+    """Forward with hooks, then d loss / d (every stream, every layer parameter) in one autograd call."""
+    with StreamCapture(model, stack) as cap:
+        output = call_model(model, batch)
+    states = cap.states
+    if len(states) < 2:
+        raise InputError(f"{stack.path}: the blocks did not run on this batch")
+    loss_t = loss_value(loss, output, batch, states[-1])
+    params = _unique(p for ps in stack.layer_params for p in ps if p.requires_grad)
+    with_context = context and loss == "lm" and states[-1].ndim == 3 and states[-1].shape[1] > 1
+    grads = torch.autograd.grad(
+        loss_t, states + params, allow_unused=True, retain_graph=with_context or jacobian_probes > 0
+    )
+    stream_grads = list(grads[: len(states)])
+    context = _context_grads(states, stream_grads[-1], jacobian_probes > 0) if with_context else None
+    gen = torch.Generator().manual_seed(seed)
+    return {
+        "states": [s.detach() for s in states],
+        "grads": stream_grads,
+        "context_grads": context,
+        "param_grads": {id(p): g for p, g in zip(params, grads[len(states) :])},
+        "loss": float(loss_t.detach()),
+        "output": model_output(output).detach(),
+        "jacobian": _jacobian_msv(states, jacobian_probes, gen) if jacobian_probes else None,
+        "final_norm": cap.final_norm,
+        "normalised": cap.normalised,
+    }
+
+
+def loss_value(loss: str, output, batch, last_stream: torch.Tensor) -> torch.Tensor:
+    """The scalar to differentiate: "sum" = last_stream.sum(); "lm" = next-token cross-entropy."""
+    if loss == "sum":
+        return last_stream.sum()
+    logits, tokens = model_output(output), batch_tokens(batch)
+    if tokens is None or logits.ndim != 3 or logits.shape[:2] != tokens.shape:
+        got = "no integer tokens in the batch" if tokens is None else f"output {tuple(logits.shape)}"
+        raise InputError(f"loss 'lm' needs logits (B, T, V) for tokens (B, T): {got}; use loss 'sum'")
+    V = logits.shape[-1]
+    return F.cross_entropy(logits[:, :-1].reshape(-1, V).float(), tokens[:, 1:].reshape(-1))
+
+
+def model_output(output) -> torch.Tensor:
+    """The main output tensor: logits if the model returns them, else its first tensor."""
+    for attr in ("logits", "last_hidden_state"):
+        if isinstance(getattr(output, attr, None), torch.Tensor):
+            return getattr(output, attr)
+    x = stream_tensor(output)
+    if x is None:
+        raise InputError(f"the model returned {type(output).__name__}, with no output tensor")
+    return x
+
+
+def batch_tokens(batch) -> torch.Tensor | None:
+    """The integer tokens the LM loss predicts: the batch, the last integer tensor of a tuple, or a dict's
+    decoder_input_ids / input_ids."""
+    if isinstance(batch, dict):
+        batch = batch.get("decoder_input_ids", batch.get("input_ids"))
+    if isinstance(batch, (tuple, list)):
+        ints = [b for b in batch if isinstance(b, torch.Tensor) and not b.is_floating_point()]
+        batch = ints[-1] if ints else None
+    if isinstance(batch, torch.Tensor) and not batch.is_floating_point() and batch.ndim == 2:
+        return batch
+    return None
+
+
+def _context_grads(states: list[torch.Tensor], top_grad: torch.Tensor | None, keep_graph: bool) -> list:
+    """Per stream, the gradient carried down from only the position-varying part of d loss / d x_L.
+
+    C g_L = g_L minus its mean over positions (dim 1) is the part of the top gradient that asks
+    different positions to change differently: the signal that teaches layers to use context. It is
+    propagated to every stream with one more backward pass (J_i^T C g_L). When attention loses its skip,
+    all positions of the stream collapse to one vector (rank collapse, Dong et al. 2021), and this
+    signal vanishes at the bottom even when the plain gradient norm does not.
+    """
+    if top_grad is None:
+        return [None] * len(states)
+    centred = top_grad - top_grad.mean(dim=1, keepdim=True)
+    below = torch.autograd.grad(
+        states[-1], states[:-1], grad_outputs=centred, retain_graph=keep_graph, allow_unused=True
+    )
+    return [*below, centred]
+
+
+def _jacobian_msv(states: list[torch.Tensor], k: int, gen: torch.Generator) -> list[float]:
+    """Mean squared singular value of d x_L / d x_i for every i, from k random projections.
+
+    For u ~ N(0, I), E ||u^T J||^2 = ||J||_F^2 (Hutchinson), so ||J||_F^2 / n, n = numel(x_L), is
+    estimated by the mean of ||u^T J||^2 / n; one backward pass gives u^T J for every i at once.
+    ReZero (Bachlechner et al. 2020) reports this quantity of the whole network.
+    """
+    top, acc = states[-1], [0.0] * (len(states) - 1)
+    for j in range(k):
+        u = torch.randn(top.shape, generator=gen, dtype=torch.float32).to(top)
+        vjps = torch.autograd.grad(
+            top, states[:-1], grad_outputs=u, retain_graph=j < k - 1, allow_unused=True
+        )
+        for i, v in enumerate(vjps):
+            acc[i] += 0.0 if v is None else float(v.double().pow(2).sum())
+    return [a / (k * top.numel()) for a in acc] + [1.0]  # d x_L / d x_L = I
+
+
+@torch.no_grad()
+def _perturbed_change(model, batch, stack: StackInfo, run: dict, delta: float, seed: int):
+    """Per stream ||x_i' - x_i|| / ||x_i|| with every block weight matrix W moved by delta * rms(W) * N(0, 1)
+    (so ||dW|| ~ delta ||W||), and the same ratio for the model's output. Weights are restored exactly."""
+    if delta == 0:
+        return None, None
+    weights = _unique(p for ps in stack.layer_params for p in ps if p.ndim >= 2)
+    saved = [p.detach().clone() for p in weights]
+    gen = torch.Generator().manual_seed(seed + 1)
+    try:
+        for p in weights:
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float32).to(p)
+            p.add_(noise * (delta * float(p.detach().float().pow(2).mean().sqrt())))
+        with StreamCapture(model, stack, make_leaf=False) as cap:
+            output = model_output(call_model(model, batch))
+    finally:
+        for p, s in zip(weights, saved):
+            p.copy_(s)
+    changes = [_rel(new, old) for new, old in zip(cap.states, run["states"])]
+    return changes, _rel(output, run["output"])
+
+
+def _rel(new: torch.Tensor, old: torch.Tensor) -> float:
+    return float((new.float() - old.float()).norm() / old.float().norm().clamp_min(1e-30))
+
+
+def _add_layer_columns(rows: list[dict], stack: StackInfo, run: dict, changes) -> None:
+    """Per-layer parameter gradient norms by sublayer, output change, Jacobian estimate."""
+    per_block = len(stack.blocks) == len(rows) - 1  # False when a block is applied several times
+    names = stack.group_names
+    for i, row in enumerate(rows):
+        block = i - 1 if i and per_block else None
+        for g in names:
+            params = stack.groups[block].get(g, []) if block is not None else None
+            row[f"{g}_grad_norm"] = _grad_norm(params, run["param_grads"])
+        row["layer_grad_norm"] = (
+            _grad_norm(stack.layer_params[block], run["param_grads"]) if block is not None else None
+        )
+        ctx = run["context_grads"][i] if run["context_grads"] is not None else None
+        row["context_grad_norm"] = float(ctx.float().norm()) if ctx is not None else None
+        row["token_cos"] = token_cosine(run["states"][i])
+        row["output_change"] = changes[i] if changes is not None else None
+        row["jacobian_msv"] = run["jacobian"][i] if run["jacobian"] is not None else None
+
+
+def _grad_norm(params, grads: dict) -> float | None:
+    """sqrt(sum ||g||^2) over ``params`` (a parameter without a gradient contributes 0); None for None."""
+    if params is None:
+        return None
+    total = sum(
+        float(grads[id(p)].double().pow(2).sum()) for p in _unique(params) if grads.get(id(p)) is not None
+    )
+    return math.sqrt(total)
+
+
+def _unique(params) -> list[nn.Parameter]:
+    seen, out = set(), []
+    for p in params:
+        if id(p) not in seen:
+            seen.add(id(p))
+            out.append(p)
+    return out
+
+
+def describe_model(model: nn.Module) -> dict:
+    """A JSON-able description: a depthlab ModelConfig's dict, a HF config's dict, or the class name."""
+    cfg = getattr(model, "cfg", None)
+    if hasattr(cfg, "to_dict") and hasattr(cfg, "config_hash"):
+        return cfg.to_dict()
+    hf = getattr(model, "config", None)
+    if hasattr(hf, "to_json_string"):
+        return {"hf": json.loads(hf.to_json_string(use_diff=True)), "class": type(model).__name__}
+    return {"class": type(model).__name__}

@@ -1,0 +1,93 @@
+"""``depthlab probe``: the issue's acceptance commands, --compare, --hf, and the bad-input contract."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from depthlab.cli import main
+
+ACCEPTANCE = "probe --arch decoder --layers 48 --d-model 64 --heads 4"
+
+
+def _probe_json(args: str, tmp_path, capsys) -> dict:
+    out = tmp_path / "probe.json"
+    assert main([*args.split(), "--json", str(out)]) == 0
+    capsys.readouterr()
+    return json.loads(out.read_text())
+
+
+def _codes(d: dict, level: str | None = None) -> set[str]:
+    return {v["code"] for v in d["verdicts"] if level is None or v["level"] == level}
+
+
+def test_no_attention_skip_reports_vanishing_gradient(tmp_path, capsys, one_thread):
+    d = _probe_json(f"{ACCEPTANCE} --no-residual attn", tmp_path, capsys)
+    assert "vanishing-gradient" in _codes(d, "error")
+    msg = next(v["message"] for v in d["verdicts"] if v["code"] == "vanishing-gradient")
+    assert "bottom" in msg and "of 48 layers" in msg
+    assert len(d["layers"]) == 49
+
+
+def test_pre_ln_without_final_norm_reports_it(tmp_path, capsys, one_thread):
+    d = _probe_json(f"{ACCEPTANCE} --wrap pre --final-norm off", tmp_path, capsys)
+    assert "missing-final-norm" in _codes(d, "error")
+    assert d["config"]["stack"]["final_norm"] is False
+
+
+def test_plain_pre_ln_has_no_error(tmp_path, capsys, one_thread):
+    d = _probe_json(f"{ACCEPTANCE} --wrap pre", tmp_path, capsys)
+    assert not _codes(d, "error") and not _codes(d, "warning")
+    assert d["config"]["stack"]["final_norm"] is True
+
+
+def test_table_has_a_bar_per_layer_and_the_verdicts(capsys, one_thread):
+    assert main("probe --layers 4 --d-model 32 --heads 4 --wrap post".split()) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line[:4].strip().isdigit()]
+    assert [int(r[:4]) for r in rows] == list(range(5)) and all("#" in r for r in rows)
+    assert "warmup-required" in out
+
+
+def test_compare_plots_every_combination(tmp_path, capsys, one_thread):
+    png, js = tmp_path / "cmp.png", tmp_path / "cmp.json"
+    args = "probe --layers 6 --d-model 32 --heads 4 --seq-len 16 --compare --wrap post,pre"
+    args += " --no-residual none,all"
+    assert main([*args.split(), "--plot", str(png), "--json", str(js)]) == 0
+    out = capsys.readouterr().out
+    data = json.loads(js.read_text())
+    assert len(data) == 4 and png.stat().st_size > 10_000
+    assert {d["config"]["model"]["wrap"] for d in data} == {"post", "pre"}
+    assert "wrap=pre no-residual=all" in out
+
+
+def test_hf_folder_and_config_json(tmp_path, capsys, one_thread):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=300, n_positions=64)
+    transformers.GPT2LMHeadModel(cfg).save_pretrained(tmp_path / "gpt2")
+    d = _probe_json(f"probe --hf {tmp_path / 'gpt2'} --seq-len 16 --batch-size 2", tmp_path, capsys)
+    assert d["config"]["stack"]["path"] == "transformer.h" and len(d["layers"]) == 3
+    bert = transformers.BertConfig(
+        num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64
+    )
+    bert.to_json_file(tmp_path / "bert.json")
+    d = _probe_json(f"probe --hf {tmp_path / 'bert.json'} --seq-len 16 --batch-size 2", tmp_path, capsys)
+    assert d["config"]["stack"]["stream_normalised"] is True  # BERT is post-LN
+    assert "missing-final-norm" not in _codes(d)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        "probe --hf /no/such/model",
+        "probe --layers 2 --loss mse",
+        "probe --layers 2 --wrap post,pre",
+        "probe --layers 2 --seq-len 999",
+        "probe --layers 2 --batch-size 0",
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, capsys):
+    assert main(args.split()) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error" in err and "Traceback" not in err
