@@ -217,6 +217,7 @@ class ModelConfig(_Config):
 SCHEDULES = ("constant", "linear", "noam", "cosine")
 OPTIMIZERS = ("adam", "adamw")
 TASKS = ("lm", "copy", "reverse", "sort")
+DEVICES = ("auto", "cpu", "cuda")
 
 
 @dataclass(frozen=True)
@@ -249,12 +250,20 @@ class TrainConfig(_Config):
     spike_factor: float = 3.0
     stall_share: float = 0.5
     compile: bool = False
+    eval_every: int = 50  # validation every N steps (and at the last step); eval steps are logged
+    telemetry: bool = True  # per-layer telemetry on logged steps (depthlab.train.telemetry)
+    symbols: int = 16  # alphabet size of the copy/reverse/sort tasks
+    bf16: bool = False  # bf16 autocast for forward passes
+    device: str = "auto"  # auto = cuda when available, else cpu
 
     def __post_init__(self):
         for name, allowed in (("task", TASKS), ("schedule", SCHEDULES), ("optimizer", OPTIMIZERS)):
             self._check_choice(name, allowed)
         for name in ("steps", "batch_size", "seq_len", "log_every", "eval_batches", "checkpoint_every"):
             self._check_int(name)
+        self._check_int("eval_every")
+        self._check_int("symbols", low=2)
+        self._check_choice("device", DEVICES)
         self._check_int("warmup", low=0)
         self._check_int("seed", low=0)
         self._check_float("lr", 0.0, 10.0, strict_low=True)
@@ -269,7 +278,12 @@ class TrainConfig(_Config):
         self._check_float("min_lr_ratio", 0.0, 1.0)
         self._check_float("spike_factor", 1.0, strict_low=True)
         self._check_float("stall_share", 0.0, 1.0)
-        self._check_bool("compile")
+        for name in ("compile", "telemetry", "bf16"):
+            self._check_bool(name)
+        if self.schedule == "constant" and self.warmup:
+            raise ConfigError(
+                "warmup", self.warmup, "0 with schedule=constant (linear = warmup then constant)"
+            )
         if self.schedule == "noam" and self.warmup == 0:
             raise ConfigError("warmup", 0, "> 0 with schedule=noam (its formula divides by the warmup)")
         if self.data is not None and not isinstance(self.data, str):

@@ -1,0 +1,159 @@
+"""depthlab train: one training run with per-layer telemetry; says whether it trained, stalled or diverged."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from depthlab.cli.common import add_model_flags, model_config_from_args
+from depthlab.config import DEVICES, OPTIMIZERS, SCHEDULES, TASKS, TrainConfig
+
+# flag -> TrainConfig field, for the flags that map one to one
+TRAIN_FLAGS = {
+    "task": "task",
+    "data": "data",
+    "steps": "steps",
+    "batch_size": "batch_size",
+    "seq_len": "seq_len",
+    "lr": "lr",
+    "warmup": "warmup",
+    "schedule": "schedule",
+    "optimizer": "optimizer",
+    "beta1": "beta1",
+    "beta2": "beta2",
+    "eps": "eps",
+    "weight_decay": "weight_decay",
+    "clip": "clip",
+    "min_lr_ratio": "min_lr_ratio",
+    "log_every": "log_every",
+    "eval_every": "eval_every",
+    "eval_batches": "eval_batches",
+    "checkpoint_every": "checkpoint_every",
+    "spike_factor": "spike_factor",
+    "stall_share": "stall_share",
+    "symbols": "symbols",
+    "device": "device",
+}
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train a stack with per-layer telemetry; trained, stalled or diverged",
+        description="Train one model on a task (byte-level lm on the Python standard library by default) "
+        "and record, every --log-every steps, the loss and per-layer gradient, stream and update "
+        "statistics. The run ends 'trained', 'stalled' (still at the unigram loss) or 'diverged' "
+        "(rules: depthlab.train.outcome); all three exit 0. Under torchrun it trains with DDP.",
+    )
+    add_model_flags(p)
+    add_train_flags(p)
+    p.set_defaults(run=run)
+
+
+def add_train_flags(p: argparse.ArgumentParser) -> None:
+    d = TrainConfig()
+    g = p.add_argument_group("training")
+    g.add_argument("--task", default=d.task, help=f"{'|'.join(TASKS)} (default {d.task})")
+    g.add_argument(
+        "--data", help="lm corpus: any text or binary file (default: the Python stdlib's .py files)"
+    )
+    g.add_argument("--steps", type=int, default=d.steps, help=f"optimizer updates (default {d.steps})")
+    g.add_argument(
+        "--batch-size", type=int, default=d.batch_size, help=f"global batch (default {d.batch_size})"
+    )
+    g.add_argument(
+        "--seq-len",
+        type=int,
+        default=d.seq_len,
+        help=f"lm: tokens per sequence; copy/reverse/sort: longest source (default {d.seq_len})",
+    )
+    g.add_argument("--lr", type=float, default=d.lr, help=f"peak learning rate (default {d.lr:g})")
+    g.add_argument("--warmup", type=int, default=d.warmup, help=f"warmup steps (default {d.warmup})")
+    g.add_argument("--schedule", default=d.schedule, help=f"{'|'.join(SCHEDULES)} (default {d.schedule})")
+    g.add_argument("--optimizer", default=d.optimizer, help=f"{'|'.join(OPTIMIZERS)} (default {d.optimizer})")
+    g.add_argument("--beta1", type=float, default=d.beta1, help=f"Adam beta1 (default {d.beta1})")
+    g.add_argument("--beta2", type=float, default=d.beta2, help=f"Adam beta2 (default {d.beta2})")
+    g.add_argument("--eps", type=float, default=d.eps, help=f"Adam eps (default {d.eps:g})")
+    g.add_argument("--weight-decay", type=float, default=d.weight_decay, help="on matrices only (default 0)")
+    g.add_argument(
+        "--clip", type=float, default=d.clip, help="clip the gradient norm to this (default 0: off)"
+    )
+    g.add_argument("--min-lr-ratio", type=float, default=d.min_lr_ratio, help="cosine's floor (default 0.1)")
+    g.add_argument(
+        "--symbols", type=int, default=d.symbols, help=f"copy/reverse/sort alphabet (default {d.symbols})"
+    )
+    add_run_flags(g, d)
+
+
+def add_run_flags(g, d: TrainConfig) -> None:
+    g.add_argument(
+        "--log-every",
+        type=int,
+        default=d.log_every,
+        help=f"log loss and per-layer telemetry every N steps (default {d.log_every})",
+    )
+    g.add_argument(
+        "--eval-every",
+        type=int,
+        default=d.eval_every,
+        help=f"validate every N steps and at the end (default {d.eval_every})",
+    )
+    g.add_argument(
+        "--eval-batches",
+        type=int,
+        default=d.eval_batches,
+        help=f"validation batches of --batch-size (default {d.eval_batches})",
+    )
+    g.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=d.checkpoint_every,
+        help=f"checkpoint interval in steps (default {d.checkpoint_every})",
+    )
+    g.add_argument(
+        "--spike-factor",
+        type=float,
+        default=d.spike_factor,
+        help="diverged when the smoothed loss exceeds this x its minimum (default 3)",
+    )
+    g.add_argument(
+        "--stall-share",
+        type=float,
+        default=d.stall_share,
+        help="stalled when still at the unigram loss after this share of the steps and at the end (default 0.5)",
+    )
+    g.add_argument("--no-telemetry", action="store_true", help="log losses only, no per-layer numbers")
+    g.add_argument("--compile", action="store_true", help="torch.compile the model")
+    g.add_argument("--bf16", action="store_true", help="bf16 autocast (for GPUs)")
+    g.add_argument("--device", default=d.device, help=f"{'|'.join(DEVICES)} (default {d.device})")
+    g.add_argument(
+        "--threads", type=int, help="torch threads (default min(cores, 2); 1 per torchrun process)"
+    )
+    g.add_argument("--out", metavar="DIR", help="write config, metrics, events, checkpoints and result here")
+    g.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    g.add_argument("--force", action="store_true", help="delete the results in --out and start over")
+    g.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
+    values = {field: getattr(args, flag) for flag, field in TRAIN_FLAGS.items()}
+    values.update(seed=args.seed, telemetry=not args.no_telemetry, compile=args.compile, bf16=args.bf16)
+    return TrainConfig(**values)
+
+
+def run(args) -> int:
+    from depthlab.train import train
+    from depthlab.train.distributed import set_threads
+
+    model_cfg, train_cfg = model_config_from_args(args), train_config_from_args(args)
+    set_threads(args.threads)
+    result = train(
+        model_cfg, train_cfg, args.out, resume=args.resume, force=args.force, progress=not args.quiet
+    )
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for the run
+        print(result.summary())
+        if args.out:
+            print(
+                f"wrote {args.out}/ (config.json, metrics.jsonl, result.json, checkpoints/, TensorBoard events)"
+            )
+    return 0

@@ -1,0 +1,134 @@
+"""The byte-level corpus: the Python standard library's own source by default, or any file (``--data``).
+
+Every machine that runs depthlab has the standard library of its interpreter, so the default corpus needs
+no download (DESIGN.md). It is the top-level ``*.py`` modules of ``sysconfig``'s ``stdlib`` folder, read
+in sorted order and concatenated; the file list and a SHA-256 of the bytes are recorded with the run, so
+two runs on different Python versions are seen to differ in their data.
+
+Train/validation split (deterministic, no randomness): the bytes are cut into consecutive blocks of
+``BLOCK`` bytes (a twentieth of the corpus if it is smaller than 20 blocks) and every ``VAL_EVERY``-th
+block is validation. Interleaved blocks keep the validation text representative of the whole corpus
+(a tail split would validate on the alphabetically last modules only).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import os
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from depthlab.errors import InputError
+
+BLOCK = 8192  # bytes per split block
+VAL_EVERY = 10  # every 10th block is validation: a 90/10 split
+
+
+@dataclass
+class Corpus:
+    """A byte corpus split into ``train`` and ``val`` (1-D uint8 tensors) and what it was made from.
+
+    ``info``: source, root, files, bytes, sha256, train_bytes, val_bytes (JSON-able; stored with the run).
+    """
+
+    train: torch.Tensor
+    val: torch.Tensor
+    info: dict = field(default_factory=dict)
+
+
+def stdlib_files() -> tuple[Path, list[Path]]:
+    """The standard library folder of the running interpreter and its top-level ``.py`` files, sorted."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(p for p in root.glob("*.py") if p.is_file())
+    if not files:
+        raise InputError(f"no Python standard library source (*.py) found under {root}; pass --data FILE")
+    return root, files
+
+
+@functools.lru_cache(maxsize=1)
+def _stdlib_corpus() -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """The default corpus, split, with its info (cached: the stdlib does not change within a process;
+    callers never modify the tensors)."""
+    root, files = stdlib_files()
+    data = b"".join(p.read_bytes() for p in files)
+    info = {"source": "python-stdlib", "root": str(root), "files": [p.name for p in files]}
+    return *split(data, info), info
+
+
+def read_data_file(path: str) -> bytes:
+    """The bytes of a user's data file; any problem is an InputError of one line."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"data file {path} does not exist")
+    if p.is_dir():
+        raise InputError(f"data file {path} is a directory, not a file")
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise InputError(f"cannot read data file {path}: {e.strerror or e}") from None
+    if not data:
+        raise InputError(f"data file {path} is empty")
+    return data
+
+
+def load_corpus(path: str | None, seq_len: int) -> Corpus:
+    """The corpus (``path`` or the stdlib default), split, checked to hold ``seq_len + 1`` bytes per split."""
+    if path is None:
+        train, val, info = _stdlib_corpus()
+        info = dict(info)
+    else:
+        data = read_data_file(path)
+        info = {
+            "source": "file",
+            "root": os.path.dirname(os.path.abspath(path)),
+            "files": [os.path.basename(path)],
+        }
+        train, val = split(data, info)
+    need = seq_len + 1
+    if len(train) < need or len(val) < need:
+        raise InputError(
+            f"data {path or info['root']} is too short: {info['bytes']} bytes give {len(train)} train / "
+            f"{len(val)} validation bytes; seq-len {seq_len} needs {need} in each "
+            f"(about {VAL_EVERY * need} bytes in all)"
+        )
+    return Corpus(train=train, val=val, info=info)
+
+
+def split(data: bytes, info: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """(train, val): every VAL_EVERY-th block of the bytes is validation (see module doc).
+
+    Records bytes, sha256, block, train_bytes and val_bytes in ``info``.
+    """
+    block = max(1, min(BLOCK, len(data) // (2 * VAL_EVERY)))
+    all_bytes = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    n_blocks = math.ceil(len(data) / block)
+    ids = torch.arange(n_blocks)
+    val_block = (ids % VAL_EVERY) == (VAL_EVERY - 1)
+    if n_blocks < VAL_EVERY:  # fewer blocks than one period: the last block validates
+        val_block = ids == n_blocks - 1
+    is_val = val_block.repeat_interleave(block)[: len(data)]
+    train, val = all_bytes[~is_val].clone(), all_bytes[is_val].clone()
+    info.update(
+        bytes=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        block=block,
+        train_bytes=len(train),
+        val_bytes=len(val),
+    )
+    return train, val
+
+
+def unigram_entropy(tokens: torch.Tensor, vocab: int = 256) -> float:
+    """Entropy (nats) of the token frequencies: the loss of a model that predicts only common tokens.
+
+    A model whose loss stays here has learned the marginal distribution and nothing of the context
+    (seed 004's stall "near the level of a model that predicts only common tokens").
+    """
+    counts = torch.bincount(tokens.reshape(-1).long(), minlength=vocab).double()
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * p.log()).sum())

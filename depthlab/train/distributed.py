@@ -1,0 +1,104 @@
+"""One run across processes: torchrun's environment, the process group, DDP, devices and threads.
+
+``torchrun --standalone --nproc-per-node=N -m depthlab train ...`` sets RANK, WORLD_SIZE and LOCAL_RANK;
+:func:`setup` then joins the process group (gloo on CPU, NCCL on GPU). Every process builds the same
+global batch and trains on its share (:func:`depthlab.train.tasks.shard`), so N processes see the data a
+single process would with the same global batch. Only rank 0 writes files or prints.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as tdist
+
+from depthlab.errors import ConfigError
+
+
+@dataclass
+class Dist:
+    """rank / world size / device of this process; ``owns_group`` if :func:`setup` created the group."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+    owns_group: bool = False
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def all_reduce(self, t: torch.Tensor) -> torch.Tensor:
+        """The elementwise sum over processes (a no-op in one process); returned on t's device."""
+        if self.world == 1:
+            return t
+        buf = t.to(self.device) if self.device.type == "cuda" else t.clone()
+        tdist.all_reduce(buf, op=tdist.ReduceOp.SUM)
+        return buf.to(t.device)
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            tdist.barrier()
+
+
+def env_world_size() -> int:
+    """WORLD_SIZE as torchrun set it (1 outside torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def resolve_device(pref: str, local_rank: int = 0) -> torch.device:
+    """``auto`` -> cuda when available, else cpu; ``cuda`` without a GPU is a ConfigError."""
+    if pref == "cuda" or (pref == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise ConfigError("device", "cuda", "cpu or auto (no CUDA device is visible)")
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def setup(device_pref: str) -> Dist:
+    """This process's Dist; joins torchrun's process group when WORLD_SIZE > 1."""
+    world = env_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = resolve_device(device_pref, local_rank)
+    if world == 1:
+        return Dist(device=device)
+    owns = False
+    if not tdist.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        tdist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        owns = True
+    return Dist(tdist.get_rank(), tdist.get_world_size(), local_rank, device, owns)
+
+
+def teardown(dist: Dist) -> None:
+    if dist.owns_group and tdist.is_initialized():
+        tdist.destroy_process_group()
+
+
+def wrap_ddp(model: torch.nn.Module, dist: Dist) -> torch.nn.Module:
+    """The model wrapped in DistributedDataParallel (averaging gradients), or as is in one process."""
+    if dist.world == 1:
+        return model
+    ids = [dist.device.index] if dist.device.type == "cuda" else None
+    return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+
+
+def default_threads() -> int:
+    """Intra-op threads: min(cores, 2) for one process; 1 per process under torchrun (the processes
+    already share the cores, and more threads than cores make every one of them slower)."""
+    if env_world_size() > 1:
+        return 1
+    return max(1, min(os.cpu_count() or 1, 2))
+
+
+def set_threads(n: int | None) -> int:
+    """Set torch's intra-op threads (``None`` = :func:`default_threads`); returns the number set."""
+    n = default_threads() if n is None else n
+    if n < 1:
+        raise ConfigError("threads", n, "an integer >= 1")
+    torch.set_num_threads(n)
+    return n

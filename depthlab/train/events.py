@@ -1,0 +1,53 @@
+"""TensorBoard event files: every logged number as a scalar, per-layer ones named by layer.
+
+``tensorboard --logdir DIR`` shows ``train/loss``, ``train/lr``, ``train/grad_norm``,
+``train/tokens_per_s``, ``val/loss``, ``val/bpb``, ``val/accuracy`` and, for each telemetry key,
+one chart group with a curve per stream: ``stream_grad/layer_00`` ... ``param_update/layer_24``.
+"""
+
+from __future__ import annotations
+
+import math
+
+# metrics record key -> TensorBoard group
+LAYER_TAGS = {
+    "grad_norm": "stream_grad",
+    "stream_rms": "stream_rms",
+    "update_ratio": "update_ratio",
+    "cos_prev": "cos_prev",
+    "attn_grad": "attn_grad",
+    "ffn_grad": "ffn_grad",
+    "param_update": "param_update",
+}
+
+
+class Events:
+    """A SummaryWriter on the run folder. ``purge_step`` (on resume) drops events from that step on, so a
+    resumed run's curves do not hold the killed run's steps twice."""
+
+    def __init__(self, out_dir: str, purge_step: int | None = None):
+        from torch.utils.tensorboard import SummaryWriter  # imported here: tensorboard is slow to import
+
+        self.writer = SummaryWriter(log_dir=out_dir, purge_step=purge_step)
+
+    def log(self, record: dict, extra: dict | None = None) -> None:
+        """Write one metrics record (and ``extra`` scalars such as val/bpb) at ``record["step"]``."""
+        step = record["step"]
+        scalars = {
+            "train/loss": record["loss"],
+            "train/lr": record["lr"],
+            "train/grad_norm": record["grad_norm"],
+            "train/tokens_per_s": record["tokens_per_s"],
+            "val/loss": record["val_loss"],
+            **(extra or {}),
+        }
+        for row in record["layers"]:
+            for key, group in LAYER_TAGS.items():
+                scalars[f"{group}/layer_{row['index']:02d}"] = row[key]
+        for tag, value in scalars.items():
+            if value is not None and not (isinstance(value, float) and math.isnan(value)):
+                self.writer.add_scalar(tag, value, step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()

@@ -1,0 +1,271 @@
+"""The training loop: one run of a model on a task, with telemetry, outcome detection and checkpoints.
+
+    for t in 1..steps:                                    (update t; batch = task.train_batch(t))
+        forward (+ states on logged steps) -> loss -> backward -> [telemetry] -> clip
+        monitor(loss, grad norm): diverged? -> log this step, stop without the update
+        optimizer.step(); scheduler.step() -> [relative parameter update]
+        log on logged steps (1, every log_every, every eval_every, the last): metrics.jsonl, TensorBoard, on_log
+        checkpoint every checkpoint_every steps and at the end
+
+Each process computes the same records (sums are combined over processes), so every rank returns the same
+RunResult; only rank 0 writes files, calls ``on_log`` and shows the progress bar.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+
+from depthlab.config import ModelConfig, TrainConfig
+from depthlab.errors import ConfigError, InputError
+from depthlab.model import build_model
+from depthlab.train import checkpoint
+from depthlab.train.distributed import Dist, setup, teardown, wrap_ddp
+from depthlab.train.evaluate import evaluate, token_loss_sum
+from depthlab.train.outcome import Monitor
+from depthlab.train.result import RunResult
+from depthlab.train.schedules import make_optimizer, make_scheduler
+from depthlab.train.tasks import make_task, shard
+from depthlab.train.telemetry import Telemetry
+
+
+def train(
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    out_dir: str | None = None,
+    *,
+    resume: bool = False,
+    force: bool = False,
+    progress: bool = False,
+    on_log: Callable[[dict], None] | None = None,
+) -> RunResult:
+    """Train ``model_cfg`` as ``train_cfg`` says; returns the RunResult (a diverged run is a result too).
+
+    ``out_dir``: the run folder (depthlab.train.rundir), or None to write nothing. ``resume`` continues
+    the run in ``out_dir`` from its last checkpoint (or returns its result if it finished); ``force``
+    starts over in a used ``out_dir``. ``on_log(record)`` gets each metrics record. Under torchrun every
+    process calls this and trains its share of each batch.
+    """
+    if resume and out_dir is None:
+        raise InputError("--resume needs --out DIR (the run to continue)")
+    dist = setup(train_cfg.device)
+    try:
+        trainer = Trainer(model_cfg, train_cfg, out_dir, dist, on_log)
+        return trainer.run(resume=resume, force=force, progress=progress)
+    finally:
+        teardown(dist)
+
+
+@dataclass
+class Window:
+    """What happened since the last logged step (the record's loss and tokens/s), and in all."""
+
+    loss_sum: float = 0.0
+    steps: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    total_tokens: int = 0
+    total_seconds: float = 0.0
+
+    def add(self, loss: float, tokens: int, seconds: float) -> None:
+        self.loss_sum, self.steps = self.loss_sum + loss, self.steps + 1
+        self.tokens, self.seconds = self.tokens + tokens, self.seconds + seconds
+        self.total_tokens, self.total_seconds = self.total_tokens + tokens, self.total_seconds + seconds
+
+    def close(self) -> tuple[float, float]:
+        """(mean loss, tokens/s) of the window, which then starts again."""
+        out = (self.loss_sum / max(self.steps, 1), self.tokens / max(self.seconds, 1e-9))
+        self.loss_sum, self.steps, self.tokens, self.seconds = 0.0, 0, 0, 0.0
+        return out
+
+
+class Trainer:
+    """One run's state: model, optimizer, schedule, monitor, telemetry, and where it writes."""
+
+    def __init__(self, model_cfg: ModelConfig, cfg: TrainConfig, out_dir, dist: Dist, on_log=None):
+        if cfg.batch_size % dist.world:
+            raise ConfigError("batch_size", cfg.batch_size, f"a multiple of the {dist.world} processes")
+        self.model_cfg, self.cfg, self.dist, self.on_log = model_cfg, cfg, dist, on_log
+        self.task = make_task(model_cfg, cfg)  # checks the data before anything is written
+        self.val = self.task.val_batches()
+        torch.manual_seed(cfg.seed)
+        self.model = build_model(model_cfg).to(dist.device)
+        self.opt = make_optimizer(self.model, cfg)
+        self.sched = make_scheduler(self.opt, cfg, model_cfg.d_model)
+        self.monitor = Monitor(cfg.steps, self.task.unigram_loss, cfg.spike_factor, cfg.stall_share)
+        self.telemetry = Telemetry(self.model.stack, dist)
+        # telemetry steps run eagerly: a compiled graph's returned states are not on the loss's
+        # autograd path, so retain_grad() on them would see no gradient
+        self.eager = wrap_ddp(self.model, dist)
+        self.fwd = torch.compile(self.eager) if cfg.compile else self.eager
+        self.step, self.window, self.metrics, self.last_eval = 0, Window(), [], None
+        self.out = self.bar = None
+        if out_dir is not None:
+            from depthlab.train.rundir import RunOutput
+
+            self.out = RunOutput(out_dir, self)
+
+    def autocast(self):
+        if not self.cfg.bf16:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.dist.device.type, dtype=torch.bfloat16)
+
+    # -- the run ------------------------------------------------------------------------------------
+    def run(self, resume: bool = False, force: bool = False, progress: bool = False) -> RunResult:
+        if self.out is not None:
+            finished = self.out.open(resume, force)
+            if finished is not None:
+                return finished
+        from tqdm.auto import tqdm
+
+        show = progress and self.dist.is_main
+        self.bar = tqdm(
+            total=self.cfg.steps,
+            initial=self.step,
+            unit="step",
+            disable=None if show else True,
+            desc=f"{self.model_cfg.wrap} x{self.model_cfg.n_layers}",
+            leave=True,
+        )
+        try:
+            while self.step < self.cfg.steps and self.monitor.diverged is None:
+                self.train_step(self.step + 1)
+                self.bar.update(1)
+            result = self.result()
+            self.bar.set_postfix_str(result.outcome)
+        finally:
+            self.bar.close()
+            if self.out is not None:
+                self.out.close()
+        if self.out is not None:
+            self.out.write_result(result)
+        return result
+
+    def logged(self, t: int) -> bool:
+        c = self.cfg
+        return t == 1 or t % c.log_every == 0 or t % c.eval_every == 0 or t == c.steps
+
+    def train_step(self, t: int) -> None:
+        """Update ``t``: see the module docstring."""
+        start = time.perf_counter()
+        tele = self.cfg.telemetry and self.logged(t)
+        batch = shard(self.task.train_batch(t), self.dist.rank, self.dist.world).to(self.dist.device)
+        loss, gnorm, streams, grads = self.forward_backward(batch, tele)
+        lr = self.opt.param_groups[0]["lr"]
+        if self.monitor.update(t, loss, gnorm):  # diverged: record this step, do not apply the update
+            if self.cfg.telemetry and not tele:  # same weights, same batch: the layers at the failure
+                _, _, streams, grads = self.forward_backward(batch, True)
+            self.window.add(loss, batch.n_tokens * self.dist.world, time.perf_counter() - start)
+            self.finish_step(t, lr, gnorm, streams, grads, None)
+            return
+        before = self.telemetry.snapshot() if tele else None
+        self.opt.step()
+        self.sched.step()
+        updates = self.telemetry.param_updates(before) if tele else None
+        self.window.add(loss, batch.n_tokens * self.dist.world, time.perf_counter() - start)
+        self.finish_step(t, lr, gnorm, streams, grads, updates)
+
+    def forward_backward(self, batch, tele: bool):
+        """Loss (global mean per target token), gradient norm before clipping, and on telemetry steps the
+        stream rows and sublayer gradient norms. Gradients are left (clipped) in the parameters."""
+        self.opt.zero_grad(set_to_none=True)
+        with self.autocast():
+            out = (self.eager if tele else self.fwd)(*batch.args, **batch.kwargs, return_states=tele)
+        logits, states = out if tele else (out, None)
+        if tele:
+            Telemetry.watch(states)
+        loss_sum = token_loss_sum(logits, batch.targets)
+        # every process divides by the global target count; DDP averages over processes, hence * world
+        (loss_sum * (self.dist.world / batch.n_targets)).backward()
+        loss = float(self.dist.all_reduce(loss_sum.detach().double().reshape(1))[0]) / batch.n_targets
+        streams = grads = None
+        if tele:
+            streams, grads = self.telemetry.streams(states), self.telemetry.sublayer_grads()
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        if self.cfg.clip > 0:
+            gnorm = torch.nn.utils.clip_grad_norm_(params, self.cfg.clip, foreach=True)
+        else:
+            gnorm = torch.nn.utils.get_total_norm([p.grad for p in params], foreach=True)
+        return loss, float(gnorm), streams, grads
+
+    def finish_step(self, t, lr, gnorm, streams, grads, updates) -> None:
+        """Log (on logged steps and at the end) and checkpoint (on checkpoint steps and at the end)."""
+        self.step = t
+        end = t == self.cfg.steps or self.monitor.diverged is not None
+        if self.logged(t) or end:
+            self.log(t, lr, gnorm, streams, grads, updates, end)
+        if self.out is not None and (t % self.cfg.checkpoint_every == 0 or end):
+            self.out.checkpoint(t, self.state_dict())
+
+    def log(self, t, lr, gnorm, streams, grads, updates, end: bool) -> None:
+        val = None
+        if t % self.cfg.eval_every == 0 or end:
+            val = self.last_eval = evaluate(
+                self.model, self.val, self.dist, self.autocast, self.cfg.task == "lm"
+            )
+        loss, tokens_per_s = self.window.close()
+        record = {
+            "step": t,
+            "loss": loss,
+            "lr": lr,
+            "grad_norm": gnorm,
+            "val_loss": val["loss"] if val else None,
+            "tokens_per_s": tokens_per_s,
+            "layers": self.telemetry.rows(streams, grads, updates) if streams is not None else [],
+        }
+        self.metrics.append(record)
+        if not self.dist.is_main:
+            return
+        if self.out is not None:
+            self.out.log(record, val)
+        if self.on_log is not None:
+            self.on_log(record)
+        if self.bar is not None:
+            self.bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+
+    def result(self) -> RunResult:
+        v, last, ev = self.monitor.verdict(), self.metrics[-1], self.last_eval or {}
+        nan = lambda x: math.nan if x is None else x  # noqa: E731 (JSON stores NaN as null)
+        return RunResult(
+            outcome=v.outcome,
+            reason=v.reason,
+            step=v.step,
+            final_train_loss=nan(last["loss"]),
+            val_loss=nan(ev.get("loss")),
+            val_bpb=ev.get("bpb"),
+            unigram_loss=self.task.unigram_loss,
+            accuracy=ev.get("accuracy"),
+            tokens_per_s=self.window.total_tokens / max(self.window.total_seconds, 1e-9),
+            metrics=self.metrics,
+            data_info=self.task.data_info,
+            model=self.model,
+        )
+
+    # -- checkpoints ----------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything a resumed run needs to continue exactly (plain data; see depthlab.train.checkpoint)."""
+        return {
+            "step": self.step,
+            "data_position": self.step,  # batches are a function of the step
+            "model": self.model.state_dict(),
+            "optimizer": self.opt.state_dict(),
+            "scheduler": self.sched.state_dict(),
+            "rng": checkpoint.rng_state(),
+            "monitor": self.monitor.state_dict(),
+            "window": asdict(self.window),
+            "last_eval": self.last_eval,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.sched.load_state_dict(state["scheduler"])
+        checkpoint.set_rng_state(state["rng"])
+        self.monitor.load_state_dict(state["monitor"])
+        self.window = Window(**state["window"])
+        self.step, self.last_eval = state["step"], state["last_eval"]

@@ -1,0 +1,199 @@
+"""The run folder (``--out DIR``): what a run writes, and the rule that nothing stored is overwritten.
+
+    DIR/config.json      {"model": ModelConfig, "train": TrainConfig, "data": data info, "world_size": N}
+    DIR/metrics.jsonl    one JSON object per logged step (the records given to ``on_log``)
+    DIR/result.json      the outcome (RunResult.to_dict())
+    DIR/events.out.tfevents.*   TensorBoard scalars (depthlab.train.events)
+    DIR/checkpoints/step-NNNNNN.pt   state_dict checkpoints (depthlab.train.checkpoint)
+
+An existing, non-empty DIR is refused unless ``resume`` (continue it) or ``force`` (delete the files
+above and start over; other files in DIR are left alone). Files are strict JSON: a non-finite number
+(the loss of a diverged run) is written as null.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+from depthlab.errors import InputError
+from depthlab.train import checkpoint
+
+CONFIG, METRICS, RESULT = "config.json", "metrics.jsonl", "result.json"
+EVENTS_GLOB = "events.out.tfevents.*"
+
+
+def strict(obj):
+    """``obj`` with every non-finite float replaced by None (JSON has no NaN or Infinity)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict(v) for v in obj]
+    return obj
+
+
+class RunDir:
+    """One run's folder. ``check`` is read-only (every process may call it); the rest is rank 0's."""
+
+    def __init__(self, path: str):
+        self.path = Path(path)
+
+    def own_files(self) -> list[Path]:
+        fixed = [self.path / n for n in (CONFIG, METRICS, RESULT, checkpoint.SUBDIR)]
+        return [p for p in fixed if p.exists()] + sorted(self.path.glob(EVENTS_GLOB))
+
+    def check(self, resume: bool, force: bool) -> None:
+        """Refuse a folder that holds anything, unless resuming or forcing."""
+        if self.path.exists() and not self.path.is_dir():
+            raise InputError(f"--out {self.path} is a file, not a folder")
+        if resume and force:
+            raise InputError("--resume and --force contradict each other: continue the run, or start over")
+        if self.path.is_dir() and any(self.path.iterdir()) and not (resume or force):
+            raise InputError(
+                f"--out {self.path} already exists and is not empty; --resume continues that run, "
+                "--force deletes its results and starts over"
+            )
+
+    def clear(self) -> None:
+        """Delete the files a run writes (``--force``)."""
+        for p in self.own_files():
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+    def write_json(self, name: str, obj: dict) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        tmp = self.path / f".{name}.tmp"
+        tmp.write_text(json.dumps(strict(obj), indent=2) + "\n")
+        tmp.replace(self.path / name)
+
+    def read_json(self, name: str) -> dict | None:
+        p = self.path / name
+        if not p.exists():
+            return None
+        try:
+            return json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise InputError(f"cannot read {p}: {e}") from None
+
+    def read_metrics(self, upto_step: float = math.inf) -> list[dict]:
+        """The metrics records of steps <= ``upto_step`` (lines cut short by a kill are skipped)."""
+        p = self.path / METRICS
+        kept = []
+        if p.exists():
+            for line in p.read_text().splitlines():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if record.get("step", math.inf) <= upto_step:
+                    kept.append(record)
+        return kept
+
+    def write_metrics(self, records: list[dict]) -> None:
+        """Replace metrics.jsonl by ``records`` (a resumed run re-logs the steps after its checkpoint)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / METRICS).write_text("".join(json.dumps(strict(r)) + "\n" for r in records))
+
+    def append_metrics(self, record: dict) -> None:
+        with open(self.path / METRICS, "a") as f:
+            f.write(json.dumps(strict(record)) + "\n")
+
+
+class RunOutput:
+    """What a Trainer writes into its run folder: config, metrics, events, checkpoints, result.
+
+    Every process reads (the checks, the checkpoint to resume from); only rank 0 writes.
+    """
+
+    def __init__(self, out_dir: str, trainer):
+        self.dir, self.trainer, self.events = RunDir(out_dir), trainer, None
+        self.main = trainer.dist.is_main
+
+    def config(self) -> dict:
+        import platform
+
+        import torch
+
+        from depthlab import __version__
+
+        t = self.trainer
+        return {
+            "model": t.model_cfg.to_dict(),
+            "train": t.cfg.to_dict(),
+            "data": t.task.data_info,
+            "world_size": t.dist.world,
+            "versions": {
+                "depthlab": __version__,
+                "torch": torch.__version__,
+                "python": platform.python_version(),
+            },
+        }
+
+    def open(self, resume: bool, force: bool):
+        """Prepare the folder; on resume load the last checkpoint. Returns the stored RunResult when the run
+        in the folder has already finished (nothing to do), else None."""
+        from depthlab.train.result import RunResult
+
+        d, t = self.dir, self.trainer
+        d.check(resume, force)
+        if resume:
+            stored = d.read_json(CONFIG) or {}
+            if stored:
+                self.same_run(stored)
+            result = d.read_json(RESULT)
+            if result is not None:
+                return RunResult.from_dict(result, d.read_metrics(), stored.get("data"))
+            paths = checkpoint.checkpoint_paths(str(d.path))
+            if paths:
+                t.load_state_dict(checkpoint.load(paths[-1]))
+        t.metrics = d.read_metrics(upto_step=t.step) if resume else []
+        t.dist.barrier()  # everyone has read before rank 0 writes
+        if self.main:
+            if force:
+                d.clear()
+            d.write_json(CONFIG, self.config())
+            d.write_metrics(t.metrics)
+            from depthlab.train.events import Events
+
+            self.events = Events(str(d.path), purge_step=t.step + 1 if t.step else None)
+        return None
+
+    def same_run(self, stored: dict) -> None:
+        """Refuse to resume a run with other settings or other data."""
+        mine = self.config()
+        diffs = [
+            f"{side}.{k} {stored.get(side, {}).get(k)!r} -> {v!r}"
+            for side in ("model", "train")
+            for k, v in mine[side].items()
+            if stored.get(side, {}).get(k) != v
+        ]
+        if diffs:
+            raise InputError(
+                f"--resume: {self.dir.path} was started with other settings ({'; '.join(diffs[:4])}); "
+                "pass the same flags, or --force to start over"
+            )
+        old_hash = stored.get("data", {}).get("sha256")
+        if old_hash is not None and old_hash != mine["data"].get("sha256"):
+            raise InputError(f"--resume: the data changed since {self.dir.path} was started (sha256 differs)")
+
+    def log(self, record: dict, val: dict | None) -> None:
+        self.dir.append_metrics(record)
+        if self.events is not None:
+            extra = {f"val/{k}": v for k, v in (val or {}).items() if k != "loss" and v is not None}
+            self.events.log(record, extra)
+
+    def checkpoint(self, step: int, state: dict) -> None:
+        if self.main:
+            checkpoint.save(str(self.dir.path), step, state)
+
+    def write_result(self, result) -> None:
+        if self.main:
+            self.dir.write_json(RESULT, result.to_dict())
+
+    def close(self) -> None:
+        if self.events is not None:
+            self.events.close()
+            self.events = None

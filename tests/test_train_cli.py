@@ -1,0 +1,172 @@
+"""depthlab train: what a run writes, the refusal to overwrite, bad input, and resume after SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from depthlab import ModelConfig, TrainConfig
+from depthlab.cli import main
+from depthlab.train import train
+from depthlab.train.checkpoint import checkpoint_paths, load
+
+TINY = ["--layers", "2", "--d-model", "32", "--heads", "4", "--max-len", "32", "--threads", "1", "--quiet"]
+RUN = TINY + [
+    "--steps",
+    "12",
+    "--batch-size",
+    "8",
+    "--seq-len",
+    "16",
+    "--log-every",
+    "5",
+    "--eval-batches",
+    "2",
+]
+REPO = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _cli(capsys, *argv) -> tuple[int, str, str]:
+    code = main(["train", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_run_writes_its_folder(tmp_path, capsys):
+    out = tmp_path / "run"
+    code, stdout, err = _cli(capsys, *RUN, "--wrap", "post", "--out", str(out))
+    assert code == 0 and stdout.splitlines()[0].startswith(("trained", "stalled"))
+    config = json.loads((out / "config.json").read_text())
+    assert config["model"]["wrap"] == "post" and config["train"]["steps"] == 12
+    assert config["data"]["source"] == "python-stdlib" and config["data"]["files"]
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 5, 10, 12] and len(metrics[0]["layers"]) == 3
+    result = json.loads((out / "result.json").read_text())
+    assert result["outcome"] in ("trained", "stalled") and result["val_bpb"] > 0
+    state = load(checkpoint_paths(str(out))[-1])  # weights_only=True inside
+    assert state["step"] == 12 and {"model", "optimizer", "scheduler", "rng", "monitor"} <= set(state)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(out))
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    assert {"train/loss", "val/loss", "val/bpb", "stream_grad/layer_00", "param_update/layer_02"} <= set(tags)
+    assert [e.step for e in events.Scalars("train/loss")] == [1, 5, 10, 12]
+
+
+def test_an_existing_folder_is_refused_unless_resume_or_force(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    code, _, err = _cli(capsys, *RUN, "--out", str(out))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--resume" in err
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    assert _cli(capsys, *RUN, "--out", str(out), "--force")[0] == 0
+    first = (out / "result.json").read_text()
+    code, stdout, _ = _cli(capsys, *RUN, "--out", str(out), "--resume")  # finished: reports, no training
+    assert code == 0 and (out / "result.json").read_text() == first and (out / "notes.txt").exists()
+    code, _, err = _cli(capsys, *RUN, "--out", str(out), "--resume", "--lr", "0.01")
+    assert code == 2 and "train.lr" in err
+
+
+@pytest.mark.parametrize("content", [None, b"", b"tiny"])
+def test_bad_data_file_is_one_line_and_exit_2(tmp_path, capsys, content):
+    data = tmp_path / "corpus.txt"
+    if content is not None:
+        data.write_bytes(content)
+    code, _, err = _cli(capsys, *RUN, "--data", str(data), "--out", str(tmp_path / "run"))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_diverged_run_exits_0_and_is_recorded(tmp_path, capsys):
+    code, stdout, _ = _cli(capsys, *RUN, "--lr", "1", "--out", str(tmp_path / "run"))
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert code == 0 and stdout.startswith("diverged at step") and result["outcome"] == "diverged"
+
+
+KILLED_RUN = """
+import json, sys, time
+from depthlab import ModelConfig, TrainConfig
+from depthlab.train import train
+from depthlab.train.distributed import set_threads
+
+model, run, out = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+set_threads(1)
+
+def hold_at(record):
+    if record["step"] == 25:  # after the checkpoint of step 20: tell the test, and wait to be killed
+        print("ready", flush=True)
+        time.sleep(600)
+
+train(ModelConfig(**model), TrainConfig(**run), out, on_log=hold_at)
+"""
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_equals_an_uninterrupted_run(tmp_path, capsys):
+    """Dropout (the RNG state), a cosine schedule with warmup (the scheduler state) and Adam (the optimizer
+    state) all have to be restored for the resumed run to end with the same weights, bit for bit."""
+    model = dict(n_layers=2, d_model=32, n_heads=4, max_len=32, dropout=0.1)
+    run = dict(
+        steps=40,
+        batch_size=8,
+        seq_len=16,
+        log_every=5,
+        checkpoint_every=10,
+        eval_every=20,
+        eval_batches=2,
+        schedule="cosine",
+        warmup=10,
+    )
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    train(ModelConfig(**model), TrainConfig(**run), str(whole))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-c", textwrap.dedent(KILLED_RUN), json.dumps(model), json.dumps(run), str(cut)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL and not (cut / "result.json").exists()
+    assert [p.name for p in checkpoint_paths(str(cut))][-1] == "step-000020.pt"
+    resumed = train(ModelConfig(**model), TrainConfig(**run), str(cut), resume=True)
+    a, b = (json.loads((d / "result.json").read_text()) for d in (whole, cut))
+    assert {k: v for k, v in a.items() if k != "tokens_per_s"} == {
+        k: v for k, v in b.items() if k != "tokens_per_s"
+    }
+    assert [m["step"] for m in resumed.metrics] == [1, 5, 10, 15, 20, 25, 30, 35, 40]
+    ma, mb = (
+        [
+            {k: v for k, v in json.loads(x).items() if k != "tokens_per_s"}
+            for x in (d / "metrics.jsonl").read_text().splitlines()
+        ]
+        for d in (whole, cut)
+    )
+    assert ma == mb  # the killed run's lines after step 20 were replaced, not doubled
+    wa, wb = (load(checkpoint_paths(str(d))[-1]) for d in (whole, cut))
+    assert wa["step"] == wb["step"] == 40
+    assert all(torch.equal(wa["model"][k], wb["model"][k]) for k in wa["model"])
+    assert all(torch.equal(x, y) for x, y in zip(_tensors(wa["optimizer"]), _tensors(wb["optimizer"])))
+
+
+def _tensors(obj):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _tensors(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _tensors(v)

@@ -1,0 +1,66 @@
+"""torchrun + DDP on CPU (gloo): two processes give what one process gives with the same global batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from depthlab.cli import main
+from depthlab.train.checkpoint import checkpoint_paths, load
+
+REPO = Path(__file__).resolve().parents[1]
+# --no-bias: the attention key bias has a gradient that is 0 in exact arithmetic (it shifts every score
+# of a query equally), so its float noise decides the sign of Adam's update, differently for 1 and 2
+# processes; with it the weights could not be compared at any sensible tolerance.
+FLAGS = [
+    *("--layers", "2", "--d-model", "32", "--heads", "4", "--max-len", "32", "--wrap", "post", "--quiet"),
+    "--no-bias",
+    *("--steps", "8", "--batch-size", "8", "--seq-len", "16", "--log-every", "4", "--eval-every", "8"),
+    *("--eval-batches", "2", "--clip", "1.0"),
+]
+
+
+def _records(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_two_processes_match_one(tmp_path, capsys, one_thread):
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert main(["train", *FLAGS, "--threads", "1", "--out", str(one)]) == 0
+    capsys.readouterr()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    proc = subprocess.run(
+        [*cmd, "-m", "depthlab", "train", *FLAGS, "--out", str(two)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("tokens/s") == 1  # only rank 0 speaks
+    assert json.loads((two / "config.json").read_text())["world_size"] == 2
+    assert len(list(two.glob("events.out.tfevents.*"))) == 1
+    a, b = _records(one), _records(two)
+    assert [r["step"] for r in a] == [r["step"] for r in b] == [1, 4, 8]
+    for ra, rb in zip(a, b):
+        for key in ("loss", "lr", "grad_norm"):
+            assert rb[key] == pytest.approx(ra[key], rel=1e-5), key
+        for la, lb in zip(ra["layers"], rb["layers"]):
+            for key, va in la.items():
+                assert (lb[key] is None) == (va is None), key
+                if va is not None:
+                    assert lb[key] == pytest.approx(va, rel=1e-4, abs=1e-7), (ra["step"], la["index"], key)
+    ra, rb = (json.loads((d / "result.json").read_text()) for d in (one, two))
+    assert rb["val_loss"] == pytest.approx(ra["val_loss"], rel=1e-5) and rb["outcome"] == ra["outcome"]
+    wa, wb = (load(checkpoint_paths(str(d))[-1])["model"] for d in (one, two))
+    for k in wa:
+        torch.testing.assert_close(wb[k], wa[k], rtol=1e-4, atol=1e-5)
