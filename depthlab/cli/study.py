@@ -1,0 +1,110 @@
+"""depthlab study: run a grid of training runs into the SQLite store (resumable), then write the report."""
+
+from __future__ import annotations
+
+import os
+
+from depthlab.study.executors import EXECUTORS, available_cores
+from depthlab.study.store import DEFAULT_DB
+
+
+def default_workers() -> int:
+    """One single-threaded worker per core, at most 4 (tiny models gain little from more threads)."""
+    return max(1, min(available_cores(), 4))
+
+
+def default_report_dir(db: str, study_name: str) -> str:
+    """``<folder of the store>/report/<study name>``."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in study_name)
+    return os.path.join(os.path.dirname(db) or ".", "report", safe)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "study",
+        help="run a grid of training runs (resumable) and write its report",
+        description="Expand a grid (a preset or a YAML file) into runs, skip those the store already "
+        "holds, run the rest on a local process pool or Ray, store every result in SQLite, then write "
+        "the HTML report and print an outcome table. Re-running the same command resumes.",
+    )
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--preset", help="default (the main job), smoke (tests), full (long); default: default")
+    src.add_argument("--grid", metavar="FILE.yaml", help="a grid file: model/train base config and axes")
+    p.add_argument("--db", default=DEFAULT_DB, help=f"the study store (default {DEFAULT_DB})")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=default_workers(),
+        help=f"runs at once; each gets cores/workers torch threads (default {default_workers()})",
+    )
+    p.add_argument("--executor", default="local", help=f"{'|'.join(EXECUTORS)} (default local)")
+    p.add_argument("--ray-address", help="an existing Ray cluster (default: start a local Ray)")
+    p.add_argument("--report", metavar="DIR", help="report folder (default <db folder>/report/<study name>)")
+    p.add_argument("--no-report", action="store_true", help="do not write the report at the end")
+    p.add_argument(
+        "--dry-run", action="store_true", help="list the runs and what the store holds; run nothing"
+    )
+    p.add_argument("--fields", action="store_true", help="list the fields a grid may set, and exit")
+    p.set_defaults(run=run)
+
+
+def load_study(args):
+    """The StudyConfig named by --grid or --preset (default preset: default), validated."""
+    from depthlab.study import StudyConfig, preset
+
+    if args.grid:
+        return StudyConfig.from_yaml(args.grid)
+    return preset(args.preset or "default")
+
+
+def run(args) -> int:
+    from depthlab.study.grid import field_help
+
+    if args.fields:
+        print(field_help())
+        return 0
+    study = load_study(args)  # a bad grid stops here, before the store is touched
+    if args.dry_run:
+        return dry_run(study, args.db)
+    from depthlab.study import run_study
+
+    res = run_study(
+        study, db=args.db, workers=args.workers, executor=args.executor, ray_address=args.ray_address
+    )
+    done = ", ".join(f"{n} {k}" for k, n in sorted(res.outcomes.items())) or "nothing new"
+    print(f"\nstudy {study.name!r}: ran {res.ran} of {res.total} runs in {res.seconds:.0f} s ({done})")
+    if res.elsewhere:
+        print(f"{res.elsewhere} runs were left to another depthlab process running this study")
+    report_dir = None if args.no_report else (args.report or default_report_dir(args.db, study.name))
+    print_summary(args.db, res.study_id, report_dir)
+    return 1 if res.failed else 0
+
+
+def print_summary(db: str, study: str | int, report_dir: str | None) -> None:
+    """Write the report of ``study`` (id or name) unless ``report_dir`` is None, then print where it is
+    and the outcome table."""
+    from depthlab.report import load, render, summary_table
+
+    data = load(db, study)
+    if report_dir is not None:
+        print(f"report: {render(data, report_dir)}")
+    print(f"\noutcome per cell (final validation loss), store {db}:\n")
+    print(summary_table(data))
+
+
+def dry_run(study, db: str) -> int:
+    """Print every run with what the store already knows about it."""
+    from depthlab.study import Store
+
+    known = {}
+    if os.path.isfile(db):
+        with Store(db, create=False) as s:
+            known = {
+                r["config_hash"]: r["status"] for r in s.conn.execute("SELECT config_hash, status FROM runs")
+            }
+    runs = study.expand()
+    for i, r in enumerate(runs, 1):
+        print(f"{i:>4}  {r.hash}  {known.get(r.hash, 'new'):8}  {r.label}")
+    todo = sum(known.get(r.hash) != "done" for r in runs)
+    print(f"study {study.name!r}: {len(runs)} runs, {todo} to run")
+    return 0

@@ -1,0 +1,59 @@
+"""The study report: figures (PNG) and one self-contained index.html, from a study store.
+
+from depthlab.report import write_report
+path = write_report("runs/depthlab.sqlite", "runs/report")   # -> "runs/report/index.html"
+"""
+
+from __future__ import annotations
+
+import os
+
+from depthlab.errors import InputError
+from depthlab.report.data import StudyData, load
+from depthlab.report.summary import summary_table
+
+MARKER = ".depthlab-report"  # a folder holding this file is a depthlab report and may be rewritten
+FIGURE_FILES = ("outcome_map.png", "loss_curves.png", "layer_profiles.png", "bottom_vs_top.png")
+
+
+def _prepare(out_dir: str) -> None:
+    """Create ``out_dir``, or reuse it if it is empty or an earlier report; refuse anything else."""
+    if os.path.isdir(out_dir) and os.listdir(out_dir) and not os.path.exists(os.path.join(out_dir, MARKER)):
+        raise InputError(f"{out_dir} exists and is not a depthlab report folder; choose another --out")
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise InputError(f"{out_dir} exists and is not a folder")
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, MARKER), "w") as f:
+            f.write("written by depthlab report; the folder is rewritten by the next report\n")
+    except OSError as e:
+        raise InputError(f"cannot write the report to {out_dir}: {e.strerror}") from None
+    for name in FIGURE_FILES:  # a figure the new report does not draw must not linger from the old one
+        path = os.path.join(out_dir, name)
+        if os.path.exists(path):
+            os.remove(path)
+
+
+def render(data: StudyData, out_dir: str) -> str:
+    """Write the figures and index.html for ``data`` into ``out_dir``; returns the index.html path."""
+    from depthlab.report.html import page
+    from depthlab.report.layer_plots import bottom_vs_top, layer_profiles
+    from depthlab.report.plots import loss_curves, outcome_map
+
+    _prepare(out_dir)
+    drawn = [fn(data, out_dir) for fn in (outcome_map, loss_curves, layer_profiles, bottom_vs_top)]
+    figures = [f for f in drawn if f]
+    path = os.path.join(out_dir, "index.html")
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(page(data, figures))
+    os.replace(tmp, path)  # a reader never sees half a page
+    return path
+
+
+def write_report(db: str, out_dir: str, study: str | int | None = None) -> str:
+    """Read study ``study`` (id, name, or None = the latest) from ``db`` and render it; returns index.html's path."""
+    return render(load(db, study), out_dir)
+
+
+__all__ = ["StudyData", "load", "render", "summary_table", "write_report"]

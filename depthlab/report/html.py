@@ -1,0 +1,189 @@
+"""The report page: one self-contained index.html (inline CSS, no script, no network), PNGs beside it.
+
+Every string that comes from a config, a run or the store passes through :func:`esc`.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+
+import yaml
+
+from depthlab.report.data import StudyData
+from depthlab.report.grouping import COLOURS, depth, predicted, state
+from depthlab.report.plots import Figure
+
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; padding: 0 1em; }
+h1 { margin-bottom: 0.2em; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
+figure { margin: 1.5em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { color: #444; max-width: 60em; } .muted { color: #777; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 1em 0; }
+th, td { border: 1px solid #ddd; padding: 0.25em 0.5em; text-align: left; vertical-align: top; }
+th { background: #f5f5f5; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.state { display: inline-block; padding: 0 0.4em; border-radius: 3px; }
+pre { background: #f7f7f7; padding: 1em; overflow-x: auto; }
+"""
+
+READING = (
+    "Start with the outcome map: each cell is a wrapping at a depth, green where the run trained, orange "
+    "where it stalled at the unigram level (predicting only common bytes), red where it diverged. The loss "
+    "curves show how each run got there. The per-layer figures explain why: a gradient that vanishes toward "
+    "the bottom layers, or a stream whose scale grows with depth. The verdict table asks whether the "
+    "doctor's one-batch probe at init predicted the outcome before any training."
+)
+
+
+def esc(value) -> str:
+    """HTML-escape any value's text (quotes included)."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _num(v, fmt: str = ".3f") -> str:
+    return format(v, fmt) if isinstance(v, (int, float)) else "-"
+
+
+def _state(s: str) -> str:
+    colour = COLOURS.get(s, "#fff")
+    text = "white" if s in ("trained", "diverged", "failed") else "black"
+    return f'<span class="state" style="background:{colour};color:{text}">{esc(s)}</span>'
+
+
+def _table(head: list[str], rows: list[list[str]], num: set[int] = frozenset()) -> str:
+    """An HTML table; ``head`` is escaped here, cells must already be HTML."""
+    out = ["<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"]
+    for row in rows:
+        cells = "".join(
+            f'<td class="num">{c}</td>' if i in num else f"<td>{c}</td>" for i, c in enumerate(row)
+        )
+        out.append(f"<tr>{cells}</tr>")
+    return "\n".join(out + ["</table>"])
+
+
+def figure_html(fig: Figure) -> str:
+    return (
+        f'<h2>{esc(fig.title)}</h2>\n<figure><img src="{esc(fig.file)}" alt="{esc(fig.title)}">'
+        f"<figcaption>{esc(fig.caption)}</figcaption></figure>"
+    )
+
+
+OUTCOMES = ("trained", "stalled", "diverged")
+
+
+def _verdict_row(data: StudyData, r: dict, pred: str | None, actual: str) -> list[str]:
+    """One row of the verdict table: configuration, verdict at init, prediction, outcome, agreement."""
+    agree = ""
+    if pred is not None and actual in OUTCOMES:
+        agree = "yes" if (pred == "trains") == (actual == "trained") else "no"
+    verdict = esc(r.get("probe_level") or "-")
+    if r.get("probe_codes"):
+        verdict += f" ({esc(r['probe_codes'])})"
+    if r.get("probe_error"):
+        verdict = f'<span class="muted">no probe: {esc(r["probe_error"])}</span>'
+    lay = data.layout
+    return [
+        esc(lay.row(r)),
+        str(depth(r)),
+        esc(lay.panel(r)),
+        verdict,
+        esc(pred or "-"),
+        _state(actual),
+        agree,
+    ]
+
+
+def verdict_section(data: StudyData) -> str:
+    """The doctor's verdict at init beside each run's outcome, and the confusion table of both."""
+    rows, pairs = [], []
+    for r in data.runs:
+        pred, actual = predicted(r, r.get("probe")), state(r)
+        if pred and actual in OUTCOMES:
+            pairs.append((pred, actual))
+        rows.append(_verdict_row(data, r, pred, actual))
+    conf = [
+        [esc(p)] + [str(sum(1 for q, a in pairs if q == p and a == o)) for o in OUTCOMES]
+        for p in ("trains", "fails")
+    ]
+    hits = sum((p == "trains") == (a == "trained") for p, a in pairs)
+    score = (
+        f"The verdict predicted {hits} of {len(pairs)} outcomes."
+        if pairs
+        else "No run has both a probe and an outcome yet."
+    )
+    head = ["wrapping", "layers", "setting", "verdict at init", "predicts", "outcome", "agree"]
+    return (
+        "<h2>Know before you train: the verdict at init vs the outcome</h2>\n"
+        "<p>Each configuration is probed once at init (one batch, forward and backward) before it trains. "
+        "A verdict predicts a failure when it has an error, or says <code>warmup-required</code> for a run "
+        "without warmup; otherwise it predicts that the run trains. Read the confusion table's diagonal "
+        f"(trains/trained, fails/stalled or diverged) as hits. {esc(score)}</p>\n"
+        + _table(["predicted \\ outcome", *OUTCOMES], conf, num={1, 2, 3})
+        + "\n"
+        + _table(head, rows, num={1})
+    )
+
+
+def runs_section(data: StudyData) -> str:
+    """Every run: its configuration, status/outcome, reason, losses, speed, time and host."""
+    lay, rows = data.layout, []
+    for i, r in enumerate(data.runs, 1):
+        reason = r.get("reason") or (r.get("error") or "").strip().splitlines()[-1:] or [""]
+        reason = reason if isinstance(reason, str) else reason[0]
+        rows.append(
+            [
+                str(i),
+                esc(lay.row(r)),
+                str(depth(r)),
+                esc(lay.panel(r)),
+                esc(r["config"]["train"].get("seed")),
+                _state(state(r)),
+                esc(reason),
+                _num(r.get("final_train_loss")),
+                _num(r.get("val_loss")),
+                _num(r.get("val_bpb")),
+                _num(r.get("tokens_per_s"), ".0f"),
+                _num(r.get("seconds"), ".1f"),
+                esc(r.get("host") or "-"),
+                f"<code>{esc(r['config_hash'])}</code>",
+            ]
+        )
+    head = [
+        "#",
+        "wrapping",
+        "layers",
+        "setting",
+        "seed",
+        "outcome",
+        "reason",
+        "train loss",
+        "val loss",
+        "val bpb",
+        "tokens/s",
+        "seconds",
+        "host",
+        "config hash",
+    ]
+    return "<h2>Every run</h2>\n" + _table(head, rows, num={0, 2, 7, 8, 9, 10, 11})
+
+
+def page(data: StudyData, figures: list[Figure]) -> str:
+    """The whole index.html as a string."""
+    counts = ", ".join(f"{n} {esc(s)}" for s, n in sorted(data.counts().items()))
+    config = yaml.safe_dump(data.study["config"], sort_keys=False, default_flow_style=None)
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>depthlab study {esc(data.name)}</title><style>{CSS}</style></head><body>",
+        f"<h1>depthlab study: {esc(data.name)}</h1>",
+        f"<p>{esc(data.study['config'].get('description', ''))}</p>",
+        f'<p class="muted">{len(data.runs)} runs ({counts}); store {esc(data.db)}; '
+        f"report written {esc(time.strftime('%Y-%m-%d %H:%M:%S'))}.</p>",
+        f"<h2>How to read this report</h2><p>{esc(READING)}</p>",
+        *[figure_html(f) for f in figures],
+        verdict_section(data),
+        runs_section(data),
+        f"<h2>The study's configuration</h2><pre>{esc(config)}</pre>",
+        "</body></html>",
+    ]
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,31 @@
+"""The terminal summary of a study: per train setting, a wrapping x depth table of outcomes."""
+
+from __future__ import annotations
+
+from depthlab.report.data import StudyData
+from depthlab.report.grouping import cells
+
+
+def summary_table(data: StudyData) -> str:
+    """One block per panel (train setting): rows = wrappings, columns = depths, cells "outcome loss"
+    (with "k/n" when seeds disagree). Returns the text, without a trailing newline."""
+    lay = data.layout
+    table = cells(data.runs, lay)
+    first = max([len("wrapping")] + [len(r) for r in lay.rows])
+    texts = {
+        key: f"{c.state} {c.val_loss:.2f}" if c.val_loss is not None else c.state for key, c in table.items()
+    }
+    for key, c in table.items():
+        if len(c.counts) > 1:
+            texts[key] += f" ({c.counts[c.state]}/{c.n})"
+    width = max([len(f"{d} layers") for d in lay.depths] + [len(t) for t in texts.values()] + [4])
+    lines = []
+    for panel in lay.panels:
+        lines.append(panel)
+        head = "".join(f"  {f'{d} layers':<{width}}" for d in lay.depths)
+        lines.append(f"  {'wrapping':<{first}}{head}".rstrip())
+        for row in lay.rows:
+            vals = "".join(f"  {texts.get((panel, row, d), '-'):<{width}}" for d in lay.depths)
+            lines.append(f"  {row:<{first}}{vals}".rstrip())
+        lines.append("")
+    return "\n".join(lines).rstrip()

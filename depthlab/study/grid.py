@@ -1,0 +1,280 @@
+"""Study grids: a base model/train config plus axes, expanded into validated runs before anything runs.
+
+A grid (YAML file, preset, or dict) has this shape::
+
+    name: my-study                      # optional; default: the file's stem
+    description: what it asks           # optional
+    model: {d_model: 32, n_heads: 4}    # ModelConfig fields (the base of every run)
+    train: {steps: 150, lr: 1.0e-3}     # TrainConfig fields
+    axes:                               # the cross product of every axis
+      n_layers: [6, 24]                 # an axis named by a field: one value per run
+      warmup: [0, 75]
+      seed: [0, 1, 2]
+      wrapping:                         # an axis with any other name: a list of field mappings,
+        - {wrap: post}                  # each applied together (so "pre without the attention
+        - {wrap: pre, residual: [ffn, cross]}  # residual" is one value, not a cross product)
+
+A field may be written ``model.x`` or ``train.x`` to be explicit. Every combination is built into a
+:class:`ModelConfig` and :class:`TrainConfig` by :meth:`StudyConfig.expand`, so a mistyped field or
+value raises :class:`depthlab.ConfigError` naming the field before the first run starts.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import json
+import os
+import typing
+from dataclasses import dataclass, field, fields
+
+from depthlab.config import ModelConfig, TrainConfig
+from depthlab.errors import ConfigError, InputError
+
+MODEL_FIELDS = {f.name for f in fields(ModelConfig)}
+TRAIN_FIELDS = {f.name for f in fields(TrainConfig)}
+TOP_KEYS = ("name", "description", "model", "train", "axes")
+
+
+def run_hash(model: ModelConfig, train: TrainConfig) -> str:
+    """The stable key of a run: sha256 of the canonical JSON of both resolved configs (16 hex digits)."""
+    blob = json.dumps(
+        {"model": model.to_dict(), "train": train.to_dict()}, sort_keys=True, separators=(",", ":")
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a study: both resolved configs and the axis values that chose them."""
+
+    model: ModelConfig
+    train: TrainConfig
+    axes: dict = field(default_factory=dict)
+
+    @property
+    def hash(self) -> str:
+        return run_hash(self.model, self.train)
+
+    @property
+    def label(self) -> str:
+        """``axis=value`` pairs, as a person reads them in a progress line."""
+        return axes_label(self.axes)
+
+    def config_dict(self) -> dict:
+        return {"model": self.model.to_dict(), "train": self.train.to_dict()}
+
+
+def axes_label(axes: dict) -> str:
+    """``axis=value`` pairs; a mapping-valued axis shows its fields (``wrap=pre residual=ffn+cross``)."""
+    parts = []
+    for k, v in axes.items():
+        items = v.items() if isinstance(v, dict) else [(k, v)]
+        parts += [f"{name}={_short(x)}" for name, x in items]
+    return " ".join(parts) or "base"
+
+
+def _short(v) -> str:
+    if isinstance(v, (list, tuple)):
+        return "+".join(str(x) for x in v)
+    return str(v)
+
+
+def route(name: str) -> tuple[str, str]:
+    """A field name (optionally ``model.``/``train.`` prefixed) -> ("model"|"train", field)."""
+    if isinstance(name, str) and "." in name:
+        side, _, rest = name.partition(".")
+        known = {"model": MODEL_FIELDS, "train": TRAIN_FIELDS}.get(side)
+        if known is not None and rest in known:
+            return side, rest
+    if name in MODEL_FIELDS and name in TRAIN_FIELDS:
+        raise ConfigError(name, name, f"model.{name} or train.{name} (both configs have it)")
+    if name in MODEL_FIELDS:
+        return "model", name
+    if name in TRAIN_FIELDS:
+        return "train", name
+    raise ConfigError(name, name, "a field of ModelConfig or TrainConfig (see `depthlab study --fields`)")
+
+
+@functools.cache
+def _hints(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def _coerce(cls, name: str, value):
+    """YAML 1.1 reads ``1e-3`` as a string: turn numeric strings into floats for float-typed fields."""
+    hint = _hints(cls)[name]
+    floaty = hint is float or float in typing.get_args(hint)
+    if floaty and isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _overrides(mapping, where: str) -> dict:
+    """{field: value} -> {"model": {...}, "train": {...}}, every field routed and coerced."""
+    if not isinstance(mapping, dict):
+        raise ConfigError(where, mapping, "a mapping of field: value")
+    out: dict[str, dict] = {"model": {}, "train": {}}
+    for name, value in mapping.items():
+        side, fname = route(name)
+        cls = ModelConfig if side == "model" else TrainConfig
+        out[side][fname] = _coerce(cls, fname, value)
+    return out
+
+
+def _section(d: dict, side: str) -> dict:
+    """The ``model:`` or ``train:`` section, checked against its config's fields."""
+    sec = d.get(side) or {}
+    if not isinstance(sec, dict):
+        raise ConfigError(side, sec, f"a mapping of {side} config fields")
+    cls = ModelConfig if side == "model" else TrainConfig
+    known = MODEL_FIELDS if side == "model" else TRAIN_FIELDS
+    for k in sec:
+        if k not in known:
+            raise ConfigError(f"{side}.{k}", sec[k], f"a field of {cls.__name__}: {', '.join(sorted(known))}")
+    return {k: _coerce(cls, k, v) for k, v in sec.items()}
+
+
+def _axis_values(name: str, values) -> list[tuple[object, dict]]:
+    """An axis -> [(label value, {"model": overrides, "train": overrides}), ...]."""
+    if not isinstance(values, list) or not values:
+        raise ConfigError(f"axes.{name}", values, "a non-empty list of values")
+    try:
+        side, fname = route(name)
+    except ConfigError:
+        if all(isinstance(v, dict) for v in values):
+            return [(v, _overrides(v, f"axes.{name}")) for v in values]
+        raise ConfigError(
+            f"axes.{name}", values, "a ModelConfig/TrainConfig field, or a list of {field: value} mappings"
+        ) from None
+    cls = ModelConfig if side == "model" else TrainConfig
+    out = []
+    for v in values:
+        over: dict[str, dict] = {"model": {}, "train": {}}
+        over[side][fname] = _coerce(cls, fname, v)
+        out.append((v, over))
+    return out
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    """A named grid: base ``model``/``train`` field values and ``axes`` (name -> list of values).
+
+    Build it with :meth:`from_dict` / :meth:`from_yaml` (which check every key); :meth:`expand` returns
+    the runs. ``to_dict`` round-trips through :meth:`from_dict` exactly.
+    """
+
+    name: str
+    model: dict = field(default_factory=dict)
+    train: dict = field(default_factory=dict)
+    axes: dict = field(default_factory=dict)
+    description: str = ""
+
+    @classmethod
+    def from_dict(cls, d: dict, default_name: str | None = None) -> StudyConfig:
+        if not isinstance(d, dict):
+            raise InputError(
+                f"a study grid must be a mapping with keys {', '.join(TOP_KEYS)}, got {type(d).__name__}"
+            )
+        for k in d:
+            if k not in TOP_KEYS:
+                raise ConfigError(k, d[k], f"a study grid key: {', '.join(TOP_KEYS)}")
+        name = d.get("name", default_name)
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError("name", name, "a non-empty study name")
+        axes = d.get("axes") or {}
+        if not isinstance(axes, dict):
+            raise ConfigError("axes", axes, "a mapping of axis name -> list of values")
+        study = cls(
+            name=name.strip(),
+            model=_section(d, "model"),
+            train=_section(d, "train"),
+            axes={str(k): v for k, v in axes.items()},
+            description=str(d.get("description") or ""),
+        )
+        study.expand()  # refuse a bad grid now, with the field named, before anything runs
+        return study
+
+    @classmethod
+    def from_yaml(cls, path: str) -> StudyConfig:
+        import yaml
+
+        try:
+            with open(path) as f:
+                d = yaml.safe_load(f)
+        except FileNotFoundError:
+            raise InputError(f"grid file not found: {path}") from None
+        except OSError as e:
+            raise InputError(f"cannot read grid file {path}: {e.strerror}") from None
+        except yaml.YAMLError as e:
+            raise InputError(f"grid file {path} is not valid YAML: {' '.join(str(e).split())}") from None
+        return cls.from_dict(d, default_name=os.path.splitext(os.path.basename(path))[0])
+
+    def to_dict(self) -> dict:
+        d = {"name": self.name, "model": dict(self.model), "train": dict(self.train), "axes": dict(self.axes)}
+        if self.description:
+            d["description"] = self.description
+        return d
+
+    def config_hash(self) -> str:
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def expand(self) -> list[RunSpec]:
+        """Every combination of the axes (first axis slowest), built and validated; duplicates dropped.
+
+        Raises ConfigError (the field named, plus the combination) if any combination is invalid.
+        """
+        axes = [(name, _axis_values(name, values)) for name, values in self.axes.items()]
+        runs, seen = [], set()
+        for combo in itertools.product(*[vals for _, vals in axes]):
+            labels = {name: label for (name, _), (label, _) in zip(axes, combo)}
+            model, train = dict(self.model), dict(self.train)
+            for _, over in combo:
+                model.update(over["model"])
+                train.update(over["train"])
+            spec = _build(model, train, labels)
+            if spec.hash not in seen:
+                seen.add(spec.hash)
+                runs.append(spec)
+        return runs
+
+
+def _make(cls, values: dict):
+    """``cls.from_dict(values)`` for fields already routed and checked (faster: the type hints are
+    cached, which matters for grids of thousands of runs): JSON lists become tuples where the field is one."""
+    hints = _hints(cls)
+    return cls(
+        **{
+            k: tuple(v) if typing.get_origin(hints[k]) is tuple and isinstance(v, list) else v
+            for k, v in values.items()
+        }
+    )
+
+
+def _build(model: dict, train: dict, labels: dict) -> RunSpec:
+    """Both configs from field values; a ConfigError keeps its field and gains the combination."""
+    try:
+        m, t = _make(ModelConfig, model), _make(TrainConfig, train)
+    except ConfigError as e:
+        where = axes_label(labels) if labels else ""
+        raise ConfigError(
+            e.field, e.value, e.allowed + (f" (grid combination: {where})" if where else "")
+        ) from None
+    if t.task == "lm" and t.seq_len > m.max_len:
+        raise ConfigError("seq_len", t.seq_len, f"<= model max_len={m.max_len}")
+    return RunSpec(model=m, train=t, axes=labels)
+
+
+def field_help() -> str:
+    """The fields a grid may set, with their defaults (for ``depthlab study --fields``)."""
+    lines = []
+    for side, cls in (("model", ModelConfig), ("train", TrainConfig)):
+        lines.append(f"{side}:")
+        for f in fields(cls):
+            lines.append(f"  {f.name:16} default {getattr(cls(), f.name)!r}")
+    return "\n".join(lines)

@@ -1,0 +1,133 @@
+"""Run a study: record it, skip what is done, run the rest on an executor, write each result as it lands.
+
+Resume is the normal path: runs are keyed by config hash, so re-running a study skips its ``done``
+runs, re-runs ``failed`` ones and those left ``running`` by a driver that no longer exists (killed),
+and leaves alone runs a live driver on this machine is running. Every result is written by this
+driver in one transaction (run row, metrics, telemetry, probe), so a kill at any moment leaves each
+run either complete or absent, never doubled.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from depthlab.study.executors import available_cores, check_executor, make_executor, threads_per_worker
+from depthlab.study.grid import RunSpec, StudyConfig
+from depthlab.study.store import DEFAULT_DB, Store, owner_id
+from depthlab.study.worker import Task
+
+
+@dataclass
+class StudyOutcome:
+    """What a study call did: the study id, runs in the grid, already done before, run now, failed
+    now, left to another live driver, and the wall time in seconds."""
+
+    study_id: int
+    total: int
+    skipped: int
+    ran: int = 0
+    failed: int = 0
+    elsewhere: int = 0
+    seconds: float = 0.0
+    outcomes: dict = field(default_factory=dict)
+
+
+def run_study(
+    study: StudyConfig,
+    db: str = DEFAULT_DB,
+    workers: int = 1,
+    executor: str = "local",
+    ray_address: str | None = None,
+    task: Task | None = None,
+    progress: bool = True,
+    out=None,
+) -> StudyOutcome:
+    """Run every run of ``study`` not yet done in the store at ``db``; returns a StudyOutcome.
+
+    ``task`` replaces the per-run work (default: probe at init, then train); it must be picklable
+    (a module-level function) and return a payload dict (see ``depthlab.study.worker``).
+    ``out`` receives the per-run lines (default stdout).
+    """
+    out = out or sys.stdout
+    check_executor(executor, workers, ray_address)  # before the store is created or touched
+    specs = study.expand()
+    threads = threads_per_worker(workers)
+    with Store(db) as store:
+        sid = store.add_study(study.name, study.to_dict(), study.config_hash(), specs)
+        status = {r["config_hash"]: r for r in store.runs(sid)}
+        todo = [(status[s.hash]["id"], s) for s in specs if status[s.hash]["status"] != "done"]
+        todo = deque(sorted(todo, key=lambda t: -run_cost(t[1])))  # longest first: a shorter makespan
+        res = StudyOutcome(study_id=sid, total=len(specs), skipped=len(specs) - len(todo))
+        print(
+            f"study {study.name!r}: {res.total} runs, {res.skipped} already done, {len(todo)} to run "
+            f"({executor}: {workers} workers x {threads} threads, {available_cores()} cores) -> {db}",
+            file=out,
+            flush=True,
+        )
+        if todo:
+            _drive(
+                store, todo, make_executor(executor, workers, threads, task, ray_address), res, progress, out
+            )
+    return res
+
+
+def run_cost(spec: RunSpec) -> int:
+    """A run's relative cost (layers x tokens trained), to start the longest runs first."""
+    m, t = spec.model, spec.train
+    return (m.enc_depth + m.dec_depth) * t.steps * t.batch_size * t.seq_len
+
+
+def _drive(store: Store, todo: deque, ex, res: StudyOutcome, progress: bool, out) -> None:
+    """Keep the executor full, write each result as it lands, print a line per finished run."""
+    from tqdm import tqdm
+
+    owner, start, specs = owner_id(), time.time(), {}
+    bar = tqdm(
+        total=res.total, initial=res.skipped, unit="run", desc="study", disable=None if progress else True
+    )
+    try:
+        while todo or ex.in_flight:
+            while todo and ex.in_flight < ex.capacity:
+                rid, spec = todo.popleft()
+                if store.claim(rid, owner):
+                    specs[rid] = spec
+                    ex.submit(rid, spec)
+                else:
+                    res.elsewhere += 1
+                    bar.update(1)
+            if not ex.in_flight:
+                break
+            rid, payload = ex.next_done()
+            status = store.finish(rid, payload)
+            res.ran += 1
+            res.failed += status == "failed"
+            outcome = (payload.get("result") or {}).get("outcome") or status
+            res.outcomes[outcome] = res.outcomes.get(outcome, 0) + 1
+            bar.update(1)
+            line = run_line(res.skipped + res.ran + res.elsewhere, res.total, specs.pop(rid), status, payload)
+            if bar.disable:
+                print(line, file=out, flush=True)
+            else:
+                bar.write(line, file=out)
+    finally:
+        bar.close()
+        ex.close()
+        store.release(owner)  # an interrupted driver puts its unfinished runs back in the queue
+        res.seconds = time.time() - start
+
+
+def run_line(n: int, total: int, spec: RunSpec, status: str, payload: dict) -> str:
+    """One line per finished run: position, axis values, outcome (or the error's last line), loss, time."""
+    width = len(str(total))
+    head = f"[{n:>{width}}/{total}] {spec.label}"
+    if status == "failed":
+        err = (payload.get("error") or "").strip().splitlines() or ["unknown error"]
+        return f"{head} -> FAILED: {err[-1]}"
+    r = payload.get("result") or {}
+    val = r.get("val_loss")
+    loss = f"val {val:.3f}" if isinstance(val, (int, float)) else "val -"
+    why = f" ({r['reason']})" if r.get("reason") and r.get("outcome") != "trained" else ""
+    return f"{head} -> {r.get('outcome', '?')}{why}, {loss}, {payload.get('seconds', 0.0):.1f} s"

@@ -1,0 +1,301 @@
+"""The embedded results store: one SQLite file in WAL mode (schema in ``depthlab.study.schema``).
+
+Runs are keyed by the hash of their resolved config, so a study re-run (or another study with some
+of the same runs) finds what is already done. Writes are short ``BEGIN IMMEDIATE`` transactions with
+a busy timeout, so several processes (drivers, a report reading while a study runs) can share a file:
+WAL lets readers proceed while one writer commits, and the timeout makes writers wait, not fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import sqlite3
+import time
+
+from depthlab.errors import InputError
+from depthlab.study.schema import LAYER_COLUMNS, METRIC_COLUMNS, PROBE_LAYER_COLUMNS, migrate
+
+DEFAULT_DB = os.path.join("runs", "depthlab.sqlite")
+BUSY_TIMEOUT_S = 60.0
+
+
+def owner_id() -> str:
+    """This process as a run owner: ``host:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def owner_is_gone(owner: str | None) -> bool:
+    """Whether the driver that marked a run ``running`` no longer exists (so the run must be re-run).
+
+    A driver on this host is gone when its pid is dead (or is this very process: an earlier call in
+    it was interrupted). A driver on another host cannot be checked and is treated as gone: running
+    one study from two machines at once is not supported (two processes on one machine are).
+    """
+    if not owner or ":" not in owner:
+        return True
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+class Store:
+    """A study store at ``path``. ``create=False`` refuses a missing file (reports never create one)."""
+
+    def __init__(self, path: str = DEFAULT_DB, create: bool = True):
+        if not create and not os.path.isfile(path):
+            raise InputError(f"no study store at {path}")
+        parent = os.path.dirname(os.path.abspath(path))
+        try:
+            os.makedirs(parent, exist_ok=True)
+            self.conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            self.conn.row_factory = sqlite3.Row
+            self.conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            self.conn.execute("PRAGMA journal_mode = WAL")
+            self.conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: a killed process loses nothing
+            self.conn.execute("PRAGMA foreign_keys = ON")
+            self.version = migrate(self.conn)
+        except sqlite3.DatabaseError as e:
+            raise InputError(f"{path} is not a usable study store: {e}") from None
+        except OSError as e:
+            raise InputError(f"cannot open study store {path}: {e.strerror}") from None
+        self.path = path
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def transaction(self):
+        """One write transaction; BEGIN IMMEDIATE takes the write lock up front (waiting up to the timeout)."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    # -- studies and their runs --------------------------------------------------------------------
+    def add_study(self, name: str, config: dict, config_hash: str, specs: list) -> int:
+        """Record a study and queue its runs (those already known by hash are shared, not duplicated).
+
+        ``specs`` are RunSpec-like objects with ``hash``, ``config_dict()`` and ``axes``. Returns the id.
+        """
+        now = time.time()
+        with self.transaction() as c:
+            c.execute(
+                "INSERT OR IGNORE INTO studies (name, config_hash, config_json, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (name, config_hash, json.dumps(config, sort_keys=True), now, now),
+            )
+            c.execute(
+                "UPDATE studies SET updated_at = ? WHERE name = ? AND config_hash = ?",
+                (now, name, config_hash),
+            )
+            sid = c.execute(
+                "SELECT id FROM studies WHERE name = ? AND config_hash = ?", (name, config_hash)
+            ).fetchone()[0]
+            for pos, spec in enumerate(specs):
+                c.execute(
+                    "INSERT OR IGNORE INTO runs (config_hash, config_json, queued_at) VALUES (?, ?, ?)",
+                    (spec.hash, json.dumps(spec.config_dict(), sort_keys=True), now),
+                )
+                rid = c.execute("SELECT id FROM runs WHERE config_hash = ?", (spec.hash,)).fetchone()[0]
+                c.execute(
+                    "INSERT OR IGNORE INTO study_runs (study_id, run_id, position, axes_json) VALUES (?, ?, ?, ?)",
+                    (sid, rid, pos, json.dumps(spec.axes, sort_keys=True, default=str)),
+                )
+        return sid
+
+    def claim(self, run_id: int, owner: str) -> bool:
+        """Mark a run ``running`` for ``owner`` unless it is done or running under a live driver.
+
+        Returns whether this caller now owns it (False: another driver got there first)."""
+        with self.transaction() as c:
+            row = c.execute("SELECT status, owner FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None or row["status"] == "done":
+                return False
+            if row["status"] == "running" and row["owner"] != owner and not owner_is_gone(row["owner"]):
+                return False
+            c.execute(
+                "UPDATE runs SET status = 'running', owner = ?, started_at = ?, attempts = attempts + 1, "
+                "error = NULL WHERE id = ?",
+                (owner, time.time(), run_id),
+            )
+        return True
+
+    def release(self, owner: str) -> int:
+        """Put back to ``queued`` the runs ``owner`` claimed but did not finish; returns how many."""
+        with self.transaction() as c:
+            cur = c.execute(
+                "UPDATE runs SET status = 'queued', owner = NULL WHERE owner = ? AND status = 'running'",
+                (owner,),
+            )
+        return cur.rowcount
+
+    def finish(self, run_id: int, payload: dict) -> str:
+        """Write one run's outcome, metrics, telemetry and probe in a single transaction.
+
+        ``payload`` is what a worker returns (``depthlab.study.worker.execute``): "result" (result.json
+        shape), "metrics" (the on_log records), "probe" (probe JSON) or "probe_error", "host",
+        "seconds", and "error" (a traceback) for a run that crashed. Returns the status written.
+        """
+        status = "failed" if payload.get("error") else "done"
+        res = payload.get("result") or {}
+        with self.transaction() as c:
+            for table in ("metrics", "layer_metrics", "probes", "probe_layers"):
+                c.execute(
+                    f"DELETE FROM {table} WHERE run_id = ?", (run_id,)
+                )  # a re-run replaces, never doubles
+            _insert_metrics(c, run_id, payload.get("metrics") or [])
+            _insert_probe(c, run_id, payload.get("probe"), payload.get("probe_error"))
+            c.execute(
+                "UPDATE runs SET status = ?, owner = NULL, host = ?, outcome = ?, reason = ?, outcome_step = ?, "
+                "final_train_loss = ?, val_loss = ?, val_bpb = ?, unigram_loss = ?, accuracy = ?, "
+                "tokens_per_s = ?, result_json = ?, data_info_json = ?, error = ?, finished_at = ?, seconds = ? "
+                "WHERE id = ?",
+                (
+                    status,
+                    payload.get("host"),
+                    res.get("outcome"),
+                    res.get("reason"),
+                    res.get("step"),
+                    *(res.get(k) for k in ("final_train_loss", "val_loss", "val_bpb", "unigram_loss")),
+                    res.get("accuracy"),
+                    res.get("tokens_per_s"),
+                    json.dumps(res) if res else None,
+                    json.dumps(payload.get("data_info")) if payload.get("data_info") is not None else None,
+                    payload.get("error"),
+                    time.time(),
+                    payload.get("seconds"),
+                    run_id,
+                ),
+            )
+        return status
+
+    # -- reading ------------------------------------------------------------------------------------
+    def studies(self) -> list[dict]:
+        """Every study, newest first: id, name, config_hash, config (dict), created_at, updated_at."""
+        rows = self.conn.execute("SELECT * FROM studies ORDER BY updated_at DESC, id DESC").fetchall()
+        return [{**dict(r), "config": json.loads(r["config_json"])} for r in rows]
+
+    def find_study(self, which: str | int | None = None) -> dict:
+        """A study by id, by name (its latest version), or the most recently updated one (None)."""
+        studies = self.studies()
+        if not studies:
+            raise InputError(f"{self.path} holds no study yet")
+        if which is None:
+            return studies[0]
+        for s in studies:
+            if str(s["id"]) == str(which) or s["name"] == which:
+                return s
+        names = ", ".join(sorted({s["name"] for s in studies}))
+        raise InputError(f"no study {which!r} in {self.path} (studies: {names})")
+
+    def runs(self, study_id: int) -> list[dict]:
+        """The study's runs in grid order: every runs column, "config" and "axes" as dicts, and the
+        at-init probe's "probe_level"/"probe_codes" (None when no probe was recorded)."""
+        rows = self.conn.execute(
+            "SELECT r.*, sr.position, sr.axes_json, p.level AS probe_level, p.codes AS probe_codes, "
+            "p.error AS probe_error FROM study_runs sr JOIN runs r ON r.id = sr.run_id "
+            "LEFT JOIN probes p ON p.run_id = r.id WHERE sr.study_id = ? ORDER BY sr.position",
+            (study_id,),
+        ).fetchall()
+        out = []
+        for r in rows:
+            d = dict(r)
+            d["config"] = json.loads(d.pop("config_json"))
+            d["axes"] = json.loads(d.pop("axes_json"))
+            out.append(d)
+        return out
+
+    def metrics(self, run_id: int) -> list[dict]:
+        """The run's logged steps in order: step plus METRIC_COLUMNS."""
+        rows = self.conn.execute("SELECT * FROM metrics WHERE run_id = ? ORDER BY step", (run_id,)).fetchall()
+        return [dict(r) for r in rows]
+
+    def layer_metrics(self, run_id: int) -> list[dict]:
+        """The run's telemetry, ordered by step then stream: step, layer plus LAYER_COLUMNS."""
+        rows = self.conn.execute(
+            "SELECT * FROM layer_metrics WHERE run_id = ? ORDER BY step, layer", (run_id,)
+        ).fetchall()
+        return [dict(r) for r in rows]
+
+    def probe_layers(self, run_id: int) -> list[dict]:
+        """The at-init probe per stream: layer plus PROBE_LAYER_COLUMNS."""
+        rows = self.conn.execute(
+            "SELECT * FROM probe_layers WHERE run_id = ? ORDER BY layer", (run_id,)
+        ).fetchall()
+        return [dict(r) for r in rows]
+
+    def probe(self, run_id: int) -> dict | None:
+        """The stored probe JSON of a run (None if there is none)."""
+        row = self.conn.execute("SELECT probe_json FROM probes WHERE run_id = ?", (run_id,)).fetchone()
+        return json.loads(row[0]) if row and row[0] else None
+
+    def integrity(self) -> str:
+        """``PRAGMA integrity_check``: "ok" for a sound file."""
+        return self.conn.execute("PRAGMA integrity_check").fetchone()[0]
+
+
+def _num(v):
+    """A float for SQLite (None for missing values)."""
+    return None if v is None else float(v)
+
+
+def _insert_metrics(c: sqlite3.Connection, run_id: int, records: list[dict]) -> None:
+    """Insert the on_log records: a metrics row each, and a layer_metrics row per stream."""
+    known = {"step", "layers", *METRIC_COLUMNS}
+    for rec in records:
+        step = int(rec["step"])
+        extra = {k: v for k, v in rec.items() if k not in known}
+        c.execute(
+            f"INSERT OR REPLACE INTO metrics (run_id, step, {', '.join(METRIC_COLUMNS)}, extra_json) "
+            f"VALUES (?, ?, {', '.join('?' for _ in METRIC_COLUMNS)}, ?)",
+            (run_id, step, *(_num(rec.get(k)) for k in METRIC_COLUMNS), json.dumps(extra) if extra else None),
+        )
+        c.executemany(
+            f"INSERT OR REPLACE INTO layer_metrics (run_id, step, layer, {', '.join(LAYER_COLUMNS)}) "
+            f"VALUES (?, ?, ?, {', '.join('?' for _ in LAYER_COLUMNS)})",
+            [
+                (run_id, step, int(row["index"]), *(_num(row.get(k)) for k in LAYER_COLUMNS))
+                for row in rec.get("layers") or []
+            ],
+        )
+
+
+def _insert_probe(c: sqlite3.Connection, run_id: int, probe: dict | None, error: str | None) -> None:
+    """Insert the at-init probe: its worst verdict level, the codes of non-ok verdicts, and per-stream rows."""
+    if probe is None and error is None:
+        return
+    verdicts = (probe or {}).get("verdicts") or []
+    levels = [v.get("level") for v in verdicts]
+    level = next((lv for lv in ("error", "warning", "ok") if lv in levels), "ok") if probe else None
+    codes = ",".join(v["code"] for v in verdicts if v.get("level") != "ok" and v.get("code"))
+    c.execute(
+        "INSERT INTO probes (run_id, level, codes, probe_json, error) VALUES (?, ?, ?, ?, ?)",
+        (run_id, level, codes or None, json.dumps(probe) if probe else None, error),
+    )
+    c.executemany(
+        f"INSERT INTO probe_layers (run_id, layer, {', '.join(PROBE_LAYER_COLUMNS)}) "
+        f"VALUES (?, ?, {', '.join('?' for _ in PROBE_LAYER_COLUMNS)})",
+        [
+            (run_id, int(row["index"]), *(_num(row.get(k)) for k in PROBE_LAYER_COLUMNS))
+            for row in (probe or {}).get("layers") or []
+        ],
+    )

@@ -1,0 +1,100 @@
+"""What a worker does for one run: probe the model at init, train it, and return a picklable payload.
+
+Workers never touch the store: the payload flows back to the driver (through the process pool or
+Ray), which writes it in one transaction. So a worker killed mid-run leaves no partial rows.
+
+The payload (a dict of plain values) is what :meth:`depthlab.study.store.Store.finish` reads:
+``result`` (result.json shape), ``metrics`` (the on_log records), ``data_info``, ``probe`` (probe
+JSON) or ``probe_error``, ``host``, ``pid``, ``seconds``, and ``error`` (a traceback) if it crashed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+import traceback
+from collections.abc import Callable
+
+from depthlab.study.grid import RunSpec
+
+Task = Callable[[RunSpec], dict]
+
+
+def set_threads(threads: int) -> None:
+    """Limit this process's torch (intra-op) threads, so that workers x threads <= cores."""
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # only settable before the first parallel op; later calls are harmless to skip
+        pass
+
+
+def execute(task: Task | None, spec: RunSpec, threads: int | None = None) -> dict:
+    """Run ``task(spec)`` (default :func:`probe_and_train`) and return its payload, never raising:
+    an exception becomes ``payload["error"]`` (the run is then recorded as failed)."""
+    start = time.time()
+    base = {"hash": spec.hash, "host": socket.gethostname(), "pid": os.getpid()}
+    try:
+        if threads:
+            set_threads(threads)
+        payload = {**base, **(task or probe_and_train)(spec)}
+    except Exception:
+        payload = {**base, "error": traceback.format_exc(limit=20)}
+    payload["seconds"] = time.time() - start
+    return payload
+
+
+def probe_and_train(spec: RunSpec) -> dict:
+    """The real task: the at-init probe of the run's model, then the training run."""
+    from depthlab.train import train
+
+    probe, probe_error = probe_at_init(spec)
+    result = train(spec.model, spec.train, None, progress=False)
+    return {
+        "result": _finite_or_none(result.to_dict()),
+        "metrics": [_finite_or_none(r) for r in result.metrics],
+        "data_info": _finite_or_none(result.data_info),
+        "probe": probe,
+        "probe_error": probe_error,
+    }
+
+
+def probe_at_init(spec: RunSpec) -> tuple[dict | None, str | None]:
+    """(probe JSON, None), or (None, why) when the probe cannot run for this configuration.
+
+    The model is built with the run's seed, as training builds it, and probed on a real batch of the
+    run's task, so the verdict is about the very model that is then trained.
+    """
+    try:
+        from depthlab.probe import probe
+        from depthlab.train.tasks import make_task
+    except ImportError as e:
+        return None, f"probe unavailable: {e}"
+    import torch
+
+    from depthlab.model import build_model
+
+    try:
+        torch.manual_seed(spec.train.seed)
+        model = build_model(spec.model)
+        batch = make_task(spec.model, spec.train).train_batch(1)  # the run's first batch
+        inputs = batch.args[0] if len(batch.args) == 1 else batch.args
+        return _finite_or_none(probe(model, inputs, loss="lm").to_dict()), None
+    except Exception as e:  # a probe that cannot run must not stop the training run
+        return None, f"{type(e).__name__}: {e}"
+
+
+def _finite_or_none(obj):
+    """Replace NaN/inf by None, recursively, so that JSON and SQLite see a missing value, not garbage."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite_or_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_or_none(v) for v in obj]
+    return obj

@@ -1,0 +1,140 @@
+"""The report: figures, captions, the verdict-vs-outcome table, escaping, the terminal summary, the CLI."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+from test_study_fakes import fake_study, fill_store
+
+from depthlab import InputError
+from depthlab.cli import main
+from depthlab.report import MARKER, load, render, summary_table, write_report
+from depthlab.report.grouping import cells, layout, predicted
+from depthlab.study import StudyConfig
+
+EVIL = '<script>alert("x")</script>&$x^{2$'  # HTML, and a broken mathtext formula for the figures'
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    """A store with the fake study (8 runs: post/pre x 2, 4 layers x warmup 0, 5), all finished."""
+    path = str(tmp_path_factory.mktemp("report") / "s.sqlite")
+    fill_store(path, fake_study())
+    return path
+
+
+def test_layout_reads_rows_columns_panels_from_the_configs(db):
+    data = load(db)
+    lay = data.layout
+    assert (lay.rows, lay.depths, lay.panels) == (["post", "pre"], [2, 4], ["warmup=0", "warmup=5"])
+    table = cells(data.runs, lay)
+    assert table[("warmup=0", "post", 4)].state == "stalled"
+    assert table[("warmup=5", "post", 4)].state == "trained"
+    assert table[("warmup=0", "pre", 2)].val_loss == pytest.approx(2.5 + 0.02 + 0.05)
+
+
+def test_residual_variants_and_seeds_in_the_layout():
+    runs = []
+    for wrap, residual, seed, outcome in [
+        ("pre", ["attn", "cross", "ffn"], 0, "trained"),
+        ("pre", ["attn", "cross", "ffn"], 1, "stalled"),
+        ("pre", ["cross", "ffn"], 0, "stalled"),
+    ]:
+        cfg = {
+            "model": {"wrap": wrap, "residual": residual, "n_layers": 4, "arch": "decoder"},
+            "train": {"seed": seed},
+        }
+        runs.append({"config": cfg, "status": "done", "outcome": outcome, "val_loss": 3.0})
+    lay = layout(runs)
+    assert lay.rows == ["pre", "pre no attn skip"] and lay.panels == ["all runs"]
+    tie = cells(runs, lay)[("all runs", "pre", 4)]
+    assert tie.state == "stalled" and tie.label() == "3.00\n1/2 stalled"  # a tie shows the worse state
+
+
+def test_verdict_prediction_rule():
+    run = lambda warmup: {"config": {"train": {"warmup": warmup}}}  # noqa: E731
+    warm = {"verdicts": [{"level": "warning", "code": "warmup-required"}]}
+    err = {"verdicts": [{"level": "error", "code": "vanishing-gradient"}, {"level": "ok", "code": "x"}]}
+    assert predicted(run(0), warm) == "fails" and predicted(run(10), warm) == "trains"
+    assert predicted(run(10), err) == "fails" and predicted(run(0), {"verdicts": []}) == "trains"
+    assert predicted(run(0), None) is None
+
+
+def test_report_page_has_every_part(db, tmp_path):
+    path = write_report(db, str(tmp_path / "rep"))
+    html = open(path, encoding="utf-8").read()
+    imgs = re.findall(r'<img src="([^"]+)"', html)
+    assert imgs == ["outcome_map.png", "loss_curves.png", "layer_profiles.png", "bottom_vs_top.png"]
+    for name in imgs:
+        with open(tmp_path / "rep" / name, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert html.count("<figcaption>") == 4 and html.count("<h2>") >= 8
+    assert "The verdict predicted 7 of 8 outcomes." in html  # post, 2 layers, no warmup: a miss
+    assert html.count("<tr>") >= 1 + 8 + 3 + 8  # tables: confusion (3 rows), verdicts (8), runs (8)
+    assert "axes:" in html and "warmup-required" in html
+    assert not re.search(r'(src|href)="(https?:)?//', html)  # nothing from the network
+
+
+def test_config_strings_are_escaped(tmp_path):
+    study = StudyConfig.from_dict(
+        {
+            "name": f"evil{EVIL}",
+            "description": EVIL,
+            "model": {"d_model": 16, "n_heads": 2, "max_len": 16},
+            "train": {"steps": 10, "log_every": 5, "seq_len": 16},
+            "axes": {
+                "wrap": ["post", "pre"],
+                "n_layers": [2],
+                "train.data": [f"/tmp/{EVIL}.txt", "/tmp/$y.txt"],
+            },
+        }
+    )
+    db = str(tmp_path / "s.sqlite")
+    fill_store(db, study)
+    html = open(write_report(db, str(tmp_path / "rep")), encoding="utf-8").read()
+    assert "<script>" not in html and "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;$x^{2$" in html
+    assert html.count("<img ") == 4  # the data paths are panel titles in every figure: all drawn
+
+
+def test_summary_table(db):
+    text = summary_table(load(db))
+    lines = text.splitlines()
+    assert lines[0] == "warmup=0" and lines[1].split() == ["wrapping", "2", "layers", "4", "layers"]
+    assert lines[2].split() == ["post", "trained", "2.57", "stalled", "3.21"]
+    assert "warmup=5" in lines and all(line == line.rstrip() for line in lines)
+
+
+def test_report_folder_rules(db, tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("precious")
+    with pytest.raises(InputError, match="not a depthlab report"):
+        write_report(db, str(mine))
+    assert (mine / "notes.txt").read_text() == "precious"
+    rep = tmp_path / "rep"
+    write_report(db, str(rep))
+    assert (rep / MARKER).exists()
+    write_report(db, str(rep))  # an earlier report is rewritten
+
+
+def test_partial_study_report_skips_missing_figures(tmp_path):
+    db = str(tmp_path / "s.sqlite")
+    fill_store(db, fake_study(), leave_queued=8)  # nothing ran yet
+    data = load(db)
+    path = render(data, str(tmp_path / "rep"))
+    html = open(path, encoding="utf-8").read()
+    assert re.findall(r'<img src="([^"]+)"', html) == ["outcome_map.png"]
+    assert "8 queued" in html and "No run has both a probe and an outcome yet." in html
+    assert not os.path.exists(tmp_path / "rep" / "loss_curves.png")
+
+
+def test_report_cli(db, tmp_path, capsys):
+    out = str(tmp_path / "cli")
+    assert main(["report", "--db", db, "--out", out]) == 0
+    text = capsys.readouterr().out
+    assert f"report: {out}/index.html" in text and "stalled 3.21" in text
+    assert main(["report", "--db", str(tmp_path / "none.sqlite"), "--out", out]) == 2
+    assert "no study store" in capsys.readouterr().err
+    assert main(["report", "--db", db, "--study", "nope"]) == 2

@@ -1,0 +1,97 @@
+"""The report in a real browser: headless Chromium loads index.html offline; every image loads, no console errors.
+
+A copy of the page gets a small script that, on the load event, writes into the DOM how many images
+there are, which failed to load, and any error or console.error seen; ``--dump-dom`` prints that DOM.
+Chromium's own console log (``--enable-logging=stderr``) is checked too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+from test_study_fakes import fake_study, fill_store
+
+from depthlab.report import write_report
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        CHROMIUM is None, reason="headless chromium is not installed (apt-get install chromium)"
+    ),
+]
+
+CHECK = """<script>
+window.__errors = [];
+window.addEventListener("error", e => window.__errors.push(String(e.message || (e.target && e.target.src) || e)), true);
+const _error = console.error;
+console.error = (...a) => { window.__errors.push(a.join(" ")); _error(...a); };
+window.addEventListener("load", () => {
+  const imgs = Array.from(document.images);
+  const broken = imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.getAttribute("src"));
+  const out = document.createElement("pre");
+  out.id = "depthlab-check";
+  out.textContent = JSON.stringify({images: imgs.length, broken: broken, errors: window.__errors});
+  document.body.appendChild(out);
+});
+</script>"""
+
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--enable-logging=stderr",
+    "--v=0",
+    "--dump-dom",
+]
+
+
+def render_in_chromium(page: str, profile: str) -> tuple[dict, list[str]]:
+    """(the check's JSON, chromium's console log lines) for the page at ``page``."""
+    proc = subprocess.run(
+        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", f"file://{page}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    found = re.search(r'<pre id="depthlab-check">(.*?)</pre>', proc.stdout, re.S)
+    assert found, f"the page did not finish loading in chromium:\n{proc.stderr[-2000:]}"
+    console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
+    return json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&")), console
+
+
+def _instrumented_copy(index: str) -> str:
+    html = open(index, encoding="utf-8").read()
+    assert "<head>" in html
+    path = index.replace("index.html", "browser-check.html")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(html.replace("<head>", "<head>" + CHECK, 1))
+    return path
+
+
+def test_report_renders_offline_with_every_image(tmp_path):
+    db = str(tmp_path / "s.sqlite")
+    fill_store(db, fake_study())
+    index = write_report(db, str(tmp_path / "report"))
+    n_images = open(index, encoding="utf-8").read().count("<img ")
+    result, console = render_in_chromium(_instrumented_copy(index), str(tmp_path / "profile"))
+    assert result == {"images": n_images, "broken": [], "errors": []} and n_images == 4
+    assert console == []
+
+
+def test_the_check_catches_a_broken_image(tmp_path):
+    """The browser check can fail: a report whose figure is missing is caught."""
+    db = str(tmp_path / "s.sqlite")
+    fill_store(db, fake_study())
+    index = write_report(db, str(tmp_path / "report"))
+    (tmp_path / "report" / "loss_curves.png").unlink()
+    result, _ = render_in_chromium(_instrumented_copy(index), str(tmp_path / "profile"))
+    assert result["broken"] == ["loss_curves.png"] and result["errors"]

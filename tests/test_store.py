@@ -1,0 +1,183 @@
+"""The SQLite store: schema and migrations, run lifecycle, no duplicates, concurrent writers lose nothing."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+from test_study_fakes import fake_study, fake_task
+
+from depthlab import InputError
+from depthlab.study import Store, schema
+from depthlab.study.store import owner_id, owner_is_gone
+
+
+def _count(store: Store, table: str) -> int:
+    return store.conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+
+
+def test_new_store_is_wal_versioned_and_sound(tmp_path):
+    with Store(str(tmp_path / "sub" / "s.sqlite")) as s:
+        assert s.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert s.conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 10_000
+        assert s.version == schema.SCHEMA_VERSION == schema.current_version(s.conn)
+        tables = {r[0] for r in s.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert {
+            "studies",
+            "runs",
+            "study_runs",
+            "metrics",
+            "layer_metrics",
+            "probes",
+            "probe_layers",
+        } <= tables
+        assert s.integrity() == "ok"
+
+
+def test_report_side_never_creates_a_store(tmp_path):
+    with pytest.raises(InputError, match="no study store"):
+        Store(str(tmp_path / "none.sqlite"), create=False)
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"this is not a database, just some bytes" * 100)
+    with pytest.raises(InputError, match="not a usable study store"):
+        Store(str(junk))
+
+
+def test_study_runs_are_shared_by_hash_not_duplicated(tmp_path):
+    study = fake_study()
+    specs = study.expand()
+    with Store(str(tmp_path / "s.sqlite")) as s:
+        sid = s.add_study(study.name, study.to_dict(), study.config_hash(), specs)
+        assert s.add_study(study.name, study.to_dict(), study.config_hash(), specs) == sid
+        bigger = fake_study(depths=(2, 4, 6))
+        sid2 = s.add_study(bigger.name, bigger.to_dict(), bigger.config_hash(), bigger.expand())
+        assert sid2 != sid
+        assert _count(s, "runs") == len(bigger.expand())  # the first study's runs are reused
+        assert [r["config_hash"] for r in s.runs(sid)] == [x.hash for x in specs]  # grid order kept
+        assert all(r["status"] == "queued" for r in s.runs(sid2))
+        assert s.find_study()["id"] == sid2 and s.find_study("fake")["id"] == sid2
+        with pytest.raises(InputError, match="no study 'other'"):
+            s.find_study("other")
+
+
+def test_claim_finish_release_lifecycle(tmp_path):
+    study = fake_study(depths=(4,), warmups=(0,))
+    specs = study.expand()
+    with Store(str(tmp_path / "s.sqlite")) as s:
+        sid = s.add_study(study.name, study.to_dict(), study.config_hash(), specs)
+        (post, pre) = s.runs(sid)
+        me = owner_id()
+        assert s.claim(post["id"], me) and s.claim(pre["id"], me)
+        assert s.claim(post["id"], "elsewhere-host:1")  # the owner is this very process: stale
+        payload = {**fake_task(specs[0]), "host": "h", "seconds": 1.5}
+        assert s.finish(post["id"], payload) == "done"
+        assert s.finish(post["id"], payload) == "done"  # a re-run replaces its rows, never doubles them
+        assert not s.claim(post["id"], me)  # done runs are never claimed again
+        assert s.release(me) == 1  # pre was claimed, not finished: back to the queue
+        post, pre = s.runs(sid)
+        assert (post["status"], post["outcome"], post["probe_level"], post["probe_codes"]) == (
+            "done",
+            "stalled",
+            "warning",
+            "warmup-required",
+        )
+        assert post["val_loss"] == pytest.approx(payload["result"]["val_loss"]) and post["seconds"] == 1.5
+        assert pre["status"] == "queued" and pre["owner"] is None
+        n_steps = len(payload["metrics"])
+        assert len(s.metrics(post["id"])) == n_steps
+        assert len(s.layer_metrics(post["id"])) == n_steps * (4 + 1)
+        assert (
+            len(s.probe_layers(post["id"])) == 5
+            and s.probe(post["id"])["verdicts"][0]["code"] == "warmup-required"
+        )
+        failed = s.finish(pre["id"], {"error": "Traceback ...\nRuntimeError: boom"})
+        assert failed == "failed" and s.runs(sid)[1]["error"].endswith("boom")
+
+
+def test_non_finite_numbers_are_stored_as_missing(tmp_path):
+    study = fake_study(depths=(2,), warmups=(0,))
+    spec = study.expand()[0]
+    with Store(str(tmp_path / "s.sqlite")) as s:
+        sid = s.add_study(study.name, study.to_dict(), study.config_hash(), [spec])
+        payload = fake_task(spec)
+        payload["metrics"][-1]["loss"] = float("nan")
+        s.finish(s.runs(sid)[0]["id"], payload)
+        assert s.metrics(s.runs(sid)[0]["id"])[-1]["loss"] is None
+
+
+def test_dead_owner_is_detected():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    host = owner_id().rsplit(":", 1)[0]
+    assert owner_is_gone(f"{host}:{proc.pid}")
+    parent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert not owner_is_gone(f"{host}:{parent.pid}")
+    finally:
+        parent.kill()
+        parent.wait()
+    assert owner_is_gone(None) and owner_is_gone(owner_id())
+
+
+def test_store_from_a_newer_depthlab_is_refused(tmp_path):
+    path = str(tmp_path / "s.sqlite")
+    Store(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("INSERT INTO schema_version VALUES (?, 0)", (schema.SCHEMA_VERSION + 1,))
+    conn.commit()
+    conn.close()
+    with pytest.raises(InputError, match="newer than this depthlab"):
+        Store(path)
+
+
+def test_migration_path_upgrades_an_existing_store_keeping_its_data(tmp_path, monkeypatch):
+    path = str(tmp_path / "s.sqlite")
+    study = fake_study(depths=(2,))
+    with Store(path) as s:
+        s.add_study(study.name, study.to_dict(), study.config_hash(), study.expand())
+    nxt = schema.SCHEMA_VERSION + 1
+    monkeypatch.setitem(schema.MIGRATIONS, nxt, ["ALTER TABLE runs ADD COLUMN note TEXT DEFAULT 'migrated'"])
+    with Store(path) as s:
+        assert s.version == schema.SCHEMA_VERSION  # the code's target did not move: nothing applied
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", nxt)
+    with Store(path) as s:
+        assert s.version == nxt
+        notes = [r["note"] for r in s.conn.execute("SELECT note FROM runs")]
+        assert notes == ["migrated"] * len(study.expand())
+
+
+def _writer(path: str, k: int) -> None:
+    """One process of the concurrency test: record a study and finish all its runs, one transaction each."""
+    study = fake_study(name=f"w{k}", depths=tuple(range(2, 8)), warmups=(0,), seeds=(k,), steps=10)
+    specs = study.expand()
+    with Store(path) as s:
+        sid = s.add_study(study.name, study.to_dict(), study.config_hash(), specs)
+        for run, spec in zip(s.runs(sid), specs):
+            if s.claim(run["id"], owner_id()):
+                s.finish(run["id"], fake_task(spec))
+
+
+@pytest.mark.slow
+def test_concurrent_writers_lose_nothing(tmp_path):
+    """Four processes write 4 x 12 runs (with metrics and telemetry) into one store at the same time."""
+    path = str(tmp_path / "s.sqlite")
+    Store(path).close()
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(path, k)) for k in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    with Store(path) as s:
+        assert _count(s, "runs") == 48 and _count(s, "study_runs") == 48 and _count(s, "studies") == 4
+        assert s.conn.execute("SELECT COUNT(*) FROM runs WHERE status = 'done'").fetchone()[0] == 48
+        steps = 10 // 5 + 1
+        assert _count(s, "metrics") == 48 * steps
+        streams = sum(range(2, 8)) + 6  # L + 1 streams per run, depths 2..7
+        assert _count(s, "layer_metrics") == 4 * 2 * streams * steps  # 4 writers x 2 wrappings
+        assert _count(s, "probe_layers") == 4 * 2 * streams
+        assert s.integrity() == "ok"

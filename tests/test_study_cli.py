@@ -1,0 +1,69 @@
+"""`depthlab study` from the command line: bad grids refused before anything runs; the smoke preset end to end."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from test_study_fakes import fake_study, fill_store
+
+from depthlab.cli import main
+from depthlab.study import Store, preset
+
+
+def test_bad_grid_is_one_line_exit_2_and_touches_nothing(tmp_path, capsys):
+    grid = tmp_path / "g.yaml"
+    grid.write_text("model: {d_model: 32}\naxes:\n  wrap: [post, prenorm]\n")
+    db = tmp_path / "s.sqlite"
+    assert main(["study", "--grid", str(grid), "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "wrap='prenorm'" in err and "Traceback" not in err
+    assert not db.exists()
+    grid.write_text("axes:\n  layers: [2, 4]\n")
+    assert main(["study", "--grid", str(grid), "--db", str(db)]) == 2
+    assert "axes.layers" in capsys.readouterr().err
+    assert main(["study", "--preset", "nope", "--db", str(db)]) == 2
+    assert main(["study", "--executor", "slurm", "--preset", "smoke", "--db", str(db), "--no-report"]) == 2
+    assert not db.exists()
+
+
+def test_dry_run_shows_what_the_store_holds(tmp_path, capsys):
+    db = str(tmp_path / "s.sqlite")
+    study = fake_study()
+    fill_store(db, study, leave_queued=3)
+    grid = tmp_path / "fake.yaml"
+    import yaml
+
+    grid.write_text(yaml.safe_dump(study.to_dict()))
+    assert main(["study", "--grid", str(grid), "--db", db, "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert sum(" done " in line for line in out) == 5 and sum(" queued " in line for line in out) == 3
+    assert out[-1] == "study 'fake': 8 runs, 3 to run"
+    assert main(["study", "--fields"]) == 0 and "warmup" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_smoke_preset_end_to_end_then_resume(tmp_path):
+    """The real thing: probe + train each run of the smoke preset on 2 workers, report, table; again = no-op."""
+    db = str(tmp_path / "runs" / "depthlab.sqlite")
+    cmd = [sys.executable, "-m", "depthlab", "study", "--preset", "smoke", "--workers", "2", "--db", db]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    report = os.path.join(tmp_path, "runs", "report", "smoke", "index.html")
+    assert f"report: {report}" in proc.stdout and os.path.exists(report)
+    assert "wrapping  2 layers" in proc.stdout and "outcome per cell" in proc.stdout
+    specs = preset("smoke").expand()
+    with Store(db) as s:
+        runs = s.runs(s.find_study("smoke")["id"])
+        assert [r["config_hash"] for r in runs] == [x.hash for x in specs]
+        assert all(r["status"] == "done" and r["outcome"] in ("trained", "stalled", "diverged") for r in runs)
+        for r in runs:
+            steps = len(s.metrics(r["id"]))
+            assert steps >= 3 and len(s.layer_metrics(r["id"])) >= r["config"]["model"]["n_layers"] + 1
+            assert r["probe_level"] is not None or r["probe_error"]  # a probe, or why there is none
+        assert s.integrity() == "ok"
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert again.returncode == 0 and "4 runs, 4 already done, 0 to run" in again.stdout

@@ -1,0 +1,141 @@
+"""Grids: YAML and dict grids expand into validated runs; mistakes are refused before anything runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from depthlab import ConfigError, InputError, ModelConfig, TrainConfig
+from depthlab.study import PRESETS, StudyConfig, preset, run_hash
+
+
+def test_axes_cross_product_in_order_first_axis_slowest():
+    s = StudyConfig.from_dict({"name": "g", "axes": {"wrap": ["post", "pre"], "n_layers": [2, 4, 6]}})
+    runs = s.expand()
+    assert [(r.model.wrap, r.model.n_layers) for r in runs] == [
+        ("post", 2),
+        ("post", 4),
+        ("post", 6),
+        ("pre", 2),
+        ("pre", 4),
+        ("pre", 6),
+    ]
+    assert runs[0].label == "wrap=post n_layers=2"
+
+
+def test_base_sections_apply_and_axes_override_them():
+    s = StudyConfig.from_dict(
+        {
+            "name": "g",
+            "model": {"d_model": 32, "n_layers": 3},
+            "train": {"lr": 0.01},
+            "axes": {"seed": [0, 1]},
+        }
+    )
+    a, b = s.expand()
+    assert a.model == b.model == ModelConfig(d_model=32, n_layers=3)
+    assert (a.train.seed, b.train.seed, a.train.lr) == (0, 1, 0.01)
+    assert a.hash != b.hash and a.hash == run_hash(a.model, a.train)
+
+
+def test_mapping_axis_sets_fields_together():
+    s = StudyConfig.from_dict(
+        {"name": "g", "axes": {"variant": [{"wrap": "post"}, {"wrap": "pre", "residual": ["ffn", "cross"]}]}}
+    )
+    post, no_skip = s.expand()
+    assert post.model.residual == ("attn", "cross", "ffn")
+    assert no_skip.model.wrap == "pre" and no_skip.model.residual == ("ffn", "cross")
+    assert no_skip.label == "wrap=pre residual=ffn+cross"
+
+
+def test_yaml_grid_with_yaml11_floats_and_prefixed_fields(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("model:\n  d_model: 32\naxes:\n  train.lr: [1e-3, 3e-3]\n  model.n_layers: [2]\n")
+    s = StudyConfig.from_yaml(str(path))
+    assert s.name == "mine"  # the file's stem
+    assert [r.train.lr for r in s.expand()] == [1e-3, 3e-3]  # "1e-3" is a string to PyYAML
+
+
+def test_round_trip_and_hash_are_stable():
+    s = preset("default")
+    again = StudyConfig.from_dict(s.to_dict())
+    assert again == s and again.config_hash() == s.config_hash()
+    assert [r.hash for r in again.expand()] == [r.hash for r in s.expand()]
+
+
+def test_duplicate_combinations_are_dropped():
+    s = StudyConfig.from_dict({"name": "g", "axes": {"wrap": ["pre", "pre"], "seed": [0]}})
+    assert len(s.expand()) == 1
+
+
+@pytest.mark.parametrize(
+    "grid, field",
+    [
+        ({"axes": {"wrapp": ["post"]}}, "axes.wrapp"),  # unknown axis field
+        ({"axes": {"wrap": ["post", "prenorm"]}}, "wrap"),  # unknown value
+        ({"axes": {"n_layers": [2, "six"]}}, "n_layers"),  # wrong type
+        ({"axes": {"lr": ["fast"]}}, "lr"),
+        ({"axes": {"n_layers": 4}}, "axes.n_layers"),  # not a list
+        ({"axes": {"n_layers": []}}, "axes.n_layers"),
+        ({"model": {"d_modle": 32}}, "model.d_modle"),  # typo in a base section
+        ({"train": {"lr": -1.0}}, "lr"),
+        ({"axes": {"variant": [{"wrap": "pre", "residul": []}]}}, "residul"),
+        ({"axis": {"wrap": ["pre"]}}, "axis"),  # unknown top-level key
+        ({"train": {"seq_len": 512}, "model": {"max_len": 64}}, "seq_len"),
+        ({"axes": {"d_model": [30]}}, "d_model"),  # not a multiple of n_heads
+    ],
+)
+def test_bad_grids_name_the_field(grid, field):
+    with pytest.raises(ConfigError) as e:
+        StudyConfig.from_dict({"name": "bad", **grid})
+    assert e.value.field == field
+    assert field in str(e.value)
+
+
+def test_bad_combination_is_named():
+    with pytest.raises(ConfigError, match="grid combination: wrap=deepnorm norm=none"):
+        StudyConfig.from_dict(
+            {"name": "g", "axes": {"wrap": ["pre", "deepnorm"], "norm": ["layernorm", "none"]}}
+        )
+
+
+def test_bad_yaml_files(tmp_path):
+    with pytest.raises(InputError, match="not found"):
+        StudyConfig.from_yaml(str(tmp_path / "missing.yaml"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("axes: [unclosed\n")
+    with pytest.raises(InputError, match="not valid YAML"):
+        StudyConfig.from_yaml(str(bad))
+    bad.write_text("- a list\n")
+    with pytest.raises(InputError, match="mapping"):
+        StudyConfig.from_yaml(str(bad))
+
+
+def test_presets_expand_and_describe_the_issue_regime():
+    sizes = {name: len(preset(name).expand()) for name in PRESETS}
+    assert sizes["smoke"] <= 6 and sizes["default"] <= 30 and sizes["full"] > sizes["default"]
+    runs = preset("default").expand()
+    wraps = {(r.model.wrap, r.model.residual) for r in runs}
+    assert ("pre", ("ffn", "cross")) in wraps and {w for w, _ in wraps} == {
+        "post",
+        "pre",
+        "deepnorm",
+        "sandwich",
+    }
+    assert {r.model.n_layers for r in runs} >= {6, 24}
+    assert {r.train.warmup for r in runs} >= {0} and max(r.train.warmup for r in runs) > 0
+    r = runs[0]
+    assert (r.model.d_model, r.model.n_heads, r.train.seq_len, r.train.batch_size, r.train.beta2) == (
+        32,
+        4,
+        32,
+        16,
+        0.98,
+    )
+    assert r.train.task == "lm" and r.train.data is None and r.train == TrainConfig(**r.train.to_dict())
+    full = preset("full").expand()
+    assert max(x.model.n_layers for x in full) >= 96 and {x.train.seed for x in full} == {0, 1, 2}
+
+
+def test_unknown_preset():
+    with pytest.raises(ConfigError, match="preset"):
+        preset("huge")

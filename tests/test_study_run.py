@@ -1,0 +1,174 @@
+"""Running studies on the local pool with a stand-in task: results stored once, resume, crash-resume."""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+from test_study_fakes import fake_records, fake_study, fake_task
+
+from depthlab.study import Store, run_study
+from depthlab.study.executors import make_executor, threads_per_worker
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def _counts(db: str) -> dict:
+    with Store(db) as s:
+        q = lambda sql: s.conn.execute(sql).fetchall()  # noqa: E731
+        return {
+            "runs": q("SELECT COUNT(*) FROM runs")[0][0],
+            "status": dict(q("SELECT status, COUNT(*) FROM runs GROUP BY status")),
+            "dup_metrics": q(
+                "SELECT COUNT(*) FROM (SELECT run_id, step FROM metrics GROUP BY 1, 2 HAVING COUNT(*) > 1)"
+            )[0][0],
+            "metrics": dict(q("SELECT run_id, COUNT(*) FROM metrics GROUP BY run_id")),
+            "integrity": s.integrity(),
+        }
+
+
+def test_threads_per_worker_never_oversubscribes():
+    assert threads_per_worker(1, cores=8) == 8 and threads_per_worker(2, cores=8) == 4
+    assert threads_per_worker(3, cores=8) == 2 and threads_per_worker(4, cores=2) == 1
+    for w in range(1, 9):
+        assert w * threads_per_worker(w, cores=8) <= 8
+
+
+def test_bad_executor_settings_are_refused():
+    from depthlab import ConfigError
+
+    with pytest.raises(ConfigError, match="executor"):
+        make_executor("slurm", 1, 1)
+    with pytest.raises(ConfigError, match="workers"):
+        make_executor("local", 0, 1)
+    with pytest.raises(ConfigError, match="ray_address"):
+        make_executor("local", 1, 1, address="10.0.0.1:6379")
+
+
+def test_study_runs_every_run_once_and_resume_skips_done(tmp_path):
+    db, study = str(tmp_path / "s.sqlite"), fake_study()
+    out = io.StringIO()
+    res = run_study(study, db=db, workers=2, task=fake_task, progress=False, out=out)
+    n = len(study.expand())
+    assert (res.total, res.skipped, res.ran, res.failed) == (n, 0, n, 0)
+    assert res.outcomes == {"stalled": 1, "trained": n - 1}  # post, 4 layers, no warmup
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("study 'fake': 8 runs, 0 already done, 8 to run (local: 2 workers")
+    assert sum("-> trained" in x for x in lines) == n - 1 and sum("-> stalled" in x for x in lines) == 1
+    c = _counts(db)
+    assert c["runs"] == n and c["status"] == {"done": n} and c["dup_metrics"] == 0
+    with Store(db) as s:
+        for run, spec in zip(s.runs(res.study_id), study.expand()):
+            assert len(s.metrics(run["id"])) == len(fake_records(spec))  # exactly what the task logged
+            assert run["val_loss"] == pytest.approx(fake_task(spec)["result"]["val_loss"])
+    again = run_study(study, db=db, workers=2, task=fake_task, progress=False, out=io.StringIO())
+    assert (again.skipped, again.ran) == (n, 0)
+    assert _counts(db) == c
+
+
+def test_failed_runs_are_recorded_and_retried_on_resume(tmp_path):
+    from depthlab.study import StudyConfig
+
+    db = str(tmp_path / "s.sqlite")
+    study = StudyConfig.from_dict(
+        {
+            "name": "crashy",
+            "model": {"d_model": 16, "n_heads": 2},
+            "train": {"steps": 10, "log_every": 5},
+            "axes": {"lr": [0.001, 0.5]},
+        }
+    )
+    out = io.StringIO()
+    res = run_study(study, db=db, workers=1, task=fake_task, progress=False, out=out)
+    assert (res.ran, res.failed) == (2, 1)
+    assert "FAILED: RuntimeError: fake crash for lr=0.5" in out.getvalue()
+    again = run_study(study, db=db, workers=1, task=fake_task, progress=False, out=io.StringIO())
+    assert (again.skipped, again.ran, again.failed) == (1, 1, 1)
+    with Store(db) as s:
+        crashed = [r for r in s.runs(res.study_id) if r["status"] == "failed"]
+        assert len(crashed) == 1 and crashed[0]["attempts"] == 2 and "fake crash" in crashed[0]["error"]
+
+
+@pytest.mark.slow
+def test_many_tiny_runs_through_four_workers_lose_nothing(tmp_path):
+    db, study = str(tmp_path / "s.sqlite"), fake_study(depths=(2, 3, 4, 5, 6), seeds=(0, 1, 2, 3))
+    n = len(study.expand())  # 2 wrappings x 5 depths x 2 warmups x 4 seeds = 80
+    res = run_study(study, db=db, workers=4, task=fake_task, progress=False, out=io.StringIO())
+    assert res.ran == n == 80
+    c = _counts(db)
+    assert c["runs"] == n and c["status"] == {"done": n} and c["dup_metrics"] == 0 and c["integrity"] == "ok"
+    assert set(c["metrics"].values()) == {len(fake_records(study.expand()[0]))}
+
+
+DRIVER = """
+import sys
+sys.path.insert(0, {tests!r})
+from test_study_fakes import fake_study, fake_task
+from depthlab.study import run_study
+run_study(fake_study(depths=(2, 3, 4), seeds=(0, 1)), db={db!r}, workers=2, task=fake_task, progress=False)
+"""
+
+
+def _wait_for_done(db: str, proc: subprocess.Popen, k: int, timeout: float = 120.0) -> None:
+    """Block until the driver has claimed a run and finished ``k`` (or exited)."""
+    end = time.time() + timeout
+    while time.time() < end and proc.poll() is None:
+        if os.path.exists(db):
+            try:
+                conn = sqlite3.connect(db, timeout=5)
+                claimed, done = conn.execute(
+                    "SELECT SUM(status != 'queued'), SUM(status = 'done') FROM runs"
+                ).fetchone()
+                conn.close()
+                if claimed and (done or 0) >= k:
+                    return
+            except sqlite3.OperationalError:  # schema not created yet
+                pass
+        time.sleep(0.02)
+
+
+@pytest.mark.slow
+def test_sigkill_at_a_random_moment_then_resume(tmp_path):
+    """Kill the driver with SIGKILL mid-study, resume: every run present exactly once, store sound."""
+    db = str(tmp_path / "s.sqlite")
+    env = {**os.environ, "DEPTHLAB_FAKE_SLEEP": "0.25"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DRIVER.format(tests=TESTS, db=db)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    # a random moment whatever the machine's speed: after a random number of finished runs (0 = while
+    # the pool is still starting), plus a random fraction of one run's time
+    k, delay = random.randrange(0, 20), random.uniform(0.0, 0.25)
+    try:
+        _wait_for_done(db, proc, k)
+        time.sleep(delay)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the orphaned pool workers (they never write the store)
+        except ProcessLookupError:
+            pass
+    before = _counts(db)
+    assert before["integrity"] == "ok", f"killed after {k} runs + {delay:.2f} s"
+    study = fake_study(depths=(2, 3, 4), seeds=(0, 1))
+    n = len(study.expand())
+    res = run_study(study, db=db, workers=2, task=fake_task, progress=False, out=io.StringIO())
+    assert res.skipped == before["status"].get("done", 0), f"killed after {k} runs + {delay:.2f} s"
+    after = _counts(db)
+    assert after["runs"] == n and after["status"] == {"done": n}, (
+        f"killed after {k} runs + {delay:.2f} s: {after}"
+    )
+    assert after["dup_metrics"] == 0 and after["integrity"] == "ok"
+    expected = {len(fake_records(s)) for s in study.expand()}
+    assert set(after["metrics"].values()) == expected and len(after["metrics"]) == n
