@@ -21,9 +21,10 @@ $(DEVSTAMP): $(STAMP)
 	$(PIP) install -q -e '.[dev]'
 	touch $@
 
+# The main job: the default study (post-LN vs pre-LN, DeepNorm, sandwich, no attention skip; shallow
+# and deep; with and without warmup), its report and an outcome table. Re-running resumes.
 run: $(STAMP)
-	.venv/bin/depthlab explain --arch encdec --layers 6 --d-model 512 --heads 8 --d-ff 2048 --wrap post
-	.venv/bin/depthlab explain --arch encdec --layers 6 --d-model 512 --heads 8 --d-ff 2048 --wrap pre
+	.venv/bin/depthlab study --preset default --workers 2
 
 lint: $(DEVSTAMP)
 	.venv/bin/ruff check depthlab tests benchmarks
