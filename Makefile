@@ -5,7 +5,7 @@ STAMP   := .venv/.installed
 DEVSTAMP:= .venv/.installed-dev
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: run test lint bench clean chromium
+.PHONY: run test lint bench tour clean chromium
 
 .venv/bin/python:
 	python3 -m venv .venv
@@ -25,6 +25,10 @@ $(DEVSTAMP): $(STAMP)
 # and deep; with and without warmup), its report and an outcome table. Re-running resumes.
 run: $(STAMP)
 	.venv/bin/depthlab study --preset default --workers 2
+
+# docs/tour.md: the source texts' argument, each step with a depthlab command and its real output.
+tour: $(STAMP)
+	.venv/bin/depthlab reproduce tour
 
 lint: $(DEVSTAMP)
 	.venv/bin/ruff check depthlab tests benchmarks
