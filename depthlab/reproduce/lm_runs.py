@@ -1,0 +1,190 @@
+"""The small-scale regime the claim reproductions share, and a cached way to train in it.
+
+Byte-level language modelling on the default corpus (the standard library's own source), a tiny decoder
+(d_model 32, 4 heads), sequences of 32 bytes, batches of 16, Adam with beta2 0.98 (the original recipe,
+Vaswani et al. 2017; Xiong et al. 2020 use it too). In this regime (measured for the study issue) a
+24-layer post-LN model without warmup ends at the unigram loss at lr 1e-3 while pre-LN trains: it is
+small enough to run in seconds on two cores and deep enough to show the published effects.
+
+``train_run`` memoises on the resolved configs, so that ``depthlab reproduce all`` trains a
+configuration that two claims share only once (training is deterministic for a given seed).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from depthlab.config import ModelConfig, TrainConfig
+
+# The shared regime; each claim overrides what its source varies (wrapping, depth, warmup, lr, norm).
+TINY_MODEL = {"arch": "decoder", "d_model": 32, "n_heads": 4, "vocab_size": 256, "max_len": 64}
+TINY_TRAIN = {"task": "lm", "steps": 150, "batch_size": 16, "seq_len": 32, "lr": 1e-3, "beta2": 0.98}
+NO_ATTN_SKIP = ("cross", "ffn")  # seed 004: the attention sublayer's skip removed
+
+
+@dataclass
+class Run:
+    """What a claim needs from one training run: its outcome, losses, curve and per-stream telemetry.
+
+    ``curve`` is [(step, train loss)] at every logged step; ``layers_first`` / ``layers_last`` are the
+    telemetry's per-stream rows (index 0 = the stream entering layer 1) at the first and last logged
+    step; ``grad_by_step`` is [(step, [||d loss / d stream_i|| for i = 0..L])]. ``model`` is the trained
+    module (not serialised).
+    """
+
+    label: str
+    model_cfg: dict
+    train_cfg: dict
+    outcome: str
+    reason: str | None
+    val_loss: float
+    final_train_loss: float
+    unigram_loss: float | None
+    seconds: float
+    curve: list = field(default_factory=list)
+    layers_first: list = field(default_factory=list)
+    layers_last: list = field(default_factory=list)
+    grad_by_step: list = field(default_factory=list)
+    model: torch.nn.Module | None = None
+
+    def to_dict(self) -> dict:
+        """The JSON-able summary (no model, no per-step gradients)."""
+        keys = ("label", "outcome", "reason", "val_loss", "final_train_loss", "unigram_loss", "seconds")
+        d = {k: _num(getattr(self, k)) for k in keys}
+        d["curve"] = [[s, _num(v)] for s, v in self.curve]
+        d["config"] = {"model": self.model_cfg, "train": self.train_cfg}
+        return d
+
+    @property
+    def n_layers(self) -> int:
+        return self.model_cfg["n_layers"]
+
+    def short(self) -> str:
+        """e.g. '2.74 trained' (validation loss in nats, then the outcome)."""
+        return f"{fmt_loss(self.val_loss)} {self.outcome}"
+
+
+_CACHE: dict[tuple[str, str], Run] = {}
+
+
+def configs(label_model: dict, label_train: dict) -> tuple[ModelConfig, TrainConfig]:
+    """The tiny regime with the given overrides, validated."""
+    mcfg = ModelConfig(**{**TINY_MODEL, **label_model})
+    tcfg = TrainConfig(**{**TINY_TRAIN, **label_train})
+    return mcfg, tcfg
+
+
+def train_run(label: str, model: dict, train: dict | None = None, quiet: bool = False) -> Run:
+    """Train the tiny regime with these overrides once per process; returns the :class:`Run`.
+
+    ``model`` / ``train`` are ModelConfig / TrainConfig field overrides.
+    """
+    from depthlab.train import train as run_training
+
+    mcfg, tcfg = configs(model, train or {})
+    key = (mcfg.config_hash(), tcfg.config_hash())
+    if key in _CACHE:
+        cached = _CACHE[key]
+        return Run(**{**cached.__dict__, "label": label})
+    start = time.perf_counter()
+    result = run_training(mcfg, tcfg)
+    run = _summarise(label, mcfg, tcfg, result, time.perf_counter() - start)
+    _CACHE[key] = run
+    if not quiet:
+        _log(f"  {label:34} {run.short():18} {run.seconds:5.1f} s")
+    return run
+
+
+def _summarise(label: str, mcfg: ModelConfig, tcfg: TrainConfig, result, seconds: float) -> Run:
+    records = list(result.metrics or [])
+    with_layers = [r for r in records if r.get("layers")]
+    return Run(
+        label=label,
+        model_cfg=mcfg.to_dict(),
+        train_cfg=tcfg.to_dict(),
+        outcome=result.outcome,
+        reason=result.reason,
+        val_loss=_float(result.val_loss),
+        final_train_loss=_float(result.final_train_loss),
+        unigram_loss=_float(result.unigram_loss),
+        seconds=seconds,
+        curve=[(r["step"], _float(r["loss"])) for r in records if r.get("loss") is not None],
+        layers_first=with_layers[0]["layers"] if with_layers else [],
+        layers_last=with_layers[-1]["layers"] if with_layers else [],
+        grad_by_step=[(r["step"], [row.get("grad_norm") for row in r["layers"]]) for r in with_layers],
+        model=getattr(result, "model", None),
+    )
+
+
+def clear_cache() -> None:
+    """Forget every memoised run (tests use it to measure a fresh run)."""
+    _CACHE.clear()
+
+
+def ended_at_unigram(run: Run, margin: float) -> bool:
+    """Stalled or diverged, or a validation loss no more than ``margin`` nats below the unigram level."""
+    if run.outcome in ("stalled", "diverged") or not math.isfinite(run.val_loss):
+        return True
+    return run.unigram_loss is not None and run.val_loss >= run.unigram_loss - margin
+
+
+def trained_below_unigram(run: Run, margin: float) -> bool:
+    """Outcome 'trained' and a validation loss at least ``margin`` nats below the unigram level."""
+    if run.outcome != "trained" or not math.isfinite(run.val_loss):
+        return False
+    return run.unigram_loss is None or run.val_loss <= run.unigram_loss - margin
+
+
+@torch.no_grad()
+def eval_loss(model: torch.nn.Module, batches: list[torch.Tensor]) -> float:
+    """Mean next-token cross-entropy (nats) of ``model`` over token batches, each (B, T)."""
+    model.eval()
+    total = 0.0
+    for tokens in batches:
+        logits = model(tokens[:, :-1])  # (B, T-1, V)
+        total += float(torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()))
+    return total / len(batches)
+
+
+def lm_batches(n: int, batch_size: int, seq_len: int, seed: int, split: str = "val") -> list[torch.Tensor]:
+    """``n`` batches of (batch_size, seq_len + 1) byte tokens from the default corpus's ``split``.
+
+    Windows start at positions drawn with ``seed``; the +1 gives next-token targets for seq_len inputs.
+    """
+    from depthlab.train.data import load_corpus
+
+    corpus = load_corpus(None, seq_len)
+    data = corpus.val if split == "val" else corpus.train  # 1-D uint8 tensors of bytes
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        starts = torch.randint(0, len(data) - seq_len - 1, (batch_size,), generator=g)
+        out.append(torch.stack([data[s : s + seq_len + 1] for s in starts.tolist()]).long())
+    return out
+
+
+def fmt_loss(v: float | None) -> str:
+    if v is None or not math.isfinite(v):
+        return "nan" if v is not None else "-"
+    return f"{v:.2f}"
+
+
+def _float(v) -> float:
+    return float("nan") if v is None else float(v)
+
+
+def _num(v):
+    """A JSON-safe number: NaN and infinities become None."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def _log(msg: str) -> None:
+    import sys
+
+    print(msg, file=sys.stderr, flush=True)

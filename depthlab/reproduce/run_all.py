@@ -1,0 +1,179 @@
+"""``depthlab reproduce all``: run every registered reproduction and write docs/reproductions.md.
+
+The document holds, per reproduction, its source, what it checks, a claim / expected / measured /
+verdict table and its plots (copied to ``img/`` beside the document), with the command, the machine,
+the date and the time taken. Everything in it comes from the run: the expected outcomes are the
+constants in each reproduction's code, the verdicts are computed. A reproduction that raises is
+recorded as a failed check with its error, and the others still run.
+
+(The module is ``run_all``, not ``all``: a submodule named ``all`` would become the attribute ``all`` of
+the package and shadow the builtin inside ``depthlab/reproduce/__init__.py``.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import platform
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+
+from depthlab.errors import ConfigError, InputError
+from depthlab.reproduce import Check, Reproduction, load_all, register
+
+# The order of the document: the seeds' numbers first, then the papers' claims; any other registered
+# reproduction follows in alphabetical order. NOT_CLAIMS are registered entries that write documents
+# rather than check claims (``tour`` regenerates docs/tour.md).
+ORDER = (
+    "seeds",
+    "init-scaling",
+    "batchnorm",
+    "recipe",
+    "warmup",
+    "shallow-post",
+    "depth",
+    "model-update",
+    "collapse",
+    "skip-ablation",
+    "final-norm",
+    "redundancy",
+    "dyt",
+)
+NOT_CLAIMS = ("all", "tour")
+MARKER = "<!-- written by `depthlab reproduce all`: regenerate it rather than editing it -->"
+DEFAULT_DOC = os.path.join("docs", "reproductions.md")
+
+
+@dataclass
+class Collection(Reproduction):
+    """Several reproductions run together; ``format`` prints each one's table."""
+
+    parts: list[Reproduction] = field(default_factory=list)
+
+    def format(self) -> str:
+        tables = [p.format() for p in self.parts]
+        passed = sum(c.ok for c in self.checks)
+        tables.append(f"{passed}/{len(self.checks)} checks agree; document: {self.data.get('doc')}")
+        return "\n\n".join(tables)
+
+
+def names_to_run(registry: dict, names: list[str] | None = None) -> list[str]:
+    """The reproductions to run, in document order (``names`` restricts them; unknown names refused)."""
+    known = [n for n in registry if n not in NOT_CLAIMS]
+    if names:
+        for n in names:
+            if n not in known:
+                raise ConfigError("name", n, f"one of {', '.join(sorted(known))}")
+        known = names
+    return [n for n in ORDER if n in known] + sorted(n for n in known if n not in ORDER)
+
+
+def check_doc_path(doc: str) -> None:
+    """Refuse to overwrite a file that this command did not write (its first line is not MARKER)."""
+    if os.path.isdir(doc):
+        raise InputError(f"{doc} is a directory; --doc takes a Markdown file path")
+    if os.path.exists(doc):
+        with open(doc, encoding="utf-8", errors="replace") as f:
+            first = f.readline().strip()
+        if first != MARKER:
+            raise InputError(
+                f"{doc} exists and was not written by `depthlab reproduce all`; move it or pass --doc"
+            )
+
+
+def run_one(fn, name: str, quick: bool, out_dir: str | None) -> tuple[Reproduction, float]:
+    """Run one reproduction; an exception becomes a failed check carrying the error. Returns (it, seconds)."""
+    start = time.perf_counter()
+    try:
+        # whatever a reproduction prints while it runs is progress: keep stdout for the tables (or JSON)
+        with contextlib.redirect_stdout(sys.stderr):
+            result = fn(quick=quick, out_dir=os.path.join(out_dir, name) if out_dir else None)
+    except (InputError, ConfigError):
+        raise
+    except Exception as e:  # noqa: BLE001 -- recorded in the document, the other reproductions still run
+        check = Check("the reproduction runs", "completes", f"error: {type(e).__name__}: {e}", False)
+        result = Reproduction(name, {"error": f"{type(e).__name__}: {e}"}, [check])
+    return result, time.perf_counter() - start
+
+
+@register("all")
+def reproduce_all(
+    quick: bool = False, out_dir: str | None = None, doc: str | None = None, names: list[str] | None = None
+) -> Reproduction:
+    """Every reproduction, one after the other; writes docs/reproductions.md and its plots."""
+    doc = doc or DEFAULT_DOC
+    check_doc_path(doc)
+    registry = load_all()
+    todo = names_to_run(registry, names)
+    context = machine()
+    start = time.perf_counter()
+    parts, seconds = [], {}
+    for i, name in enumerate(todo, 1):
+        _log(f"[{i}/{len(todo)}] {name} ...")
+        result, seconds[name] = run_one(registry[name], name, quick, out_dir)
+        passed = sum(c.ok for c in result.checks)
+        _log(f"[{i}/{len(todo)}] {name}: {passed}/{len(result.checks)} checks agree, {seconds[name]:.0f} s")
+        parts.append(result)
+    context["seconds"] = round(time.perf_counter() - start, 1)
+    context["command"] = "depthlab reproduce all" + (" --quick" if quick else "")
+    images = copy_plots(parts, os.path.join(os.path.dirname(doc) or ".", "img"))
+    from depthlab.reproduce.document import render
+
+    text = render(parts, registry, seconds, images, context, quick)
+    os.makedirs(os.path.dirname(doc) or ".", exist_ok=True)
+    with open(doc, "w", encoding="utf-8") as f:
+        f.write(MARKER + "\n" + text)
+    checks = [Check(f"{p.name}: {c.claim}", c.stated, c.measured, c.ok) for p in parts for c in p.checks]
+    data = {
+        **context,
+        "doc": doc,
+        "reproductions": {
+            p.name: {**p.to_dict(), "ok": p.ok, "seconds": round(seconds[p.name], 1)} for p in parts
+        },
+    }
+    return Collection("all", data, checks, plots=[], source="every registered reproduction", parts=parts)
+
+
+def copy_plots(parts: list[Reproduction], img_dir: str) -> dict[str, list[str]]:
+    """Copy each reproduction's plots to img_dir as NAME-FILE.png; {name: [paths relative to the doc]}."""
+    out = {}
+    for p in parts:
+        out[p.name] = []
+        for src in p.plots:
+            if not os.path.isfile(src):
+                continue
+            os.makedirs(img_dir, exist_ok=True)
+            base = f"{p.name}-{os.path.basename(src)}"
+            shutil.copyfile(src, os.path.join(img_dir, base))
+            out[p.name].append(f"img/{base}")
+    return out
+
+
+def machine() -> dict:
+    """Where and when: host, CPU, cores, load, torch and Python versions, threads, UTC date."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {
+        "host": platform.node(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "load_at_start": None if load is None else round(load, 2),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
