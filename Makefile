@@ -30,6 +30,11 @@ run: $(STAMP)
 tour: $(STAMP)
 	.venv/bin/depthlab reproduce tour
 
+# The benchmarks (side by side with PyTorch, x-transformers and a minimal GPT); rewrites benchmarks/RESULTS.md.
+bench: $(STAMP)
+	$(PIP) install -q -e '.[bench]'
+	$(PY) benchmarks/run_all.py
+
 lint: $(DEVSTAMP)
 	.venv/bin/ruff check depthlab tests benchmarks
 	.venv/bin/ruff format --check depthlab tests benchmarks

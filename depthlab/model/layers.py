@@ -96,7 +96,8 @@ class Attention(nn.Module):
         if self.n_kv_heads != self.n_heads:  # GQA: each kv head serves n_heads / n_kv_heads queries
             rep = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        mask = self._mask(ctx, T, k.shape[2], x.device)
+        pad = ctx.memory_padding_mask if self.cross else ctx.padding_mask
+        mask = None if pad is None else self._mask(pad, T, k.shape[2], x.device)
         y = F.scaled_dot_product_attention(
             q,
             k,
@@ -107,11 +108,11 @@ class Attention(nn.Module):
         )
         return self.out(y.transpose(1, 2).reshape(B, T, d))  # (B, T, d)
 
-    def _mask(self, ctx: Context, T: int, S: int, device) -> torch.Tensor | None:
-        """A boolean (B, 1, T, S) mask, True = may attend; None when only the causal rule applies."""
-        pad = ctx.memory_padding_mask if self.cross else ctx.padding_mask
-        if pad is None:
-            return None
+    def _mask(self, pad: torch.Tensor, T: int, S: int, device) -> torch.Tensor:
+        """A boolean (B, 1, T, S) mask from the (B, S) padding mask, True = may attend.
+
+        Built only when there is padding; otherwise sdpa's ``is_causal`` (or no mask) is enough.
+        """
         mask = ~pad[:, None, None, :]
         if self.causal:
             mask = mask & torch.ones(T, S, dtype=torch.bool, device=device).tril()
@@ -135,7 +136,8 @@ class FeedForward(nn.Module):
         self.act = None if self.swiglu else ACTIVATIONS[activation]
         self.fc1 = nn.Linear(d, 2 * d_ff if self.swiglu else d_ff, bias=bias)
         self.fc2 = nn.Linear(d_ff, d, bias=bias)
-        self.drop = nn.Dropout(dropout)
+        # p = 0 is the identity: skip the module call (Python overhead per layer, benchmarks/RESULTS.md)
+        self.drop = nn.Dropout(dropout) if dropout > 0 else None
 
     def forward(self, x: torch.Tensor, ctx: Context | None = None) -> torch.Tensor:
         h = self.fc1(x)  # (B, T, d_ff) or (B, T, 2 d_ff)
@@ -144,7 +146,7 @@ class FeedForward(nn.Module):
             h = F.silu(gate) * up
         else:
             h = self.act(h)
-        return self.fc2(self.drop(h))
+        return self.fc2(h if self.drop is None else self.drop(h))
 
 
 class Block(nn.Module):

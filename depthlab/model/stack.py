@@ -86,11 +86,9 @@ class Stack(nn.Module):
 
     def forward(self, x: torch.Tensor, ctx: Context, return_states: bool = False):
         states = [x] if return_states else None
+        recompute = self.checkpoint and self.training and torch.is_grad_enabled()  # decided once per pass
         for layer in self.layers:
-            if self.checkpoint and self.training and torch.is_grad_enabled():
-                x = checkpoint(layer, x, ctx, use_reentrant=False)
-            else:
-                x = layer(x, ctx)
+            x = checkpoint(layer, x, ctx, use_reentrant=False) if recompute else layer(x, ctx)
             if return_states:
                 states.append(x)
         return self.norm(x), states

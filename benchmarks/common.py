@@ -1,0 +1,185 @@
+"""Shared benchmark helpers: thread pinning, alternating timing, the matmul peak, memory, machine info.
+
+Every benchmark here runs on a shared 2-core machine, so no single timing is trusted: models are timed
+in alternation (round-robin, the order rotated each round, after a warm-up) and compared by the
+median of many steps; every goal is a *ratio* measured within one process run.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+# The machine's core count: every benchmark fixes torch's threads to it. The smoke tests set 1, since
+# on an overloaded machine every OpenMP region waits for its slowest (descheduled) thread.
+THREADS = int(os.environ.get("DEPTHLAB_BENCH_THREADS", "2"))
+
+
+def pin_threads(n: int = THREADS) -> int:
+    """Fix torch's intra-op threads (and OpenMP/MKL's, for child processes) to ``n``; returns ``n``."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(n)
+    import torch
+
+    torch.set_num_threads(n)
+    return n
+
+
+def time_alternating(
+    fns: dict[str, Callable[[], object]],
+    rounds: int,
+    steps: int = 1,
+    warmup: int = 1,
+    between: Callable[[], None] | None = None,
+    budget_s: float = float("inf"),
+    min_rounds: int = 2,
+) -> dict[str, list[float]]:
+    """Time each callable ``steps`` times per round, the models alternating; returns name -> seconds.
+
+    The order of the callables is rotated every round, so none always runs right after the same
+    neighbour (cache, allocator and frequency effects are spread evenly). ``warmup`` untimed calls
+    of each come first. ``between`` (e.g. a matmul-peak sample) runs once at the end of each round.
+    The garbage collector is paused while timing so that a collection lands in no one's step.
+    No new round starts once ``budget_s`` seconds have passed (after ``min_rounds`` rounds), so a
+    quick run stays quick on a busy machine; every model still has the same number of rounds.
+    """
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    start = time.perf_counter()
+    for r in range(rounds):
+        if r >= min_rounds and time.perf_counter() - start > budget_s:
+            break
+        order = names[r % len(names) :] + names[: r % len(names)]
+        gc.collect()
+        gc.disable()
+        try:
+            for name in order:
+                for _ in range(steps):
+                    t0 = time.perf_counter()
+                    fns[name]()
+                    times[name].append(time.perf_counter() - t0)
+        finally:
+            gc.enable()
+        if between is not None:
+            between()
+    return times
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def matmul_flops_per_s(n: int = 2048, reps: int = 2) -> float:
+    """fp32 ``torch.mm`` FLOP/s on two n x n matrices (2 n^3 FLOPs per product), best of ``reps``."""
+    import torch
+
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)  # first call pays MKL's setup
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size in bytes (``ru_maxrss`` is in KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def current_rss_bytes() -> int:
+    """This process's resident set size now, from /proc/self/status (VmRSS, KiB)."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def available_memory_bytes() -> int:
+    """MemAvailable from /proc/meminfo: what the kernel can still hand out without swapping."""
+    with open("/proc/meminfo") as fh:
+        for line in fh:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def load_line() -> str:
+    """The 1-minute load average against the core count: a busy machine makes every figure noisy."""
+    one = os.getloadavg()[0]
+    cores = os.cpu_count() or 1
+    busy = "  (BUSY: other jobs share these cores, timings are inflated and noisy)" if one > cores else ""
+    return f"load average {one:.1f} on {cores} cores{busy}"
+
+
+def run_json_subprocess(script: str, args: list[str], timeout: float) -> dict:
+    """Run ``python script args`` in a fresh process (so its peak RSS is its own); returns its JSON.
+
+    The child prints exactly one JSON object as its last stdout line. A failure or a timeout comes
+    back as ``{"error": "..."}`` rather than an exception, so one config cannot sink a whole run.
+    """
+    cmd = [sys.executable, script, *args]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        return {"error": f"exit {proc.returncode}: {tail[0]}"}
+    return json.loads(lines[-1])
+
+
+def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
+    """Least-squares y = a + b x; returns (a, b, r2), r2 the coefficient of determination."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    b = sxy / sxx
+    a = my - b * mx
+    ss_res = sum((y - a - b * x) ** 2 for x, y in zip(xs, ys))
+    ss_tot = sum((y - my) ** 2 for y in ys)
+    return a, b, 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
+
+
+def machine_info() -> dict:
+    """CPU model, core count, memory, Python, torch and x-transformers versions (for RESULTS.md)."""
+    import torch
+
+    cpu = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    try:
+        from importlib.metadata import version
+
+        xt = version("x-transformers")
+    except Exception:  # the bench extra is optional
+        xt = "not installed"
+    with open("/proc/meminfo") as fh:
+        mem_kib = int(fh.readline().split()[1])
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_kib / 2**20, 1),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "x_transformers": xt,
+        "threads": torch.get_num_threads(),
+    }

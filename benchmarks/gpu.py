@@ -1,0 +1,160 @@
+"""Issue 7, item 6: bf16 training throughput and MFU on a GPU, depthlab against the minimal reference.
+
+At d_model 1024, 24 layers, 16 heads, seq 1024 (batch 8, vocab 256), depthlab ``pre`` and the
+nanoGPT-style reference train under bf16 autocast (fp32 weights, fused AdamW), alternating after a
+warm-up; tokens/s from the median step (CUDA-synchronised). MFU is model FLOPs/s over the GPU's
+nominal dense bf16 peak (and over a measured bf16 ``torch.mm`` peak). ``--compile`` adds
+``torch.compile``d copies of both. Without a GPU it prints so and exits 0: nothing is assumed.
+
+    python benchmarks/gpu.py                 # on a machine with CUDA
+    python benchmarks/gpu.py --device cpu --shape 32x2x2x16 --batch 2 --rounds 2   # a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import torch
+from common import THREADS, median, pin_threads, time_alternating
+from peers import Shape, build, check_param_counts, train_flops, train_step
+
+# Dense (no sparsity) bf16 tensor-core peaks from the vendors' data sheets, FLOP/s.
+NOMINAL_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12, "L4": 121e12}
+GOAL_MFU, GOAL_RATIO = 0.40, 1.00
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--shape", default="1024x24x16x1024", help="DxLxHEADSxSEQ")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--models", default="depthlab-pre,nanogpt")
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--steps", type=int, default=3, help="timed steps per model per round")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--compile", action="store_true", help="also time torch.compile'd copies")
+    p.add_argument("--peak-n", type=int, default=8192, help="matrix size of the bf16 matmul peak")
+    a = p.parse_args(argv)
+    d, L, h, t = (int(v) for v in a.shape.split("x"))
+    a.s = Shape(d=d, layers=L, heads=h, seq=t, batch=a.batch)
+    return a
+
+
+def bf16_mm_peak(n: int, device: str, reps: int = 10) -> float:
+    """Measured bf16 ``torch.mm`` FLOP/s on n x n matrices (best of ``reps``)."""
+    a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
+    best = float("inf")
+    for _ in range(reps + 1):
+        _sync(device)
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best
+
+
+def nominal_peak(device: str) -> tuple[str, float | None]:
+    if not device.startswith("cuda"):
+        return "cpu", None
+    name = torch.cuda.get_device_name(device)
+    peak = next((v for k, v in NOMINAL_BF16.items() if k in name), None)
+    return name, peak
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def build_models(a: argparse.Namespace) -> tuple[dict, dict]:
+    """Models on the device (+ compiled copies), their params, and one synced step closure each."""
+    names = a.models.split(",")
+    models = {n: build(n, a.s).to(a.device) for n in names}
+    params = check_param_counts(models, a.s)
+    steps = {}
+    for n, m in models.items():
+        steps[n] = _synced(train_step(m, a.s, device=a.device, dtype=torch.bfloat16), a.device)
+        if a.compile:
+            torch.manual_seed(0)
+            twin = build(n, a.s).to(a.device)
+            steps[n + "+compile"] = _synced(
+                train_step(torch.compile(twin), a.s, device=a.device, dtype=torch.bfloat16), a.device
+            )
+            params[n + "+compile"] = params[n]
+    return steps, params
+
+
+def _synced(step, device: str):
+    def run():
+        step()
+        _sync(device)
+
+    return run
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    if a.device.startswith("cuda") and not torch.cuda.is_available():
+        print("No GPU: torch.cuda.is_available() is False on this machine, so nothing was measured.")
+        print("No GPU was lent to this task; run `python benchmarks/gpu.py` where one is (about 5 min).")
+        return 0
+    pin_threads(THREADS)  # only matters with --device cpu (the smoke test)
+    torch.backends.cuda.matmul.allow_tf32 = True  # as nanoGPT's train.py sets
+    gpu, nominal = nominal_peak(a.device)
+    measured = bf16_mm_peak(a.peak_n, a.device)
+    steps, params = build_models(a)
+    times = time_alternating(steps, rounds=a.rounds, steps=a.steps, warmup=a.warmup)
+    s = a.s
+    print(
+        f"# {gpu}: d={s.d} L={s.layers} heads={s.heads} seq={s.seq} batch={s.batch}, bf16 autocast; "
+        f"bf16 mm peak measured {measured / 1e12:.0f} TFLOP/s, nominal "
+        + (f"{nominal / 1e12:.0f}" if nominal else "unknown")
+    )
+    ref = s.tokens / median(times["nanogpt"]) if "nanogpt" in times else None
+    mem = peak_memory(steps, a.device)
+    for name, ts in times.items():
+        tps, fl = s.tokens / median(ts), train_flops(s, params[name]) / median(ts)
+        mfu = f"MFU {fl / nominal:4.0%} (nominal)" if nominal else "MFU n/a"
+        ratio = f"ratio {tps / ref:.2f}" if ref else "ratio n/a"
+        print(
+            f"{name:<24s} {tps:10,.0f} tok/s  {fl / 1e12:6.1f} TFLOP/s  {mfu}  "
+            f"{fl / measured:4.0%} of measured mm peak  {mem[name] / 2**30:6.2f} GiB  vs nanogpt {ratio}",
+            flush=True,
+        )
+    for line in goal_lines(times, params, s, nominal, ref):
+        print(line)
+    return 0
+
+
+def peak_memory(steps: dict, device: str) -> dict[str, float]:
+    """CUDA max allocated bytes during one more step of each model (0 on CPU)."""
+    out = {}
+    for name, step in steps.items():
+        if not device.startswith("cuda"):
+            out[name] = 0.0
+            continue
+        torch.cuda.reset_peak_memory_stats(device)
+        step()
+        out[name] = torch.cuda.max_memory_allocated(device)
+    return out
+
+
+def goal_lines(times: dict, params: dict, s: Shape, nominal: float | None, ref: float | None) -> list[str]:
+    """Verdicts for item 6: the best depthlab variant's MFU (>= 40%) and ratio to the reference."""
+    ours = {n: ts for n, ts in times.items() if n.startswith("depthlab-")}
+    if not ours or not nominal or not ref:
+        return []
+    name = min(ours, key=lambda n: median(ours[n]))
+    mfu = train_flops(s, params[name]) / median(ours[name]) / nominal
+    ratio = s.tokens / median(ours[name]) / ref
+    return [
+        f"goal MFU >= {GOAL_MFU:.0%} ({name}): {mfu:.0%} " + ("met" if mfu >= GOAL_MFU else "MISSED"),
+        f"goal ratio >= {GOAL_RATIO:.2f} vs nanogpt ({name}): {ratio:.2f} "
+        + ("met" if ratio >= GOAL_RATIO else "MISSED"),
+    ]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""Smoke tests of benchmarks/: every script's --help and a tiny run work; helpers compute right.
+
+No timing is asserted (speed is judged only by the benchmark scripts' ratios on a real run).
+"""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import common  # noqa: E402
+import peers  # noqa: E402
+
+torch.set_num_threads(1)
+TINY = ["--seq", "16", "--batch", "2"]
+
+
+def run(script: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = dict(os.environ, DEPTHLAB_BENCH_THREADS="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+@pytest.mark.parametrize("script", ["throughput.py", "memory_depth.py", "gpu.py", "run_all.py"])
+def test_help(script):
+    assert "usage:" in run(script, "--help").stdout
+
+
+def test_param_counts_match_and_a_mismatch_is_caught():
+    s = peers.Shape(d=16, layers=2, heads=2, seq=8, batch=2)
+    names = [f"depthlab-{w}" for w in peers.DEPTHLAB] + list(peers.PEERS)
+    models = {n: peers.build(n, s) for n in names}
+    totals = peers.check_param_counts(models, s)
+    assert totals["depthlab-pre"] == totals["nanogpt"] == totals["torch-pre"]
+    models["nanogpt"] = peers.build("nanogpt", peers.Shape(d=16, layers=3, heads=2, seq=8, batch=2))
+    with pytest.raises(AssertionError):
+        peers.check_param_counts(models, s)
+
+
+def test_train_step_lowers_the_loss_of_every_model():
+    s = peers.Shape(d=16, layers=1, heads=2, seq=8, batch=4)
+    for name in ("depthlab-deepnorm", "torch-post", "x-transformers", "nanogpt"):
+        torch.manual_seed(0)
+        step = peers.train_step(peers.build(name, s), s)
+        first = float(step())
+        for _ in range(30):
+            last = float(step())
+        assert last < first, name
+
+
+def test_throughput_tiny_prints_one_line_per_model_ending_with_the_ratio():
+    out = run(
+        "throughput.py", "--configs", "16x2", *TINY, "--heads", "2", "--rounds", "2", "--peak-n", "64"
+    ).stdout
+    rows = [line for line in out.splitlines() if line.startswith("d=16")]
+    assert len(rows) == len(peers.DEPTHLAB) + len(peers.PEERS)
+    assert all(re.search(r"ratio \d+\.\d\d$", line) for line in rows)
+    assert "goal ratio >= 1.00 everywhere" in out
+
+
+@pytest.mark.slow
+def test_memory_depth_tiny_fits_and_checkpointing_is_exact():
+    args = ["--quick", "--layers", "1,2", "--deep", "3", "--d", "16", "--heads", "2", "--steps", "1", *TINY]
+    out = run("memory_depth.py", *args).stdout
+    assert "fit plain" in out and "fit checkpointed" in out and "goal 3-layer deepnorm" in out
+    losses = {}
+    for line in out.splitlines():
+        m = re.match(r"L=(\d+)\s+(plain|checkpointed)\s.*loss (\S+)", line)
+        if m:
+            losses.setdefault(m[1], {})[m[2]] = float(m[3])
+    # same seed, same batch: checkpointing recomputes, it must not change training
+    assert all(
+        v["plain"] == pytest.approx(v["checkpointed"], rel=1e-5) for v in losses.values() if len(v) == 2
+    )
+    assert set(losses) == {"1", "2", "3"} and len(losses["1"]) == 2
+
+
+def test_gpu_script_without_gpu_says_so_and_runs_on_cpu_tiny():
+    if not torch.cuda.is_available():
+        assert "No GPU" in run("gpu.py").stdout
+    args = ["--device", "cpu", "--shape", "16x1x2x8", "--batch", "2", "--rounds", "2", "--steps", "1"]
+    out = run("gpu.py", *args, "--warmup", "1", "--peak-n", "32").stdout
+    assert re.search(r"depthlab-pre .* ratio \d+\.\d\d", out) and "nanogpt" in out
+
+
+def test_run_all_rewrites_results_and_keeps_the_notes(tmp_path):
+    results = tmp_path / "RESULTS.md"
+    results.write_text(f"old generated text\n{common_notes()}\nhand-written analysis\n")
+    run("run_all.py", "--only", "gpu", "--out", str(results))
+    text = results.read_text()
+    assert "old generated text" not in text and "hand-written analysis" in text
+    assert "torch " + torch.__version__ in text and "## gpu" in text
+
+
+def common_notes() -> str:
+    import run_all
+
+    return run_all.NOTES
+
+
+def test_linear_fit_and_alternation():
+    a, b, r2 = common.linear_fit([1, 2, 3], [3, 5, 7])
+    assert (a, b, r2) == pytest.approx((1, 2, 1))
+    calls = []
+    times = common.time_alternating(
+        {"x": lambda: calls.append("x"), "y": lambda: calls.append("y")}, 3, warmup=0
+    )
+    assert calls == ["x", "y", "y", "x", "x", "y"] and len(times["x"]) == 3
