@@ -77,7 +77,6 @@ def build_models(a: argparse.Namespace) -> tuple[dict, dict]:
     for n, m in models.items():
         steps[n] = _synced(train_step(m, a.s, device=a.device, dtype=torch.bfloat16), a.device)
         if a.compile:
-            torch.manual_seed(0)
             twin = build(n, a.s).to(a.device)
             steps[n + "+compile"] = _synced(
                 train_step(torch.compile(twin), a.s, device=a.device, dtype=torch.bfloat16), a.device

@@ -70,14 +70,14 @@ def child(a: argparse.Namespace) -> dict:
     model = build_model(depthlab_config(s, a.wrap, checkpoint=a.checkpoint)).to(a.device)
     step = train_step(model, s, device=a.device)
     times = []
-    for i in range(1 + a.steps):
+    for _ in range(1 + a.steps):
         t0 = time.perf_counter()
         loss = step()
         if a.device.startswith("cuda"):
             torch.cuda.synchronize()
-        if i:
-            times.append(time.perf_counter() - t0)
-    out = {"layers": a.child, "checkpoint": a.checkpoint, "step_s": times, "loss": float(loss)}
+        times.append(time.perf_counter() - t0)
+    out = {"layers": a.child, "checkpoint": a.checkpoint, "warmup_s": times[0], "step_s": times[1:]}
+    out["loss"] = float(loss)
     out.update(base_rss=base, peak_rss=peak_rss_bytes())
     if a.device.startswith("cuda"):
         out["cuda_peak"] = torch.cuda.max_memory_allocated()
