@@ -31,7 +31,9 @@ def run(script: str, *args: str, timeout: float = 240) -> subprocess.CompletedPr
     return proc
 
 
-@pytest.mark.parametrize("script", ["throughput.py", "memory_depth.py", "gpu.py", "run_all.py"])
+@pytest.mark.parametrize(
+    "script", ["throughput.py", "memory_depth.py", "gpu.py", "run_all.py", "study_throughput.py"]
+)
 def test_help(script):
     assert "usage:" in run(script, "--help").stdout
 
@@ -45,6 +47,18 @@ def test_param_counts_match_and_a_mismatch_is_caught():
     models["nanogpt"] = peers.build("nanogpt", peers.Shape(d=16, layers=3, heads=2, seq=8, batch=2))
     with pytest.raises(AssertionError):
         peers.check_param_counts(models, s)
+
+
+def test_study_throughput_grids_change_only_what_they_say():
+    import study_throughput
+
+    smoke = study_throughput.grid("smoke")
+    long = study_throughput.grid("smoke", steps=1000)
+    one = study_throughput.grid("smoke", steps=1, n_runs=1)
+    assert [s.label for s in long.expand()] == [s.label for s in smoke.expand()]
+    assert {s.train.steps for s in long.expand()} == {1000}
+    assert {s.model.d_model for s in long.expand()} == {s.model.d_model for s in smoke.expand()}
+    assert len(one.expand()) == 1 and one.expand()[0].train.steps == 1
 
 
 def test_train_step_lowers_the_loss_of_every_model():
