@@ -3,6 +3,9 @@ and the probe leaves the model as it found it."""
 
 from __future__ import annotations
 
+import json
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -127,6 +130,25 @@ def test_probe_leaves_model_grads_mode_and_rng_untouched(one_thread):
     assert result.layers[0]["output_change"] == 0 and result.layers[-1]["output_change"] > 0
 
 
+def test_probe_restores_mixed_train_eval_modes_exactly(one_thread):
+    model = build_model(ModelConfig(n_layers=2, d_model=16, n_heads=2))
+    model.train()
+    model.stack.layers[1].eval()  # a user froze one block's dropout: the probe must not undo that
+    modes = {name: m.training for name, m in model.named_modules()}
+    probe(model, torch.randint(0, 256, (B, T)))
+    assert {name: m.training for name, m in model.named_modules()} == modes
+
+
+def test_an_overflowing_stack_gives_strict_json_and_one_non_finite_error(one_thread):
+    torch.manual_seed(0)  # post-LN without a norm: every block adds to an unnormalised stream
+    model = build_model(ModelConfig(n_layers=200, d_model=16, n_heads=2, wrap="post", norm="none"))
+    r = probe(model, torch.randint(0, 256, (2, 8)))
+    assert any(not math.isfinite(v) for v in r.column("stream_rms"))  # the premise: it overflows
+    assert [(v["level"], v["code"]) for v in r.verdicts] == [("error", "non-finite")]
+    text = json.dumps(r.to_dict(), allow_nan=False)  # raises on NaN/Infinity
+    assert "null" in text
+
+
 def test_json_has_design_keys(one_thread):
     model = build_model(ModelConfig(n_layers=2, d_model=32, n_heads=4))
     d = probe(model, torch.randint(0, 256, (B, T))).to_dict()
@@ -184,3 +206,5 @@ def test_bad_inputs():
         probe(enc, torch.randn(B, T, 32), loss="lm")
     with pytest.raises(InputError):
         probe(torch.nn.Linear(4, 4), torch.randn(2, 4))
+    with pytest.raises(InputError, match="at least 2 tokens"):  # next-token loss of one token: nan
+        probe(model, torch.randint(0, 256, (B, 1)))

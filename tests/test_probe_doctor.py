@@ -150,3 +150,16 @@ def test_seed_004_toy_without_skips_vanishes(one_thread):
     assert v["level"] == "error" and "of 48 layers get less than 0.01" in v["message"]
     with_skips = probe(ToyStack([TanhBlock(f, True) for f in layers]), x, loss="sum").verdicts
     assert "vanishing-gradient" not in {v["code"] for v in with_skips}
+
+
+@pytest.mark.parametrize(
+    ("rms", "loss_value", "where"),
+    [
+        ([1.0, 30.0, math.inf, math.nan], 5.0, "from stream 2 on (rms 30 at stream 1)"),
+        ([1.0, 2.0, 3.0, 4.0], math.nan, "the loss is nan"),
+    ],
+)
+def test_non_finite_forward_is_one_error_and_nothing_else(rms, loss_value, where):
+    v = diagnose(fake([1.0, 1.0, 1.0, 1.0], rms=rms, loss_value=loss_value, final_norm=False))
+    assert [(x["level"], x["code"]) for x in v] == [("error", "non-finite")]
+    assert where in v[0]["message"]

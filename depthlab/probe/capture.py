@@ -31,6 +31,20 @@ def stream_tensor(value) -> torch.Tensor | None:
     return hidden if isinstance(hidden, torch.Tensor) else None
 
 
+def find_norms(model: nn.Module, stack: StackInfo) -> tuple[list[nn.Module], list[nn.Module]]:
+    """(norms inside the blocks, norms elsewhere in the model): one walk over the modules, which a caller
+    capturing several passes (the probe: the main pass and the perturbed one) can reuse."""
+    inside_ids, inside = set(), []
+    for block in stack.blocks:
+        for m in block.modules():
+            if id(m) not in inside_ids:
+                inside_ids.add(id(m))
+                if is_norm(m):
+                    inside.append(m)
+    outside = [m for m in model.modules() if id(m) not in inside_ids and is_norm(m)]
+    return inside, outside
+
+
 class StreamCapture:
     """Context manager: while active, ``states`` collects x_0 .. x_L of every forward through ``stack``.
 
@@ -38,8 +52,11 @@ class StreamCapture:
     it by an equal tensor that does, so that d loss / d x_0 exists; values are unchanged.
     """
 
-    def __init__(self, model: nn.Module, stack: StackInfo, make_leaf: bool = True):
+    def __init__(
+        self, model: nn.Module, stack: StackInfo, make_leaf: bool = True, norms: tuple | None = None
+    ):
         self.model, self.stack, self.make_leaf = model, stack, make_leaf
+        self.norms = norms if norms is not None else find_norms(model, stack)
         self.states: list[torch.Tensor] = []
         self.normalised: list[bool] = []
         self.final_norm = False
@@ -49,16 +66,11 @@ class StreamCapture:
     def __enter__(self) -> StreamCapture:
         blocks = list(self.stack.blocks)
         self._handles.append(blocks[0].register_forward_pre_hook(self._enter_stack, with_kwargs=True))
-        inside = set()
         for block in blocks:
             self._handles.append(block.register_forward_hook(self._leave_block))
-            for m in block.modules():
-                inside.add(id(m))
-                if is_norm(m):
-                    self._handles.append(m.register_forward_hook(self._norm_inside))
-        for m in self.model.modules():
-            if is_norm(m) and id(m) not in inside:
-                self._handles.append(m.register_forward_hook(self._norm_outside))
+        inside, outside = self.norms
+        self._handles += [m.register_forward_hook(self._norm_inside) for m in inside]
+        self._handles += [m.register_forward_hook(self._norm_outside) for m in outside]
         return self
 
     def __exit__(self, *exc) -> None:

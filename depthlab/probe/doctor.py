@@ -34,6 +34,8 @@ init, a batch of 8 x 64 bytes of the default corpus, LM loss, seed 0 unless a ra
   0.97 .. 1.37 at 4 .. 6 layers, 1.6 .. 27 at 96 .. 192; Admin 0.37 .. 0.59 (6 .. 192 layers);
   DeepNorm 0.03 .. 0.05 (96 layers). Literature: post-LN needs warmup from 6 layers (Vaswani et al. 2017, 4000 steps;
   Xiong et al. 2020: 8.45 BLEU without warmup vs ~34 with).
+- ``non-finite`` (**error**, reported alone): a stream or the loss is inf or nan: float32 overflowed
+  (a norm-free stack's stream grows with depth: seed 002), so nothing else can be judged.
 - ``dead-stream`` (**error**): a stream that is exactly zero (ReZero's a = 0 with its skip off).
 - ``ok``: nothing above was a warning or an error.
 """
@@ -59,7 +61,11 @@ def verdict(level: str, code: str, message: str) -> dict:
 
 
 def diagnose(r: ProbeResult) -> list[dict]:
-    """Every verdict that applies, most severe first; ``ok`` when nothing is a warning or an error."""
+    """Every verdict that applies, most severe first; ``ok`` when nothing is a warning or an error.
+    A forward pass that overflowed gets ``non-finite`` alone: no other number can be judged then."""
+    broken = _non_finite(r)
+    if broken is not None:
+        return [broken]
     degenerate = _degenerate_loss(r)
     checks = [_dead, _missing_final_norm, _warmup, _growth]
     if degenerate is None:
@@ -69,6 +75,29 @@ def diagnose(r: ProbeResult) -> list[dict]:
         found.append(_ok(r))
     order = {"error": 0, "warning": 1, "ok": 2}
     return sorted(found, key=lambda v: order[v["level"]])
+
+
+def _non_finite(r: ProbeResult):
+    """An error when a stream (or the loss) is inf or nan: float32 overflowed in the forward pass."""
+    rms = r.column("stream_rms")
+    bad = next((i for i, v in enumerate(rms) if v is not None and not math.isfinite(v)), None)
+    loss = r.config["probe"]["loss_value"]
+    if bad is None and math.isfinite(loss):
+        return None
+    where = (
+        f"the stream is not finite from stream {bad} on (rms {rms[bad - 1]:.3g} at stream {bad - 1})"
+        if bad
+        else "the input stream is not finite"
+        if bad == 0
+        else f"every stream is finite but the loss is {loss}"
+    )
+    return verdict(
+        "error",
+        "non-finite",
+        f"the forward pass overflows float32: {where}, so no gradient or statistic below can be judged; "
+        "unnormalised updates add up with depth (seed 002): add a norm (pre-LN) or scale the branches "
+        "(DeepNorm, ReZero)",
+    )
 
 
 def _degenerate_loss(r: ProbeResult):
@@ -90,9 +119,9 @@ def _degenerate_loss(r: ProbeResult):
 
 
 def ratios(values: list) -> list[float] | None:
-    """values[i] / values[L] (None entries and a zero top give None)."""
+    """values[i] / values[L] (None entries, non-finite entries and a zero top give None)."""
     top = values[-1]
-    if top is None or not math.isfinite(top) or top <= 0 or any(v is None for v in values):
+    if top is None or top <= 0 or any(v is None or not math.isfinite(v) for v in values):
         return None
     return [v / top for v in values]
 

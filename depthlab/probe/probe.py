@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from depthlab.errors import ConfigError, InputError
-from depthlab.probe.capture import StreamCapture, stream_tensor
+from depthlab.probe.capture import StreamCapture, find_norms, stream_tensor
 from depthlab.probe.locate import StackInfo, locate_stack
 from depthlab.probe.result import ProbeResult
 from depthlab.probe.stats import stream_table, token_cosine
@@ -78,14 +78,16 @@ def measure(
     """The numbers of :func:`probe`, without verdicts."""
     _check_args(loss, perturbation, jacobian_probes)
     stack = locate_stack(model)
-    was_training = model.training
+    norms = find_norms(model, stack)
+    training = [m for m in model.modules() if m.training]  # restored exactly, mixed modes included
     model.eval()
     try:
         with torch.enable_grad():
-            run = _forward_backward(model, batch, loss, stack, jacobian_probes, seed, context)
-        changes, out_change = _perturbed_change(model, batch, stack, run, perturbation, seed)
+            run = _forward_backward(model, batch, loss, stack, norms, jacobian_probes, seed, context)
+        changes, out_change = _perturbed_change(model, batch, stack, norms, run, perturbation, seed)
     finally:
-        model.train(was_training)
+        for m in training:
+            m.training = True
     rows = stream_table(run["states"], run["grads"])
     _add_layer_columns(rows, stack, run, changes)
     config = {
@@ -131,10 +133,10 @@ def call_model(model: nn.Module, batch):
 
 
 def _forward_backward(
-    model, batch, loss, stack: StackInfo, jacobian_probes: int, seed: int, context: bool
+    model, batch, loss, stack: StackInfo, norms, jacobian_probes: int, seed: int, context: bool
 ) -> dict:
     """Forward with hooks, then d loss / d (every stream, every layer parameter) in one autograd call."""
-    with StreamCapture(model, stack) as cap:
+    with StreamCapture(model, stack, norms=norms) as cap:
         output = call_model(model, batch)
     states = cap.states
     if len(states) < 2:
@@ -169,6 +171,8 @@ def loss_value(loss: str, output, batch, last_stream: torch.Tensor) -> torch.Ten
     if tokens is None or logits.ndim != 3 or logits.shape[:2] != tokens.shape:
         got = "no integer tokens in the batch" if tokens is None else f"output {tuple(logits.shape)}"
         raise InputError(f"loss 'lm' needs logits (B, T, V) for tokens (B, T): {got}; use loss 'sum'")
+    if tokens.shape[1] < 2:
+        raise InputError("loss 'lm' predicts the next token: it needs sequences of at least 2 tokens")
     V = logits.shape[-1]
     return F.cross_entropy(logits[:, :-1].reshape(-1, V).float(), tokens[:, 1:].reshape(-1))
 
@@ -234,7 +238,7 @@ def _jacobian_msv(states: list[torch.Tensor], k: int, gen: torch.Generator) -> l
 
 
 @torch.no_grad()
-def _perturbed_change(model, batch, stack: StackInfo, run: dict, delta: float, seed: int):
+def _perturbed_change(model, batch, stack: StackInfo, norms, run: dict, delta: float, seed: int):
     """Per stream ||x_i' - x_i|| / ||x_i|| with every block weight matrix W moved by delta * rms(W) * N(0, 1)
     (so ||dW|| ~ delta ||W||), and the same ratio for the model's output. Weights are restored exactly."""
     if delta == 0:
@@ -242,11 +246,12 @@ def _perturbed_change(model, batch, stack: StackInfo, run: dict, delta: float, s
     weights = _unique(p for ps in stack.layer_params for p in ps if p.ndim >= 2)
     saved = [p.detach().clone() for p in weights]
     gen = torch.Generator().manual_seed(seed + 1)
+    rms = [float(n) / math.sqrt(p.numel()) for p, n in zip(weights, torch._foreach_norm(saved))]
     try:
-        for p in weights:
+        for p, r in zip(weights, rms):
             noise = torch.randn(p.shape, generator=gen, dtype=torch.float32).to(p)
-            p.add_(noise * (delta * float(p.detach().float().pow(2).mean().sqrt())))
-        with StreamCapture(model, stack, make_leaf=False) as cap:
+            p.add_(noise, alpha=delta * r)
+        with StreamCapture(model, stack, make_leaf=False, norms=norms) as cap:
             output = model_output(call_model(model, batch))
     finally:
         for p, s in zip(weights, saved):
@@ -263,14 +268,13 @@ def _add_layer_columns(rows: list[dict], stack: StackInfo, run: dict, changes) -
     """Per-layer parameter gradient norms by sublayer, output change, Jacobian estimate."""
     per_block = len(stack.blocks) == len(rows) - 1  # False when a block is applied several times
     names = stack.group_names
+    sq = _squared_norms(run["param_grads"])
     for i, row in enumerate(rows):
         block = i - 1 if i and per_block else None
         for g in names:
             params = stack.groups[block].get(g, []) if block is not None else None
-            row[f"{g}_grad_norm"] = _grad_norm(params, run["param_grads"])
-        row["layer_grad_norm"] = (
-            _grad_norm(stack.layer_params[block], run["param_grads"]) if block is not None else None
-        )
+            row[f"{g}_grad_norm"] = _grad_norm(params, sq)
+        row["layer_grad_norm"] = _grad_norm(stack.layer_params[block], sq) if block is not None else None
         ctx = run["context_grads"][i] if run["context_grads"] is not None else None
         row["context_grad_norm"] = float(ctx.float().norm()) if ctx is not None else None
         row["token_cos"] = token_cosine(run["states"][i])
@@ -278,14 +282,18 @@ def _add_layer_columns(rows: list[dict], stack: StackInfo, run: dict, changes) -
         row["jacobian_msv"] = run["jacobian"][i] if run["jacobian"] is not None else None
 
 
-def _grad_norm(params, grads: dict) -> float | None:
+def _squared_norms(grads: dict) -> dict:
+    """id(parameter) -> ||g||^2 for every gradient present, computed in one batched call."""
+    keys = [k for k, g in grads.items() if g is not None]
+    norms = torch._foreach_norm([grads[k] for k in keys]) if keys else []
+    return {k: float(n) ** 2 for k, n in zip(keys, torch.stack(norms).double().tolist() if keys else [])}
+
+
+def _grad_norm(params, sq: dict) -> float | None:
     """sqrt(sum ||g||^2) over ``params`` (a parameter without a gradient contributes 0); None for None."""
     if params is None:
         return None
-    total = sum(
-        float(grads[id(p)].double().pow(2).sum()) for p in _unique(params) if grads.get(id(p)) is not None
-    )
-    return math.sqrt(total)
+    return math.sqrt(sum(sq.get(id(p), 0.0) for p in _unique(params)))
 
 
 def _unique(params) -> list[nn.Parameter]:

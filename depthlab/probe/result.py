@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from depthlab.jsonable import finite_or_none
+
 REQUIRED = ("index", "grad_norm", "stream_rms", "update_ratio", "cos_prev")
 BAR = 20
 
@@ -53,8 +55,9 @@ class ProbeResult:
         return "error" if "error" in levels else "warning" if "warning" in levels else "ok"
 
     def to_dict(self) -> dict:
-        """DESIGN.md's Probe JSON: exactly {"config", "layers", "verdicts"}."""
-        return {"config": self.config, "layers": self.layers, "verdicts": self.verdicts}
+        """DESIGN.md's Probe JSON: exactly {"config", "layers", "verdicts"}; a non-finite number (an
+        overflowing stream) becomes null, as JSON has no NaN."""
+        return finite_or_none({"config": self.config, "layers": self.layers, "verdicts": self.verdicts})
 
     def format(self) -> str:
         """The header, a per-layer table with a log-scale bar of the gradient norm, and the verdicts."""
