@@ -12,6 +12,13 @@ import sys
 
 from depthlab.errors import ConfigError, InputError
 
+# What ``depthlab --help`` says (the module docstring above is for developers).
+DESCRIPTION = (
+    "Build, probe, train and study deep Transformer stacks under every residual and normalisation "
+    "wrapping (post-LN, pre-LN, sandwich, DeepNorm, Admin, ReZero, ...). 'depthlab COMMAND --help' "
+    "describes each command."
+)
+
 # Each name is a module depthlab.cli.<name> with ``add_parser(subparsers)`` and ``run(args) -> int``.
 COMMANDS = ["explain", "probe", "train", "study", "report", "reproduce"]
 
@@ -25,7 +32,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="depthlab", description=__doc__.splitlines()[0])
+    parser = Parser(prog="depthlab", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for name in COMMANDS:
         try:

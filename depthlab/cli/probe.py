@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 
-from depthlab.cli.common import add_json_flag, add_model_flags, model_config_from_args, write_json
+from depthlab.cli.common import (
+    PLOT_FORMATS,
+    add_json_flag,
+    add_model_flags,
+    check_output_file,
+    model_config_from_args,
+    note_replaced,
+    write_json,
+)
 from depthlab.errors import ConfigError, InputError
 
 
@@ -54,7 +63,11 @@ def add_parser(sub) -> None:
         action="store_true",
         help="probe every combination of the comma lists (JSON: a list of probes)",
     )
-    g.add_argument("--plot", metavar="PNG", help="write the gradient and stream-rms plot (log scale) here")
+    g.add_argument(
+        "--plot",
+        metavar="PNG",
+        help=f"write the gradient and stream-rms plot (log scale) here ({', '.join(PLOT_FORMATS)})",
+    )
     add_json_flag(p)
     p.set_defaults(run=run)
 
@@ -64,12 +77,15 @@ def run(args) -> int:
 
     if args.loss not in LOSSES:
         raise ConfigError("loss", args.loss, f"one of {', '.join(LOSSES)}")
+    if args.hf and args.compare:
+        raise InputError("--compare varies depthlab's model flags; it does not apply to --hf")
+    configs = [] if args.hf else configs_from_args(args)
+    check_output_file(args.json, "--json")  # before the probe: a bad path must not cost its run
+    check_output_file(args.plot, "--plot", PLOT_FORMATS)
     if args.hf:
-        if args.compare:
-            raise InputError("--compare varies depthlab's model flags; it does not apply to --hf")
         runs = [_probe_hf(args)]
     else:
-        runs = [(label, _probe_depthlab(args, cfg)) for label, cfg in configs_from_args(args)]
+        runs = [(label, _probe_depthlab(args, cfg)) for label, cfg in configs]
     _report(args, runs)
     return 0
 
@@ -134,6 +150,7 @@ def _probe_hf(args):
     from depthlab.probe.batch import text_batch
     from depthlab.probe.hf import load_hf_model
 
+    _check_model_type(args.hf)
     torch.manual_seed(args.seed)
     model, config = load_hf_model(args.hf, weights=args.hf_weights, want_lm=args.loss == "lm")
     limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
@@ -145,6 +162,31 @@ def _probe_hf(args):
         model, batch, args.loss, perturbation=args.perturbation, jacobian_probes=args.jacobian, seed=args.seed
     )
     return f"hf {config.model_type}", result
+
+
+def _check_model_type(path: str) -> None:
+    """Refuse, in one short line, a config whose model_type transformers does not know (transformers' own
+    message lists every model type it has: thousands of characters on one line)."""
+    try:
+        import transformers
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    except ImportError:
+        return  # load_hf_model says how to install it
+    from depthlab.interop.hf import MODEL_TYPES
+
+    config_file = os.path.join(path, "config.json") if os.path.isdir(path) else path
+    try:
+        with open(config_file) as f:
+            model_type = json.load(f).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return  # load_hf_model reports a missing or unreadable config
+    if model_type is None or (isinstance(model_type, str) and model_type in CONFIG_MAPPING):
+        return
+    shown = repr(model_type) if len(repr(model_type)) <= 40 else repr(model_type)[:36] + "...'"
+    raise InputError(
+        f"--hf: model_type {shown} is unknown to transformers {transformers.__version__}; "
+        f"depthlab's interop imports {', '.join(MODEL_TYPES)} (probe --hf takes any type transformers knows)"
+    )
 
 
 def _report(args, runs) -> None:
@@ -159,10 +201,11 @@ def _report(args, runs) -> None:
     else:
         print(runs[0][1].format())
     if args.json not in (None, "-"):
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         write_json(data, args.json)
     if args.plot:
+        existed = os.path.lexists(args.plot)
         plot_probes(runs, args.plot, title=_title(args, runs))
+        note_replaced(args.plot, existed)
         if args.json != "-":
             print(f"plot: {args.plot}")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import os
 
-from depthlab.cli.common import add_json_flag, write_json
+from depthlab.cli.common import add_json_flag, check_output_dir, check_output_file, write_json
 from depthlab.errors import ConfigError, InputError
 
 
@@ -46,6 +46,8 @@ def run(args) -> int:
         return 0
     if args.name not in registry:
         raise ConfigError("NAME", args.name, f"one of {', '.join(sorted(registry))}, list")
+    check_output_file(args.json, "--json")  # before the reproduction: a bad path must not cost its run
+    check_output_dir(args.out, "--out")
     out_dir = os.path.join(args.out, args.name)
     fn = registry[args.name]
     extra = {k: getattr(args, k) for k in ("doc",) if getattr(args, k, None) is not None}

@@ -144,8 +144,11 @@ def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
 def run(args) -> int:
     from depthlab.train import train
     from depthlab.train.distributed import set_threads
+    from depthlab.train.rundir import RunDir
 
     model_cfg, train_cfg = model_config_from_args(args), train_config_from_args(args)
+    if args.out is not None:
+        RunDir(args.out).check(args.resume, args.force)  # before the data is read and the model built
     set_threads(args.threads)
     result = train(
         model_cfg, train_cfg, args.out, resume=args.resume, force=args.force, progress=not args.quiet

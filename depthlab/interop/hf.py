@@ -27,13 +27,15 @@ from depthlab.config import ModelConfig
 from depthlab.errors import ConfigError, InputError
 from depthlab.model import build_model
 
+# The HF model_type values this module imports (config_from_hf builds each, in this order).
+MODEL_TYPES = ("gpt2", "bert", "llama")
 # HF activation name -> ours. "gelu_new" and "gelu_pytorch_tanh" are the tanh approximation of GELU.
 _ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
 
 
 def config_from_hf(hf_config) -> ModelConfig:
     """The :class:`ModelConfig` of an HF GPT-2, BERT or Llama config (ConfigError for anything else)."""
-    builders = {"gpt2": _gpt2_config, "bert": _bert_config, "llama": _llama_config}
+    builders = dict(zip(MODEL_TYPES, (_gpt2_config, _bert_config, _llama_config)))
     model_type = getattr(hf_config, "model_type", None)
     if model_type not in builders:
         raise ConfigError("model_type", model_type, f"one of {', '.join(builders)}")

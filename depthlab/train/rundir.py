@@ -7,7 +7,8 @@
     DIR/checkpoints/step-NNNNNN.pt   state_dict checkpoints (depthlab.train.checkpoint)
 
 An existing, non-empty DIR is refused unless ``resume`` (continue it) or ``force`` (delete the files
-above and start over; other files in DIR are left alone). Files are strict JSON: a non-finite number
+above and start over; other files in DIR are left alone); ``resume`` of a DIR without config.json
+(missing, empty, or not a run) is refused too. Files are strict JSON: a non-finite number
 (the loss of a diverged run) is written as null.
 """
 
@@ -15,25 +16,27 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 from pathlib import Path
 
 from depthlab.errors import InputError
+from depthlab.jsonable import finite_or_none
 from depthlab.train import checkpoint
 
 CONFIG, METRICS, RESULT = "config.json", "metrics.jsonl", "result.json"
 EVENTS_GLOB = "events.out.tfevents.*"
 
 
-def strict(obj):
-    """``obj`` with every non-finite float replaced by None (JSON has no NaN or Infinity)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: strict(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [strict(v) for v in obj]
-    return obj
+strict = finite_or_none  # JSON has no NaN: a diverged run's loss is written as null
+
+
+def _existing_ancestor(path: Path) -> Path:
+    """``path`` itself if it exists, else its nearest existing parent."""
+    path = path.absolute()
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    return path
 
 
 class RunDir:
@@ -47,16 +50,34 @@ class RunDir:
         return [p for p in fixed if p.exists()] + sorted(self.path.glob(EVENTS_GLOB))
 
     def check(self, resume: bool, force: bool) -> None:
-        """Refuse a folder that holds anything, unless resuming or forcing."""
-        if self.path.exists() and not self.path.is_dir():
-            raise InputError(f"--out {self.path} is a file, not a folder")
+        """Refuse a folder that holds anything, unless resuming or forcing; refuse to resume nothing."""
+        where = _existing_ancestor(self.path)
+        if not where.is_dir():
+            inside = "" if where == self.path.absolute() else f": {where}"
+            raise InputError(f"--out {self.path}{inside} is a file, not a folder")
+        if not os.access(where, os.W_OK):
+            raise InputError(f"--out {self.path}: the folder {where} is not writable")
         if resume and force:
             raise InputError("--resume and --force contradict each other: continue the run, or start over")
+        if resume and not (self.path / CONFIG).is_file():
+            # a typo in the folder name must not start a fresh run unnoticed; every run writes CONFIG first
+            if where != self.path.absolute():
+                why = "no such folder"
+            else:
+                why = f"no {CONFIG}" if any(self.path.iterdir()) else "the folder is empty"
+            raise InputError(f"--resume: nothing to resume in {self.path} ({why})")
         if self.path.is_dir() and any(self.path.iterdir()) and not (resume or force):
             raise InputError(
                 f"--out {self.path} already exists and is not empty; --resume continues that run, "
                 "--force deletes its results and starts over"
             )
+
+    def make(self) -> None:
+        """Create the folder; a path that cannot be one is the user's input (InputError), a full disk is not."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except (FileNotFoundError, FileExistsError, NotADirectoryError, PermissionError) as e:
+            raise InputError(f"--out {self.path}: cannot create the folder: {e.strerror}") from None
 
     def clear(self) -> None:
         """Delete the files a run writes (``--force``)."""
@@ -152,6 +173,7 @@ class RunOutput:
         t.metrics = d.read_metrics(upto_step=t.step) if resume else []
         t.dist.barrier()  # everyone has read before rank 0 writes
         if self.main:
+            d.make()
             if force:
                 d.clear()
             d.write_json(CONFIG, self.config())

@@ -1,0 +1,168 @@
+"""The CLI's contract on user-named paths and flags (DESIGN.md): bad input is exit 2 with one line on stderr,
+checked before the work starts; a replaced file is said on stderr; other failures are exit 1."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+
+import pytest
+
+from depthlab.cli import build_parser, main
+
+TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--max-len", "16"]
+PROBE = ["probe", *TINY, "--batch-size", "2", "--seq-len", "8", "--perturbation", "0"]
+TRAIN = ["train", *TINY, "--steps", "2", "--batch-size", "2", "--seq-len", "8", "--threads", "1", "--quiet"]
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _run(capsys, argv: list[str]) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _refused(capsys, argv: list[str], *needles: str) -> str:
+    """Run ``argv``; assert exit 2, exactly one line on stderr holding every needle, and nothing on stdout
+    (the table comes before any file is written, so an empty stdout shows the work never started)."""
+    code, out, err = _run(capsys, argv)
+    assert code == 2, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert all(n in err for n in needles), err
+    assert out == ""
+    return err
+
+
+def test_probe_json_under_a_file_is_refused_before_probing(tmp_path, capsys):
+    (tmp_path / "exists.json").write_text("{}")
+    _refused(capsys, [*PROBE, "--json", tmp_path / "exists.json" / "x.json"], "exists.json is a file")
+    assert (tmp_path / "exists.json").read_text() == "{}"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
+def test_probe_json_where_no_folder_can_be_made_is_refused(capsys):
+    _refused(capsys, [*PROBE, "--json", "/proc/nope/x.json"], "--json /proc/nope/x.json")
+
+
+def test_probe_json_naming_a_folder_is_refused(tmp_path, capsys):
+    _refused(capsys, [*PROBE, "--json", tmp_path], "is a folder")
+
+
+def test_probe_plot_format_is_checked_up_front(tmp_path, capsys):
+    _refused(capsys, [*PROBE, "--plot", tmp_path / "x.txt"], ".txt", ".png, .pdf, .svg")
+    _refused(capsys, [*PROBE, "--plot", tmp_path / "plot"], "without a file type", ".png")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_probe_replaces_its_json_and_plot_but_says_so(tmp_path, capsys):
+    js, svg = tmp_path / "sub" / "p.json", tmp_path / "sub" / "p.svg"  # the folder is created
+    code, out, err = _run(capsys, [*PROBE, "--json", js, "--plot", svg])
+    assert code == 0 and "replaced" not in err and f"plot: {svg}" in out
+    assert json.loads(js.read_text())["layers"] and svg.read_text().lstrip().startswith("<?xml")
+    js.write_text("mine")
+    code, _, err = _run(capsys, [*PROBE, "--json", js, "--plot", svg])
+    assert code == 0 and json.loads(js.read_text())["layers"]
+    assert f"replaced existing {js}\n" in err and f"replaced existing {svg}\n" in err
+    assert sorted(p.name for p in js.parent.iterdir()) == ["p.json", "p.svg"]  # no temporary file left
+
+
+def test_explain_json_replacement_is_said(tmp_path, capsys):
+    js = tmp_path / "e.json"
+    assert _run(capsys, ["explain", *TINY, "--json", js])[2] == ""
+    code, _, err = _run(capsys, ["explain", *TINY, "--wrap", "post", "--json", js])
+    assert code == 0 and err == f"replaced existing {js}\n"
+    assert json.loads(js.read_text())["layers"][0]["sublayers"][0]["wrap"] == "post"
+
+
+def test_a_full_disk_is_exit_1_and_keeps_the_old_file(tmp_path, capsys, monkeypatch):
+    """ENOSPC is not bad input (exit 1, not 2), and the file it was replacing survives."""
+    import depthlab.cli.common as common
+
+    js = tmp_path / "e.json"
+    js.write_text("mine")
+
+    def full(path, *args, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device", path)
+
+    monkeypatch.setattr(common, "open", full, raising=False)
+    code, _, err = _run(capsys, ["explain", *TINY, "--json", js])
+    assert code == 1 and err.count("\n") == 1 and "No space left" in err
+    assert js.read_text() == "mine" and [p.name for p in tmp_path.iterdir()] == ["e.json"]
+
+
+def test_train_out_under_a_file_is_refused(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    _refused(capsys, [*TRAIN, "--out", tmp_path / "notes.txt" / "sub"], "notes.txt is a file, not a folder")
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("state, why", [(None, "no such folder"), ([], "empty"), (["notes.txt"], "config")])
+def test_train_resume_of_nothing_is_refused(tmp_path, capsys, state, why):
+    run = tmp_path / "run"
+    if state is not None:
+        run.mkdir()
+        for name in state:
+            (run / name).write_text("mine")
+    _refused(capsys, [*TRAIN, "--out", run, "--resume"], f"nothing to resume in {run}", why)
+    if state is None:
+        assert not run.exists()
+    else:
+        assert sorted(p.name for p in run.iterdir()) == state  # nothing written, nothing removed
+
+
+def test_reproduce_checks_its_paths_before_running(tmp_path, capsys):
+    (tmp_path / "f").write_text("mine")
+    _refused(capsys, ["reproduce", "seeds", "--out", tmp_path / "f"], "--out", "is a file, not a folder")
+    _refused(capsys, ["reproduce", "seeds", "--json", tmp_path / "f" / "r.json"], "f is a file")
+
+
+@pytest.mark.parametrize(
+    "argv, needles",
+    [
+        (["train", "--no-residual", "attn,ffn"], ["attn+ffn"]),
+        (["explain", "--no-residual", "attn,ffn"], ["attn+ffn"]),
+        (["explain", "--no-residual", "attn+mlp"], ["no_residual='mlp'", "joined by +"]),
+        (["train", "--no-residual", "cross"], ["--arch decoder has no cross-attention"]),
+        (["explain", "--arch", "encoder", "--no-residual", "attn+cross"], ["--arch encoder has no cross"]),
+        (["train", "--enc-layers", "3"], ["enc_layers=3", "--arch encdec"]),
+        (["explain", "--arch", "encoder", "--dec-layers", "2"], ["dec_layers=2", "--arch encdec"]),
+    ],
+)
+def test_model_flags_that_would_be_misread_are_refused(capsys, argv, needles):
+    _refused(capsys, [*argv, *TINY], *needles)
+
+
+def test_several_skips_off_with_plus_and_cross_in_encdec(capsys):
+    code, out, _ = _run(capsys, ["explain", *TINY, "--no-residual", "attn+ffn", "--json", "-"])
+    assert code == 0 and json.loads(out)["config"]["residual"] == ["cross"]
+    args = [*TINY, "--arch", "encdec", "--no-residual", "cross", "--json", "-"]
+    code, out, _ = _run(capsys, ["explain", *args])
+    assert code == 0 and json.loads(out)["config"]["residual"] == ["attn", "ffn"]
+
+
+def test_probe_commas_still_compare_and_plus_joins(capsys):
+    from depthlab.cli.probe import configs_from_args
+
+    args = build_parser().parse_args(["probe", *TINY, "--compare", "--no-residual", "attn,attn+ffn"])
+    assert [cfg.residual for _, cfg in configs_from_args(args)] == [("cross", "ffn"), ("cross",)]
+
+
+def test_help_is_for_users(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert stop.value.code == 0 and "train and study deep Transformer stacks" in out and "thin" not in out
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "several joined by + (attn+ffn), all, or none" in out
+
+
+def test_hf_unknown_model_type_is_one_short_line(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "no-such-model", "hidden_size": 8}))
+    err = _refused(capsys, ["probe", "--hf", tmp_path], "'no-such-model'", "gpt2, bert, llama")
+    assert len(err) <= 220
