@@ -78,6 +78,10 @@ def test_report_page_has_every_part(db, tmp_path):
 
 
 def test_config_strings_are_escaped(tmp_path):
+    data = [tmp_path / f"{EVIL}.txt", tmp_path / "$y.txt"]  # a grid's data files must exist
+    for path in data:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("some text to model, some text to model. " * 20)
     study = StudyConfig.from_dict(
         {
             "name": f"evil{EVIL}",
@@ -87,7 +91,7 @@ def test_config_strings_are_escaped(tmp_path):
             "axes": {
                 "wrap": ["post", "pre"],
                 "n_layers": [2],
-                "train.data": [f"/tmp/{EVIL}.txt", "/tmp/$y.txt"],
+                "train.data": [str(p) for p in data],
             },
         }
     )

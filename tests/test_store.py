@@ -40,10 +40,73 @@ def test_new_store_is_wal_versioned_and_sound(tmp_path):
 def test_report_side_never_creates_a_store(tmp_path):
     with pytest.raises(InputError, match="no study store"):
         Store(str(tmp_path / "none.sqlite"), create=False)
+    empty = tmp_path / "empty.sqlite"
+    empty.touch()
+    with pytest.raises(InputError, match="is not a depthlab store \\(it is empty\\)"):
+        Store(str(empty), create=False)
+    assert empty.stat().st_size == 0
+    with Store(str(empty)) as s:  # the study side makes an empty file its new store
+        assert s.version == schema.SCHEMA_VERSION
+
+
+def _snapshot(folder) -> dict:
+    """Every file of ``folder``: name -> (bytes, mtime in ns)."""
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(folder.iterdir())}
+
+
+def _user_database(path, tables=("contacts", "notes")) -> None:
+    conn = sqlite3.connect(path)
+    for t in tables:
+        conn.execute(f"CREATE TABLE {t} (id INTEGER PRIMARY KEY, name TEXT)")
+        conn.execute(f"INSERT INTO {t} (name) VALUES ('Ada')")
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("create", [True, False])
+def test_a_users_database_is_refused_and_left_byte_for_byte(tmp_path, create):
+    path = tmp_path / "other.db"
+    _user_database(path)
+    before = _snapshot(tmp_path)
+    with pytest.raises(InputError) as e:
+        Store(str(path), create=create)
+    msg = str(e.value)
+    assert msg == f"{path} is not a depthlab store (it holds tables: contacts, notes); choose another --db"
+    assert _snapshot(tmp_path) == before  # same bytes, same mtime, no -wal/-shm beside it
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    conn.close()
+
+
+def test_a_database_with_a_leftover_schema_version_table_is_still_refused(tmp_path):
+    """What older depthlab versions left in a user's file (schema_version added) is not a store either."""
+    path = tmp_path / "other.db"
+    _user_database(path, tables=("contacts", "schema_version"))
+    before = _snapshot(tmp_path)
+    with pytest.raises(InputError, match="holds tables: contacts, schema_version"):
+        Store(str(path))
+    assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("create", [True, False])
+def test_a_file_that_is_not_sqlite_is_refused_unchanged(tmp_path, create):
     junk = tmp_path / "junk.sqlite"
     junk.write_bytes(b"this is not a database, just some bytes" * 100)
-    with pytest.raises(InputError, match="not a usable study store"):
-        Store(str(junk))
+    before = _snapshot(tmp_path)
+    with pytest.raises(InputError, match="is not a depthlab store \\(it is not a SQLite database\\)"):
+        Store(str(junk), create=create)
+    assert _snapshot(tmp_path) == before
+    with pytest.raises(InputError, match="is a folder"):
+        Store(str(tmp_path))
+
+
+def test_an_existing_store_still_opens(tmp_path):
+    path = str(tmp_path / "s.sqlite")
+    study = fake_study(depths=(2,))
+    with Store(path) as s:
+        s.add_study(study.name, study.to_dict(), study.config_hash(), study.expand())
+    with Store(path, create=False) as s:
+        assert s.find_study()["name"] == "fake"
 
 
 def test_study_runs_are_shared_by_hash_not_duplicated(tmp_path):

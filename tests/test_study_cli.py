@@ -67,3 +67,69 @@ def test_smoke_preset_end_to_end_then_resume(tmp_path):
         assert s.integrity() == "ok"
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert again.returncode == 0 and "4 runs, 4 already done, 0 to run" in again.stdout
+
+
+def _grid(tmp_path) -> str:
+    import yaml
+
+    grid = tmp_path / "g.yaml"
+    grid.write_text(yaml.safe_dump(fake_study(depths=(2,), warmups=(0,)).to_dict()))
+    return str(grid)
+
+
+def _one_line(err: str) -> str:
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("default", [False, True])
+def test_a_report_folder_holding_user_files_is_refused_before_anything_runs(tmp_path, capsys, default):
+    db = tmp_path / "runs" / "s.sqlite"
+    mine = tmp_path / "runs" / "report" / "fake" if default else tmp_path / "mine"
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("my notes")
+    cmd = ["study", "--grid", _grid(tmp_path), "--db", str(db)] + ([] if default else ["--report", str(mine)])
+    assert main(cmd) == 2
+    err = _one_line(capsys.readouterr().err)
+    assert f"report folder {mine} exists and is not a depthlab report folder" in err
+    assert "--report" in err and "--out" not in err
+    assert not db.exists() and os.listdir(mine) == ["notes.txt"]  # nothing ran, nothing stored
+    assert not (tmp_path / "runs" / "tensorboard").exists()
+
+
+def test_a_file_as_report_folder_is_refused_before_anything_runs(tmp_path, capsys):
+    db, target = tmp_path / "s.sqlite", tmp_path / "report.html"
+    target.write_text("<p>mine</p>")
+    assert main(["study", "--grid", _grid(tmp_path), "--db", str(db), "--report", str(target)]) == 2
+    assert "is not a folder; choose another --report" in _one_line(capsys.readouterr().err)
+    assert not db.exists() and target.read_text() == "<p>mine</p>"
+
+
+def test_a_users_database_as_db_is_refused_unchanged_by_study_and_report(tmp_path, capsys):
+    import sqlite3
+
+    other = tmp_path / "other.db"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE contacts (name TEXT)")
+    conn.execute("INSERT INTO contacts VALUES ('Ada')")
+    conn.commit()
+    conn.close()
+    grid = _grid(tmp_path)
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.iterdir()}
+    for cmd in (
+        ["study", "--grid", grid, "--db", str(other), "--no-report"],
+        ["study", "--grid", grid, "--db", str(other), "--dry-run"],
+        ["report", "--db", str(other), "--out", str(tmp_path / "rep")],
+    ):
+        assert main(cmd) == 2, cmd
+        err = _one_line(capsys.readouterr().err)
+        assert f"{other} is not a depthlab store (it holds tables: contacts); choose another --db" in err
+        after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.iterdir()}
+        assert after == before, cmd  # same bytes and mtime; no -wal, -shm, report or events made
+
+
+def test_study_help_says_where_the_tensorboard_events_go(capsys):
+    with pytest.raises(SystemExit):
+        main(["study", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "<db folder>/tensorboard/<study name>/<run>/" in text and "tensorboard --logdir" in text

@@ -172,3 +172,119 @@ def test_sigkill_at_a_random_moment_then_resume(tmp_path):
     assert after["dup_metrics"] == 0 and after["integrity"] == "ok"
     expected = {len(fake_records(s)) for s in study.expand()}
     assert set(after["metrics"].values()) == expected and len(after["metrics"]) == n
+
+
+def test_worker_and_thread_counts_are_pluralised(tmp_path):
+    from depthlab.study.runner import plural
+
+    assert (plural(1, "worker"), plural(2, "thread"), plural(0, "core")) == (
+        "1 worker",
+        "2 threads",
+        "0 cores",
+    )
+    out = io.StringIO()
+    run_study(
+        fake_study(depths=(2,), warmups=(0,)),
+        db=str(tmp_path / "s.sqlite"),
+        task=fake_task,
+        out=out,
+        progress=False,
+        tensorboard=False,
+    )
+    head = out.getvalue().splitlines()[0]
+    assert "(local: 1 worker x " in head and "1 workers" not in head and "1 threads" not in head
+
+
+def _data_study(path):
+    """A 4-run study on the user's data file at ``path``."""
+    from depthlab.study import StudyConfig
+
+    return StudyConfig.from_dict(
+        {
+            "name": "mydata",
+            "model": {"d_model": 16, "n_heads": 2, "max_len": 16},
+            "train": {"steps": 10, "log_every": 5, "seq_len": 16, "batch_size": 2, "data": str(path)},
+            "axes": {"wrap": ["post", "pre"], "n_layers": [2, 4]},
+        }
+    )
+
+
+def test_default_corpus_run_keys_are_the_config_only_hashes():
+    """Stores written before data hashes joined the key must still resume: on the default corpus the
+    run key is sha256 of the configs' canonical JSON alone, and the study key is the grid's alone."""
+    import hashlib
+    import json
+
+    from depthlab.study import preset
+
+    for study in (preset("default"), fake_study()):
+        specs = study.expand()
+        for spec in specs[:3]:
+            blob = json.dumps(
+                {"model": spec.model.to_dict(), "train": spec.train.to_dict()},
+                sort_keys=True,
+                separators=(",", ":"),
+            )
+            assert spec.data_sha256 is None and spec.hash == hashlib.sha256(blob.encode()).hexdigest()[:16]
+            assert spec.config_dict() == {"model": spec.model.to_dict(), "train": spec.train.to_dict()}
+        assert study.config_hash(specs) == study.config_hash()
+
+
+def test_a_changed_data_file_is_run_again(tmp_path, monkeypatch):
+    import hashlib
+
+    import depthlab.train.data as data_mod
+
+    data = tmp_path / "data.txt"
+    data.write_bytes(b"def f(x):\n    return x + 1\n" * 40)
+    reads = []
+    real = data_mod.read_data_file
+    monkeypatch.setattr(data_mod, "read_data_file", lambda p: reads.append(p) or real(p))
+    study = _data_study(data)
+    assert reads == [str(data)]  # the grid is expanded (validated) once on loading: one read
+    specs = study.expand()
+    assert reads == [str(data)] * 2  # hashed once per expansion, not once per run
+    assert {s.data_sha256 for s in specs} == {hashlib.sha256(data.read_bytes()).hexdigest()}
+    db = str(tmp_path / "s.sqlite")
+    first = run_study(study, db=db, task=fake_task, progress=False, out=io.StringIO(), tensorboard=False)
+    again = run_study(study, db=db, task=fake_task, progress=False, out=io.StringIO(), tensorboard=False)
+    assert (first.ran, again.skipped, again.ran) == (4, 4, 0)
+    with data.open("ab") as f:
+        f.write(b"# one more line\n")
+    changed = run_study(study, db=db, task=fake_task, progress=False, out=io.StringIO(), tensorboard=False)
+    assert (changed.skipped, changed.ran) == (0, 4)  # the old results were on other data
+    assert changed.study_id != first.study_id  # a new version of the study: its runs do not mix
+    with Store(db) as s:
+        latest = s.find_study("mydata")
+        assert latest["id"] == changed.study_id and len(s.runs(latest["id"])) == 4
+        stored = {r["config_hash"]: r["config"] for r in s.runs(latest["id"])}
+        assert all(c["data_sha256"] == hashlib.sha256(data.read_bytes()).hexdigest() for c in stored.values())
+
+
+def test_a_missing_data_file_is_one_input_error(tmp_path):
+    from depthlab import ConfigError, InputError
+
+    with pytest.raises(InputError, match=r"^train\.data: data file \S+nope\.txt does not exist$"):
+        _data_study(tmp_path / "nope.txt")
+    from depthlab.study import StudyConfig
+
+    with pytest.raises(ConfigError, match="data="):  # refused before any run, as training would
+        StudyConfig.from_dict({"name": "x", "train": {"task": "copy", "data": str(tmp_path / "nope.txt")}})
+
+
+def test_a_data_file_changed_during_the_study_is_not_stored_under_the_old_key(tmp_path, monkeypatch):
+    import types
+
+    import depthlab.train
+    from depthlab.study import worker
+
+    data = tmp_path / "data.txt"
+    data.write_bytes(b"some text to train on\n" * 50)
+    spec = _data_study(data).expand()[0]
+    monkeypatch.setattr(worker, "probe_at_init", lambda s: (None, "skipped"))
+    trained = types.SimpleNamespace(data_info={"sha256": "0" * 64}, metrics=[], to_dict=dict)
+    monkeypatch.setattr(depthlab.train, "train", lambda *a, **k: trained)
+    payload = worker.execute(None, spec)
+    assert "train.data" in payload["error"] and "changed during the study" in payload["error"]
+    trained.data_info["sha256"] = spec.data_sha256
+    assert "error" not in worker.execute(None, spec)

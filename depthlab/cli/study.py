@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from depthlab.errors import InputError
 from depthlab.study.executors import EXECUTORS, available_cores
 from depthlab.study.store import DEFAULT_DB
 
@@ -25,12 +26,16 @@ def add_parser(sub) -> None:
         help="run a grid of training runs (resumable) and write its report",
         description="Expand a grid (a preset or a YAML file) into runs, skip those the store already "
         "holds, run the rest on a local process pool or Ray, store every result in SQLite, then write "
-        "the HTML report and print an outcome table. Re-running the same command resumes.",
+        "the HTML report and print an outcome table. Re-running the same command resumes. Each finished "
+        "run's curves are also written as TensorBoard events under <db folder>/tensorboard/<study name>/"
+        "<run>/ (see them all with: tensorboard --logdir <db folder>/tensorboard).",
     )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--preset", help="default (the main job), smoke (tests), full (long); default: default")
     src.add_argument("--grid", metavar="FILE.yaml", help="a grid file: model/train base config and axes")
-    p.add_argument("--db", default=DEFAULT_DB, help=f"the study store (default {DEFAULT_DB})")
+    p.add_argument(
+        "--db", default=DEFAULT_DB, help=f"the study store (default {DEFAULT_DB}); any other file is refused"
+    )
     p.add_argument(
         "--workers",
         type=int,
@@ -66,6 +71,9 @@ def run(args) -> int:
     study = load_study(args)  # a bad grid stops here, before the store is touched
     if args.dry_run:
         return dry_run(study, args.db)
+    report_dir = None if args.no_report else (args.report or default_report_dir(args.db, study.name))
+    if report_dir is not None:
+        check_report_dir(report_dir)  # refused now, not after every run has been run and stored
     from depthlab.study import run_study
 
     res = run_study(
@@ -75,9 +83,40 @@ def run(args) -> int:
     print(f"\nstudy {study.name!r}: ran {res.ran} of {res.total} runs in {res.seconds:.0f} s ({done})")
     if res.elsewhere:
         print(f"{res.elsewhere} runs were left to another depthlab process running this study")
-    report_dir = None if args.no_report else (args.report or default_report_dir(args.db, study.name))
+    if res.events_dir:
+        print(
+            f"TensorBoard events: {res.events_dir} (tensorboard --logdir {os.path.dirname(res.events_dir)})"
+        )
     print_summary(args.db, res.study_id, report_dir)
     return 1 if res.failed else 0
+
+
+def check_report_dir(out_dir: str) -> None:
+    """Refuse (InputError naming --report) a report folder that the report at the end would refuse: a
+    file, a non-empty folder that is not an earlier depthlab report (no marker file), or a place where
+    no folder can be made. Creates nothing."""
+    from depthlab.report import MARKER
+
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise InputError(f"report folder {out_dir} exists and is not a folder; choose another --report")
+    try:
+        used = os.path.isdir(out_dir) and os.listdir(out_dir)
+    except OSError as e:
+        raise InputError(
+            f"cannot read the report folder {out_dir}: {e.strerror}; choose another --report"
+        ) from None
+    if used and not os.path.exists(os.path.join(out_dir, MARKER)):
+        raise InputError(
+            f"report folder {out_dir} exists and is not a depthlab report folder; "
+            "choose another --report (or --no-report)"
+        )
+    parent = os.path.abspath(out_dir)
+    while not os.path.exists(parent):  # the nearest existing folder is where the report's folders go
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(
+            f"cannot write the report to {out_dir} ({parent} is not a writable folder); choose another --report"
+        )
 
 
 def print_summary(db: str, study: str | int, report_dir: str | None) -> None:
@@ -97,7 +136,7 @@ def dry_run(study, db: str) -> int:
     from depthlab.study import Store
 
     known = {}
-    if os.path.isfile(db):
+    if os.path.isfile(db) and os.path.getsize(db) > 0:  # an empty file would become a new store
         with Store(db, create=False) as s:
             known = {
                 r["config_hash"]: r["status"] for r in s.conn.execute("SELECT config_hash, status FROM runs")

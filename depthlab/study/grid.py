@@ -27,7 +27,7 @@ import itertools
 import json
 import os
 import typing
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.errors import ConfigError, InputError
@@ -37,25 +37,47 @@ TRAIN_FIELDS = {f.name for f in fields(TrainConfig)}
 TOP_KEYS = ("name", "description", "model", "train", "axes")
 
 
-def run_hash(model: ModelConfig, train: TrainConfig) -> str:
-    """The stable key of a run: sha256 of the canonical JSON of both resolved configs (16 hex digits)."""
-    blob = json.dumps(
-        {"model": model.to_dict(), "train": train.to_dict()}, sort_keys=True, separators=(",", ":")
-    )
+def run_hash(model: ModelConfig, train: TrainConfig, data_sha256: str | None = None) -> str:
+    """The stable key of a run (16 hex digits): sha256 of the canonical JSON of both resolved configs,
+    plus ``data_sha256`` (the content hash of a user's ``train.data`` file) when given.
+
+    Without ``data_sha256`` (the default corpus) the key is the configs' hash alone, exactly as stores
+    written before data hashes existed key their runs, so they still resume.
+    """
+    key = {"model": model.to_dict(), "train": train.to_dict()}
+    if data_sha256 is not None:
+        key["data_sha256"] = data_sha256
+    blob = json.dumps(key, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def data_file_sha256(path: str) -> str:
+    """The SHA-256 (hex) of a user's data file, as training records it (``depthlab.train.data``: the
+    sha256 of the file's bytes, which ``train --resume`` compares). A missing, empty or unreadable file
+    is an InputError of one line naming ``train.data``."""
+    from depthlab.train.data import read_data_file  # imported here: it imports torch
+
+    try:
+        data = read_data_file(path)
+    except InputError as e:
+        raise InputError(f"train.data: {e}") from None
+    return hashlib.sha256(data).hexdigest()
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One run of a study: both resolved configs and the axis values that chose them."""
+    """One run of a study: both resolved configs, the axis values that chose them, and the content
+    hash of its ``train.data`` file (None on the default corpus), which is part of the run's key so
+    that a changed data file is a new run, not a done one."""
 
     model: ModelConfig
     train: TrainConfig
     axes: dict = field(default_factory=dict)
+    data_sha256: str | None = None
 
     @property
     def hash(self) -> str:
-        return run_hash(self.model, self.train)
+        return run_hash(self.model, self.train, self.data_sha256)
 
     @property
     def label(self) -> str:
@@ -63,7 +85,10 @@ class RunSpec:
         return axes_label(self.axes)
 
     def config_dict(self) -> dict:
-        return {"model": self.model.to_dict(), "train": self.train.to_dict()}
+        d = {"model": self.model.to_dict(), "train": self.train.to_dict()}
+        if self.data_sha256 is not None:
+            d["data_sha256"] = self.data_sha256
+        return d
 
 
 def axes_label(axes: dict) -> str:
@@ -220,17 +245,26 @@ class StudyConfig:
             d["description"] = self.description
         return d
 
-    def config_hash(self) -> str:
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
+    def config_hash(self, specs: list[RunSpec] | None = None) -> str:
+        """The grid's key (16 hex digits). Given its expanded ``specs``, the content hashes of their
+        ``train.data`` files join it (none on the default corpus: the key is the grid's alone), so a
+        changed data file makes a new version of the study in the store, as a changed grid does, and
+        the old version's runs do not mix with the new ones."""
+        key = self.to_dict()
+        data = sorted({(s.train.data, s.data_sha256) for s in specs or [] if s.data_sha256 is not None})
+        if data:
+            key = {"grid": key, "data_sha256": data}
+        blob = json.dumps(key, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def expand(self) -> list[RunSpec]:
         """Every combination of the axes (first axis slowest), built and validated; duplicates dropped.
 
-        Raises ConfigError (the field named, plus the combination) if any combination is invalid.
+        Raises ConfigError (the field named, plus the combination) if any combination is invalid, and
+        InputError if a ``train.data`` file cannot be read (its content hash is part of each run's key).
         """
         axes = [(name, _axis_values(name, values)) for name, values in self.axes.items()]
-        runs, seen = [], set()
+        runs, seen, digests = [], set(), {}
         for combo in itertools.product(*[vals for _, vals in axes]):
             labels = {name: label for (name, _), (label, _) in zip(axes, combo)}
             model, train = dict(self.model), dict(self.train)
@@ -238,6 +272,10 @@ class StudyConfig:
                 model.update(over["model"])
                 train.update(over["train"])
             spec = _build(model, train, labels)
+            if spec.train.data is not None:  # each data file is read and hashed once per expansion
+                if spec.train.data not in digests:
+                    digests[spec.train.data] = data_file_sha256(spec.train.data)
+                spec = replace(spec, data_sha256=digests[spec.train.data])
             if spec.hash not in seen:
                 seen.add(spec.hash)
                 runs.append(spec)
@@ -267,6 +305,8 @@ def _build(model: dict, train: dict, labels: dict) -> RunSpec:
         ) from None
     if t.task == "lm" and t.seq_len > m.max_len:
         raise ConfigError("seq_len", t.seq_len, f"<= model max_len={m.max_len}")
+    if t.data is not None and t.task != "lm":  # as depthlab.train.tasks refuses it, but before any run
+        raise ConfigError("data", t.data, f"unset for task {t.task} (train.data is the lm corpus)")
     return RunSpec(model=m, train=t, axes=labels)
 
 

@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from depthlab.study.executors import available_cores, check_executor, make_executor, threads_per_worker
 from depthlab.study.grid import RunSpec, StudyConfig
 from depthlab.study.store import DEFAULT_DB, Store, owner_id
+from depthlab.study.tensorboard import StudyEvents
 from depthlab.study.worker import Task
 
 
 @dataclass
 class StudyOutcome:
     """What a study call did: the study id, runs in the grid, already done before, run now, failed
-    now, left to another live driver, and the wall time in seconds."""
+    now, left to another live driver, the wall time in seconds, and where the TensorBoard events went."""
 
     study_id: int
     total: int
@@ -33,6 +34,7 @@ class StudyOutcome:
     elsewhere: int = 0
     seconds: float = 0.0
     outcomes: dict = field(default_factory=dict)
+    events_dir: str | None = None  # the study's TensorBoard folder, once a run's events are in it
 
 
 def run_study(
@@ -44,34 +46,42 @@ def run_study(
     task: Task | None = None,
     progress: bool = True,
     out=None,
+    tensorboard: bool = True,
 ) -> StudyOutcome:
     """Run every run of ``study`` not yet done in the store at ``db``; returns a StudyOutcome.
 
     ``task`` replaces the per-run work (default: probe at init, then train); it must be picklable
     (a module-level function) and return a payload dict (see ``depthlab.study.worker``).
-    ``out`` receives the per-run lines (default stdout).
+    ``out`` receives the per-run lines (default stdout). ``tensorboard``: write each finished run's
+    curves as TensorBoard events (``depthlab.study.tensorboard``: ``<db folder>/tensorboard/<study>/``).
     """
     out = out or sys.stdout
     check_executor(executor, workers, ray_address)  # before the store is created or touched
     specs = study.expand()
     threads = threads_per_worker(workers)
     with Store(db) as store:
-        sid = store.add_study(study.name, study.to_dict(), study.config_hash(), specs)
+        sid = store.add_study(study.name, study.to_dict(), study.config_hash(specs), specs)
         status = {r["config_hash"]: r for r in store.runs(sid)}
         todo = [(status[s.hash]["id"], s) for s in specs if status[s.hash]["status"] != "done"]
         todo = deque(sorted(todo, key=lambda t: -run_cost(t[1])))  # longest first: a shorter makespan
         res = StudyOutcome(study_id=sid, total=len(specs), skipped=len(specs) - len(todo))
         print(
             f"study {study.name!r}: {res.total} runs, {res.skipped} already done, {len(todo)} to run "
-            f"({executor}: {workers} workers x {threads} threads, {available_cores()} cores) -> {db}",
+            f"({executor}: {plural(workers, 'worker')} x {plural(threads, 'thread')}, "
+            f"{plural(available_cores(), 'core')}) -> {db}",
             file=out,
             flush=True,
         )
         if todo:
-            _drive(
-                store, todo, make_executor(executor, workers, threads, task, ray_address), res, progress, out
-            )
+            events = StudyEvents(db, study.name) if tensorboard else None
+            ex = make_executor(executor, workers, threads, task, ray_address)
+            _drive(store, todo, ex, res, progress, out, events)
     return res
+
+
+def plural(n: int, word: str) -> str:
+    """``1 worker``, ``2 workers``."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def run_cost(spec: RunSpec) -> int:
@@ -80,8 +90,11 @@ def run_cost(spec: RunSpec) -> int:
     return (m.enc_depth + m.dec_depth) * t.steps * t.batch_size * t.seq_len
 
 
-def _drive(store: Store, todo: deque, ex, res: StudyOutcome, progress: bool, out) -> None:
-    """Keep the executor full, write each result as it lands, print a line per finished run."""
+def _drive(
+    store: Store, todo: deque, ex, res: StudyOutcome, progress: bool, out, events: StudyEvents | None
+) -> None:
+    """Keep the executor full, write each result as it lands (the store, then TensorBoard events),
+    print a line per finished run."""
     from tqdm import tqdm
 
     owner, start, specs = owner_id(), time.time(), {}
@@ -102,12 +115,15 @@ def _drive(store: Store, todo: deque, ex, res: StudyOutcome, progress: bool, out
                 break
             rid, payload = ex.next_done()
             status = store.finish(rid, payload)
+            spec = specs.pop(rid)
+            if events is not None and events.write(spec, payload):
+                res.events_dir = events.root
             res.ran += 1
             res.failed += status == "failed"
             outcome = (payload.get("result") or {}).get("outcome") or status
             res.outcomes[outcome] = res.outcomes.get(outcome, 0) + 1
             bar.update(1)
-            line = run_line(res.skipped + res.ran + res.elsewhere, res.total, specs.pop(rid), status, payload)
+            line = run_line(res.skipped + res.ran + res.elsewhere, res.total, spec, status, payload)
             if bar.disable:
                 print(line, file=out, flush=True)
             else:

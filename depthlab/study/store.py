@@ -48,27 +48,81 @@ def owner_is_gone(owner: str | None) -> bool:
     return False
 
 
+SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite 3 database file
+
+
+def check_sqlite_header(path: str) -> None:
+    """Refuse (InputError) an existing, non-empty file that is not a SQLite database; reads 16 bytes."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_MAGIC))
+    except FileNotFoundError:
+        return  # a new store
+    except IsADirectoryError:
+        raise InputError(f"{path} is a folder, not a study store; choose another --db") from None
+    except OSError as e:
+        raise InputError(f"cannot open study store {path}: {e.strerror}") from None
+    if head and head != SQLITE_MAGIC:
+        raise InputError(f"{path} is not a depthlab store (it is not a SQLite database); choose another --db")
+
+
+def check_is_store(conn: sqlite3.Connection, path: str, create: bool) -> None:
+    """Refuse (InputError) a database that holds anything but a depthlab store, before it is changed.
+
+    A depthlab store has ``schema_version`` and, once migrated, ``studies`` and ``runs`` (a newer
+    depthlab's extra tables are allowed: :func:`migrate` then refuses it by version). A database with
+    no table at all is a new store when ``create``, and refused otherwise (a report never creates one).
+    Only reads ``sqlite_master``, so a user's database is left byte for byte as it was.
+    """
+    tables = {
+        r[0]
+        for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND substr(name, 1, 7) != 'sqlite_'"
+        )
+    }
+    if not tables:
+        if create:
+            return
+        raise InputError(f"{path} is not a depthlab store (it is empty); choose another --db")
+    if "schema_version" in tables and ({"studies", "runs"} <= tables or tables == {"schema_version"}):
+        return
+    shown = ", ".join(sorted(tables)[:8]) + (", ..." if len(tables) > 8 else "")
+    raise InputError(f"{path} is not a depthlab store (it holds tables: {shown}); choose another --db")
+
+
 class Store:
-    """A study store at ``path``. ``create=False`` refuses a missing file (reports never create one)."""
+    """A study store at ``path``. ``create=False`` refuses a missing file (reports never create one).
+
+    An existing file that is not a depthlab store (another SQLite database, any other file) is refused
+    with an InputError before anything is written to it (:func:`check_is_store`)."""
 
     def __init__(self, path: str = DEFAULT_DB, create: bool = True):
         if not create and not os.path.isfile(path):
             raise InputError(f"no study store at {path}")
-        parent = os.path.dirname(os.path.abspath(path))
-        try:
-            os.makedirs(parent, exist_ok=True)
-            self.conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-            self.conn.row_factory = sqlite3.Row
-            self.conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            self.conn.execute("PRAGMA journal_mode = WAL")
-            self.conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: a killed process loses nothing
-            self.conn.execute("PRAGMA foreign_keys = ON")
-            self.version = migrate(self.conn)
-        except sqlite3.DatabaseError as e:
-            raise InputError(f"{path} is not a usable study store: {e}") from None
-        except OSError as e:
-            raise InputError(f"cannot open study store {path}: {e.strerror}") from None
+        check_sqlite_header(path)
         self.path = path
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self.conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        except (sqlite3.DatabaseError, OSError) as e:
+            raise _open_error(path, e) from None
+        try:
+            self.version = self._prepare(create)
+        except BaseException as e:
+            self.conn.close()
+            if isinstance(e, (sqlite3.DatabaseError, OSError)):
+                raise _open_error(path, e) from None
+            raise
+
+    def _prepare(self, create: bool) -> int:
+        """Check the file is a store (reading only), then set WAL mode and migrate; returns the version."""
+        self.conn.row_factory = sqlite3.Row
+        self.conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        check_is_store(self.conn, self.path, create)  # before anything is written
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: a killed process loses nothing
+        self.conn.execute("PRAGMA foreign_keys = ON")
+        return migrate(self.conn)
 
     def close(self) -> None:
         self.conn.close()
@@ -251,6 +305,13 @@ class Store:
     def integrity(self) -> str:
         """``PRAGMA integrity_check``: "ok" for a sound file."""
         return self.conn.execute("PRAGMA integrity_check").fetchone()[0]
+
+
+def _open_error(path: str, e: Exception) -> InputError:
+    """The one-line InputError for a store that cannot be opened or read."""
+    if isinstance(e, OSError):
+        return InputError(f"cannot open study store {path}: {e.strerror or e}")
+    return InputError(f"{path} is not a usable study store: {e}")
 
 
 def _num(v):

@@ -10,13 +10,13 @@ JSON) or ``probe_error``, ``host``, ``pid``, ``seconds``, and ``error`` (a trace
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 import time
 import traceback
 from collections.abc import Callable
 
+from depthlab.jsonable import finite_or_none
 from depthlab.study.grid import RunSpec
 
 Task = Callable[[RunSpec], dict]
@@ -55,10 +55,15 @@ def probe_and_train(spec: RunSpec) -> dict:
 
     probe, probe_error = probe_at_init(spec)
     result = train(spec.model, spec.train, None, progress=False)
+    trained_on = (result.data_info or {}).get("sha256")
+    if spec.data_sha256 is not None and trained_on != spec.data_sha256:
+        # the run's key names the data the study was expanded with: a file changed since must not be
+        # stored under it (re-running the study keys the run by the new content)
+        raise RuntimeError(f"train.data {spec.train.data} changed during the study (sha256 differs)")
     return {
-        "result": _finite_or_none(result.to_dict()),
-        "metrics": [_finite_or_none(r) for r in result.metrics],
-        "data_info": _finite_or_none(result.data_info),
+        "result": finite_or_none(result.to_dict()),
+        "metrics": [finite_or_none(r) for r in result.metrics],
+        "data_info": finite_or_none(result.data_info),
         "probe": probe,
         "probe_error": probe_error,
     }
@@ -84,17 +89,6 @@ def probe_at_init(spec: RunSpec) -> tuple[dict | None, str | None]:
         model = build_model(spec.model)
         batch = make_task(spec.model, spec.train).train_batch(1)  # the run's first batch
         inputs = batch.args[0] if len(batch.args) == 1 else batch.args
-        return _finite_or_none(probe(model, inputs, loss="lm").to_dict()), None
+        return finite_or_none(probe(model, inputs, loss="lm").to_dict()), None
     except Exception as e:  # a probe that cannot run must not stop the training run
         return None, f"{type(e).__name__}: {e}"
-
-
-def _finite_or_none(obj):
-    """Replace NaN/inf by None, recursively, so that JSON and SQLite see a missing value, not garbage."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite_or_none(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite_or_none(v) for v in obj]
-    return obj

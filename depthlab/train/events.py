@@ -34,16 +34,16 @@ class Events:
         """Write one metrics record (and ``extra`` scalars such as val/bpb) at ``record["step"]``."""
         step = record["step"]
         scalars = {
-            "train/loss": record["loss"],
-            "train/lr": record["lr"],
-            "train/grad_norm": record["grad_norm"],
-            "train/tokens_per_s": record["tokens_per_s"],
-            "val/loss": record["val_loss"],
+            "train/loss": record.get("loss"),
+            "train/lr": record.get("lr"),
+            "train/grad_norm": record.get("grad_norm"),
+            "train/tokens_per_s": record.get("tokens_per_s"),
+            "val/loss": record.get("val_loss"),
             **(extra or {}),
         }
-        for row in record["layers"]:
+        for row in record.get("layers") or []:
             for key, group in LAYER_TAGS.items():
-                scalars[f"{group}/layer_{row['index']:02d}"] = row[key]
+                scalars[f"{group}/layer_{row['index']:02d}"] = row.get(key)
         for tag, value in scalars.items():
             if value is not None and not (isinstance(value, float) and math.isnan(value)):
                 self.writer.add_scalar(tag, value, step)
@@ -51,3 +51,19 @@ class Events:
 
     def close(self) -> None:
         self.writer.close()
+
+
+def write_records(
+    out_dir: str, records: list[dict], final: dict | None = None, purge_step: int | None = None
+) -> None:
+    """Write a finished run's metrics records (the ``on_log`` records, in step order) as TensorBoard
+    events in ``out_dir``, with the ``final`` scalars (e.g. ``{"val/bpb": ...}``) at the last step.
+
+    ``purge_step`` hides, in TensorBoard, what an earlier event file in ``out_dir`` holds from that step
+    on (a run written again replaces its curves; nothing is deleted)."""
+    events = Events(out_dir, purge_step=purge_step)
+    try:
+        for i, record in enumerate(records):
+            events.log(record, final if i == len(records) - 1 else None)
+    finally:
+        events.close()
