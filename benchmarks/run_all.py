@@ -31,7 +31,12 @@ ORDER = [
     "study_throughput",
     "gpu",
 ]
-CAPS = {"throughput": 480, "memory_depth": 420, "study_throughput": 300, "gpu": 600}  # seconds; others get DEFAULT_CAP
+CAPS = {
+    "throughput": 480,
+    "memory_depth": 420,
+    "study_throughput": 300,
+    "gpu": 600,
+}  # seconds; others get DEFAULT_CAP
 DEFAULT_CAP = 180
 NOTES = "<!-- notes: everything below this line is kept by run_all.py -->"
 
