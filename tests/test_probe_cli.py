@@ -30,6 +30,14 @@ def test_no_attention_skip_reports_vanishing_gradient(tmp_path, capsys, one_thre
     assert len(d["layers"]) == 49
 
 
+def test_no_context_drops_the_position_varying_gradient_only(tmp_path, capsys, one_thread):
+    small = "probe --layers 3 --d-model 16 --heads 2 --batch-size 2 --seq-len 8"
+    full, core = _probe_json(small, tmp_path, capsys), _probe_json(f"{small} --no-context", tmp_path, capsys)
+    assert all(row["context_grad_norm"] is None for row in core["layers"])
+    assert all(row["context_grad_norm"] is not None for row in full["layers"])
+    assert [r["grad_norm"] for r in core["layers"]] == [r["grad_norm"] for r in full["layers"]]
+
+
 def test_pre_ln_without_final_norm_reports_it(tmp_path, capsys, one_thread):
     d = _probe_json(f"{ACCEPTANCE} --wrap pre --final-norm off", tmp_path, capsys)
     assert "missing-final-norm" in _codes(d, "error")

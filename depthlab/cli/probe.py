@@ -52,6 +52,12 @@ def add_parser(sub) -> None:
         help="relative weight perturbation for the output-change column (default 1e-3; 0 = off)",
     )
     g.add_argument(
+        "--no-context",
+        action="store_true",
+        help="skip the position-varying gradient (one backward pass fewer; the vanishing-gradient verdict "
+        "then reads the plain gradient only, which misses rank collapse without the attention skip)",
+    )
+    g.add_argument(
         "--jacobian",
         type=int,
         default=0,
@@ -138,6 +144,7 @@ def _probe_depthlab(args, cfg):
         args.loss,
         perturbation=args.perturbation,
         jacobian_probes=args.jacobian,
+        context=not args.no_context,
         seed=args.seed,
         model_config=cfg.to_dict(),
     )
@@ -159,7 +166,13 @@ def _probe_hf(args):
     tokens = text_batch(args.batch_size, args.seq_len, config.vocab_size, args.seed)
     batch = {"input_ids": tokens, "decoder_input_ids": tokens} if config.is_encoder_decoder else tokens
     result = probe(
-        model, batch, args.loss, perturbation=args.perturbation, jacobian_probes=args.jacobian, seed=args.seed
+        model,
+        batch,
+        args.loss,
+        perturbation=args.perturbation,
+        jacobian_probes=args.jacobian,
+        context=not args.no_context,
+        seed=args.seed,
     )
     return f"hf {config.model_type}", result
 
