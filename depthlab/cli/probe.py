@@ -138,16 +138,18 @@ def _probe_depthlab(args, cfg):
     tokens = text_batch(args.batch_size, args.seq_len, cfg.vocab_size, args.seed)
     batch = (text_batch(args.batch_size, args.seq_len, cfg.vocab_size, args.seed + 1), tokens)
     batch = batch if cfg.arch == "encdec" else tokens
-    return probe(
-        model,
-        batch,
-        args.loss,
-        perturbation=args.perturbation,
-        jacobian_probes=args.jacobian,
-        context=not args.no_context,
-        seed=args.seed,
-        model_config=cfg.to_dict(),
-    )
+    return probe(model, batch, **_probe_options(args), model_config=cfg.to_dict())
+
+
+def _probe_options(args) -> dict:
+    """The probe's keyword arguments from the flags (shared by depthlab and HF models)."""
+    return {
+        "loss": args.loss,
+        "perturbation": args.perturbation,
+        "jacobian_probes": args.jacobian,
+        "context": not args.no_context,
+        "seed": args.seed,
+    }
 
 
 def _probe_hf(args):
@@ -165,15 +167,7 @@ def _probe_hf(args):
         raise ConfigError("seq_len", args.seq_len, f"<= {limit}, the model's max positions")
     tokens = text_batch(args.batch_size, args.seq_len, config.vocab_size, args.seed)
     batch = {"input_ids": tokens, "decoder_input_ids": tokens} if config.is_encoder_decoder else tokens
-    result = probe(
-        model,
-        batch,
-        args.loss,
-        perturbation=args.perturbation,
-        jacobian_probes=args.jacobian,
-        context=not args.no_context,
-        seed=args.seed,
-    )
+    result = probe(model, batch, **_probe_options(args))
     return f"hf {config.model_type}", result
 
 
