@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from depthlab.cli.common import add_json_flag, add_model_flags, model_config_from_args, write_json
+from depthlab.cli.common import (
+    add_json_flag,
+    add_model_flags,
+    check_output_file,
+    model_config_from_args,
+    write_json,
+)
 
 
 def add_parser(sub) -> None:
@@ -20,7 +26,9 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from depthlab.model.explain import explain, format_explain
 
-    info = explain(model_config_from_args(args))
+    cfg = model_config_from_args(args)
+    check_output_file(args.json, "--json")  # before anything is printed
+    info = explain(cfg)
     if args.json == "-":
         write_json(info, "-")
         return 0
