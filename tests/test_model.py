@@ -6,9 +6,10 @@ import math
 import pytest
 import torch
 
-from depthlab import ConfigError, ModelConfig, build_model
+from depthlab import ConfigError, InputError, ModelConfig, build_model
 from depthlab.config import ARCHS, NEEDS_NORM, WRAPS
 from depthlab.model.init import admin_omega, layerscale_init, lns_scale
+from depthlab.model.norms import RMSNorm
 from depthlab.model.stack import layer_wraps, uses_final_norm
 
 torch.set_num_threads(1)
@@ -75,6 +76,8 @@ def test_final_norm_auto_follows_the_stream():
         assert uses_final_norm(ModelConfig(wrap=wrap)), wrap
     assert not uses_final_norm(ModelConfig(wrap="pre", final_norm="off"))
     assert uses_final_norm(ModelConfig(wrap="post", final_norm="on"))
+    assert uses_final_norm(ModelConfig(wrap="mix", mix_ratio=0.75))  # pre layers on top
+    assert not uses_final_norm(ModelConfig(wrap="mix", mix_ratio=1.0))  # every layer post-LN
 
 
 def test_constants_follow_the_published_tables():
@@ -223,3 +226,39 @@ def test_xavier_init_gives_unit_scale_embedding_stream():
     cfg = ModelConfig(n_layers=1, d_model=64, position="none")
     _, states = build_model(cfg)(torch.randint(0, 256, (4, 32)), return_states=True)
     assert 0.8 < states[0].pow(2).mean().sqrt().item() < 1.2
+
+
+@pytest.mark.parametrize(("init", "std"), [("gpt2", 0.02), ("xavier", 256**-0.5)])
+def test_untied_head_is_drawn_by_the_scheme(init, std):
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(n_layers=1, d_model=256, n_heads=4, tie_embeddings=False, init=init))
+    assert float(model.head.weight.detach().std()) == pytest.approx(std, rel=0.03)
+
+
+def test_lns_takes_no_depth_scaled_init_and_pre_does():
+    """REFERENCES.md: LayerNorm-Scaling is not combined with GPT-2's 0.02/sqrt(2L) residual init."""
+    stds = {}
+    for wrap in ("lns", "pre"):
+        torch.manual_seed(0)
+        model = build_model(ModelConfig(n_layers=8, d_model=64, n_heads=4, wrap=wrap, init="gpt2"))
+        stds[wrap] = float(model.stack.layers[0].ffn.f.fc2.weight.detach().std())
+    assert stds["lns"] == pytest.approx(0.02, rel=0.05)
+    assert stds["pre"] == pytest.approx(0.02 / math.sqrt(16), rel=0.05)
+
+
+def test_max_len_limits_only_position_tables():
+    tokens = torch.zeros(2, 12, dtype=torch.long)
+    for position in ("learned", "sinusoidal"):
+        model = build_model(ModelConfig(n_layers=1, d_model=16, n_heads=2, max_len=8, position=position))
+        with pytest.raises(InputError, match="exceeds max_len 8"):
+            model(tokens)
+    for position in ("rope", "none"):  # nothing of size max_len: any length runs
+        model = build_model(ModelConfig(n_layers=1, d_model=16, n_heads=2, max_len=8, position=position))
+        assert model(tokens).shape == (2, 12, 256)
+
+
+def test_rmsnorm_keeps_float64():
+    norm = RMSNorm(8).double()
+    x = torch.randn(3, 8, dtype=torch.float64, requires_grad=True)
+    assert norm(x).dtype == torch.float64
+    assert torch.autograd.gradcheck(norm, (x,))

@@ -139,6 +139,26 @@ def test_probe_restores_mixed_train_eval_modes_exactly(one_thread):
     assert {name: m.training for name, m in model.named_modules()} == modes
 
 
+def test_batchnorm_uses_batch_statistics_and_its_buffers_are_restored(one_thread):
+    torch.manual_seed(0)  # eval-mode BatchNorm at init is the identity: the probe would see no norm
+    model = build_model(ModelConfig(n_layers=4, d_model=16, n_heads=2, wrap="post", norm="batchnorm"))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    r = probe(model, torch.randint(0, 256, (B, T)))
+    assert r.column("stream_rms")[1:] == pytest.approx([1.0] * 4, rel=1e-3)  # renormalised every block
+    assert "batch statistics" in r.config["probe"]["mode"]
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # running stats too
+    assert model.training
+
+
+def test_bfloat16_weights_turn_the_output_change_off_with_a_note(one_thread):
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(n_layers=4, d_model=32, n_heads=2, wrap="admin")).to(torch.bfloat16)
+    r = probe(model, torch.randint(0, 256, (B, T)))
+    assert r.config["probe"]["output_change"] is None and r.column("output_change") == [None] * 5
+    assert "bfloat16" in r.config["probe"]["output_change_note"]
+    assert "warmup-required" not in {v["code"] for v in r.verdicts}
+
+
 def test_an_overflowing_stack_gives_strict_json_and_one_non_finite_error(one_thread):
     torch.manual_seed(0)  # post-LN without a norm: every block adds to an unnormalised stream
     model = build_model(ModelConfig(n_layers=200, d_model=16, n_heads=2, wrap="post", norm="none"))

@@ -62,22 +62,33 @@ def lns_scale(layer_index: int) -> float:
 
 
 @torch.no_grad()
-def init_weights(model: nn.Module, scheme: str, n_layers_total: int) -> None:
+def init_weights(model: nn.Module, scheme: str, n_layers_total: int, scale_residual: bool = True) -> None:
     """Initialise every linear and embedding of ``model`` by ``scheme``, then apply DeepNorm's beta.
 
-    ``n_layers_total`` is the L of GPT-2's 0.02/sqrt(2L) residual-projection scaling.
+    ``n_layers_total`` is the L of GPT-2's 0.02/sqrt(2L) residual-projection scaling, applied when
+    ``scale_residual`` (LayerNorm-Scaling turns it off). An untied output head (``model.head``) is
+    drawn like the embeddings: N(0, 0.02) under gpt2 (nanoGPT's lm_head), N(0, d^-1/2) under xavier
+    (fairseq's unshared output projection).
     """
     from depthlab.model.wrappings import DeepNorm  # local: wrappings import nothing from here
 
     for module in model.modules():
         if isinstance(module, Attention):
-            _init_attention(module, scheme, n_layers_total)
+            _init_attention(module, scheme, n_layers_total, scale_residual)
         elif isinstance(module, FeedForward):
             _init_linear(module.fc1, scheme)
-            _init_linear(module.fc2, scheme, residual_out=True, n_layers=n_layers_total)
+            _init_linear(module.fc2, scheme, residual_out=scale_residual, n_layers=n_layers_total)
         elif isinstance(module, nn.Embedding):
             std = 0.02 if scheme == "gpt2" else module.embedding_dim**-0.5
             nn.init.normal_(module.weight, std=std)
+    head = getattr(model, "head", None)
+    tied = any(
+        head is not None and head.weight is m.weight for m in model.modules() if isinstance(m, nn.Embedding)
+    )
+    if isinstance(head, nn.Linear) and not tied:
+        nn.init.normal_(head.weight, std=0.02 if scheme == "gpt2" else head.in_features**-0.5)
+        if head.bias is not None:
+            nn.init.zeros_(head.bias)
     for module in model.modules():
         if isinstance(module, DeepNorm):
             _scale_deepnorm_branch(module.f, module.beta)
@@ -93,7 +104,7 @@ def _init_linear(lin: nn.Linear, scheme: str, residual_out: bool = False, n_laye
         nn.init.zeros_(lin.bias)
 
 
-def _init_attention(attn: Attention, scheme: str, n_layers: int) -> None:
+def _init_attention(attn: Attention, scheme: str, n_layers: int, scale_residual: bool = True) -> None:
     """q, k and v are separate d x d maps, fused for speed: initialise each block on its own fan."""
     fused = attn.kv if attn.cross else attn.qkv
     if attn.cross:
@@ -105,7 +116,7 @@ def _init_attention(attn: Attention, scheme: str, n_layers: int) -> None:
             nn.init.xavier_uniform_(block)
     if fused.bias is not None:
         nn.init.zeros_(fused.bias)
-    _init_linear(attn.out, scheme, residual_out=True, n_layers=n_layers)
+    _init_linear(attn.out, scheme, residual_out=scale_residual, n_layers=n_layers)
 
 
 def _row_blocks(fused: nn.Linear, attn: Attention) -> list[torch.Tensor]:

@@ -19,7 +19,7 @@ from torch import nn
 
 
 class RMSNorm(nn.Module):
-    """a / sqrt(mean(a^2) + eps) * g, computed in float32 (as HF Llama does) and cast back."""
+    """a / sqrt(mean(a^2) + eps) * g, computed in at least float32 (as HF Llama does) and cast back."""
 
     def __init__(self, d: int, eps: float = 1e-6):
         super().__init__()
@@ -27,7 +27,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d))
 
     def forward(self, a: torch.Tensor) -> torch.Tensor:
-        a32 = a.float()
+        a32 = a.to(torch.promote_types(a.dtype, torch.float32))  # float64 stays float64
         out = a32 * torch.rsqrt(a32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * out.to(a.dtype)
 

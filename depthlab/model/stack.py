@@ -14,6 +14,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from depthlab.config import ModelConfig
+from depthlab.errors import InputError
 from depthlab.model.init import admin_omega, deepnorm_constants, init_weights, layerscale_init, lns_scale
 from depthlab.model.layers import Attention, Block, Context, FeedForward, rope_tables
 from depthlab.model.norms import make_norm
@@ -35,7 +36,8 @@ def uses_final_norm(cfg: ModelConfig) -> bool:
     """``final_norm`` resolved: auto is on unless the stream is renormalised by every sublayer."""
     if cfg.final_norm != "auto":
         return cfg.final_norm == "on"
-    return cfg.wrap not in STREAM_NORMALISED and cfg.norm != "none"
+    wrap = "post" if cfg.wrap == "mix" and cfg.mix_ratio >= 1.0 else cfg.wrap  # mix at 1.0: every layer post
+    return wrap not in STREAM_NORMALISED and cfg.norm != "none"
 
 
 class Embedding(nn.Module):
@@ -50,12 +52,15 @@ class Embedding(nn.Module):
             self.register_buffer("sinusoid", sinusoid_table(cfg.max_len, cfg.d_model), persistent=False)
         self.norm = _norm_factory(cfg)() if cfg.embed_norm else nn.Identity()
         self.drop = nn.Dropout(cfg.dropout)
-        self.max_len = cfg.max_len
+        # learned and sinusoidal positions have a table of max_len rows; rope and none have no limit
+        self.max_len = cfg.max_len if cfg.position in ("learned", "sinusoidal") else None
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         T = tokens.shape[1]
-        if T > self.max_len:
-            raise ValueError(f"sequence length {T} exceeds max_len {self.max_len}")
+        if self.max_len is not None and T > self.max_len:
+            raise InputError(
+                f"sequence length {T} exceeds max_len {self.max_len} (the position table's size)"
+            )
         x = self.tok(tokens) * self.scale  # (B, T, d)
         if self.pos is not None:
             x = x + self.pos.weight[:T]
@@ -157,7 +162,8 @@ class EncoderDecoder(nn.Module):
 def build_model(cfg: ModelConfig) -> nn.Module:
     """The model ``cfg`` describes, initialised (see :mod:`depthlab.model.init`)."""
     model = EncoderDecoder(cfg) if cfg.arch == "encdec" else LanguageModel(cfg)
-    init_weights(model, cfg.init, cfg.enc_depth + cfg.dec_depth)
+    # LayerNorm-Scaling replaces GPT-2's depth-scaled residual init (REFERENCES.md: not combined)
+    init_weights(model, cfg.init, cfg.enc_depth + cfg.dec_depth, scale_residual=cfg.wrap != "lns")
     return model
 
 

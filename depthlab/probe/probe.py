@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -79,15 +80,12 @@ def measure(
     _check_args(loss, perturbation, jacobian_probes)
     stack = locate_stack(model)
     norms = find_norms(model, stack)
-    training = [m for m in model.modules() if m.training]  # restored exactly, mixed modes included
-    model.eval()
-    try:
+    coarse = _too_coarse(stack, perturbation)
+    with probe_mode(model) as batch_stats:
         with torch.enable_grad():
             run = _forward_backward(model, batch, loss, stack, norms, jacobian_probes, seed, context)
-        changes, out_change = _perturbed_change(model, batch, stack, norms, run, perturbation, seed)
-    finally:
-        for m in training:
-            m.training = True
+        delta = 0.0 if coarse else perturbation
+        changes, out_change = _perturbed_change(model, batch, stack, norms, run, delta, seed)
     rows = stream_table(run["states"], run["grads"])
     _add_layer_columns(rows, stack, run, changes)
     config = {
@@ -106,12 +104,46 @@ def measure(
             "batch_shape": list(run["states"][0].shape),
             "perturbation": perturbation,
             "output_change": out_change,
+            "output_change_note": coarse,
             "jacobian_probes": jacobian_probes,
             "seed": seed,
-            "mode": "eval",
+            "mode": "eval, batch norms on batch statistics" if batch_stats else "eval",
         },
     }
     return ProbeResult(config, rows)
+
+
+@contextmanager
+def probe_mode(model: nn.Module):
+    """Dropout off (eval mode), except that batch norms use the batch's statistics: at init their
+    running statistics are 0 and 1, so in eval mode they would be the identity and the probe would see
+    a stack without normalisation. Their buffers are restored afterwards, and every module's mode.
+    Yields whether the model has batch norms."""
+    modes = [(m, m.training) for m in model.modules()]
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    saved = [(b, b.detach().clone()) for m in bns for b in m.buffers(recurse=False)]
+    model.eval()
+    for m in bns:
+        m.train()
+    try:
+        yield bool(bns)
+    finally:
+        with torch.no_grad():
+            for buf, value in saved:
+                buf.copy_(value)
+        for m, training in modes:
+            m.training = training
+
+
+def _too_coarse(stack: StackInfo, delta: float) -> str | None:
+    """Why the output change cannot be measured (None if it can): weights whose float format cannot
+    hold a relative change of ``delta`` (bfloat16's step is 2^-7 = 0.0078: a 1e-3 change rounds away
+    or jumps a whole step, which inflates the measure several times)."""
+    dtypes = {p.dtype for ps in stack.layer_params for p in ps if p.ndim >= 2 and p.is_floating_point()}
+    coarse = sorted(str(t).removeprefix("torch.") for t in dtypes if torch.finfo(t).eps > delta / 8)
+    if not delta or not coarse:
+        return None
+    return f"not measured: {', '.join(coarse)} weights cannot hold a {delta:g} relative perturbation"
 
 
 def _check_args(loss, perturbation, jacobian_probes) -> None:

@@ -70,7 +70,8 @@ class ProbeResult:
             f"loss {pr['loss']} = {pr['loss_value']:.4g}",
             f"final norm: {_yes(st['final_norm'])}   stream renormalised by each block: "
             f"{_yes(st['stream_normalised'])}   output change {_num(pr['output_change'])} under a relative "
-            f"weight perturbation of {pr['perturbation']:g}",
+            f"weight perturbation of {pr['perturbation']:g}"
+            + (f" ({pr['output_change_note']})" if pr.get("output_change_note") else ""),
         ]
         return lines + ([f"note: {st['note']}"] if st["note"] else [])
 
