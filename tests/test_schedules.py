@@ -28,6 +28,12 @@ def test_noam_is_the_original_formula():
     assert ramp[0] < ramp[1] > ramp[2]
 
 
+def test_cosine_without_warmup_starts_at_the_peak_and_ends_at_the_floor():
+    f = [lr_factor("cosine", t, 0, 10, 64, 0.1) for t in range(1, 11)]
+    assert f[0] == 1.0 and f[-1] == pytest.approx(0.1)
+    assert all(a > b for a, b in zip(f, f[1:]))
+
+
 def test_cosine_warms_up_then_decays_to_the_floor():
     f = [lr_factor("cosine", t, 10, 110, 64, 0.1) for t in range(1, 111)]
     assert f[4] == pytest.approx(0.5) and f[9] == pytest.approx(1.0)

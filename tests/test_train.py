@@ -25,6 +25,7 @@ LAYER_KEYS = [
     "stream_rms",
     "update_ratio",
     "cos_prev",
+    "angular_distance",
     "attn_grad",
     "ffn_grad",
     "param_update",

@@ -79,6 +79,21 @@ def test_an_existing_folder_is_refused_unless_resume_or_force(tmp_path, capsys):
     assert code == 2 and "train.lr" in err
 
 
+def test_force_deletes_only_what_a_run_wrote(tmp_path, capsys):
+    out = tmp_path / "proj"
+    (out / "checkpoints").mkdir(parents=True)
+    (out / "checkpoints" / "my_model.bin").write_text("mine")
+    (out / "config.json").write_text('{"mine": 1}')
+    code, _, err = _cli(capsys, *RUN, "--out", str(out), "--force")  # not a run's config.json: refused
+    assert code == 2 and "is not a depthlab run's config" in err
+    assert (out / "config.json").read_text() == '{"mine": 1}'
+    (out / "config.json").unlink()
+    assert _cli(capsys, *RUN, "--out", str(out), "--force", "--checkpoint-every", "5")[0] == 0
+    assert _cli(capsys, *RUN, "--out", str(out), "--force", "--checkpoint-every", "5")[0] == 0  # over a run
+    assert (out / "checkpoints" / "my_model.bin").read_text() == "mine"  # only step-N.pt files go
+    assert [p.name for p in checkpoint_paths(str(out))] == ["step-000010.pt", "step-000012.pt"]
+
+
 @pytest.mark.parametrize("content", [None, b"", b"tiny"])
 def test_bad_data_file_is_one_line_and_exit_2(tmp_path, capsys, content):
     data = tmp_path / "corpus.txt"

@@ -19,7 +19,9 @@ FIGURE_FILES = ("outcome_map.png", "loss_curves.png", "layer_profiles.png", "bot
 def _prepare(out_dir: str) -> None:
     """Create ``out_dir``, or reuse it if it is empty or an earlier report; refuse anything else."""
     if os.path.isdir(out_dir) and os.listdir(out_dir) and not os.path.exists(os.path.join(out_dir, MARKER)):
-        raise InputError(f"{out_dir} exists and is not a depthlab report folder; choose another report folder")
+        raise InputError(
+            f"{out_dir} exists and is not a depthlab report folder; choose another report folder"
+        )
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise InputError(f"{out_dir} exists and is not a folder")
     try:

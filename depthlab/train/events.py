@@ -15,6 +15,7 @@ LAYER_TAGS = {
     "stream_rms": "stream_rms",
     "update_ratio": "update_ratio",
     "cos_prev": "cos_prev",
+    "angular_distance": "angular_distance",
     "attn_grad": "attn_grad",
     "ffn_grad": "ffn_grad",
     "param_update": "param_update",

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 from pathlib import Path
 
 from depthlab.errors import InputError
@@ -46,8 +45,11 @@ class RunDir:
         self.path = Path(path)
 
     def own_files(self) -> list[Path]:
-        fixed = [self.path / n for n in (CONFIG, METRICS, RESULT, checkpoint.SUBDIR)]
-        return [p for p in fixed if p.exists()] + sorted(self.path.glob(EVENTS_GLOB))
+        """The files a run writes: its JSON files, its checkpoints (step-N.pt only: anything else in
+        checkpoints/ is the user's) and its TensorBoard event files."""
+        fixed = [self.path / n for n in (CONFIG, METRICS, RESULT)]
+        ckpts = checkpoint.checkpoint_paths(str(self.path))
+        return [p for p in fixed if p.is_file()] + ckpts + sorted(self.path.glob(EVENTS_GLOB))
 
     def check(self, resume: bool, force: bool) -> None:
         """Refuse a folder that holds anything, unless resuming or forcing; refuse to resume nothing."""
@@ -66,6 +68,11 @@ class RunDir:
             else:
                 why = f"no {CONFIG}" if any(self.path.iterdir()) else "the folder is empty"
             raise InputError(f"--resume: nothing to resume in {self.path} ({why})")
+        if force and (self.path / CONFIG).is_file() and not self._is_run_config():
+            raise InputError(
+                f"--force: {self.path / CONFIG} is not a depthlab run's config; it is not replaced "
+                "(choose another --out)"
+            )
         if self.path.is_dir() and any(self.path.iterdir()) and not (resume or force):
             raise InputError(
                 f"--out {self.path} already exists and is not empty; --resume continues that run, "
@@ -79,10 +86,21 @@ class RunDir:
         except (FileNotFoundError, FileExistsError, NotADirectoryError, PermissionError) as e:
             raise InputError(f"--out {self.path}: cannot create the folder: {e.strerror}") from None
 
+    def _is_run_config(self) -> bool:
+        """Whether DIR/config.json is one that a depthlab run wrote (model and train sections)."""
+        try:
+            stored = self.read_json(CONFIG)
+        except InputError:  # not even JSON
+            return False
+        return isinstance(stored, dict) and isinstance(stored.get("model"), dict) and "train" in stored
+
     def clear(self) -> None:
-        """Delete the files a run writes (``--force``)."""
+        """Delete the files a run writes (``--force``); checkpoints/ goes too if nothing else is in it."""
         for p in self.own_files():
-            shutil.rmtree(p) if p.is_dir() else p.unlink()
+            p.unlink()
+        folder = self.path / checkpoint.SUBDIR
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
 
     def write_json(self, name: str, obj: dict) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -180,7 +198,8 @@ class RunOutput:
             d.write_metrics(t.metrics)
             from depthlab.train.events import Events
 
-            self.events = Events(str(d.path), purge_step=t.step + 1 if t.step else None)
+            # on resume, drop the killed run's events after the checkpoint (all of them if there was none)
+            self.events = Events(str(d.path), purge_step=t.step + 1 if resume else None)
         return None
 
     def same_run(self, stored: dict) -> None:

@@ -8,7 +8,7 @@ A schedule is a multiplier of the base ``lr`` at update t = 1, 2, ..., steps:
 | linear   | min(1, t / w): linear warmup over w steps, then constant (w=0: 1) | Goyal et al. 2017           |
 | noam     | d^-0.5 * min(t^-0.5, t * w^-1.5)                                 | Vaswani et al. 2017, eq. 3  |
 | cosine   | t / w during warmup, then r + (1 - r) (1 + cos(pi p)) / 2,       | Loshchilov & Hutter 2017    |
-|          | p = (t - w) / (steps - w), r = min_lr_ratio                      |                             |
+|          | p = (t - w') / (steps - w'), w' = max(w, 1), r = min_lr_ratio    |                             |
 
 ``noam`` is the original recipe's whole learning rate, so ``lr`` multiplies it: ``--lr 1 --schedule noam
 --warmup 4000`` is Vaswani et al.'s rate; its peak, at t = w, is lr * (d w)^-0.5.
@@ -34,7 +34,8 @@ def lr_factor(name: str, t: int, warmup: int, steps: int, d_model: int, min_rati
     if name == "cosine":
         if t <= warmup:
             return t / warmup
-        p = min(1.0, (t - warmup) / max(1, steps - warmup))
+        start = max(warmup, 1)  # the first update after warmup (or the very first) takes the peak
+        p = min(1.0, (t - start) / max(1, steps - start))
         return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * p))
     raise ValueError(f"unknown schedule {name!r}")
 

@@ -13,11 +13,12 @@ optimizer step the relative update of each layer's parameters. Other steps pay n
 | stream_rms   | sqrt(mean(stream_i^2))                                                  |
 | update_ratio | ||stream_i - stream_{i-1}|| / ||stream_{i-1}||                          |
 | cos_prev     | mean cosine between each token's vector in stream_i and stream_{i-1}     |
+| angular_distance | arccos(cos_prev) / pi: how far layer i turned the stream (ShortGPT)    |
 | attn_grad    | gradient norm of layer i's self-attention wrapping (sublayer + its norm) |
 | ffn_grad     | gradient norm of layer i's FFN wrapping                                 |
 | param_update | ||W_after - W_before|| / ||W_before|| over all of layer i's parameters   |
 
-The last three are None at i = 0. Gradients are read before clipping. Under DDP each process holds a
+The last four are None at i = 0. Gradients are read before clipping. Under DDP each process holds a
 share of the batch; the shares' statistics are combined so that the numbers equal a one-process run's
 (see :meth:`Telemetry.reduce`).
 """
@@ -27,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from depthlab.probe.stats import stream_table
+from depthlab.probe.stats import angular_distance, stream_table
 from depthlab.train.distributed import Dist
 
 
@@ -95,6 +96,7 @@ class Telemetry:
                     "stream_rms": row["stream_rms"],
                     "update_ratio": row["update_ratio"],
                     "cos_prev": row["cos_prev"],
+                    "angular_distance": row.get("angular_distance"),
                     "attn_grad": attn,
                     "ffn_grad": ffn,
                     "param_update": upd,
@@ -137,6 +139,7 @@ class Telemetry:
                     "stream_rms": (ms / w) ** 0.5,
                     "update_ratio": (num / den) ** 0.5 if i and den > 0 else (None if not i else 0.0),
                     "cos_prev": cos / w if i else None,
+                    "angular_distance": angular_distance(cos / w) if i else None,
                 }
             )
         return out
