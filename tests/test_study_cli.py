@@ -133,3 +133,9 @@ def test_study_help_says_where_the_tensorboard_events_go(capsys):
         main(["study", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "<db folder>/tensorboard/<study name>/<run>/" in text and "tensorboard --logdir" in text
+
+
+def test_dry_run_refuses_a_folder_as_the_store_like_the_real_run(tmp_path, capsys):
+    code = main(["study", "--preset", "smoke", "--db", str(tmp_path), "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 2 and "is a folder, not a study store" in err and len(err.strip().splitlines()) == 1

@@ -139,3 +139,25 @@ def test_presets_expand_and_describe_the_issue_regime():
 def test_unknown_preset():
     with pytest.raises(ConfigError, match="preset"):
         preset("huge")
+
+
+@pytest.mark.parametrize(
+    "axes",
+    [
+        {"wrap": ["post", "pre"], "v": [{"wrap": "sandwich"}]},  # a mapping axis sets wrap too
+        {"steps": [5, 10], "train.steps": [20]},  # the same field, prefixed and not
+    ],
+)
+def test_two_axes_setting_one_field_are_refused(axes):
+    with pytest.raises(ConfigError, match="no other axis sets"):
+        StudyConfig.from_dict({"name": "clash", "axes": axes})
+
+
+def test_a_data_file_too_short_for_the_longest_run_is_refused_before_any_run(tmp_path):
+    data = tmp_path / "short.txt"
+    data.write_text("x" * 400)
+    grid = {"name": "d", "train": {"data": str(data)}, "axes": {"seq_len": [8, 64]}}
+    with pytest.raises(InputError, match="train.data: data .* is too short"):
+        StudyConfig.from_dict(grid)
+    grid["axes"] = {"seq_len": [8, 16]}
+    assert len(StudyConfig.from_dict(grid).expand()) == 2

@@ -134,7 +134,9 @@ def print_summary(db: str, study: str | int, report_dir: str | None) -> None:
 def dry_run(study, db: str) -> int:
     """Print every run with what the store already knows about it."""
     from depthlab.study import Store
+    from depthlab.study.store import check_sqlite_header
 
+    check_sqlite_header(db)  # a folder or a non-SQLite file is refused here as the real run refuses it
     known = {}
     if os.path.isfile(db) and os.path.getsize(db) > 0:  # an empty file would become a new store
         with Store(db, create=False) as s:

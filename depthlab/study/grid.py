@@ -51,17 +51,21 @@ def run_hash(model: ModelConfig, train: TrainConfig, data_sha256: str | None = N
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def data_file_sha256(path: str) -> str:
+def data_file_sha256(path: str, seq_len: int = 0) -> str:
     """The SHA-256 (hex) of a user's data file, as training records it (``depthlab.train.data``: the
-    sha256 of the file's bytes, which ``train --resume`` compares). A missing, empty or unreadable file
-    is an InputError of one line naming ``train.data``."""
-    from depthlab.train.data import read_data_file  # imported here: it imports torch
+    sha256 of the file's bytes, which ``train --resume`` compares). A missing, empty or unreadable file,
+    or one too short for sequences of ``seq_len`` tokens, is an InputError of one line naming
+    ``train.data``, before any run starts."""
+    from depthlab.train.data import check_length, read_data_file, split  # here: they import torch
 
     try:
         data = read_data_file(path)
+        info: dict = {}
+        split(data, info)
+        check_length(path, info, seq_len)
     except InputError as e:
         raise InputError(f"train.data: {e}") from None
-    return hashlib.sha256(data).hexdigest()
+    return info["sha256"]
 
 
 @dataclass(frozen=True)
@@ -264,22 +268,42 @@ class StudyConfig:
         InputError if a ``train.data`` file cannot be read (its content hash is part of each run's key).
         """
         axes = [(name, _axis_values(name, values)) for name, values in self.axes.items()]
-        runs, seen, digests = [], set(), {}
+        _refuse_overlapping_axes(axes)
+        built = []
         for combo in itertools.product(*[vals for _, vals in axes]):
             labels = {name: label for (name, _), (label, _) in zip(axes, combo)}
             model, train = dict(self.model), dict(self.train)
             for _, over in combo:
                 model.update(over["model"])
                 train.update(over["train"])
-            spec = _build(model, train, labels)
-            if spec.train.data is not None:  # each data file is read and hashed once per expansion
-                if spec.train.data not in digests:
-                    digests[spec.train.data] = data_file_sha256(spec.train.data)
+            built.append(_build(model, train, labels))
+        longest: dict[str, int] = {}  # each data file is read, checked and hashed once per expansion
+        for spec in built:
+            if spec.train.data is not None:
+                longest[spec.train.data] = max(longest.get(spec.train.data, 0), spec.train.seq_len)
+        digests = {path: data_file_sha256(path, n) for path, n in longest.items()}
+        runs, seen = [], set()
+        for spec in built:
+            if spec.train.data is not None:
                 spec = replace(spec, data_sha256=digests[spec.train.data])
             if spec.hash not in seen:
                 seen.add(spec.hash)
                 runs.append(spec)
         return runs
+
+
+def _refuse_overlapping_axes(axes: list) -> None:
+    """Two axes that set the same field would overwrite each other: the grid would silently lose one
+    axis and label its runs with values they do not have. ConfigError names the field and both axes."""
+    owner: dict[str, str] = {}
+    for name, values in axes:
+        fields_set = {f"{side}.{k}" for _, over in values for side in ("model", "train") for k in over[side]}
+        for f in sorted(fields_set):
+            if f in owner:
+                raise ConfigError(
+                    f"axes.{name}", f.split(".", 1)[1], f"a field no other axis sets ({owner[f]} sets it)"
+                )
+            owner[f] = f"axes.{name}"
 
 
 def _make(cls, values: dict):

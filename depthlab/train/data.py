@@ -89,14 +89,19 @@ def load_corpus(path: str | None, seq_len: int) -> Corpus:
             "files": [os.path.basename(path)],
         }
         train, val = split(data, info)
+    check_length(path or info["root"], info, seq_len)
+    return Corpus(train=train, val=val, info=info)
+
+
+def check_length(where: str, info: dict, seq_len: int) -> None:
+    """InputError unless both splits recorded in ``info`` (by :func:`split`) hold ``seq_len + 1`` bytes."""
     need = seq_len + 1
-    if len(train) < need or len(val) < need:
+    if info["train_bytes"] < need or info["val_bytes"] < need:
         raise InputError(
-            f"data {path or info['root']} is too short: {info['bytes']} bytes give {len(train)} train / "
-            f"{len(val)} validation bytes; seq-len {seq_len} needs {need} in each "
+            f"data {where} is too short: {info['bytes']} bytes give {info['train_bytes']} train / "
+            f"{info['val_bytes']} validation bytes; seq-len {seq_len} needs {need} in each "
             f"(about {VAL_EVERY * need} bytes in all)"
         )
-    return Corpus(train=train, val=val, info=info)
 
 
 def split(data: bytes, info: dict) -> tuple[torch.Tensor, torch.Tensor]:
