@@ -139,3 +139,42 @@ def test_dry_run_refuses_a_folder_as_the_store_like_the_real_run(tmp_path, capsy
     code = main(["study", "--preset", "smoke", "--db", str(tmp_path), "--dry-run"])
     err = capsys.readouterr().err
     assert code == 2 and "is a folder, not a study store" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_sigterm_stops_the_study_like_ctrl_c(tmp_path):
+    """`kill PID`: exit 1 soon, the workers stopped, the run put back in the queue (not left running)."""
+    import signal
+    import sqlite3
+    import time
+
+    from test_study_run import _children, _gone
+
+    grid = tmp_path / "g.yaml"
+    grid.write_text(
+        "name: long\nmodel: {d_model: 16, n_heads: 2, max_len: 16}\n"
+        "train: {steps: 100000, batch_size: 2, seq_len: 8, log_every: 1000}\naxes: {n_layers: [1, 2]}\n"
+    )
+    db = tmp_path / "s.sqlite"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "depthlab", "study", "--grid", str(grid), "--db", str(db), "--no-report"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.time() + 120
+        while time.time() < end and proc.poll() is None:
+            try:
+                with sqlite3.connect(db, timeout=5) as conn:
+                    if conn.execute("SELECT COUNT(*) FROM runs WHERE status = 'running'").fetchone()[0]:
+                        break
+            except sqlite3.OperationalError:  # not created yet
+                pass
+            time.sleep(0.1)
+        time.sleep(2.0)  # the worker is now inside the run
+        workers = _children(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 1 and "interrupted" in proc.stderr.read()
+        assert _gone(workers, timeout=10)
+        with sqlite3.connect(db) as conn:
+            assert {s for (s,) in conn.execute("SELECT status FROM runs")} == {"queued"}
+    finally:
+        proc.kill()

@@ -174,6 +174,58 @@ def test_sigkill_at_a_random_moment_then_resume(tmp_path):
     assert set(after["metrics"].values()) == expected and len(after["metrics"]) == n
 
 
+def _children(pid: int) -> list[int]:
+    """The pids of ``pid``'s child processes (Linux /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid:
+            out.append(int(entry))
+    return out
+
+
+def _gone(pids: list[int], timeout: float) -> bool:
+    end = time.time() + timeout
+    while time.time() < end:
+        alive = []
+        for p in pids:
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    alive += [p] if f.read().rsplit(")", 1)[1].split()[0] != "Z" else []
+            except OSError:
+                pass
+        if not alive:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_workers_end_when_the_driver_is_killed(tmp_path):
+    """SIGKILL leaves the driver no chance to stop its pool: the workers' watchdog must end them."""
+    db = str(tmp_path / "s.sqlite")
+    env = {**os.environ, "DEPTHLAB_FAKE_SLEEP": "0.5"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DRIVER.format(tests=TESTS, db=db)], env=env, start_new_session=True
+    )
+    try:
+        _wait_for_done(db, proc, 1)
+        workers = [p for p in _children(proc.pid) if p != proc.pid]
+        assert workers, "the pool had no worker processes"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        assert _gone(workers, timeout=10), "pool workers outlived the killed driver"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def test_worker_and_thread_counts_are_pluralised(tmp_path):
     from depthlab.study.runner import plural
 

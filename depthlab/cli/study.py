@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 from depthlab.errors import InputError
 from depthlab.study.executors import EXECUTORS, available_cores
@@ -76,9 +77,13 @@ def run(args) -> int:
         check_report_dir(report_dir)  # refused now, not after every run has been run and stored
     from depthlab.study import run_study
 
-    res = run_study(
-        study, db=args.db, workers=args.workers, executor=args.executor, ray_address=args.ray_address
-    )
+    previous = signal.signal(signal.SIGTERM, _interrupted)  # `kill PID`, a scheduler: stop as Ctrl-C does
+    try:
+        res = run_study(
+            study, db=args.db, workers=args.workers, executor=args.executor, ray_address=args.ray_address
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     done = ", ".join(f"{n} {k}" for k, n in sorted(res.outcomes.items())) or "nothing new"
     print(f"\nstudy {study.name!r}: ran {res.ran} of {res.total} runs in {res.seconds:.0f} s ({done})")
     if res.elsewhere:
@@ -89,6 +94,12 @@ def run(args) -> int:
         )
     print_summary(args.db, res.study_id, report_dir)
     return 1 if res.failed else 0
+
+
+def _interrupted(signum, frame):
+    """SIGTERM handler: raise KeyboardInterrupt, so the driver stops its workers and puts its unfinished
+    runs back in the queue (a rerun resumes them) instead of dying with them marked running."""
+    raise KeyboardInterrupt
 
 
 def check_report_dir(out_dir: str) -> None:

@@ -19,7 +19,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from depthlab.errors import ConfigError, InputError
 from depthlab.study.grid import RunSpec
-from depthlab.study.worker import Task, execute, set_threads
+from depthlab.study.worker import Task, execute, start_worker
 
 EXECUTORS = ("local", "ray")
 
@@ -50,8 +50,8 @@ class LocalExecutor:
         return cf.ProcessPoolExecutor(
             max_workers=self.workers,
             mp_context=mp.get_context("spawn"),
-            initializer=set_threads,
-            initargs=(self.threads,),
+            initializer=start_worker,
+            initargs=(self.threads, os.getpid()),
         )
 
     @property
@@ -79,6 +79,14 @@ class LocalExecutor:
             return key, {"error": f"{type(e).__name__}: {e}"}
 
     def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def abort(self) -> None:
+        """Stop at once (the driver was interrupted): end the workers mid-run; the driver puts their runs
+        back in the queue. concurrent.futures has no public call for this, hence ``_processes``."""
+        procs = getattr(self.pool, "_processes", None) or {}
+        for proc in list(procs.values()):
+            proc.terminate()
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
@@ -118,6 +126,8 @@ class RayExecutor:
             self.ray.cancel(ref, force=True)
         if self.started:
             self.ray.shutdown()
+
+    abort = close  # close already cancels the running tasks by force
 
 
 def check_executor(kind: str, workers: int, address: str | None = None) -> None:

@@ -128,6 +128,9 @@ def _drive(
                 print(line, file=out, flush=True)
             else:
                 bar.write(line, file=out)
+    except BaseException:  # Ctrl-C, SIGTERM (see depthlab.cli.study), or a bug: stop the workers now
+        ex.abort()
+        raise
     finally:
         bar.close()
         ex.close()

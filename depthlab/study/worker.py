@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -20,6 +21,19 @@ from depthlab.jsonable import finite_or_none
 from depthlab.study.grid import RunSpec
 
 Task = Callable[[RunSpec], dict]
+
+
+def start_worker(threads: int, driver_pid: int) -> None:
+    """A pool worker's initializer: its torch threads, and a watchdog that ends the worker when the
+    driver is gone (killed by SIGKILL, the OOM killer or a scheduler), so no orphan keeps computing."""
+    set_threads(threads)
+    threading.Thread(target=_exit_without_driver, args=(driver_pid,), daemon=True).start()
+
+
+def _exit_without_driver(driver_pid: int, every_s: float = 0.5) -> None:
+    while os.getppid() == driver_pid:  # an orphan is adopted by another process: its parent changes
+        time.sleep(every_s)
+    os._exit(1)
 
 
 def set_threads(threads: int) -> None:
