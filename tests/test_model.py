@@ -262,3 +262,13 @@ def test_rmsnorm_keeps_float64():
     x = torch.randn(3, 8, dtype=torch.float64, requires_grad=True)
     assert norm(x).dtype == torch.float64
     assert torch.autograd.gradcheck(norm, (x,))
+
+
+def test_padding_masks_are_checked_not_guessed():
+    model = build_model(ModelConfig(n_layers=1, d_model=16, n_heads=2))
+    tokens = torch.zeros(2, 5, dtype=torch.long)
+    with pytest.raises(InputError, match="shape"):
+        model(tokens, padding_mask=torch.zeros(2, 4, dtype=torch.bool))
+    with pytest.raises(InputError, match="must be bool"):  # HF's attention_mask means the opposite
+        model(tokens, padding_mask=torch.ones(2, 5, dtype=torch.long))
+    assert model(tokens, padding_mask=torch.zeros(2, 5, dtype=torch.bool)).shape == (2, 5, 256)

@@ -121,7 +121,9 @@ class LanguageModel(nn.Module):
     def forward(
         self, tokens: torch.Tensor, padding_mask: torch.Tensor | None = None, return_states: bool = False
     ):
-        ctx = Context(padding_mask=padding_mask, rope=_rope(self.cfg, tokens))
+        ctx = Context(
+            padding_mask=_padding(padding_mask, tokens, "padding_mask"), rope=_rope(self.cfg, tokens)
+        )
         out, states = self.stack(self.embed(tokens), ctx, return_states)
         logits = self.head(out)  # (B, T, V)
         return (logits, states) if return_states else logits
@@ -143,20 +145,38 @@ class EncoderDecoder(nn.Module):
         return self.decoder
 
     def encode(self, src, src_padding_mask=None, return_states=False):
+        src_padding_mask = _padding(src_padding_mask, src, "src_padding_mask")
         ctx = Context(padding_mask=src_padding_mask, rope=_rope(self.cfg, src))
         return self.encoder(self.embed(src), ctx, return_states)
 
     def forward(self, src, tgt, src_padding_mask=None, tgt_padding_mask=None, return_states=False):
         memory, _ = self.encode(src, src_padding_mask)
         ctx = Context(
-            padding_mask=tgt_padding_mask,
+            padding_mask=_padding(tgt_padding_mask, tgt, "tgt_padding_mask"),
             memory=memory,
-            memory_padding_mask=src_padding_mask,
+            memory_padding_mask=_padding(src_padding_mask, src, "src_padding_mask"),
             rope=_rope(self.cfg, tgt),
         )
         out, states = self.decoder(self.embed(tgt), ctx, return_states)
         logits = self.head(out)  # (B, T_tgt, V)
         return (logits, states) if return_states else logits
+
+
+def _padding(mask: torch.Tensor | None, tokens: torch.Tensor, name: str) -> torch.Tensor | None:
+    """``mask`` checked: bool, True at padding, one entry per token (InputError otherwise). An integer
+    mask is refused rather than guessed: Hugging Face's attention_mask means the opposite (1 = a token)."""
+    if mask is None:
+        return None
+    if mask.shape != tokens.shape:
+        raise InputError(
+            f"{name} has shape {tuple(mask.shape)}, the tokens {tuple(tokens.shape)}: one per token"
+        )
+    if mask.dtype != torch.bool:
+        raise InputError(
+            f"{name} must be bool, True at padding (got {str(mask.dtype).removeprefix('torch.')}; "
+            "a Hugging Face attention_mask is the opposite: pass attention_mask == 0)"
+        )
+    return mask
 
 
 def build_model(cfg: ModelConfig) -> nn.Module:
