@@ -13,8 +13,11 @@ INTRO = """\
 What depthlab measured for each number of the source texts (the seeds) and each published claim they
 rest on (REFERENCES.md, "Published results"), at small scale on the machine below. Each claim's
 expected outcome is a constant in its module under `depthlab/reproduce/`, written before anything ran;
-each verdict is computed from the measurement. **MISMATCH** is a result, not an error: the claim did
-not reproduce at this scale, and the measured value says by how much.
+each verdict is computed from the measurement. Each section opens with the claim as its source states
+it, then how many of its checks agree: the claim is what was tested, not what was found. **MISMATCH**
+is a result, not an error: the claim did not reproduce at this scale (or, where the measured column
+says so, the runs it needed did not train, so no comparison could be made), and the measured value
+says by how much.
 """
 
 
@@ -60,7 +63,13 @@ def summary(parts: list[Reproduction], seconds: dict) -> list[str]:
 def section(p: Reproduction, fn, images: list[str], seconds: float, quick: bool) -> list[str]:
     module_doc = plain(getattr(sys.modules.get(fn.__module__), "__doc__", None))
     command = f"depthlab reproduce {p.name}" + (" --quick" if quick else "")
-    lines = [f"## {p.name}", "", f"**{cell(plain(fn.__doc__))}**", ""]
+    agree = sum(c.ok for c in p.checks)
+    lines = [f"## {p.name}", "", f"**The claim:** {cell(plain(fn.__doc__))}", ""]
+    lines += [
+        f"**Result:** {agree} of {len(p.checks)} checks agree"
+        + (" (see MISMATCH rows)." if agree < len(p.checks) else "."),
+        "",
+    ]
     if p.source:
         lines.append(f"Source: {p.source}. ")
     lines += [f"Command: `{command}` ({seconds:.0f} s).", ""]

@@ -13,6 +13,7 @@ and the validation loss.
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -32,8 +33,10 @@ LR = 1e-3
 # Expected outcomes, stated before the run. "Grows monotonically with depth": the output/input rms
 # ratio at init increases at every step of INIT_DEPTHS. "Far from unit scale": the trained model's
 # last stream has rms >= FAR (a norm's output has rms 1). "Necessary rather than optional": without
-# the final norm the validation loss ends higher.
+# the final norm the validation loss ends higher by more than TOL, the seed-to-seed noise at this scale
+# (the same margin as shallow_post's), or does not end at all (a non-finite loss).
 FAR = 2.0
+TOL = 0.02
 
 
 @torch.no_grad()
@@ -85,16 +88,16 @@ def reproduce_final_norm(quick: bool = False, out_dir: str | None = None) -> Rep
             Check(
                 f"{depth}L trained without it: the head reads a stream far from unit scale",
                 f"rms(x_L) >= {FAR:g}",
-                f"rms {top:.2f} (with final norm the head reads rms ~1)",
+                f"rms {top:.2f}",
                 top >= FAR,
             )
         )
         checks.append(
             Check(
                 f"{depth}L: training without the final norm ends worse",
-                "val loss: without > with",
+                f"val loss: without > with + {TOL:.2f} nats (seed-to-seed noise)",
                 f"without {fmt_loss(off.val_loss)} ({off.outcome}), with {fmt_loss(on.val_loss)} ({on.outcome})",
-                off.val_loss > on.val_loss,
+                not math.isfinite(off.val_loss) or off.val_loss > on.val_loss + TOL,
             )
         )
     plots = _plots(growth, runs, out_dir)

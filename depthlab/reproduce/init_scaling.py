@@ -126,7 +126,8 @@ def checks_for(rows: list[dict], slopes: dict) -> list[Check]:
             near(slopes["pre"]["final_rms"], 0.5),
         ),
         Check(
-            "post-LN stream is renormalised: rms flat in L",
+            "post-LN stream is renormalised: rms flat in L (by construction at init: x_L is a "
+            "LayerNorm's output with gain 1; a check of the wiring, not a finding)",
             "slope 0",
             s("post", "final_rms"),
             near(slopes["post"]["final_rms"], 0.0),

@@ -20,8 +20,9 @@ where the warmup half of the claim is visible at all within 150 updates; measure
 
 At this scale a missing warmup delays post-LN's escape from the unigram plateau rather than ruling it
 out, and from 12 layers on even the full recipe does not escape within 150 updates; the window where
-"fails without warmup, trains with it" holds is narrow, which is itself a result. The lr and warmup
-are those of the `warmup` reproduction (which runs 6 and 12 layers).
+"fails without warmup, trains with it" holds is narrow, which is itself a result. The `warmup`
+reproduction looks at the same question with longer runs (400 updates, a third of them warmup, lr 1e-3
+and 1e-2); this grid keeps 150 updates and lr 3e-3 to cover warmup x beta2 x schedule x seeds.
 
 The Noam schedule is the original recipe's whole learning rate, lr * d^-0.5 * min(t^-0.5, t w^-1.5)
 (:mod:`depthlab.train.schedules`), which peaks at lr (d w)^-0.5 at t = w. With lr = 1 that peak would

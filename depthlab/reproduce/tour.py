@@ -165,12 +165,22 @@ def generate(root: Path | None = None) -> tuple[list[Ran], Path]:
     return results, path
 
 
+def _first_line(stdout: str) -> str:
+    return next((line for line in stdout.splitlines() if line.strip()), "")
+
+
 @register("tour")
 def reproduce_tour(quick: bool = False, out_dir: str | None = None) -> Reproduction:
     """Regenerate docs/tour.md: the four texts' argument, each step with its command's real output."""
     results, path = generate()
-    checks = [
-        Check(r.command, "exit 0", f"exit {r.returncode}, {r.seconds:.1f} s", r.returncode == 0)
+    text = path.read_text()
+    checks = [  # generate() stops at a failing command, so what can fail here is the document
+        Check(
+            r.command,
+            "exit 0, and its output's first line in docs/tour.md",
+            f"exit {r.returncode}, {r.seconds:.1f} s",
+            r.returncode == 0 and _first_line(r.stdout) in text,
+        )
         for r in results
     ]
     data = {"path": str(path), "commands": [{"command": r.command, "seconds": r.seconds} for r in results]}
