@@ -226,5 +226,15 @@ def test_bad_inputs():
         probe(enc, torch.randn(B, T, 32), loss="lm")
     with pytest.raises(InputError):
         probe(torch.nn.Linear(4, 4), torch.randn(2, 4))
+    bert = transformers.BertModel(
+        transformers.BertConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=256
+        )
+    )
+    with pytest.raises(InputError, match="hidden states"):  # no LM head: its output is not logits
+        probe(bert, torch.randint(0, 256, (B, T)))
+    hidden = torch.nn.Sequential(torch.nn.Embedding(256, 32), enc)  # tokens in, hidden states (width 32) out
+    with pytest.raises(InputError, match="only 32 classes"):
+        probe(hidden, torch.randint(0, 256, (B, T)), loss="lm")
     with pytest.raises(InputError, match="at least 2 tokens"):  # next-token loss of one token: nan
         probe(model, torch.randint(0, 256, (B, 1)))

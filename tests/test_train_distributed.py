@@ -64,3 +64,14 @@ def test_two_processes_match_one(tmp_path, capsys, one_thread):
     wa, wb = (load(checkpoint_paths(str(d))[-1])["model"] for d in (one, two))
     for k in wa:
         torch.testing.assert_close(wb[k], wa[k], rtol=1e-4, atol=1e-5)
+
+
+def test_omp_num_threads_is_honoured_as_a_limit(monkeypatch):
+    from depthlab.study.executors import threads_per_worker
+    from depthlab.train.distributed import default_threads
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert default_threads() == 1 and threads_per_worker(1) == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "not a number")  # ignored, as OpenMP would
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert default_threads() == max(1, min(os.cpu_count() or 1, 2))

@@ -199,6 +199,11 @@ def loss_value(loss: str, output, batch, last_stream: torch.Tensor) -> torch.Ten
     """The scalar to differentiate: "sum" = last_stream.sum(); "lm" = next-token cross-entropy."""
     if loss == "sum":
         return last_stream.sum()
+    if getattr(output, "logits", None) is None and getattr(output, "last_hidden_state", None) is not None:
+        raise InputError(
+            f"loss 'lm' needs logits, and {type(output).__name__} holds hidden states (a model without an "
+            "LM head, e.g. BertModel): use its ...ForMaskedLM / ...ForCausalLM class, or loss 'sum'"
+        )
     logits, tokens = model_output(output), batch_tokens(batch)
     if tokens is None or logits.ndim != 3 or logits.shape[:2] != tokens.shape:
         got = "no integer tokens in the batch" if tokens is None else f"output {tuple(logits.shape)}"
@@ -206,6 +211,10 @@ def loss_value(loss: str, output, batch, last_stream: torch.Tensor) -> torch.Ten
     if tokens.shape[1] < 2:
         raise InputError("loss 'lm' predicts the next token: it needs sequences of at least 2 tokens")
     V = logits.shape[-1]
+    if int(tokens.max()) >= V:  # the output is not a distribution over these tokens (hidden states?)
+        raise InputError(
+            f"loss 'lm': token id {int(tokens.max())} but the output has only {V} classes; use loss 'sum'"
+        )
     return F.cross_entropy(logits[:, :-1].reshape(-1, V).float(), tokens[:, 1:].reshape(-1))
 
 

@@ -34,6 +34,9 @@ CHOICE = (
 # Expected outcomes, stated before the run. "Clearly worse": at least 0.10 nats higher validation loss
 # (about 4% of the loss at this scale). "Close": pre-LN without warmup no more than 0.05 nats worse than
 # with it (a run that is better without warmup needs it even less).
+# Revised on 2026-11-30 after a review, with the results known: a run without warmup that failed
+# (stalled, diverged, nan) where the warmup run trained also counts as clearly worse; before, only the
+# loss gap counted, which turned the 6L lr 1e-2 row (stalled 3.18 vs trained 3.11) into a MISMATCH.
 CLEAR = 0.10
 CLOSE = 0.05
 

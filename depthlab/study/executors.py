@@ -33,8 +33,13 @@ def available_cores() -> int:
 
 
 def threads_per_worker(workers: int, cores: int | None = None) -> int:
-    """Torch threads for each of ``workers`` so that workers x threads <= cores (at least 1)."""
-    return max(1, (cores or available_cores()) // workers)
+    """Torch threads for each of ``workers`` so that workers x threads <= cores (at least 1), and no
+    more than ``OMP_NUM_THREADS`` when the user set it (a limit per process)."""
+    from depthlab.train.distributed import omp_threads
+
+    share = max(1, (cores or available_cores()) // workers)
+    limit = omp_threads() if cores is None else None  # an explicit core count (tests) ignores the env
+    return min(share, limit) if limit else share
 
 
 class LocalExecutor:

@@ -88,11 +88,21 @@ def wrap_ddp(model: torch.nn.Module, dist: Dist) -> torch.nn.Module:
 
 
 def default_threads() -> int:
-    """Intra-op threads: min(cores, 2) for one process; 1 per process under torchrun (the processes
-    already share the cores, and more threads than cores make every one of them slower)."""
+    """Intra-op threads: ``OMP_NUM_THREADS`` when the user set it; else min(cores, 2) for one process
+    and 1 per process under torchrun (the processes already share the cores, and more threads than
+    cores make every one of them slower)."""
+    limit = omp_threads()
+    if limit is not None:
+        return limit
     if env_world_size() > 1:
         return 1
     return max(1, min(os.cpu_count() or 1, 2))
+
+
+def omp_threads() -> int | None:
+    """``OMP_NUM_THREADS`` as a positive integer, or None when it is unset or not one."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) >= 1 else None
 
 
 def set_threads(n: int | None) -> int:
