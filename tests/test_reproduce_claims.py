@@ -24,6 +24,7 @@ from depthlab.reproduce.redundancy import layer_angles, removal_costs, removed
 from depthlab.reproduce.skip_ablation import bottom_to_top
 
 CLAIMS = (
+    "jacobian",
     "warmup",
     "depth",
     "shallow-post",
@@ -187,3 +188,10 @@ def test_cli_all_rejects_unknown_name_and_doc_on_a_single_claim(capsys, tmp_path
     assert main(["reproduce", "model-update", "--doc", str(tmp_path / "x.md")]) == 2
     assert "--doc" in capsys.readouterr().err
     assert not (tmp_path / "x.md").exists()
+
+
+def test_jacobian_msv_is_one_for_rezero_at_init_and_grows_for_pre_ln():
+    from depthlab.reproduce.jacobian import msv
+
+    assert msv("rezero", 8, 4) == pytest.approx(1.0, rel=0.05)  # a = 0: every layer is the identity
+    assert msv("pre", 8, 4) > 1.5  # every pre-LN layer adds a branch to the identity path

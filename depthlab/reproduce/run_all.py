@@ -36,6 +36,7 @@ ORDER = (
     "shallow-post",
     "depth",
     "model-update",
+    "jacobian",
     "collapse",
     "skip-ablation",
     "final-norm",
