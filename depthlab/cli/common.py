@@ -161,8 +161,10 @@ def check_output_file(path: str | None, flag: str, formats: tuple[str, ...] = ()
 
 def make_folder(folder: str, flag: str, path: str) -> None:
     """Create ``folder`` and its parents for the ``path`` given to ``flag``; InputError when it cannot be."""
-    existing = _existing_ancestor(folder)
-    if not os.path.isdir(existing):
+    from depthlab.train.rundir import existing_ancestor
+
+    existing = existing_ancestor(folder)
+    if not existing.is_dir():
         raise InputError(f"{flag} {path}: {existing} is a file, not a folder")
     try:
         os.makedirs(folder, exist_ok=True)
@@ -172,21 +174,10 @@ def make_folder(folder: str, flag: str, path: str) -> None:
 
 def check_output_dir(path: str | None, flag: str) -> None:
     """Make sure, without creating anything, that a folder can be made at ``path`` (InputError if not)."""
-    if path is None:
-        return
-    existing = _existing_ancestor(os.path.abspath(path))
-    if not os.path.isdir(existing):
-        where = "" if existing == os.path.abspath(path) else f": {existing}"
-        raise InputError(f"{flag} {path}{where} is a file, not a folder")
-    if not os.access(existing, os.W_OK):
-        raise InputError(f"{flag} {path}: the folder {existing} is not writable")
+    from depthlab.train.rundir import check_folder
 
-
-def _existing_ancestor(path: str) -> str:
-    """``path`` itself if it exists, else its nearest existing parent (absolute ``path``)."""
-    while not os.path.exists(path) and os.path.dirname(path) != path:
-        path = os.path.dirname(path)
-    return path
+    if path is not None:
+        check_folder(path, flag)
 
 
 def note_replaced(path: str, existed: bool) -> None:

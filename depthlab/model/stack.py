@@ -150,11 +150,12 @@ class EncoderDecoder(nn.Module):
         return self.encoder(self.embed(src), ctx, return_states)
 
     def forward(self, src, tgt, src_padding_mask=None, tgt_padding_mask=None, return_states=False):
-        memory, _ = self.encode(src, src_padding_mask)
+        src_padding_mask = _padding(src_padding_mask, src, "src_padding_mask")
+        memory, _ = self.encode(src, src_padding_mask)  # (its own check of the mask is a shape compare)
         ctx = Context(
             padding_mask=_padding(tgt_padding_mask, tgt, "tgt_padding_mask"),
             memory=memory,
-            memory_padding_mask=_padding(src_padding_mask, src, "src_padding_mask"),
+            memory_padding_mask=src_padding_mask,
             rope=_rope(self.cfg, tgt),
         )
         out, states = self.decoder(self.embed(tgt), ctx, return_states)

@@ -120,7 +120,7 @@ def probe_mode(model: nn.Module):
     a stack without normalisation. Their buffers are restored afterwards, and every module's mode.
     Yields whether the model has batch norms."""
     modes = [(m, m.training) for m in model.modules()]
-    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    bns = [m for m, _ in modes if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     saved = [(b, b.detach().clone()) for m in bns for b in m.buffers(recurse=False)]
     model.eval()
     for m in bns:

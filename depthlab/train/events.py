@@ -9,17 +9,10 @@ from __future__ import annotations
 
 import math
 
-# metrics record key -> TensorBoard group
-LAYER_TAGS = {
-    "grad_norm": "stream_grad",
-    "stream_rms": "stream_rms",
-    "update_ratio": "update_ratio",
-    "cos_prev": "cos_prev",
-    "angular_distance": "angular_distance",
-    "attn_grad": "attn_grad",
-    "ffn_grad": "ffn_grad",
-    "param_update": "param_update",
-}
+from depthlab.train.telemetry import LAYER_KEYS
+
+# metrics record key -> TensorBoard group (the stream gradient is named apart from the loss's grad_norm)
+LAYER_TAGS = {k: "stream_grad" if k == "grad_norm" else k for k in LAYER_KEYS}
 
 
 class Events:

@@ -27,15 +27,24 @@ CONFIG, METRICS, RESULT = "config.json", "metrics.jsonl", "result.json"
 EVENTS_GLOB = "events.out.tfevents.*"
 
 
-strict = finite_or_none  # JSON has no NaN: a diverged run's loss is written as null
-
-
-def _existing_ancestor(path: Path) -> Path:
-    """``path`` itself if it exists, else its nearest existing parent."""
-    path = path.absolute()
+def existing_ancestor(path: str | Path) -> Path:
+    """``path`` itself (absolute) if it exists, else its nearest existing parent."""
+    path = Path(path).absolute()
     while not path.exists() and path.parent != path:
         path = path.parent
     return path
+
+
+def check_folder(path: str | Path, flag: str) -> Path:
+    """Refuse (InputError naming ``flag``) a place where no folder can be made: a file in the way, or an
+    unwritable parent. Creates nothing; returns the nearest existing ancestor."""
+    where = existing_ancestor(path)
+    if not where.is_dir():
+        inside = "" if where == Path(path).absolute() else f": {where}"
+        raise InputError(f"{flag} {path}{inside} is a file, not a folder")
+    if not os.access(where, os.W_OK):
+        raise InputError(f"{flag} {path}: the folder {where} is not writable")
+    return where
 
 
 class RunDir:
@@ -53,12 +62,7 @@ class RunDir:
 
     def check(self, resume: bool, force: bool) -> None:
         """Refuse a folder that holds anything, unless resuming or forcing; refuse to resume nothing."""
-        where = _existing_ancestor(self.path)
-        if not where.is_dir():
-            inside = "" if where == self.path.absolute() else f": {where}"
-            raise InputError(f"--out {self.path}{inside} is a file, not a folder")
-        if not os.access(where, os.W_OK):
-            raise InputError(f"--out {self.path}: the folder {where} is not writable")
+        where = check_folder(self.path, "--out")
         if resume and force:
             raise InputError("--resume and --force contradict each other: continue the run, or start over")
         if resume and not (self.path / CONFIG).is_file():
@@ -105,7 +109,7 @@ class RunDir:
     def write_json(self, name: str, obj: dict) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
         tmp = self.path / f".{name}.tmp"
-        tmp.write_text(json.dumps(strict(obj), indent=2) + "\n")
+        tmp.write_text(json.dumps(finite_or_none(obj), indent=2) + "\n")
         tmp.replace(self.path / name)
 
     def read_json(self, name: str) -> dict | None:
@@ -134,11 +138,11 @@ class RunDir:
     def write_metrics(self, records: list[dict]) -> None:
         """Replace metrics.jsonl by ``records`` (a resumed run re-logs the steps after its checkpoint)."""
         self.path.mkdir(parents=True, exist_ok=True)
-        (self.path / METRICS).write_text("".join(json.dumps(strict(r)) + "\n" for r in records))
+        (self.path / METRICS).write_text("".join(json.dumps(finite_or_none(r)) + "\n" for r in records))
 
     def append_metrics(self, record: dict) -> None:
         with open(self.path / METRICS, "a") as f:
-            f.write(json.dumps(strict(record)) + "\n")
+            f.write(json.dumps(finite_or_none(record)) + "\n")
 
 
 class RunOutput:

@@ -31,6 +31,11 @@ from torch import nn
 from depthlab.probe.stats import angular_distance, stream_table
 from depthlab.train.distributed import Dist
 
+# The keys of ``layers[i]`` after "index", in the documented order (the table above): the stream
+# statistics of stream_table, then the layer's own parameters. events.py names its charts after them.
+STREAM_KEYS = ("grad_norm", "stream_rms", "update_ratio", "cos_prev", "angular_distance")
+LAYER_KEYS = (*STREAM_KEYS, "attn_grad", "ffn_grad", "param_update")
+
 
 def _norm(tensors: list[torch.Tensor]) -> torch.Tensor:
     """The 2-norm of a list of tensors taken together, as a 0-dim float tensor."""
@@ -89,19 +94,8 @@ class Telemetry:
             i = row["index"]
             attn, ffn = grads[i - 1] if i else (None, None)
             upd = updates[i - 1] if (i and updates is not None) else None
-            out.append(
-                {
-                    "index": i,
-                    "grad_norm": row["grad_norm"],
-                    "stream_rms": row["stream_rms"],
-                    "update_ratio": row["update_ratio"],
-                    "cos_prev": row["cos_prev"],
-                    "angular_distance": row.get("angular_distance"),
-                    "attn_grad": attn,
-                    "ffn_grad": ffn,
-                    "param_update": upd,
-                }
-            )
+            stream = {k: row.get(k) for k in STREAM_KEYS}
+            out.append({"index": i, **stream, "attn_grad": attn, "ffn_grad": ffn, "param_update": upd})
         return out
 
     def reduce(self, rows: list[dict]) -> list[dict]:
