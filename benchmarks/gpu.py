@@ -1,4 +1,4 @@
-"""Issue 7, item 6: bf16 training throughput and MFU on a GPU, depthlab against the minimal reference.
+"""bf16 training throughput and MFU on a GPU, depthlab against the minimal reference.
 
 At d_model 1024, 24 layers, 16 heads, seq 1024 (batch 8, vocab 256), depthlab ``pre`` and the
 nanoGPT-style reference train under bf16 autocast (fp32 weights, fused AdamW), alternating after a

@@ -1,10 +1,10 @@
 """Step time and peak memory against depth, with and without activation checkpointing.
 
-Issue 7, item 4. A DeepNorm decoder (d_model 64, 4 heads, seq 128, batch 16, vocab 256) trains for a
+A DeepNorm decoder (d_model 64, 4 heads, seq 128, batch 16, vocab 256) trains for a
 few AdamW steps at L in {6, 24, 96, 384}; each (L, checkpointing) runs in its own process, so that the
 peak RSS (``ru_maxrss``; CUDA max allocated on a GPU) is that config's alone. Both should grow
 linearly in L: the script prints the least-squares fit. Then the 1,000-layer stack trains with
-``ModelConfig(checkpoint=True)`` (goal: within 8 GB), and without it only if the fit predicts that
+``ModelConfig(activation_checkpointing=True)`` (goal: within 8 GB), and without it only if the fit predicts that
 it fits safely in the memory this machine has free.
 
     python benchmarks/memory_depth.py            # full run (a few minutes)
@@ -67,7 +67,7 @@ def child(a: argparse.Namespace) -> dict:
     from depthlab import build_model
 
     torch.manual_seed(0)  # the same init with and without checkpointing: the losses must agree
-    model = build_model(depthlab_config(s, a.wrap, checkpoint=a.checkpoint)).to(a.device)
+    model = build_model(depthlab_config(s, a.wrap, activation_checkpointing=a.checkpoint)).to(a.device)
     step = train_step(model, s, device=a.device)
     times = []
     for _ in range(1 + a.steps):

@@ -1,4 +1,4 @@
-"""Issue 3: what a probe costs, against one plain forward and backward of the same model.
+"""What a probe costs, against one plain forward and backward of the same model.
 
 A 96-layer pre-LN decoder, d_model 64, 4 heads, on a batch of 8 x 64 bytes: the median wall time of
 ``depthlab.probe.probe`` (forward, backward to every stream and parameter, one more backward for the
@@ -34,8 +34,8 @@ def main() -> None:
     import torch.nn.functional as F
 
     from depthlab import ModelConfig, build_model
+    from depthlab.corpus import text_batch
     from depthlab.probe import probe
-    from depthlab.probe.batch import text_batch
 
     torch.manual_seed(0)
     cfg = ModelConfig(n_layers=args.layers, d_model=args.d_model, n_heads=args.heads)

@@ -8,7 +8,7 @@ Two measurements, both alternating the two arms so that a busy machine slows bot
 2. whole runs with ``telemetry=True`` and ``telemetry=False`` (median of ``--repeats`` each): the ratio
    of CPU time, wall time and training throughput (evaluation excluded).
 
-The goal (issue 4) is an overhead under 5% at the default ``log_every``.
+The goal is an overhead under 5% at the default ``log_every``.
 
     .venv/bin/python benchmarks/telemetry_overhead.py [--layers 12] [--steps 40] [--repeats 3]
 """

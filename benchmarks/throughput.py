@@ -1,6 +1,6 @@
 """Training throughput of depthlab's wrappings against three peers, and the distance to the matmul limit.
 
-Issue 7, items 1 and 2. For each shape (d_model, layers) at seq 128, batch 16, vocab 256, every model
+For each shape (d_model, layers) at seq 128, batch 16, vocab 256, every model
 (see ``peers.py``) runs forward + backward + AdamW steps on one fixed batch, the models alternating
 step by step in rounds (the order rotated each round) after a warm-up. tokens/s is from the median
 round. Each line ends with the ratio to the fastest peer at that shape (goal: >= 1.00): the median over
@@ -24,7 +24,7 @@ from peers import DEPTHLAB, PEERS, Shape, build, check_param_counts, train_flops
 
 CONFIGS = ((128, 6), (128, 24), (64, 96))
 WIDE = ((256, 6),)  # full run only: goal 2 asks for >= 75% of peak at d_model >= 256
-# full run only: does torch.compile of each block pay on this CPU? (issue 7: "measured, not assumed")
+# full run only: does torch.compile of each block pay on this CPU? (measured, not assumed)
 COMPILED = {(128, 24): "depthlab-pre+compile"}
 GOAL_RATIO, GOAL_FUSED = 1.00, 1.10
 GOAL_MFU = {(128, 24): 0.70, "wide": 0.75}

@@ -3,6 +3,6 @@
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.errors import ConfigError, InputError
 from depthlab.model import build_model
+from depthlab.version import __version__
 
-__all__ = ["ConfigError", "InputError", "ModelConfig", "TrainConfig", "build_model"]
-__version__ = "0.1.0"
+__all__ = ["ConfigError", "InputError", "ModelConfig", "TrainConfig", "__version__", "build_model"]

@@ -4,38 +4,69 @@
 ``__post_init__`` and raises :class:`depthlab.ConfigError` naming the field, the value and what is
 allowed. ``to_dict``/``from_dict`` (and ``to_json``/``from_json``) are exact inverses, and
 ``config_hash`` is a stable digest of the resolved values (the study store keys runs by it).
+
+Keys stay stable as the configs grow: :meth:`_Config.key_dict` (what every hash is taken of) writes a
+renamed field under its first name and leaves out a field added since the first release while it holds
+its default, so a store's runs keep their keys when depthlab gains a field.
+
+The wrappings are declared by their classes in :mod:`depthlab.model.wrappings`, which register
+themselves in :data:`WRAPPINGS`; ``ModelConfig`` validates ``wrap`` (and whether it needs a real norm)
+against that registry, so a new wrapping needs no edit here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
+import functools
 import json
 import math
 import typing
 from dataclasses import dataclass, fields
 
 from depthlab.errors import ConfigError
+from depthlab.jsonable import digest
 
 ARCHS = ("encoder", "decoder", "encdec")
-WRAPS = ("post", "pre", "sandwich", "reorder", "deepnorm", "admin", "rezero", "layerscale", "mix", "lns")
+# name -> wrapping class, filled by depthlab.model.wrappings.register (each class declares itself)
+WRAPPINGS: dict[str, type] = {}
 NORMS = ("layernorm", "rmsnorm", "dyt", "batchnorm", "none")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")
 POSITIONS = ("sinusoidal", "learned", "rope", "none")
 FINAL_NORMS = ("auto", "on", "off")
 SUBLAYERS = ("attn", "cross", "ffn")
 INITS = ("xavier", "gpt2")
+QK_NORMS = ("layernorm", "rmsnorm")  # the norms that can normalise a head's queries and keys
 
-# Wrappings whose formula has no norm of its own inside or around the sum: with norm "none" they
-# would be a different wrapping (or nonsense: DeepNorm's alpha-scaled sum with nothing to rescale it).
-NEEDS_NORM = ("sandwich", "reorder", "deepnorm", "admin", "mix", "lns")
+
+def wrap_names() -> tuple[str, ...]:
+    """The registered wrappings, in declaration order."""
+    return tuple(WRAPPINGS)
 
 
 class _Config:
-    """JSON round-trip, hashing and field-checking shared by every config dataclass."""
+    """JSON round-trip, hashing and field-checking shared by every config dataclass.
+
+    ``RENAMED`` maps a field's current name to the name it first had (old JSON still loads, and keys
+    are taken under the first name); ``FIRST_FIELDS`` are the fields of the first release (others are
+    left out of the key while they hold their default).
+    """
+
+    RENAMED: typing.ClassVar[dict[str, str]] = {}
+    FIRST_FIELDS: typing.ClassVar[tuple[str, ...]] = ()
 
     def to_dict(self) -> dict:
         return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
+
+    def key_dict(self) -> dict:
+        """The dict every hash of this config is taken of (see the module docstring)."""
+        out = {}
+        for f in fields(self):
+            value = _jsonable(getattr(self, f.name))
+            if f.name not in self.FIRST_FIELDS and f.name not in self.RENAMED:
+                if value == _jsonable(f.default):
+                    continue
+            out[self.RENAMED.get(f.name, f.name)] = value
+        return out
 
     def to_json(self, **kw) -> str:
         return json.dumps(self.to_dict(), **kw)
@@ -44,11 +75,12 @@ class _Config:
     def from_dict(cls, d: dict):
         if not isinstance(d, dict):
             raise ConfigError(cls.__name__, d, "a JSON object of fields")
+        d = {current_name(cls, k): v for k, v in d.items()}
         known = {f.name: f for f in fields(cls)}
         for k in d:
             if k not in known:
                 raise ConfigError(k, d[k], f"a field of {cls.__name__}: {', '.join(known)}")
-        hints = typing.get_type_hints(cls)
+        hints = field_types(cls)
         kwargs = {k: _from_json(hints[k], v) for k, v in d.items()}
         return cls(**kwargs)
 
@@ -60,8 +92,8 @@ class _Config:
         return dataclasses.replace(self, **changes)
 
     def config_hash(self) -> str:
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        """16 hex digits of sha256 over :meth:`key_dict` (:func:`depthlab.jsonable.digest`)."""
+        return digest(self.key_dict())
 
     # -- checks used by __post_init__ -------------------------------------------------------------
     def _check_choice(self, name: str, allowed: tuple) -> None:
@@ -91,6 +123,17 @@ class _Config:
             raise ConfigError(name, getattr(self, name), "true or false")
 
 
+@functools.cache
+def field_types(cls) -> dict:
+    """A config class's field types (cached: studies build thousands of configs)."""
+    return typing.get_type_hints(cls)
+
+
+def current_name(cls, name: str) -> str:
+    """A field's current name, given its current or first name (``checkpoint`` -> ``activation_checkpointing``)."""
+    return {v: k for k, v in cls.RENAMED.items()}.get(name, name)
+
+
 def _jsonable(v):
     return list(v) if isinstance(v, tuple) else v
 
@@ -108,8 +151,12 @@ class ModelConfig(_Config):
 
     ``n_layers`` is the depth of an encoder or decoder; for ``encdec`` it is the depth of both sides
     unless ``enc_layers``/``dec_layers`` say otherwise. ``residual`` lists the sublayer kinds whose
-    skip connection is on (seed 004's "drop the first skip" is ``residual=("ffn", "cross")``).
+    skip connection is on (a stack without its attention skip is ``residual=("ffn", "cross")``).
+    ``qk_norm`` normalises each head's queries and keys before their dot product (Dehghani et al.
+    2023; OLMo 2), with the configured norm (layernorm or rmsnorm).
     """
+
+    RENAMED = {"activation_checkpointing": "checkpoint"}
 
     arch: str = "decoder"
     n_layers: int = 6
@@ -138,12 +185,12 @@ class ModelConfig(_Config):
     rope_base: float = 10000.0
     dyt_alpha: float = 0.5  # DyT's alpha_0 (Zhu et al. 2025, default)
     mix_ratio: float = 0.25  # Mix-LN: share of the bottom layers that are post-LN
-    checkpoint: bool = False  # activation checkpointing per block (saves memory, costs a forward)
+    activation_checkpointing: bool = False  # recompute each block in backward (saves memory, costs a forward)
 
     def __post_init__(self):
         for name, allowed in (
             ("arch", ARCHS),
-            ("wrap", WRAPS),
+            ("wrap", wrap_names()),
             ("norm", NORMS),
             ("activation", ACTIVATIONS),
             ("position", POSITIONS),
@@ -155,7 +202,14 @@ class ModelConfig(_Config):
             self._check_int(name)
         for name in ("enc_layers", "dec_layers", "n_kv_heads", "d_ff"):
             self._check_int(name, optional=True)
-        for name in ("bias", "qk_norm", "tie_embeddings", "embed_norm", "embed_scale", "checkpoint"):
+        for name in (
+            "bias",
+            "qk_norm",
+            "tie_embeddings",
+            "embed_norm",
+            "embed_scale",
+            "activation_checkpointing",
+        ):
             self._check_bool(name)
         self._check_float("norm_eps", 0.0, 1.0, strict_low=True)
         self._check_float("dropout", 0.0, 0.99)
@@ -175,13 +229,30 @@ class ModelConfig(_Config):
             raise ConfigError("n_kv_heads", self.n_kv_heads, f"a divisor of n_heads={self.n_heads}")
         if self.position == "rope" and self.head_dim % 2:
             raise ConfigError("position", "rope", f"an even head dim (d_model/n_heads = {self.head_dim})")
-        if self.wrap in NEEDS_NORM and self.norm == "none":
+        if WRAPPINGS[self.wrap].NEEDS_NORM and self.norm == "none":
             raise ConfigError("norm", "none", f"a real norm with wrap={self.wrap} (its formula normalises)")
-        if self.qk_norm and self.norm == "none":
-            raise ConfigError("qk_norm", True, "false when norm is none (QK-norm uses the configured norm)")
+        if self.qk_norm and self.norm not in QK_NORMS:
+            raise ConfigError(
+                "qk_norm",
+                True,
+                f"false unless norm is {' or '.join(QK_NORMS)} (it normalises queries and keys)",
+            )
         if self.arch != "encdec" and (self.enc_layers is not None or self.dec_layers is not None):
             bad = "enc_layers" if self.enc_layers is not None else "dec_layers"
-            raise ConfigError(bad, getattr(self, bad), "unset unless arch=encdec (use n_layers)")
+            raise ConfigError(
+                bad,
+                getattr(self, bad),
+                f"unset unless arch=encdec (arch={self.arch} has one stack: use n_layers)",
+            )
+
+    def check_length(self, n_tokens: int, field: str = "seq_len", value=None) -> None:
+        """ConfigError naming ``field`` (and ``value``, default ``n_tokens``) unless a sequence of
+        ``n_tokens`` fits the position table: learned and sinusoidal positions have ``max_len`` rows,
+        rope and none have no limit. The one rule for every sequence length depthlab is given."""
+        if self.position in ("learned", "sinusoidal") and n_tokens > self.max_len:
+            shown = n_tokens if value is None else value
+            what = "" if value is None else f" ({n_tokens} tokens)"
+            raise ConfigError(field, shown, f"a length that fits max_len={self.max_len}{what}")
 
     # -- resolved values ------------------------------------------------------------------------
     @property
@@ -212,6 +283,15 @@ class ModelConfig(_Config):
 
     def has_residual(self, sublayer: str) -> bool:
         return sublayer in self.residual
+
+
+# The fields of the first release: a field added since joins the key only when set (see key_dict).
+ModelConfig.FIRST_FIELDS = (
+    "arch", "n_layers", "enc_layers", "dec_layers", "d_model", "n_heads", "n_kv_heads", "d_ff",
+    "vocab_size", "max_len", "wrap", "norm", "activation", "position", "final_norm", "residual", "bias",
+    "qk_norm", "tie_embeddings", "embed_norm", "embed_scale", "norm_eps", "dropout", "init", "rope_base",
+    "dyt_alpha", "mix_ratio",
+)  # fmt: skip
 
 
 SCHEDULES = ("constant", "linear", "noam", "cosine")
@@ -288,3 +368,12 @@ class TrainConfig(_Config):
             raise ConfigError("warmup", 0, "> 0 with schedule=noam (its formula divides by the warmup)")
         if self.data is not None and not isinstance(self.data, str):
             raise ConfigError("data", self.data, "a file path or null")
+        if self.data is not None and self.task != "lm":
+            raise ConfigError("data", self.data, f"unset for task {self.task} (data is the lm corpus)")
+
+
+TrainConfig.FIRST_FIELDS = (
+    "task", "data", "steps", "batch_size", "seq_len", "lr", "warmup", "schedule", "optimizer", "beta1",
+    "beta2", "eps", "weight_decay", "clip", "min_lr_ratio", "log_every", "eval_batches", "checkpoint_every",
+    "seed", "spike_factor", "stall_share", "compile", "eval_every", "telemetry", "symbols", "bf16", "device",
+)  # fmt: skip

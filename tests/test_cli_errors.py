@@ -1,4 +1,4 @@
-"""The CLI's contract on user-named paths and flags (DESIGN.md): bad input is exit 2 with one line on stderr,
+"""The CLI's contract on user-named paths and flags (docs/design.md): bad input is exit 2 with one line on stderr,
 checked before the work starts; a replaced file is said on stderr; other failures are exit 1."""
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def test_explain_json_replacement_is_said(tmp_path, capsys):
 
 def test_a_full_disk_is_exit_1_and_keeps_the_old_file(tmp_path, capsys, monkeypatch):
     """ENOSPC is not bad input (exit 1, not 2), and the file it was replacing survives."""
-    import depthlab.cli.common as common
+    import depthlab.paths as common
 
     js = tmp_path / "e.json"
     js.write_text("mine")
@@ -126,8 +126,8 @@ def test_reproduce_checks_its_paths_before_running(tmp_path, capsys):
         (["explain", "--no-residual", "attn+mlp"], ["no_residual='mlp'", "joined by +"]),
         (["train", "--no-residual", "cross"], ["--arch decoder has no cross-attention"]),
         (["explain", "--arch", "encoder", "--no-residual", "attn+cross"], ["--arch encoder has no cross"]),
-        (["train", "--enc-layers", "3"], ["enc_layers=3", "--arch encdec"]),
-        (["explain", "--arch", "encoder", "--dec-layers", "2"], ["dec_layers=2", "--arch encdec"]),
+        (["train", "--enc-layers", "3"], ["enc_layers=3", "arch=encdec"]),
+        (["explain", "--arch", "encoder", "--dec-layers", "2"], ["dec_layers=2", "arch=encdec"]),
     ],
 )
 def test_model_flags_that_would_be_misread_are_refused(capsys, argv, needles):

@@ -30,15 +30,27 @@ def test_explain_shape_for_encdec_post_vs_pre(capsys):
     assert all(s["norm_after_add"] and not s["norm_in"] for s in dec)
     assert all(s["norm_in"] and not s["norm_after_add"] for s in pre["layers"][-1]["sublayers"])
     assert post["final_norm"] is False and pre["final_norm"] is True
-    keys = {"name", "wrap", "norm_in", "norm_out", "norm_after_add", "residual", "alpha", "beta"}
-    assert keys <= set(dec[0])
+    keys = {
+        "name",
+        "wrap",
+        "formula",
+        "source",
+        "norm_in",
+        "norm_out",
+        "norm_after_add",
+        "residual",
+        "constants",
+    }
+    assert keys == set(dec[0]) and dec[0]["constants"] == {} and dec[0]["formula"] == "x = LN(x + F(x))"
 
 
 def test_explain_deepnorm_constants_and_warnings(capsys):
     main("explain --layers 64 --d-model 16 --heads 2 --wrap deepnorm --json -".split())
     info = json.loads(capsys.readouterr().out)
     sub = info["layers"][0]["sublayers"][0]
-    assert sub["alpha"] == pytest.approx(3.36, abs=0.005) and sub["beta"] == pytest.approx(0.210, abs=0.0005)
+    assert set(sub["constants"]) == {"alpha", "beta"}
+    assert sub["constants"]["alpha"] == pytest.approx(3.36, abs=0.005)
+    assert sub["constants"]["beta"] == pytest.approx(0.210, abs=0.0005)
     main("explain --layers 4 --wrap pre --final-norm off --no-residual attn --json -".split())
     warnings = " ".join(json.loads(capsys.readouterr().out)["warnings"])
     assert "final norm off" in warnings and "residual off for attn" in warnings
@@ -66,3 +78,17 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "wrap, name, value",
+    [("admin", "omega", 2.017), ("rezero", "a", 0.0), ("layerscale", "lambda", 0.1), ("lns", "scale", 1.0)],
+)
+def test_explain_names_each_constant_as_its_paper_does(capsys, wrap, name, value):
+    """Admin's omega, ReZero's a, LayerScale's lambda and LNS's 1/sqrt(l) under their own names
+    (Admin at 6 layers: n = 12 residual sublayers, omega = 2.017; LNS in layer 1: 1/sqrt(1))."""
+    main(f"explain --layers 6 --d-model 16 --heads 2 --wrap {wrap} --json -".split())
+    sub = json.loads(capsys.readouterr().out)["layers"][0]["sublayers"][0]
+    assert sub["constants"] == {name: pytest.approx(value, abs=1e-3)}
+    main(f"explain --layers 6 --d-model 16 --heads 2 --wrap {wrap}".split())
+    assert f"{name}={value:.3g}" in capsys.readouterr().out

@@ -7,7 +7,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from depthlab import ConfigError, ModelConfig, TrainConfig
-from depthlab.config import ACTIVATIONS, ARCHS, FINAL_NORMS, NEEDS_NORM, NORMS, POSITIONS, SUBLAYERS, WRAPS
+from depthlab.config import (
+    ACTIVATIONS,
+    ARCHS,
+    FINAL_NORMS,
+    NORMS,
+    POSITIONS,
+    SUBLAYERS,
+    WRAPPINGS,
+    wrap_names,
+)
+
+WRAPS = wrap_names()
+NEEDS_NORM = [name for name, cls in WRAPPINGS.items() if cls.NEEDS_NORM]
 
 model_configs = st.builds(
     ModelConfig,

@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from depthlab import ConfigError, InputError, ModelConfig, TrainConfig
-from depthlab.train import data as D
+from depthlab import corpus as D
+from depthlab.train.batch import IGNORE, shard
 from depthlab.train.evaluate import exact_matches
 from depthlab.train.synthetic import BOS, EOS, FIRST_SYMBOL, PAD, SEP
-from depthlab.train.tasks import IGNORE, make_task, shard
+from depthlab.train.tasks import make_task
 
 
 def test_default_corpus_is_the_stdlib_sorted_and_hashed():

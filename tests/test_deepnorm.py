@@ -3,7 +3,7 @@
 Wang et al. 2022 (DeepNet), Table 1: encoder-only alpha=(2N)^1/4, beta=(8N)^-1/4; decoder-only
 alpha=(2M)^1/4, beta=(8M)^-1/4; encoder-decoder encoder alpha=0.81(N^4 M)^1/16, beta=0.87(N^4 M)^-1/16,
 decoder alpha=(3M)^1/4, beta=(12M)^-1/4. The expected values below are those formulas evaluated by
-hand to 3-4 significant digits (REFERENCES.md's check: M=64 decoder-only -> 3.36, 0.210).
+hand to 3-4 significant digits (docs/references.md's check: M=64 decoder-only -> 3.36, 0.210).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize(
     "arch, side, n_enc, n_dec, alpha, beta",
     [
-        ("decoder", "decoder", 0, 64, 3.36, 0.210),  # the paper's / REFERENCES.md check
+        ("decoder", "decoder", 0, 64, 3.36, 0.210),  # the paper's / docs/references.md check
         ("decoder", "decoder", 0, 1, 1.189, 0.595),
         ("encoder", "encoder", 12, 0, 2.213, 0.3195),
         ("encoder", "encoder", 100, 0, 3.761, 0.188),

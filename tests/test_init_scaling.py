@@ -6,7 +6,8 @@ import json
 import math
 
 from depthlab.cli import main
-from depthlab.reproduce.init_scaling import QUICK_DEPTHS, STACKS, loglog_slope
+from depthlab.fit import loglog_slope
+from depthlab.reproduce.init_scaling import QUICK_DEPTHS, STACKS
 
 
 def test_loglog_slope():

@@ -7,13 +7,15 @@ import pytest
 import torch
 
 from depthlab import ConfigError, InputError, ModelConfig, build_model
-from depthlab.config import ARCHS, NEEDS_NORM, WRAPS
+from depthlab.config import ARCHS, WRAPPINGS, wrap_names
 from depthlab.model.init import admin_omega, layerscale_init, lns_scale
 from depthlab.model.norms import RMSNorm
 from depthlab.model.stack import layer_wraps, uses_final_norm
 
 torch.set_num_threads(1)
 NORMS = ("layernorm", "rmsnorm", "dyt", "none")
+WRAPS = wrap_names()
+NEEDS_NORM = [name for name, cls in WRAPPINGS.items() if cls.NEEDS_NORM]
 
 
 def valid_combos():
@@ -205,7 +207,7 @@ def test_activation_checkpointing_gives_the_same_gradients():
     grads = []
     for ckpt in (False, True):
         torch.manual_seed(0)
-        cfg = ModelConfig(n_layers=3, d_model=16, n_heads=2, wrap="deepnorm", checkpoint=ckpt)
+        cfg = ModelConfig(n_layers=3, d_model=16, n_heads=2, wrap="deepnorm", activation_checkpointing=ckpt)
         model = build_model(cfg).train()
         model(torch.arange(12).view(2, 6)).sum().backward()
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
@@ -236,7 +238,7 @@ def test_untied_head_is_drawn_by_the_scheme(init, std):
 
 
 def test_lns_takes_no_depth_scaled_init_and_pre_does():
-    """REFERENCES.md: LayerNorm-Scaling is not combined with GPT-2's 0.02/sqrt(2L) residual init."""
+    """docs/references.md: LayerNorm-Scaling is not combined with GPT-2's 0.02/sqrt(2L) residual init."""
     stds = {}
     for wrap in ("lns", "pre"):
         torch.manual_seed(0)

@@ -1,6 +1,6 @@
 """depthlab Blocks and Stacks equal torch.nn's Transformer layers with the same weights (float32, 1e-5).
 
-``norm_first=False`` is our ``post`` wrapping, ``norm_first=True`` our ``pre`` (issue 2, section 3).
+``norm_first=False`` is our ``post`` wrapping, ``norm_first=True`` our ``pre`` (Vaswani et al. 2017 vs Xiong et al. 2020).
 """
 
 from __future__ import annotations

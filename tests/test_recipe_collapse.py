@@ -49,9 +49,9 @@ def test_cumulative_share_of_a_normalised_stream_is_the_cosine():
 
 
 def test_loglog_slope():
-    assert collapse.loglog_slope([l**-0.5 for l in range(1, 97)]) == pytest.approx(-0.5)
-    assert collapse.loglog_slope([3.0] * 40) == pytest.approx(0.0, abs=1e-12)
-    assert math.isnan(collapse.loglog_slope([1.0]))
+    assert collapse.layer_slope([l**-0.5 for l in range(1, 97)]) == pytest.approx(-0.5)
+    assert collapse.layer_slope([3.0] * 40) == pytest.approx(0.0, abs=1e-12)
+    assert math.isnan(collapse.layer_slope([1.0]))
 
 
 def test_profile_matches_a_hand_computation():
@@ -66,7 +66,7 @@ def test_profile_matches_a_hand_computation():
     assert p["update_ratio"][l - 1] == pytest.approx(hand, rel=1e-5)
     assert len(p["update_ratio"]) == len(p["angular_distance"]) == 8
     assert len(p["cumulative_share"]) == 9 and p["cumulative_share"][-1] == pytest.approx(1.0)
-    assert p["update_slope"] == pytest.approx(collapse.loglog_slope(p["update_ratio"]))
+    assert p["update_slope"] == pytest.approx(collapse.layer_slope(p["update_ratio"]))
 
 
 def test_short_training_lowers_the_loss():
@@ -182,4 +182,4 @@ def test_recipe_end_to_end_tiny(monkeypatch, tmp_path, quick):
 
 def test_registered():
     reg = load_all()
-    assert {"recipe", "collapse", "tour"} <= set(reg)
+    assert {"recipe", "collapse"} <= set(reg)

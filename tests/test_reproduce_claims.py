@@ -1,4 +1,4 @@
-"""The published-claim reproductions (issue 6): measurements, verdict plumbing, the `all` document.
+"""The published-claim reproductions: measurements, verdict plumbing, the `all` document.
 
 The training claims' verdicts need real runs (minutes); here their code paths run on a shrunken regime
 (a few steps, d_model 16) so that the JSON shape, the checks and the plots are exercised in CI.
@@ -15,10 +15,10 @@ import torch
 
 from depthlab.cli import main
 from depthlab.config import ModelConfig
+from depthlab.docs import reproductions as all_mod
 from depthlab.errors import InputError
 from depthlab.model import build_model
 from depthlab.reproduce import REPRODUCTIONS, Check, Reproduction, lm_runs, load_all
-from depthlab.reproduce import run_all as all_mod
 from depthlab.reproduce.model_update import output_change, tiny_config
 from depthlab.reproduce.redundancy import layer_angles, removal_costs, removed
 from depthlab.reproduce.skip_ablation import bottom_to_top
@@ -46,7 +46,7 @@ def one_thread():
 
 def test_every_claim_is_registered_with_a_docstring():
     registry = load_all()
-    for name in CLAIMS + ("all",):
+    for name in CLAIMS:
         assert name in registry, name
         assert registry[name].__doc__.strip()
 
@@ -163,7 +163,7 @@ def test_all_writes_the_document_and_refuses_a_foreign_file(tmp_path, monkeypatc
     monkeypatch.setitem(REPRODUCTIONS, "fake", _fake(False, written))
     monkeypatch.setitem(REPRODUCTIONS, "broken", lambda quick=False, out_dir=None: 1 / 0)
     doc = tmp_path / "docs" / "reproductions.md"
-    result = all_mod.reproduce_all(
+    result = all_mod.run_all(
         quick=True, out_dir=str(tmp_path / "runs"), doc=str(doc), names=["fake", "broken"]
     )
     text = doc.read_text()
@@ -176,11 +176,11 @@ def test_all_writes_the_document_and_refuses_a_foreign_file(tmp_path, monkeypatc
     streams = capsys.readouterr()
     assert "progress noise" in streams.err and "progress noise" not in streams.out
     # regenerating over its own output is allowed; a file someone else wrote is not overwritten
-    all_mod.reproduce_all(quick=True, out_dir=str(tmp_path / "runs"), doc=str(doc), names=["fake"])
+    all_mod.run_all(quick=True, out_dir=str(tmp_path / "runs"), doc=str(doc), names=["fake"])
     foreign = tmp_path / "notes.md"
     foreign.write_text("my notes\n")
     with pytest.raises(InputError):
-        all_mod.reproduce_all(doc=str(foreign), names=["fake"])
+        all_mod.run_all(doc=str(foreign), names=["fake"])
     assert foreign.read_text() == "my notes\n"
 
 

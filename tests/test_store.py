@@ -244,3 +244,26 @@ def test_concurrent_writers_lose_nothing(tmp_path):
         assert _count(s, "layer_metrics") == 4 * 2 * streams * steps  # 4 writers x 2 wrappings
         assert _count(s, "probe_layers") == 4 * 2 * streams
         assert s.integrity() == "ok"
+
+
+def test_layer_columns_are_the_telemetry_keys():
+    """The store keeps every per-layer number training logs, under the same names."""
+    from depthlab.train.telemetry import LAYER_KEYS
+
+    assert schema.LAYER_COLUMNS == LAYER_KEYS
+
+
+def test_a_version_1_store_migrates_and_keeps_its_telemetry(tmp_path):
+    path = tmp_path / "v1.sqlite"
+    conn = sqlite3.connect(path, isolation_level=None)
+    assert schema.migrate(conn, target=1) == 1
+    conn.execute("INSERT INTO runs (id, config_hash, config_json, queued_at) VALUES (1, 'h', '{}', 0)")
+    conn.execute(
+        "INSERT INTO layer_metrics (run_id, step, layer, grad_norm, attn_grad, ffn_grad) VALUES (1, 10, 2, 1.0, 0.5, 0.25)"
+    )
+    conn.close()
+    with Store(str(path)) as s:
+        assert s.version == schema.SCHEMA_VERSION >= 2
+        (row,) = s.layer_metrics(1)
+    assert (row["attn_grad_norm"], row["ffn_grad_norm"], row["cross_grad_norm"]) == (0.5, 0.25, None)
+    assert "attn_grad" not in row

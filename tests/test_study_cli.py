@@ -101,7 +101,8 @@ def test_a_file_as_report_folder_is_refused_before_anything_runs(tmp_path, capsy
     db, target = tmp_path / "s.sqlite", tmp_path / "report.html"
     target.write_text("<p>mine</p>")
     assert main(["study", "--grid", _grid(tmp_path), "--db", str(db), "--report", str(target)]) == 2
-    assert "is not a folder; choose another --report" in _one_line(capsys.readouterr().err)
+    err = _one_line(capsys.readouterr().err)
+    assert "--report" in err and "is not a folder; choose another report folder" in err
     assert not db.exists() and target.read_text() == "<p>mine</p>"
 
 

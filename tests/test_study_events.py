@@ -71,12 +71,12 @@ def test_a_run_written_again_shows_each_step_once(tmp_path):
 
 
 def test_a_failure_to_write_events_warns_once_and_fails_no_run(tmp_path, monkeypatch, capsys):
-    import depthlab.train.events
+    import depthlab.study.tensorboard
 
     def broken(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(depthlab.train.events, "write_records", broken)
+    monkeypatch.setattr(depthlab.study.tensorboard, "write_records", broken)
     db, study = str(tmp_path / "s.sqlite"), fake_study(depths=(2,))
     res = run_study(study, db=db, workers=1, task=fake_task, progress=False, out=io.StringIO())
     assert (res.ran, res.failed, res.events_dir) == (4, 0, None)

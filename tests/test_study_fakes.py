@@ -49,8 +49,9 @@ def fake_records(spec: RunSpec) -> list[dict]:
                     "stream_rms": 1.0 + 0.1 * i,
                     "update_ratio": None if i == 0 else 0.1,
                     "cos_prev": None if i == 0 else 0.9,
-                    "attn_grad": None if i == 0 else g / 2,
-                    "ffn_grad": None if i == 0 else g / 2,
+                    "attn_grad_norm": None if i == 0 else g / 2,
+                    "cross_grad_norm": None,
+                    "ffn_grad_norm": None if i == 0 else g / 2,
                     "param_update": None if i == 0 else 1e-3,
                 }
             )

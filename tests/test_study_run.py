@@ -261,31 +261,41 @@ def _data_study(path):
     )
 
 
-def test_default_corpus_run_keys_are_the_config_only_hashes():
-    """Stores written before data hashes joined the key must still resume: on the default corpus the
-    run key is sha256 of the configs' canonical JSON alone, and the study key is the grid's alone."""
-    import hashlib
-    import json
+# Keys that stores written by earlier depthlab versions hold (computed by the first release): a change in
+# how keys are derived (a renamed or added config field, a new hash input) must leave them as they are,
+# or every stored study would run again from scratch.
+STORED_KEYS = {
+    "default": ("ab27ebd7598a0cfb", ["cad48f34b2166e20", "c4a0e83d198d70c1", "93c38af09e14d7cd"]),
+    "smoke": ("60f1c893a4553047", ["7440d57d261cde46", "6583a1da29d538fd", "dafa2bc93dc9681e"]),
+    "fake": ("2b3afccec0dd0b6a", ["1920bb350696dab2", "cb885e1c4a149327", "013f42196beadc4e"]),
+}
 
+
+def test_run_and_study_keys_are_those_earlier_stores_hold():
     from depthlab.study import preset
 
-    for study in (preset("default"), fake_study()):
+    for study in (preset("default"), preset("smoke"), fake_study()):
         specs = study.expand()
-        for spec in specs[:3]:
-            blob = json.dumps(
-                {"model": spec.model.to_dict(), "train": spec.train.to_dict()},
-                sort_keys=True,
-                separators=(",", ":"),
-            )
-            assert spec.data_sha256 is None and spec.hash == hashlib.sha256(blob.encode()).hexdigest()[:16]
-            assert spec.config_dict() == {"model": spec.model.to_dict(), "train": spec.train.to_dict()}
-        assert study.config_hash(specs) == study.config_hash()
+        grid_key, run_keys = STORED_KEYS[study.name]
+        assert study.config_hash(specs) == study.config_hash() == grid_key
+        assert [s.hash for s in specs[:3]] == run_keys
+        assert all(s.data_sha256 is None for s in specs)
+        spec = specs[0]
+        assert spec.config_dict() == {"model": spec.model.to_dict(), "train": spec.train.to_dict()}
+
+
+def test_a_field_added_at_its_default_leaves_the_keys_alone():
+    """key_dict: a field of the first release is always in the key; a later one only once it is set."""
+    spec = fake_study().expand()[0]
+    model = spec.model
+    assert "checkpoint" in model.key_dict() and "activation_checkpointing" not in model.key_dict()
+    assert model.replace(activation_checkpointing=True).config_hash() != model.config_hash()
 
 
 def test_a_changed_data_file_is_run_again(tmp_path, monkeypatch):
     import hashlib
 
-    import depthlab.train.data as data_mod
+    from depthlab.study import grid as data_mod
 
     data = tmp_path / "data.txt"
     data.write_bytes(b"def f(x):\n    return x + 1\n" * 40)
@@ -327,7 +337,6 @@ def test_a_missing_data_file_is_one_input_error(tmp_path):
 def test_a_data_file_changed_during_the_study_is_not_stored_under_the_old_key(tmp_path, monkeypatch):
     import types
 
-    import depthlab.train
     from depthlab.study import worker
 
     data = tmp_path / "data.txt"
@@ -335,7 +344,7 @@ def test_a_data_file_changed_during_the_study_is_not_stored_under_the_old_key(tm
     spec = _data_study(data).expand()[0]
     monkeypatch.setattr(worker, "probe_at_init", lambda s: (None, "skipped"))
     trained = types.SimpleNamespace(data_info={"sha256": "0" * 64}, metrics=[], to_dict=dict)
-    monkeypatch.setattr(depthlab.train, "train", lambda *a, **k: trained)
+    monkeypatch.setattr(worker, "train", lambda *a, **k: trained)
     payload = worker.execute(None, spec)
     assert "train.data" in payload["error"] and "changed during the study" in payload["error"]
     trained.data_info["sha256"] = spec.data_sha256

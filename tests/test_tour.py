@@ -10,9 +10,9 @@ import os
 
 import pytest
 
+from depthlab.docs.tour import IMG, Ran, excerpt, plots_in, render, repo_root, run_command, tour_commands
+from depthlab.docs.tour_text import SECTIONS
 from depthlab.reproduce import load_all
-from depthlab.reproduce.tour import IMG, Ran, excerpt, plots_in, render, repo_root, run_command, tour_commands
-from depthlab.reproduce.tour_text import SECTIONS
 
 CLI_COMMANDS = ("explain", "probe", "train", "reproduce")
 
@@ -73,10 +73,8 @@ def test_plots_in_reads_the_plot_lines_under_the_tour_folder():
     assert plots_in(stdout) == [f"{IMG}/a.png", f"{IMG}/seeds/b.png"]
 
 
-def test_tour_is_registered_but_not_part_of_all():
-    from depthlab.reproduce.run_all import NOT_CLAIMS
-
-    assert "tour" in load_all() and "tour" in NOT_CLAIMS
+def test_the_tour_is_a_document_not_a_claim():
+    assert "tour" not in load_all() and "all" not in load_all()
 
 
 def test_document_shows_exactly_the_template_commands():

@@ -26,8 +26,9 @@ LAYER_KEYS = [
     "update_ratio",
     "cos_prev",
     "angular_distance",
-    "attn_grad",
-    "ffn_grad",
+    "attn_grad_norm",
+    "cross_grad_norm",
+    "ffn_grad_norm",
     "param_update",
 ]
 RECORD_KEYS = ["step", "loss", "lr", "grad_norm", "val_loss", "tokens_per_s", "layers"]
@@ -50,8 +51,11 @@ def test_record_and_result_shapes(tmp_path, monkeypatch):
         assert list(m) == RECORD_KEYS and len(m["layers"]) == TINY["n_layers"] + 1
         assert all(list(row) == LAYER_KEYS for row in m["layers"])
         first = m["layers"][0]
-        assert first["update_ratio"] is first["attn_grad"] is first["param_update"] is None
-        assert all(row[k] > 0 for row in m["layers"][1:] for k in ("attn_grad", "ffn_grad", "param_update"))
+        assert first["update_ratio"] is first["attn_grad_norm"] is first["param_update"] is None
+        assert all(row["cross_grad_norm"] is None for row in m["layers"])  # a decoder has no cross-attention
+        assert all(
+            row[k] > 0 for row in m["layers"][1:] for k in ("attn_grad_norm", "ffn_grad_norm", "param_update")
+        )
     assert [m["val_loss"] is not None for m in seen] == [False, False, True, True]
     assert r.val_loss == seen[-1]["val_loss"] and r.final_train_loss == seen[-1]["loss"]
     assert r.val_bpb == pytest.approx(r.val_loss / math.log(2)) and r.accuracy is None
@@ -98,8 +102,10 @@ def test_telemetry_matches_a_hand_computation():
     blocks = list(model.stack.layers)
     before = [[p.detach().clone() for p in b.parameters()] for b in blocks]
     for block, row in zip(blocks, record["layers"][1:]):
-        attn = torch.sqrt(sum(p.grad.pow(2).sum() for p in block.attn.parameters()))
-        assert row["attn_grad"] == pytest.approx(attn.item(), rel=1e-5)
+        attn = torch.sqrt(sum(p.grad.pow(2).sum() for p in block.attn.f.parameters()))  # F's own weights
+        ffn = torch.sqrt(sum(p.grad.pow(2).sum() for p in block.ffn.f.parameters()))
+        assert row["attn_grad_norm"] == pytest.approx(attn.item(), rel=1e-5)
+        assert row["ffn_grad_norm"] == pytest.approx(ffn.item(), rel=1e-5)
     make_optimizer(model, tcfg).step()
     for block, old, row in zip(blocks, before, record["layers"][1:]):
         diff = torch.sqrt(sum((p - o).pow(2).sum() for p, o in zip(block.parameters(), old)))

@@ -114,10 +114,10 @@ KILLED_RUN = """
 import json, sys, time
 from depthlab import ModelConfig, TrainConfig
 from depthlab.train import train
-from depthlab.train.distributed import set_threads
+from depthlab.train.distributed import set_torch_threads
 
 model, run, out = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
-set_threads(1)
+set_torch_threads(1)
 
 def hold_at(record):
     if record["step"] == 25:  # after the checkpoint of step 20: tell the test, and wait to be killed

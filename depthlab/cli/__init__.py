@@ -1,15 +1,15 @@
 """The ``depthlab`` command: thin. Each subcommand module turns flags into configs and calls the library.
 
-Exit codes (DESIGN.md): 0 success, 2 bad input (one line on stderr, no traceback), 1 anything else.
+Exit codes (docs/design.md): 0 success, 2 bad input (one line on stderr, no traceback), 1 anything else.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 
+from depthlab.cli import explain, probe, report, reproduce, study, train
 from depthlab.errors import ConfigError, InputError
 
 # What ``depthlab --help`` says (the module docstring above is for developers).
@@ -19,8 +19,8 @@ DESCRIPTION = (
     "describes each command."
 )
 
-# Each name is a module depthlab.cli.<name> with ``add_parser(subparsers)`` and ``run(args) -> int``.
-COMMANDS = ["explain", "probe", "train", "study", "report", "reproduce"]
+# Each command is a module with ``add_parser(subparsers)`` (which sets ``run(args) -> int``).
+COMMANDS = (explain, probe, train, study, report, reproduce)
 
 
 class Parser(argparse.ArgumentParser):
@@ -34,14 +34,8 @@ class Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="depthlab", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"depthlab.cli.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"depthlab.cli.{name}":
-                raise
-            continue
-        module.add_parser(sub)
+    for command in COMMANDS:
+        command.add_parser(sub)
     return parser
 
 

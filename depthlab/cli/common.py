@@ -1,11 +1,8 @@
-"""Flags shared by several commands: the model flags (DESIGN.md), and the checks and writes of output files."""
+"""Flags shared by several commands: the model flags (docs/design.md) and --json."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
 
 from depthlab.config import (
     ACTIVATIONS,
@@ -15,16 +12,10 @@ from depthlab.config import (
     NORMS,
     POSITIONS,
     SUBLAYERS,
-    WRAPS,
     ModelConfig,
+    wrap_names,
 )
-from depthlab.errors import ConfigError, InputError
-
-# The plot formats of --plot (matplotlib writes each with the Agg backend; others are not tested here).
-PLOT_FORMATS = ("png", "pdf", "svg")
-# Errors that mean the user named a path that cannot be written: bad input (exit 2). Others, such as a
-# full disk (ENOSPC) or an I/O error, are not the user's input and stay exit 1.
-BAD_PATH = (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError)
+from depthlab.errors import ConfigError
 
 
 def add_model_flags(p: argparse.ArgumentParser, multi: bool = False) -> None:
@@ -46,7 +37,7 @@ def add_model_flags(p: argparse.ArgumentParser, multi: bool = False) -> None:
         "--vocab", type=int, default=d.vocab_size, help=f"vocabulary size (default {d.vocab_size}: bytes)"
     )
     g.add_argument("--max-len", type=int, default=d.max_len, help=f"longest sequence (default {d.max_len})")
-    g.add_argument("--wrap", default=d.wrap, help=f"{'|'.join(WRAPS)} (default {d.wrap}){lst}")
+    g.add_argument("--wrap", default=d.wrap, help=f"{'|'.join(wrap_names())} (default {d.wrap}){lst}")
     g.add_argument("--norm", default=d.norm, help=f"{'|'.join(NORMS)} (default {d.norm}){lst}")
     g.add_argument(
         "--activation", default=d.activation, help=f"{'|'.join(ACTIVATIONS)} (default {d.activation})"
@@ -118,93 +109,11 @@ def model_config_from_args(args: argparse.Namespace, **overrides) -> ModelConfig
         "init": args.init,
         "qk_norm": args.qk_norm,
         "bias": not args.no_bias,
-        "checkpoint": args.checkpoint_activations,
+        "activation_checkpointing": args.checkpoint_activations,
     }
     values.update(overrides)
-    if values["arch"] != "encdec":
-        for name in ("enc_layers", "dec_layers"):
-            if values[name] is not None:  # ignoring it would hide a mistaken --arch
-                why = f"only with --arch encdec (--arch {values['arch']} has one stack: use --layers)"
-                raise ConfigError(name, values[name], why)
     return ModelConfig(**values)
 
 
 def add_json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH ('-' for stdout)")
-
-
-def check_output_file(path: str | None, flag: str, formats: tuple[str, ...] = ()) -> bool:
-    """Make sure, before any work, that the file ``path`` given to ``flag`` can be written.
-
-    Its extension must be one of ``formats`` (when given); it must not be a folder; its folder is
-    created here when missing. Returns whether ``path`` exists (it will be replaced). InputError names
-    the flag otherwise. None and '-' (stdout) pass.
-    """
-    if path is None or path == "-":
-        return False
-    ext = os.path.splitext(path)[1].lower().lstrip(".")
-    if formats and ext not in formats:
-        kinds = ", ".join("." + f for f in formats)
-        got = f"the file type .{ext} is" if ext else "a name without a file type is"
-        raise InputError(f"{flag} {path}: {got} not supported; use {kinds}")
-    if os.path.isdir(path):
-        raise InputError(f"{flag} {path} is a folder; name a file")
-    folder = os.path.dirname(os.path.abspath(path))
-    make_folder(folder, flag, path)
-    if not os.access(folder, os.W_OK):
-        raise InputError(f"{flag} {path}: the folder {folder} is not writable")
-    exists = os.path.lexists(path)
-    if exists and not os.access(path, os.W_OK):
-        raise InputError(f"{flag} {path} is read-only; it is not replaced")
-    return exists
-
-
-def make_folder(folder: str, flag: str, path: str) -> None:
-    """Create ``folder`` and its parents for the ``path`` given to ``flag``; InputError when it cannot be."""
-    from depthlab.train.rundir import existing_ancestor
-
-    existing = existing_ancestor(folder)
-    if not existing.is_dir():
-        raise InputError(f"{flag} {path}: {existing} is a file, not a folder")
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except BAD_PATH as e:
-        raise InputError(f"{flag} {path}: cannot create the folder {folder}: {e.strerror}") from None
-
-
-def check_output_dir(path: str | None, flag: str) -> None:
-    """Make sure, without creating anything, that a folder can be made at ``path`` (InputError if not)."""
-    from depthlab.train.rundir import check_folder
-
-    if path is not None:
-        check_folder(path, flag)
-
-
-def note_replaced(path: str, existed: bool) -> None:
-    """Say on stderr that a user's file was replaced: replacing is expected on a rerun, but never silent."""
-    if existed:
-        sys.stderr.write(f"replaced existing {path}\n")
-
-
-def write_json(obj, path: str | None, flag: str = "--json") -> None:
-    """Write ``obj`` to ``path`` ('-' = stdout; None = nowhere). An existing file is replaced, with a line on
-    stderr saying so; the new text goes to a temporary file first, so a failed write keeps the old one."""
-    if path is None:
-        return
-    text = json.dumps(obj, indent=2) + "\n"
-    if path == "-":
-        sys.stdout.write(text)
-        return
-    existed = check_output_file(path, flag)
-    target = os.path.realpath(path)  # a symlink stays a link: its target is replaced
-    tmp = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.tmp")
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, target)
-    except BAD_PATH as e:
-        raise InputError(f"cannot write {path}: {e.strerror}") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    note_replaced(path, existed)

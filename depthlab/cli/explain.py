@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from depthlab.cli.common import (
-    add_json_flag,
-    add_model_flags,
-    check_output_file,
-    model_config_from_args,
-    write_json,
-)
+from depthlab.cli.common import add_json_flag, add_model_flags, model_config_from_args
+from depthlab.model.explain import explain, format_explain
+from depthlab.paths import check_output_file, write_json
 
 
 def add_parser(sub) -> None:
@@ -24,8 +20,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from depthlab.model.explain import explain, format_explain
-
     cfg = model_config_from_args(args)
     check_output_file(args.json, "--json")  # before anything is printed
     info = explain(cfg)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from depthlab.report import default_report_dir, load, render, summary_table
 from depthlab.study.store import DEFAULT_DB
 
 
@@ -20,9 +21,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from depthlab.cli.study import default_report_dir
-    from depthlab.report import load, render, summary_table
-
     data = load(args.db, args.study)
     print(f"report: {render(data, args.out or default_report_dir(args.db, data.name))}")
     print(f"\noutcome per cell (final validation loss), study {data.name!r}, store {args.db}:\n")

@@ -2,26 +2,33 @@
 
 from __future__ import annotations
 
-import inspect
 import os
 
-from depthlab.cli.common import add_json_flag, check_output_dir, check_output_file, write_json
+from depthlab.cli.common import add_json_flag
+from depthlab.docs.reproductions import DEFAULT_DOC, run_all
+from depthlab.docs.tour import check_written, write_tour
 from depthlab.errors import ConfigError, InputError
+from depthlab.paths import check_folder, check_output_file, write_json
+from depthlab.reproduce import REPRODUCTIONS
+from depthlab.train.distributed import set_torch_threads
+
+DOCUMENTS = ("all", "tour")  # names that write a document instead of checking one claim
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "reproduce",
-        help="reproduce the seeds' numbers and the published claims",
+        help="reproduce the source texts' numbers and the published claims",
         description="Recompute a claim and print, beside each stated number, the measured one "
-        "and whether they match. NAME 'list' lists the reproductions.",
+        "and whether they match. NAME 'list' lists the reproductions; 'all' runs every one and writes "
+        f"{DEFAULT_DOC}; 'tour' regenerates docs/tour.md from the real output of every command it shows.",
     )
-    p.add_argument("name", help="which reproduction (e.g. seeds, init-scaling); 'list' to list them")
+    p.add_argument("name", help="which reproduction (e.g. seeds, init-scaling), or list, all, tour")
     p.add_argument("--quick", action="store_true", help="a smaller, faster version where one exists")
     p.add_argument("--out", default="runs/reproduce", help="folder for plots (default runs/reproduce)")
     p.add_argument(
         "--doc",
-        help="for 'all': the Markdown file to write, its plots in img/ beside it (default docs/reproductions.md)",
+        help=f"for 'all': the Markdown file to write, its plots in img/ beside it (default {DEFAULT_DOC})",
     )
     p.add_argument(
         "--threads",
@@ -35,25 +42,27 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from depthlab.reproduce import load_all
-    from depthlab.train.distributed import set_threads
-
-    set_threads(args.threads)
-    registry = load_all()
+    set_torch_threads(args.threads)
     if args.name == "list":
-        for name, fn in sorted(registry.items()):
+        for name, fn in sorted(REPRODUCTIONS.items()):
             print(f"{name:16} {(fn.__doc__ or '').strip().splitlines()[0] if fn.__doc__ else ''}")
         return 0
-    if args.name not in registry:
-        raise ConfigError("NAME", args.name, f"one of {', '.join(sorted(registry))}, list")
+    if args.name not in REPRODUCTIONS and args.name not in DOCUMENTS:
+        raise ConfigError("NAME", args.name, f"one of {', '.join(sorted(REPRODUCTIONS))}, list, all, tour")
+    if args.doc is not None and args.name != "all":
+        raise InputError(f"--doc applies to 'all' only, not to {args.name}")
+    if args.name == "tour":
+        results, path = write_tour()
+        missing = check_written(results, path)
+        print(f"wrote {path} ({len(results)} commands, {sum(r.seconds for r in results):.0f} s)")
+        return 1 if missing else 0
     check_output_file(args.json, "--json")  # before the reproduction: a bad path must not cost its run
-    check_output_dir(args.out, "--out")
+    check_folder(args.out, "--out")
     out_dir = os.path.join(args.out, args.name)
-    fn = registry[args.name]
-    extra = {k: getattr(args, k) for k in ("doc",) if getattr(args, k, None) is not None}
-    if extra and not set(extra) <= set(inspect.signature(fn).parameters):
-        raise InputError(f"{', '.join('--' + k for k in extra)} applies to 'all' only, not to {args.name}")
-    result = fn(quick=args.quick, out_dir=out_dir, **extra)
+    if args.name == "all":
+        result = run_all(quick=args.quick, out_dir=out_dir, doc=args.doc)
+    else:
+        result = REPRODUCTIONS[args.name](quick=args.quick, out_dir=out_dir)
     if args.json == "-":
         write_json(result.to_dict(), "-")
     else:

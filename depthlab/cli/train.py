@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 
 from depthlab.cli.common import add_model_flags, model_config_from_args
 from depthlab.config import DEVICES, OPTIMIZERS, SCHEDULES, TASKS, TrainConfig
+from depthlab.train import train
+from depthlab.train.distributed import Dist, set_torch_threads
 
 # flag -> TrainConfig field, for the flags that map one to one
 TRAIN_FLAGS = {
@@ -142,18 +143,12 @@ def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def run(args) -> int:
-    from depthlab.train import train
-    from depthlab.train.distributed import set_threads
-    from depthlab.train.rundir import RunDir
-
     model_cfg, train_cfg = model_config_from_args(args), train_config_from_args(args)
-    if args.out is not None:
-        RunDir(args.out).check(args.resume, args.force)  # before the data is read and the model built
-    set_threads(args.threads)
+    set_torch_threads(args.threads)
     result = train(
         model_cfg, train_cfg, args.out, resume=args.resume, force=args.force, progress=not args.quiet
     )
-    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for the run
+    if Dist.from_env().is_main:  # under torchrun, rank 0 speaks for the run
         print(result.summary())
         if args.out:
             print(

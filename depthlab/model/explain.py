@@ -7,25 +7,20 @@ warnings for wiring that the source texts say will not train well.
 
 from __future__ import annotations
 
-from depthlab.config import ModelConfig
+from depthlab.config import WRAPPINGS, ModelConfig
 from depthlab.model.layers import Attention, FeedForward
-from depthlab.model.stack import STREAM_NORMALISED, build_model, uses_final_norm
-
-FORMULAS = {
-    "post": "x = LN(x + F(x))",
-    "pre": "x = x + F(LN(x))",
-    "sandwich": "x = x + LN(F(LN(x)))",
-    "reorder": "x = x + LN(F(x))",
-    "deepnorm": "x = LN(alpha*x + F(x))",
-    "admin": "x = LN(omega*x + F(x))",
-    "rezero": "x = x + a*F(x)",
-    "layerscale": "x = x + lambda*F(LN(x))",
-    "lns": "x = x + F(LN(x)/sqrt(l))",
-}
+from depthlab.model.stack import build_model, uses_final_norm
+from depthlab.model.wrappings import Wrapping
 
 
 def explain(cfg: ModelConfig) -> dict:
-    """The JSON of ``depthlab explain`` (issue 2): config, final_norm, params, layers, warnings."""
+    """The JSON of ``depthlab explain``: config, final_norm, params, layers, warnings.
+
+    ``layers[j]`` is {"index", "side", "sublayers"}; each sublayer is {"name", "wrap", "formula",
+    "source", "norm_in", "norm_out", "norm_after_add", "residual", "constants"}, read off the
+    wrapping's own declaration (:mod:`depthlab.model.wrappings`); ``constants`` maps each of the
+    wrapping's depth-dependent constants, by its own name, to its value in this layer.
+    """
     model = build_model(cfg)
     layers = []
     for side, stack in _stacks(model):
@@ -48,18 +43,18 @@ def _stacks(model):
         yield "decoder", model.decoder
 
 
-def _describe(name: str, w, norm_on: bool) -> dict:
+def _describe(name: str, w: Wrapping, norm_on: bool) -> dict:
+    norm_on = norm_on and w.USES_NORM
     return {
         "name": name,
         "wrap": w.name,
+        "formula": w.formula_for(w.residual),
+        "source": w.SOURCE,
         "norm_in": w.NORM_IN and norm_on,
         "norm_out": w.NORM_OUT and norm_on,
         "norm_after_add": w.NORM_AFTER_ADD and norm_on,
         "residual": w.residual,
-        **w.constants(),
-        "formula": FORMULAS[w.name]
-        if w.residual
-        else FORMULAS[w.name].replace("alpha*x + ", "").replace("omega*x + ", "").replace("x + ", ""),
+        "constants": w.constant_values(),
     }
 
 
@@ -76,13 +71,15 @@ def _params(model) -> dict:
 
 
 def warnings(cfg: ModelConfig) -> list[str]:
-    """Wiring that the source texts and the literature say trains badly, each with the reason."""
+    """Wiring that the literature says trains badly, each with the reason."""
+    wrapping = WRAPPINGS[cfg.wrap]
     out = []
     depth = max(cfg.enc_depth, cfg.dec_depth)
-    if not uses_final_norm(cfg) and cfg.wrap not in STREAM_NORMALISED and cfg.norm != "none":
+    if not uses_final_norm(cfg) and wrapping.final_norm_under_auto(cfg) and cfg.norm != "none":
         out.append(
             f"final norm off with wrap={cfg.wrap}: the stream is never normalised and its scale grows "
-            "with depth; the output head reads it raw (seed 002: every pre-LN model ends with ln_f)"
+            "with depth; the output head reads it raw (every pre-LN model, GPT-2 and LLaMA among them, "
+            "ends with a final norm)"
         )
     off = [
         s
@@ -92,19 +89,20 @@ def warnings(cfg: ModelConfig) -> list[str]:
     if off:
         out.append(
             f"residual off for {', '.join(off)}: the gradient must pass through every such sublayer's "
-            "Jacobian, and shrinks geometrically with depth (seeds 003, 004)"
+            "Jacobian, and shrinks geometrically with depth (He et al. 2016; without the attention skip, "
+            "positions also collapse to one vector: Dong et al. 2021)"
         )
-    if cfg.wrap == "post" and depth >= 12:
+    if wrapping.DEPTH_WARNING is not None and depth >= wrapping.DEPTH_WARNING[0]:
+        out.append(f"{cfg.wrap} at {depth} layers: {wrapping.DEPTH_WARNING[1]}")
+    if cfg.norm == "none" and wrapping.USES_NORM and not wrapping.NEEDS_NORM:
         out.append(
-            f"post-LN at {depth} layers: needs a learning-rate warmup and may still diverge "
-            "(Xiong et al. 2020; Liu et al. 2020); consider pre, deepnorm or admin"
+            "norm none: nothing resets the scale each sublayer reads, so the stream grows with depth "
+            "until float32 overflows"
         )
-    if cfg.norm == "none" and cfg.wrap in ("post", "pre", "layerscale"):
-        out.append("norm none: nothing resets the scale each sublayer reads (seed 002, Q5)")
     if cfg.norm == "batchnorm":
         out.append(
             "batchnorm: statistics depend on the batch and differ between training and inference "
-            "(seed 000); for comparison only"
+            "(Transformers use LayerNorm or RMSNorm, whose statistics are one token's own); for comparison only"
         )
     return out
 
@@ -118,14 +116,15 @@ def format_explain(info: dict) -> str:
         f"params: total {p['total']:,}   one FFN {p['ffn_weights']:,} weights   one self-attention "
         f"{p['attn_weights']:,} weights",
         "",
-        f"{'layer':>9}  {'sublayer':8} {'wrap':10} {'formula':28} {'skip':5} {'alpha':>7} {'beta':>8}",
+        f"{'layer':>9}  {'sublayer':8} {'wrap':10} {'formula':28} {'skip':5} constants",
     ]
     for side, first, last, subs in _runs(info["layers"]):
         span = f"{first}" if first == last else f"{first}-{last}"
         for s in subs:
+            consts = "  ".join(f"{k}={v:.3g}" for k, v in s["constants"].items()) or "-"
             lines.append(
                 f"{side[:3] + ' ' + span:>9}  {s['name']:8} {s['wrap']:10} {s['formula']:28} "
-                f"{'on' if s['residual'] else 'OFF':5} {_num(s['alpha']):>7} {_num(s['beta']):>8}"
+                f"{'on' if s['residual'] else 'OFF':5} {consts}"
             )
     lines.append(f"final norm: {'on' if info['final_norm'] else 'off'} (final_norm={cfg['final_norm']})")
     for w in info["warnings"]:
@@ -142,7 +141,3 @@ def _runs(layers: list[dict]):
         else:
             runs.append([layer["side"], layer["index"], layer["index"], layer["sublayers"]])
     return runs
-
-
-def _num(v) -> str:
-    return "-" if v is None else f"{v:.3g}"

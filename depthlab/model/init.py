@@ -14,8 +14,11 @@ Biases start at 0, norm gains at 1. Depth-dependent constants of the wrappings:
 | deepnorm   | alpha (skip scale), beta (v, out, fc1, fc2 init) | see :func:`deepnorm_constants`           | Wang et al. 2022, Table 1 |
 | admin      | omega (skip scale), n = residual sublayers       | sqrt((n+1)/ln(n+1) - 1)                  | admin-torch admin.py |
 | layerscale | lambda                                           | 0.1 (L<=18), 1e-5 (L<=24), 1e-6 (deeper) | CaiT, deit cait_models.py |
-| lns        | 1/sqrt(l), l = 1..L                              |                                          | LayerNorm-Scaling |
+| lns        | scale = 1/sqrt(l), l = 1..L                      |                                          | LayerNorm-Scaling |
 | rezero     | a                                                | 0                                        | Bachlechner et al. 2020 |
+
+Each ``*_site_constants(site)`` returns one wrapping's constants, by name, for the layer described by a
+:class:`depthlab.model.wrappings.Site`; the wrapping class names that function as its ``constants_at``.
 """
 
 from __future__ import annotations
@@ -45,6 +48,32 @@ def deepnorm_constants(arch: str, side: str, n_enc: int, n_dec: int) -> tuple[fl
     return (2 * L) ** 0.25, (8 * L) ** -0.25
 
 
+def deepnorm_site_constants(site) -> dict[str, float]:
+    """DeepNorm's {"alpha", "beta"} for the side ``site`` is on (:func:`deepnorm_constants`)."""
+    alpha, beta = deepnorm_constants(site.arch, site.side, site.n_enc, site.n_dec)
+    return {"alpha": alpha, "beta": beta}
+
+
+def admin_site_constants(site) -> dict[str, float]:
+    """Admin's {"omega"}, n = the residual sublayers of ``site``'s side (2 or 3 per layer)."""
+    return {"omega": admin_omega(site.sublayers * site.n_layers)}
+
+
+def rezero_site_constants(site) -> dict[str, float]:
+    """ReZero's {"a": 0}: every branch starts switched off, so each layer is the identity at init."""
+    return {"a": 0.0}
+
+
+def layerscale_site_constants(site) -> dict[str, float]:
+    """LayerScale's {"lambda"} by the depth of ``site``'s side (:func:`layerscale_init`)."""
+    return {"lambda": layerscale_init(site.n_layers)}
+
+
+def lns_site_constants(site) -> dict[str, float]:
+    """LayerNorm Scaling's {"scale": 1/sqrt(l)} for ``site``'s layer l."""
+    return {"scale": lns_scale(site.layer)}
+
+
 def admin_omega(n_residual_sublayers: int) -> float:
     """Admin's closed-form omega = sqrt((n+1)/ln(n+1) - 1) (admin-torch; n=12 -> 2.017, n=48 -> 3.404)."""
     n = n_residual_sublayers
@@ -63,15 +92,14 @@ def lns_scale(layer_index: int) -> float:
 
 @torch.no_grad()
 def init_weights(model: nn.Module, scheme: str, n_layers_total: int, scale_residual: bool = True) -> None:
-    """Initialise every linear and embedding of ``model`` by ``scheme``, then apply DeepNorm's beta.
+    """Initialise every linear and embedding of ``model`` by ``scheme`` (the stack then lets each
+    wrapping adjust its own branch: DeepNorm's beta, :func:`scale_deepnorm_branch`).
 
     ``n_layers_total`` is the L of GPT-2's 0.02/sqrt(2L) residual-projection scaling, applied when
     ``scale_residual`` (LayerNorm-Scaling turns it off). An untied output head (``model.head``) is
     drawn like the embeddings: N(0, 0.02) under gpt2 (nanoGPT's lm_head), N(0, d^-1/2) under xavier
     (fairseq's unshared output projection).
     """
-    from depthlab.model.wrappings import DeepNorm  # local: wrappings import nothing from here
-
     for module in model.modules():
         if isinstance(module, Attention):
             _init_attention(module, scheme, n_layers_total, scale_residual)
@@ -89,9 +117,6 @@ def init_weights(model: nn.Module, scheme: str, n_layers_total: int, scale_resid
         nn.init.normal_(head.weight, std=0.02 if scheme == "gpt2" else head.in_features**-0.5)
         if head.bias is not None:
             nn.init.zeros_(head.bias)
-    for module in model.modules():
-        if isinstance(module, DeepNorm):
-            _scale_deepnorm_branch(module.f, module.beta)
 
 
 def _init_linear(lin: nn.Linear, scheme: str, residual_out: bool = False, n_layers: int = 1) -> None:
@@ -126,7 +151,8 @@ def _row_blocks(fused: nn.Linear, attn: Attention) -> list[torch.Tensor]:
     return list(fused.weight.split(sizes, dim=0))
 
 
-def _scale_deepnorm_branch(f: nn.Module, beta: float) -> None:
+@torch.no_grad()
+def scale_deepnorm_branch(f: nn.Module, beta: float) -> None:
     """DeepNorm: multiply the FFN's fc1/fc2 and attention's v and out projections by beta; q, k untouched."""
     if isinstance(f, FeedForward):
         f.fc1.weight.mul_(beta)

@@ -1,7 +1,7 @@
 """The sublayers F of a Transformer layer: attention (self, causal, cross) and the feed-forward net.
 
 Each sublayer maps (B, T, d_model) -> (B, T, d_model), so a wrapping can add it to the stream
-(seed 000: "the + needs both sides to line up"). Every sublayer's forward takes ``(x, ctx)``, where
+(the "+" needs both sides to have the same shape). Every sublayer's forward takes ``(x, ctx)``, where
 ``ctx`` carries what a sublayer may need beyond its input: masks, the encoder's output, RoPE tables.
 """
 
@@ -49,7 +49,8 @@ class Attention(nn.Module):
 
     Self-attention uses one fused QKV projection; cross-attention projects queries from the stream
     and keys/values from ``ctx.memory``. ``n_kv_heads < n_heads`` is grouped-query attention;
-    ``qk_norm`` normalises each head's queries and keys (OLMo 2, Gemma 3).
+    ``q_norm``/``k_norm`` normalise each head's queries and keys before the dot product (QK-norm:
+    Dehghani et al. 2023; OLMo 2, Gemma 3).
     """
 
     def __init__(
@@ -62,7 +63,7 @@ class Attention(nn.Module):
         causal: bool = False,
         cross: bool = False,
         rope: bool = False,
-        qk_norm: nn.Module | None = None,
+        q_norm: nn.Module | None = None,
         k_norm: nn.Module | None = None,
         dropout: float = 0.0,
     ):
@@ -76,7 +77,7 @@ class Attention(nn.Module):
         else:
             self.qkv = nn.Linear(d, d + 2 * kv_dim, bias=bias)
         self.out = nn.Linear(d, d, bias=bias)
-        self.q_norm, self.k_norm = qk_norm, k_norm
+        self.q_norm, self.k_norm = q_norm, k_norm
 
     def forward(self, x: torch.Tensor, ctx: Context) -> torch.Tensor:
         B, T, d = x.shape

@@ -8,7 +8,7 @@
 | batchnorm   | statistics over batch and time (comparison only)| Ioffe & Szegedy 2015           |
 | none        | a                                               |                                |
 
-LayerNorm and RMSNorm take their statistics from one token's features alone (seed 000); BatchNorm is
+LayerNorm and RMSNorm take their statistics from one token's features alone; BatchNorm is
 here only so that depthlab can show why Transformers do not use it.
 """
 

@@ -2,7 +2,7 @@
 
     tokens ─► Embedding ─► x_0 ─► block 1 ─► x_1 ─► ... ─► block L ─► x_L ─► [final norm] ─► head ─► logits
 
-``states`` (``return_states=True``) are x_0 .. x_L, before any final norm (DESIGN.md).
+``states`` (``return_states=True``) are x_0 .. x_L, before any final norm (docs/design.md).
 """
 
 from __future__ import annotations
@@ -13,31 +13,26 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from depthlab.config import ModelConfig
+from depthlab.config import WRAPPINGS, ModelConfig
 from depthlab.errors import InputError
-from depthlab.model.init import admin_omega, deepnorm_constants, init_weights, layerscale_init, lns_scale
+from depthlab.model.init import init_weights
 from depthlab.model.layers import Attention, Block, Context, FeedForward, rope_tables
 from depthlab.model.norms import make_norm
-from depthlab.model.wrappings import WRAPPINGS
-
-# Wrappings that renormalise the stream after every sublayer: their output needs no final norm.
-STREAM_NORMALISED = ("post", "deepnorm", "admin")
+from depthlab.model.wrappings import Site, Wrapping
 
 
 def layer_wraps(cfg: ModelConfig, n_layers: int) -> list[str]:
-    """The wrapping of each layer: ``mix`` is post for the bottom floor(mix_ratio * L) layers, pre above."""
-    if cfg.wrap != "mix":
-        return [cfg.wrap] * n_layers
-    n_post = math.floor(cfg.mix_ratio * n_layers)
-    return ["post"] * n_post + ["pre"] * (n_layers - n_post)
+    """The wrapping of each of ``n_layers`` layers by name (Mix-LN: post at the bottom, pre above)."""
+    wrapping = WRAPPINGS[cfg.wrap]
+    return [wrapping.for_layer(cfg, i + 1, n_layers).name for i in range(n_layers)]
 
 
 def uses_final_norm(cfg: ModelConfig) -> bool:
-    """``final_norm`` resolved: auto is on unless the stream is renormalised by every sublayer."""
+    """``final_norm`` resolved: "auto" asks the wrapping (on unless it renormalises the stream; never
+    with norm "none", where there is no norm to apply)."""
     if cfg.final_norm != "auto":
         return cfg.final_norm == "on"
-    wrap = "post" if cfg.wrap == "mix" and cfg.mix_ratio >= 1.0 else cfg.wrap  # mix at 1.0: every layer post
-    return wrap not in STREAM_NORMALISED and cfg.norm != "none"
+    return WRAPPINGS[cfg.wrap].final_norm_under_auto(cfg) and cfg.norm != "none"
 
 
 class Embedding(nn.Module):
@@ -82,16 +77,20 @@ def sinusoid_table(n: int, d: int) -> torch.Tensor:
 class Stack(nn.Module):
     """L blocks and the final norm. ``forward`` returns (output, states or None)."""
 
-    def __init__(self, layers: list[Block], final_norm: nn.Module | None, checkpoint: bool = False):
+    def __init__(
+        self, layers: list[Block], final_norm: nn.Module | None, activation_checkpointing: bool = False
+    ):
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.norm = final_norm if final_norm is not None else nn.Identity()
         self.has_final_norm = final_norm is not None
-        self.checkpoint = checkpoint
+        self.activation_checkpointing = activation_checkpointing
 
     def forward(self, x: torch.Tensor, ctx: Context, return_states: bool = False):
         states = [x] if return_states else None
-        recompute = self.checkpoint and self.training and torch.is_grad_enabled()  # decided once per pass
+        recompute = (
+            self.activation_checkpointing and self.training and torch.is_grad_enabled()
+        )  # decided once per pass
         for layer in self.layers:
             x = checkpoint(layer, x, ctx, use_reentrant=False) if recompute else layer(x, ctx)
             if return_states:
@@ -181,58 +180,44 @@ def _padding(mask: torch.Tensor | None, tokens: torch.Tensor, name: str) -> torc
 
 
 def build_model(cfg: ModelConfig) -> nn.Module:
-    """The model ``cfg`` describes, initialised (see :mod:`depthlab.model.init`)."""
+    """The model ``cfg`` describes, initialised (see :mod:`depthlab.model.init`): the weight scheme
+    first, then each wrapping's adjustment of its own branch (DeepNorm's beta)."""
     model = EncoderDecoder(cfg) if cfg.arch == "encdec" else LanguageModel(cfg)
-    # LayerNorm-Scaling replaces GPT-2's depth-scaled residual init (REFERENCES.md: not combined)
-    init_weights(model, cfg.init, cfg.enc_depth + cfg.dec_depth, scale_residual=cfg.wrap != "lns")
+    scaled = WRAPPINGS[cfg.wrap].SCALED_RESIDUAL_INIT
+    init_weights(model, cfg.init, cfg.enc_depth + cfg.dec_depth, scale_residual=scaled)
+    for module in model.modules():
+        if isinstance(module, Wrapping):
+            module.init_branch()
     return model
 
 
 def build_stack(cfg: ModelConfig, side: str, n_layers: int) -> Stack:
     """``n_layers`` blocks for one side (encoder: bidirectional; decoder: causal, + cross in encdec)."""
     make_norm = _norm_factory(cfg)
-    wraps = layer_wraps(cfg, n_layers)
+    causal = side == "decoder"
+    has_cross = cfg.arch == "encdec" and causal
     layers = []
     for i in range(n_layers):
-        constants = _constants(cfg, side, i + 1)
-        wrap = WRAPPINGS[wraps[i]]
+        site = Site(cfg.arch, side, i + 1, n_layers, cfg.enc_depth, cfg.dec_depth, 2 + has_cross, cfg.d_model)
+        wrapping = WRAPPINGS[cfg.wrap].for_layer(cfg, i + 1, n_layers)
 
-        def wrapped(kind: str, f: nn.Module, wrap=wrap, constants=constants):
-            return wrap(f, make_norm, cfg.has_residual(kind), **constants)
+        def wrapped(kind: str, f: nn.Module, wrapping=wrapping, site=site) -> Wrapping:
+            return wrapping.build(f, make_norm, cfg.has_residual(kind), site)
 
-        causal = side == "decoder"
         attn = wrapped("attn", _attention(cfg, causal=causal, cross=False))
-        cross = (
-            wrapped("cross", _attention(cfg, causal=False, cross=True))
-            if cfg.arch == "encdec" and causal
-            else None
-        )
+        cross = wrapped("cross", _attention(cfg, causal=False, cross=True)) if has_cross else None
         ffn = wrapped(
             "ffn", FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation, bias=cfg.bias, dropout=cfg.dropout)
         )
         layers.append(Block(attn, ffn, cross))
-    return Stack(layers, make_norm() if uses_final_norm(cfg) else None, checkpoint=cfg.checkpoint)
-
-
-def _constants(cfg: ModelConfig, side: str, layer_index: int) -> dict:
-    """The depth-dependent constants every wrapping may take (each takes the ones it needs)."""
-    n_side = cfg.enc_depth if side == "encoder" else cfg.dec_depth
-    alpha, beta = deepnorm_constants(cfg.arch, side, cfg.enc_depth, cfg.dec_depth)
-    sublayers_per_layer = 3 if (cfg.arch == "encdec" and side == "decoder") else 2
-    return {
-        "alpha": alpha,
-        "beta": beta,
-        "omega": admin_omega(sublayers_per_layer * n_side),
-        "layerscale": layerscale_init(n_side),
-        "lns_scale": lns_scale(layer_index),
-        "d_model": cfg.d_model,
-    }
+    final = make_norm() if uses_final_norm(cfg) else None
+    return Stack(layers, final, activation_checkpointing=cfg.activation_checkpointing)
 
 
 def _attention(cfg: ModelConfig, causal: bool, cross: bool) -> Attention:
-    qn = kn = None
-    if cfg.qk_norm:
-        qn, kn = (make_norm(cfg.norm, cfg.head_dim, cfg.norm_eps, cfg.dyt_alpha) for _ in range(2))
+    q_norm = k_norm = None
+    if cfg.qk_norm:  # per head: a norm over each head's head_dim features (config: layernorm or rmsnorm)
+        q_norm, k_norm = (make_norm(cfg.norm, cfg.head_dim, cfg.norm_eps) for _ in range(2))
     return Attention(
         cfg.d_model,
         cfg.n_heads,
@@ -241,8 +226,8 @@ def _attention(cfg: ModelConfig, causal: bool, cross: bool) -> Attention:
         causal=causal,
         cross=cross,
         rope=cfg.position == "rope",
-        qk_norm=qn,
-        k_norm=kn,
+        q_norm=q_norm,
+        k_norm=k_norm,
         dropout=cfg.dropout,
     )
 

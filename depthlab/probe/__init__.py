@@ -2,7 +2,7 @@
 
 from depthlab.probe import probe
 result = probe(model, tokens)          # depthlab, Hugging Face or torch.nn.Transformer* model
-print(result.format()); result.to_dict()   # DESIGN.md's Probe JSON
+print(result.format()); result.to_dict()   # the Probe JSON of docs/design.md
 """
 
 from depthlab.probe.doctor import diagnose

@@ -9,20 +9,20 @@ init, a batch of 8 x 64 bytes of the default corpus, LM loss, seed 0 unless a ra
 | pre, sandwich, deepnorm, admin, rezero    | 0.77 .. 7.7 at every depth    | 0.77 .. 22     | 0.11 .. 0.90    |
 | post                                      | 0.96 / 0.35 / 0.088 / 3.4e-3  | 2.4 .. 9.3     | 0.75 .. 1.000   |
 | any wrapping, attention skip off          | ~0.2 / ~1e-2 / ~1e-5 / ~1e-6  | 1.5 .. 52      | 0.98 .. 1.000   |
-| seed 000 toy, residual / not (loss sum)   | -                             | 100 / 4.5e-11  | -               |
+| relu toy, 24 layers, residual / not (sum) | -                             | 100 / 4.5e-11  | -               |
 
 - ``vanishing-gradient``: r = min(g0/gL, c0/cL). **error** below ``VANISH_ERROR`` = 1e-3 (three
-  orders of magnitude: every skip-less attention stack from 24 layers, the seeds' toys), **warning**
+  orders of magnitude: every skip-less attention stack from 24 layers, the toy stacks without skips), **warning**
   below ``VANISH_WARN`` = 0.1 (post-LN from 24 layers, which the literature finds diverging around
-  18-20 layers: Liu et al. 2020; seed 000). Good stacks never go below 0.77. A layer is *starved*
-  when the gradient at its output is below ``STARVED`` = 1e-2 of the top (seed 004's "almost no
-  gradient"); the message counts them from the bottom.
-- ``exploding-gradient``: max_i r_i above ``EXPLODE_WARN`` = 100 (**warning**; seed 000's residual
+  18-20 layers: Liu et al. 2020; Wang et al. 2019). Good stacks never go below 0.77. A layer is *starved*
+  when the gradient at its output is below ``STARVED`` = 1e-2 of the top (the bottom layers of a stack
+  without its attention skip get "almost no gradient"); the message counts them from the bottom.
+- ``exploding-gradient``: max_i r_i above ``EXPLODE_WARN`` = 100 (**warning**; the residual relu
   toy sits at 100, every good stack below 25) or ``EXPLODE_ERROR`` = 1e4, or any non-finite value
   (**error**).
 - ``stream-growth``: stream rms fitted as (i+1)^p over i = 0..L. Reported once rms_L / rms_0 >= 2.
   Pre-LN measures p = 0.40 / 0.52 / 0.53 / 0.58 (rms x2.2 .. x7.9), sandwich 0.57 .. 0.65: the
-  sqrt(L) of seed 002's independent-sum estimate (p = 0.5) and Xiong et al.'s Lemma 2 (energy linear
+  sqrt(L) of the independent-sum estimate (L unit-variance updates add to variance L: p = 0.5) and Xiong et al.'s Lemma 2 (energy linear
   in depth). **ok** up to ``GROWTH_WARN_EXPONENT`` = 0.75; faster growth is a **warning**.
 - ``missing-final-norm``: no norm takes x_L as input and the last block does not renormalise its
   output. **error** once the stream has drifted (rms_L / rms_0 >= 2: pre-LN without final norm is
@@ -35,7 +35,7 @@ init, a batch of 8 x 64 bytes of the default corpus, LM loss, seed 0 unless a ra
   DeepNorm 0.03 .. 0.05 (96 layers). Literature: post-LN needs warmup from 6 layers (Vaswani et al. 2017, 4000 steps;
   Xiong et al. 2020: 8.45 BLEU without warmup vs ~34 with).
 - ``non-finite`` (**error**, reported alone): a stream or the loss is inf or nan: float32 overflowed
-  (a norm-free stack's stream grows with depth: seed 002), so nothing else can be judged.
+  (a norm-free stack's stream grows with depth), so nothing else can be judged.
 - ``dead-stream`` (**error**): a stream that is exactly zero (ReZero's a = 0 with its skip off).
 - ``ok``: nothing above was a warning or an error.
 """
@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 
+from depthlab.fit import loglog_slope
 from depthlab.probe.result import ProbeResult
 
 VANISH_ERROR = 1e-3
@@ -95,7 +96,7 @@ def _non_finite(r: ProbeResult):
         "error",
         "non-finite",
         f"the forward pass overflows float32: {where}, so no gradient or statistic below can be judged; "
-        "unnormalised updates add up with depth (seed 002): add a norm (pre-LN) or scale the branches "
+        "unnormalised updates add up with depth: add a norm (pre-LN) or scale the branches "
         "(DeepNorm, ReZero)",
     )
 
@@ -170,13 +171,13 @@ def _vanishing_advice(r: ProbeResult) -> str:
     residual = r.config.get("model", {}).get("residual")
     if isinstance(residual, list) and not {"attn", "ffn"} <= set(residual):
         off = ", ".join(s for s in ("attn", "ffn") if s not in residual)
-        return f"Restore the skip around {off} (x = x + F(norm(x)); seeds 003, 004)."
+        return f"Restore the skip around {off} (x = x + F(norm(x)): the identity path carries the gradient down intact; He et al. 2016)."
     if r.config["stack"]["stream_normalised"]:
         return (
             "The norm after each add shrinks the skip path (post-LN; Liu et al. 2020): "
             "pre-LN, Admin or DeepNorm keep it."
         )
-    return "Check that every sublayer has its skip connection (seeds 003, 004)."
+    return "Check that every sublayer has its skip connection (the identity path carries the gradient down intact)."
 
 
 def _starved_from_bottom(prof: list[float]) -> int:
@@ -216,9 +217,9 @@ def _growth(r: ProbeResult):
     p, L = rms_exponent(rms), r.n_layers
     level = "warning" if p > GROWTH_WARN_EXPONENT else "ok"
     tail = (
-        "faster than the independent-sum estimate: correlated updates pile up (seed 002)"
+        "faster than the independent-sum estimate: correlated updates pile up"
         if level == "warning"
-        else "close to seed 002's independent-sum estimate"
+        else "close to the independent-sum estimate (L independent unit updates: rms ~ sqrt(L))"
     )
     return verdict(
         level,
@@ -229,13 +230,8 @@ def _growth(r: ProbeResult):
 
 
 def rms_exponent(rms: list[float]) -> float:
-    """Least-squares slope of log rms_i against log(i + 1), over the streams with rms > 0."""
-    pts = [(math.log(i + 1), math.log(v)) for i, v in enumerate(rms) if v and v > 0]
-    if len(pts) < 2:
-        return 0.0
-    mx, my = sum(x for x, _ in pts) / len(pts), sum(y for _, y in pts) / len(pts)
-    sxx = sum((x - mx) ** 2 for x, _ in pts)
-    return sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else 0.0
+    """p of the fit rms_i ~ (i + 1)^p over the streams with rms > 0 (0 when it cannot be fitted)."""
+    return loglog_slope(range(1, len(rms) + 1), rms) or 0.0
 
 
 def _missing_final_norm(r: ProbeResult):
@@ -250,7 +246,7 @@ def _missing_final_norm(r: ProbeResult):
         "missing-final-norm",
         f"no norm between the last block and the output: the stream reaches the head at rms "
         f"{rms[-1]:.3g} (x{growth:.3g} its input's) and will drift further as layers learn; add a final "
-        "norm (GPT-2's ln_f; seeds 002, 004)",
+        "norm (GPT-2's ln_f, LLaMA's final RMSNorm)",
     )
 
 

@@ -12,7 +12,60 @@ from __future__ import annotations
 import json
 import os
 
-from depthlab.errors import InputError
+import torch
+
+from depthlab.corpus import text_batch
+from depthlab.errors import ConfigError, InputError
+from depthlab.interop.hf import MODEL_TYPES
+from depthlab.probe.probe import probe
+from depthlab.probe.result import ProbeResult
+
+
+def probe_hf(
+    path: str,
+    *,
+    weights: bool = False,
+    batch_size: int = 8,
+    seq_len: int = 64,
+    seed: int = 0,
+    loss: str = "lm",
+    **options,
+) -> ProbeResult:
+    """Probe the Hugging Face model saved at ``path`` (a folder or a config.json) on ``batch_size`` x
+    ``seq_len`` bytes of the default corpus: random weights drawn with ``seed`` unless ``weights``.
+    ``options`` are :func:`depthlab.probe.probe`'s keyword arguments."""
+    check_model_type(path)
+    torch.manual_seed(seed)
+    model, config = load_hf_model(path, weights=weights, want_lm=loss == "lm")
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if limit and seq_len > limit:
+        raise ConfigError("seq_len", seq_len, f"<= {limit}, the model's max positions")
+    tokens = text_batch(batch_size, seq_len, config.vocab_size, seed)
+    batch = {"input_ids": tokens, "decoder_input_ids": tokens} if config.is_encoder_decoder else tokens
+    return probe(model, batch, loss, seed=seed, **options)
+
+
+def check_model_type(path: str) -> None:
+    """Refuse, in one short line, a config whose model_type transformers does not know (transformers' own
+    message lists every model type it has: thousands of characters on one line)."""
+    try:
+        import transformers
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    except ImportError:
+        return  # load_hf_model says how to install it
+    config_file = os.path.join(path, "config.json") if os.path.isdir(path) else path
+    try:
+        with open(config_file) as f:
+            model_type = json.load(f).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return  # load_hf_model reports a missing or unreadable config
+    if model_type is None or (isinstance(model_type, str) and model_type in CONFIG_MAPPING):
+        return
+    shown = repr(model_type) if len(repr(model_type)) <= 40 else repr(model_type)[:36] + "...'"
+    raise InputError(
+        f"--hf: model_type {shown} is unknown to transformers {transformers.__version__}; "
+        f"depthlab's interop imports {', '.join(MODEL_TYPES)} (probe --hf takes any type transformers knows)"
+    )
 
 
 def load_hf_model(path: str, weights: bool = False, want_lm: bool = True):

@@ -36,6 +36,10 @@ _GROUP_PATTERNS = (
 )
 
 
+# The sublayer kinds of a block, in order: self-attention, cross-attention, feed-forward.
+SUBLAYER_KINDS = ("attn", "cross", "ffn")
+
+
 @dataclass
 class StackInfo:
     """The probed stack: its blocks, where it sits, and each block's parameters by sublayer kind.
@@ -53,9 +57,9 @@ class StackInfo:
 
     @property
     def group_names(self) -> list[str]:
-        """The sublayer kinds present in the blocks, in the order attn, cross, ffn."""
+        """The sublayer kinds present in the blocks, in the order of SUBLAYER_KINDS."""
         present = {k for g in self.groups for k, ps in g.items() if ps}
-        return [k for k in ("attn", "cross", "ffn") if k in present]
+        return [k for k in SUBLAYER_KINDS if k in present]
 
 
 def locate_stack(model: nn.Module) -> StackInfo:
@@ -103,7 +107,7 @@ def _with_groups(info: StackInfo) -> StackInfo:
             # the sublayer F's own weights (Xiong et al. 2020, Fig. 3), not the wrapping's norms or scalars
             groups = {k: list(w.f.parameters()) for k, w in block.sublayers().items()}
         else:
-            groups = {"attn": [], "cross": [], "ffn": []}
+            groups = {kind: [] for kind in SUBLAYER_KINDS}
             for name, p in block.named_parameters():
                 kind = param_kind(name)
                 if kind in groups:

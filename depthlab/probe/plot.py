@@ -1,10 +1,13 @@
-"""One PNG for one or several probes: gradient, position-varying gradient and stream rms by depth (log y)."""
+"""The probe's figure: gradient, position-varying gradient and stream rms by depth, log scale.
+
+Figures are built with ``matplotlib.figure.Figure`` directly: importing depthlab never chooses or
+changes matplotlib's backend, so a notebook keeps its inline plots.
+"""
 
 from __future__ import annotations
 
-import os
+from matplotlib.figure import Figure
 
-from depthlab.errors import InputError
 from depthlab.probe.result import ProbeResult
 
 PANELS = (
@@ -14,14 +17,13 @@ PANELS = (
 )
 
 
-def plot_probes(results: list[tuple[str, ProbeResult]], path: str, title: str = "") -> str:
-    """Draw every (label, result) on one figure of three log-scale panels; returns ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 4), constrained_layout=True)
+def probe_figure(results: list[tuple[str, ProbeResult]], title: str = "", axes=None) -> Figure:
+    """Every (label, result) drawn on three log-scale panels; ``axes``: three Axes to draw into
+    (default: a new Figure's). Returns the Figure."""
+    if axes is None:
+        fig = Figure(figsize=(5 * len(PANELS), 4), layout="constrained")
+        axes = fig.subplots(1, len(PANELS))
+    fig = axes[0].figure
     for ax, (key, name) in zip(axes, PANELS):
         for label, result in results:
             pts = [(r["index"], r[key]) for r in result.layers if r.get(key) is not None and r[key] > 0]
@@ -34,12 +36,4 @@ def plot_probes(results: list[tuple[str, ProbeResult]], path: str, title: str = 
     axes[0].legend(fontsize=7)
     if title:
         fig.suptitle(title)
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        os.makedirs(folder, exist_ok=True)
-        fig.savefig(path, dpi=110)
-    except OSError as e:
-        raise InputError(f"cannot write the plot {path}: {e.strerror or e}") from None
-    finally:
-        plt.close(fig)
-    return path
+    return fig

@@ -26,6 +26,7 @@ from torch import nn
 
 from depthlab.errors import ConfigError, InputError
 from depthlab.probe.capture import StreamCapture, find_norms, stream_tensor
+from depthlab.probe.doctor import diagnose
 from depthlab.probe.locate import StackInfo, locate_stack
 from depthlab.probe.result import ProbeResult
 from depthlab.probe.stats import stream_table, token_cosine
@@ -49,14 +50,13 @@ def probe(
     batch: a tensor (tokens (B, T) for a language model; a float stream for nn.TransformerEncoder), a
     tuple of positional inputs ((src, tgt) for an encoder-decoder, (tgt, memory) for
     nn.TransformerDecoder) or a dict of keyword inputs. loss: "lm" = mean next-token cross-entropy of
-    logits[:, :-1] against tokens[:, 1:]; "sum" = the sum of the last stream (the seeds' toy loss).
+    logits[:, :-1] against tokens[:, 1:]; "sum" = the sum of the last stream (the toy stacks' loss).
     perturbation: relative size of the weight perturbation for ``output_change`` (0 turns it off).
     jacobian_probes: random projections for the Jacobian estimate (0 = not estimated).
     context: also carry the position-varying part of the top gradient down (one more backward pass;
     LM loss only), the signal behind the ``vanishing-gradient`` verdict for skip-less attention.
     Returns a :class:`ProbeResult` with L+1 rows and the doctor's verdicts.
     """
-    from depthlab.probe.doctor import diagnose
 
     result = measure(
         model,

@@ -1,6 +1,6 @@
-"""``ProbeResult``: the per-stream numbers, the doctor's verdicts, the JSON of DESIGN.md and a terminal table.
+"""``ProbeResult``: the per-stream numbers, the doctor's verdicts, the JSON of docs/design.md and a terminal table.
 
-``layers[i]`` describes stream i (0 = entering layer 1, L = leaving layer L). Required keys (DESIGN.md,
+``layers[i]`` describes stream i (0 = entering layer 1, L = leaving layer L). Required keys (docs/design.md,
 "Probe JSON"): index, grad_norm, stream_rms, update_ratio, cos_prev. Extra keys per row:
 
 | key               | meaning                                                                          |
@@ -55,7 +55,7 @@ class ProbeResult:
         return "error" if "error" in levels else "warning" if "warning" in levels else "ok"
 
     def to_dict(self) -> dict:
-        """DESIGN.md's Probe JSON: exactly {"config", "layers", "verdicts"}; a non-finite number (an
+        """The Probe JSON of docs/design.md: exactly {"config", "layers", "verdicts"}; a non-finite number (an
         overflowing stream) becomes null, as JSON has no NaN."""
         return finite_or_none({"config": self.config, "layers": self.layers, "verdicts": self.verdicts})
 

@@ -1,6 +1,6 @@
 """Per-stream statistics from a list of residual-stream states, shared by the probe and training telemetry.
 
-``states[i]`` is stream i, (B, T, d): index 0 enters layer 1, index L leaves layer L (DESIGN.md).
+``states[i]`` is stream i, (B, T, d): index 0 enters layer 1, index L leaves layer L (docs/design.md).
 All functions return plain Python floats (None where a quantity is undefined, as for stream 0).
 """
 

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from depthlab.model.norms import make_norm
+from depthlab.probe import probe
 
 
 class ToyStack(nn.Module):
@@ -58,7 +59,6 @@ def tanh_stack_gradients(seed: int = 0, d: int = 64, depth: int = 48) -> dict[bo
     The text's order: manual_seed, build the ``depth`` Linear layers, then for residual in (False,
     True) draw x = randn(8, d) and backpropagate sum(run(x)).
     """
-    from depthlab.probe import probe
 
     out = {}
     with torch.random.fork_rng(devices=[]):
@@ -88,8 +88,6 @@ def gradient_by_depth(n_layers=24, d=256, residual=True, seed=0, via: str = "pro
         weights, h = _draw_gradient_by_depth(n_layers, d, seed)
     h.requires_grad_(True)
     if via == "probe":
-        from depthlab.probe import probe
-
         stack = ToyStack([ReluUpdateBlock(w, residual) for w in weights])
         return probe(stack, h, loss="sum", perturbation=0.0).column("grad_norm")
     states = [h]

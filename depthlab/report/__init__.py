@@ -2,6 +2,9 @@
 
 from depthlab.report import write_report
 path = write_report("runs/depthlab.sqlite", "runs/report")   # -> "runs/report/index.html"
+
+A report folder is rewritten only if it is empty or an earlier report (it holds ``MARKER``);
+:func:`check_report_dir` is that rule, checked before a study runs and again when the report is written.
 """
 
 from __future__ import annotations
@@ -9,21 +12,45 @@ from __future__ import annotations
 import os
 
 from depthlab.errors import InputError
+from depthlab.paths import safe_name
 from depthlab.report.data import StudyData, load
+from depthlab.report.html import page
+from depthlab.report.layer_plots import bottom_vs_top, layer_profiles
+from depthlab.report.plots import loss_curves, outcome_map
 from depthlab.report.summary import summary_table
 
 MARKER = ".depthlab-report"  # a folder holding this file is a depthlab report and may be rewritten
 FIGURE_FILES = ("outcome_map.png", "loss_curves.png", "layer_profiles.png", "bottom_vs_top.png")
 
 
+def default_report_dir(db: str, study_name: str) -> str:
+    """``<folder of the store>/report/<study name>``."""
+    return os.path.join(os.path.dirname(db) or ".", "report", safe_name(study_name, keep="-_."))
+
+
+def check_report_dir(out_dir: str) -> None:
+    """Refuse (InputError) a report folder that cannot be (re)written: a file, a non-empty folder that is
+    not an earlier depthlab report, or a place where no folder can be made. Creates nothing."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise InputError(f"report folder {out_dir} exists and is not a folder; choose another report folder")
+    try:
+        used = os.path.isdir(out_dir) and os.listdir(out_dir)
+    except OSError as e:
+        raise InputError(f"cannot read the report folder {out_dir}: {e.strerror}") from None
+    if used and not os.path.exists(os.path.join(out_dir, MARKER)):
+        raise InputError(
+            f"report folder {out_dir} exists and is not a depthlab report folder; choose another report folder"
+        )
+    parent = os.path.abspath(out_dir)
+    while not os.path.exists(parent):  # the nearest existing folder is where the report's folders go
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write the report to {out_dir} ({parent} is not a writable folder)")
+
+
 def _prepare(out_dir: str) -> None:
     """Create ``out_dir``, or reuse it if it is empty or an earlier report; refuse anything else."""
-    if os.path.isdir(out_dir) and os.listdir(out_dir) and not os.path.exists(os.path.join(out_dir, MARKER)):
-        raise InputError(
-            f"{out_dir} exists and is not a depthlab report folder; choose another report folder"
-        )
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise InputError(f"{out_dir} exists and is not a folder")
+    check_report_dir(out_dir)
     try:
         os.makedirs(out_dir, exist_ok=True)
         with open(os.path.join(out_dir, MARKER), "w") as f:
@@ -38,10 +65,6 @@ def _prepare(out_dir: str) -> None:
 
 def render(data: StudyData, out_dir: str) -> str:
     """Write the figures and index.html for ``data`` into ``out_dir``; returns the index.html path."""
-    from depthlab.report.html import page
-    from depthlab.report.layer_plots import bottom_vs_top, layer_profiles
-    from depthlab.report.plots import loss_curves, outcome_map
-
     _prepare(out_dir)
     drawn = [fn(data, out_dir) for fn in (outcome_map, loss_curves, layer_profiles, bottom_vs_top)]
     figures = [f for f in drawn if f]
@@ -58,4 +81,13 @@ def write_report(db: str, out_dir: str, study: str | int | None = None) -> str:
     return render(load(db, study), out_dir)
 
 
-__all__ = ["StudyData", "load", "render", "summary_table", "write_report"]
+__all__ = [
+    "MARKER",
+    "StudyData",
+    "check_report_dir",
+    "default_report_dir",
+    "load",
+    "render",
+    "summary_table",
+    "write_report",
+]

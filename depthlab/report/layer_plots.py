@@ -9,14 +9,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from matplotlib import colormaps
 
 from depthlab.report.data import StudyData
 from depthlab.report.plots import Figure, _dedup_legend, _grid, _save, plain
+from depthlab.train.telemetry import GRAD_KEYS
 
 
 def _wrap_colours(rows: list[str]) -> dict[str, tuple]:
-    from matplotlib import colormaps
-
     cmap = colormaps["tab10"]
     return {row: cmap(i % 10) for i, row in enumerate(rows)}
 
@@ -82,11 +82,11 @@ def layer_profiles(data: StudyData, out_dir: str) -> Figure | None:
 
 
 def _layer_grad(row: dict) -> float | None:
-    """A layer's parameter gradient norm: attention and FFN combined, else the stream gradient."""
-    a, f = row.get("attn_grad"), row.get("ffn_grad")
-    if a is None and f is None:
+    """A layer's parameter gradient norm: its sublayers' combined, else the stream gradient."""
+    parts = [row.get(k) for k in GRAD_KEYS]
+    if all(v is None for v in parts):
         return row.get("grad_norm")
-    return math.sqrt((a or 0.0) ** 2 + (f or 0.0) ** 2)
+    return math.sqrt(sum((v or 0.0) ** 2 for v in parts))
 
 
 def _bottom_top(layers: list[dict]) -> tuple[list[int], list[float], list[float], int]:
@@ -130,5 +130,5 @@ def bottom_vs_top(data: StudyData, out_dir: str) -> Figure | None:
         title,
         f"Mean parameter-gradient norm of the bottom {quarter} and the top {quarter} layers at each logged "
         "step: where the blue line sits orders of magnitude under the orange one, the bottom layers are "
-        "starved of gradient, the picture of seed 004.",
+        "starved of gradient, as in a deep stack without its attention skip.",
     )

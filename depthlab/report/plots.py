@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
+from matplotlib import colormaps
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure as MplFigure
 from matplotlib.patches import Patch
@@ -129,8 +130,6 @@ def loss_curves(data: StudyData, out_dir: str) -> Figure | None:
 
 
 def _depth_colours(depths: list[int]) -> dict[int, tuple]:
-    from matplotlib import colormaps
-
     cmap = colormaps["viridis"]
     return {d: cmap(i / max(1, len(depths) - 1) * 0.85) for i, d in enumerate(depths)}
 

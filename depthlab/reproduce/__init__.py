@@ -1,83 +1,37 @@
-"""Reproductions: each recomputes a claim of the seeds or the papers and checks it against what was stated.
+"""Reproductions: each recomputes a claim of the source texts or the papers and checks it against what
+was stated.
 
-A reproduction is a function ``fn(quick: bool = False, out_dir: str | None = None) -> Reproduction``,
-registered by name in ``REPRODUCTIONS``; ``depthlab reproduce NAME`` runs it. Expected outcomes are
-written in the code before the run; the verdicts are computed from what was measured.
+Every claim module registers its reproduction (:func:`depthlab.reproduce.claim.register`) when it is
+imported; this package imports them all, so ``REPRODUCTIONS`` holds every one by name. Expected outcomes
+are written in each module before the run; the verdicts are computed from what was measured.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-
-@dataclass
-class Check:
-    """One claim: what the source states (or expects), what depthlab measured, and whether they agree."""
-
-    claim: str
-    stated: str
-    measured: str
-    ok: bool
-
-    def to_dict(self) -> dict:
-        return {"claim": self.claim, "stated": self.stated, "measured": self.measured, "ok": bool(self.ok)}
-
-
-@dataclass
-class Reproduction:
-    """The measured data (a JSON-able dict), the checks, and the paths of any plots written."""
-
-    name: str
-    data: dict
-    checks: list[Check]
-    plots: list[str] = field(default_factory=list)
-    source: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return all(c.ok for c in self.checks)
-
-    def to_dict(self) -> dict:
-        return {**self.data, "checks": [c.to_dict() for c in self.checks]}
-
-    def format(self) -> str:
-        """A claim / stated / measured / verdict table."""
-        w1 = max([len(c.claim) for c in self.checks] + [5])
-        w2 = max([len(c.stated) for c in self.checks] + [6])
-        w3 = max([len(c.measured) for c in self.checks] + [8])
-        lines = [
-            f"{self.name}" + (f"  ({self.source})" if self.source else ""),
-            f"  {'claim':<{w1}}  {'stated':<{w2}}  {'measured':<{w3}}  verdict",
-        ]
-        for c in self.checks:
-            lines.append(
-                f"  {c.claim:<{w1}}  {c.stated:<{w2}}  {c.measured:<{w3}}  {'ok' if c.ok else 'MISMATCH'}"
-            )
-        lines += [f"  plot: {p}" for p in self.plots]
-        return "\n".join(lines)
-
-
-REPRODUCTIONS: dict[str, Callable[..., Reproduction]] = {}
-
-
-def register(name: str):
-    """Decorator: add a reproduction function under ``name``."""
-
-    def deco(fn):
-        REPRODUCTIONS[name] = fn
-        return fn
-
-    return deco
+from depthlab.reproduce import (  # noqa: F401  (imported for their registrations)
+    batchnorm,
+    collapse,
+    depth,
+    dyt,
+    final_norm,
+    init_scaling,
+    jacobian,
+    model_update,
+    recipe,
+    redundancy,
+    seeds,
+    shallow_post,
+    skip_ablation,
+    warmup,
+)
+from depthlab.reproduce.claim import REPRODUCTIONS, Check, Reproduction, register
 
 
 def load_all() -> dict[str, Callable[..., Reproduction]]:
-    """Import every reproduction module so that its @register runs; returns the registry."""
-    import importlib
-    import pkgutil
-
-    import depthlab.reproduce as pkg
-
-    for mod in pkgutil.iter_modules(pkg.__path__):
-        importlib.import_module(f"depthlab.reproduce.{mod.name}")
+    """The registry of every reproduction, by name."""
     return REPRODUCTIONS
+
+
+__all__ = ["REPRODUCTIONS", "Check", "Reproduction", "load_all", "register"]

@@ -17,7 +17,10 @@ import torch
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.model import build_model
 from depthlab.model.norms import make_norm
-from depthlab.reproduce import Check, Reproduction, register
+from depthlab.reproduce.claim import Check, Reproduction, register
+from depthlab.train import train
+from depthlab.train.evaluate import token_loss_sum
+from depthlab.train.tasks import make_task
 
 NORMS = ("layernorm", "rmsnorm", "batchnorm")
 # "Does not depend" = equal to float32 rounding; "depends" = a relative change of at least 1%.
@@ -83,9 +86,6 @@ def _train_gap(norm: str, quick: bool) -> dict:
     differently at different batch sizes". In a causal LM, BatchNorm's batch-and-time statistics also
     carry information from future tokens, another reason Transformers do not use it.
     """
-    from depthlab.train import train
-    from depthlab.train.evaluate import token_loss_sum
-    from depthlab.train.tasks import make_task
 
     mcfg = ModelConfig(arch="decoder", n_layers=2, d_model=32, n_heads=4, wrap="pre", norm=norm)
     tcfg = TrainConfig(

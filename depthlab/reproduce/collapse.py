@@ -41,12 +41,17 @@ from __future__ import annotations
 import math
 import time
 
+import matplotlib
 import torch
 
 from depthlab.config import ModelConfig, TrainConfig
+from depthlab.fit import loglog_slope
 from depthlab.model import build_model
 from depthlab.probe.stats import stream_table
-from depthlab.reproduce import Check, Reproduction, register
+from depthlab.reproduce.claim import Check, Reproduction, register
+from depthlab.reproduce.figures import new_figure, save
+from depthlab.train.schedules import make_optimizer, make_scheduler
+from depthlab.train.tasks import LMTask
 
 WRAPS = ("pre", "deepnorm")
 DEPTHS, DEPTHS_QUICK = (48, 192, 384), (48, 384)
@@ -82,15 +87,10 @@ def quarter_shares(cum: list[float]) -> dict:
     return {"embedding": cum[0], "first_quarter": cum[q] - cum[0], "last_quarter": cum[L] - cum[L - q]}
 
 
-def loglog_slope(values: list[float]) -> float:
-    """Least-squares slope of log(values[l-1]) against log(l), l = 1..len(values); values <= 0 are skipped."""
-    pts = [(math.log(i + 1), math.log(v)) for i, v in enumerate(values) if v is not None and v > 0]
-    n = len(pts)
-    if n < 2:
-        return math.nan
-    mx, my = sum(x for x, _ in pts) / n, sum(y for _, y in pts) / n
-    sxx = sum((x - mx) ** 2 for x, _ in pts)
-    return sum((x - mx) * (y - my) for x, y in pts) / sxx
+def layer_slope(values: list[float]) -> float:
+    """The log-log slope of values[l-1] against the layer index l = 1..len(values) (nan if none)."""
+    slope = loglog_slope(range(1, len(values) + 1), values)
+    return math.nan if slope is None else slope
 
 
 @torch.no_grad()
@@ -112,8 +112,8 @@ def profile(model: torch.nn.Module, tokens: torch.Tensor) -> dict:
         "angular_distance": ang,
         "cumulative_share": cum,
         "shares": quarter_shares(cum),
-        "update_slope": loglog_slope(upd),
-        "angular_slope": loglog_slope(ang),
+        "update_slope": layer_slope(upd),
+        "angular_slope": layer_slope(ang),
         "final_rms": float(states[-1].float().pow(2).mean().sqrt()),
     }
 
@@ -123,8 +123,6 @@ def short_training(model: torch.nn.Module, mcfg: ModelConfig, steps: int) -> dic
 
     Returns the first and last training losses (nats/token) and whether every loss was finite.
     """
-    from depthlab.train.schedules import make_optimizer, make_scheduler
-    from depthlab.train.tasks import LMTask
 
     tcfg = TrainConfig(**TRAIN, steps=steps)
     task = LMTask(tcfg)
@@ -149,7 +147,9 @@ def short_training(model: torch.nn.Module, mcfg: ModelConfig, steps: int) -> dic
 def measure(wrap: str, n_layers: int, steps: int, tokens: torch.Tensor) -> dict:
     """Profiles of one (wrap, depth) at init and after ``steps`` updates, with the run's losses."""
     torch.manual_seed(0)
-    mcfg = ModelConfig(n_layers=n_layers, wrap=wrap, checkpoint=n_layers >= CHECKPOINT_FROM, **MODEL)
+    mcfg = ModelConfig(
+        n_layers=n_layers, wrap=wrap, activation_checkpointing=n_layers >= CHECKPOINT_FROM, **MODEL
+    )
     model = build_model(mcfg)
     start = time.perf_counter()
     at_init = profile(model, tokens)
@@ -161,7 +161,6 @@ def measure(wrap: str, n_layers: int, steps: int, tokens: torch.Tensor) -> dict:
 @register("collapse")
 def reproduce_collapse(quick: bool = False, out_dir: str | None = None) -> Reproduction:
     """Pre-LN at hundreds of layers: late layers' contribution vanishes; DeepNorm's stays (seed 002)."""
-    from depthlab.train.tasks import LMTask
 
     steps, depths = (STEPS_QUICK, DEPTHS_QUICK) if quick else (STEPS, DEPTHS)
     tokens = LMTask(TrainConfig(**TRAIN)).val_batches()[0].args[0]  # (8, 32): a fixed validation batch
@@ -231,10 +230,8 @@ def plot_collapse(data: dict, out_dir: str) -> str:
     Colour = wrapping, shade = depth, solid = at init, dashed = after the short training run.
     Returns the PNG's path (out_dir/collapse.png).
     """
-    from depthlab.reproduce.figures import plt, save
-
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.9))
-    cmaps = {"pre": plt.cm.Blues, "deepnorm": plt.cm.Oranges}
+    fig, axes = new_figure(3, figsize=(14, 3.9))
+    cmaps = {"pre": matplotlib.colormaps["Blues"], "deepnorm": matplotlib.colormaps["Oranges"]}
     keys = (
         ("update_ratio", "update ratio ||x_l - x_(l-1)|| / ||x_(l-1)||", True),
         ("angular_distance", "angular distance arccos(cos) / pi", True),

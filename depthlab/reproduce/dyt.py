@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from depthlab.reproduce import Check, Reproduction, register
+from depthlab.reproduce.claim import Check, Reproduction, register
 from depthlab.reproduce.figures import loss_curves
 from depthlab.reproduce.lm_runs import fmt_loss, train_run
 

@@ -1,7 +1,7 @@
-"""Plots shared by the claim reproductions: loss curves and per-layer profiles (matplotlib, Agg).
+"""Plots shared by the claim reproductions: loss curves and per-layer profiles.
 
 Each function writes one PNG and returns its path, or returns None when ``out_dir`` is None (a caller
-that only wants the numbers).
+that only wants the numbers). Figures are ``matplotlib.figure.Figure`` objects, so no backend is chosen.
 """
 
 from __future__ import annotations
@@ -9,19 +9,20 @@ from __future__ import annotations
 import math
 import os
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure
 
 
-def save(fig, out_dir: str, name: str) -> str:
-    """Write ``fig`` to out_dir/name.png (folders created) and close it; returns the path."""
+def new_figure(ncols: int = 1, figsize: tuple[float, float] = (5.6, 3.6)):
+    """(Figure, a row of ``ncols`` Axes) with constrained layout, drawn without any backend."""
+    fig = Figure(figsize=figsize, layout="constrained")
+    return fig, list(fig.subplots(1, ncols, squeeze=False)[0])
+
+
+def save(fig: Figure, out_dir: str, name: str) -> str:
+    """Write ``fig`` to out_dir/name.png (folders created); returns the path."""
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"{name}.png")
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
@@ -34,8 +35,8 @@ def loss_curves(
     """
     if out_dir is None:
         return None
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
-    for ax, (panel, runs) in zip(axes[0], panels.items()):
+    fig, axes = new_figure(len(panels), figsize=(4.2 * len(panels), 3.4))
+    for ax, (panel, runs) in zip(axes, panels.items()):
         for run in runs:
             steps = [s for s, v in run.curve if math.isfinite(v)]
             losses = [v for s, v in run.curve if math.isfinite(v)]
@@ -63,7 +64,7 @@ def profiles(
     """Several named series of per-layer (or per-depth) values on one axis; None values are skipped."""
     if out_dir is None:
         return None
-    fig, ax = plt.subplots(figsize=(5.6, 3.6))
+    fig, (ax,) = new_figure()
     for label, ys in series.items():
         xs = x if x is not None else list(range(len(ys)))
         pts = [(a, b) for a, b in zip(xs, ys) if b is not None and math.isfinite(b) and (b > 0 or not log)]

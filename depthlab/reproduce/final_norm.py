@@ -21,7 +21,7 @@ import torch
 from depthlab.config import ModelConfig
 from depthlab.model import build_model
 from depthlab.probe.stats import stream_rms
-from depthlab.reproduce import Check, Reproduction, register
+from depthlab.reproduce.claim import Check, Reproduction, register
 from depthlab.reproduce.figures import loss_curves, profiles
 from depthlab.reproduce.lm_runs import TINY_MODEL, Run, fmt_loss, lm_batches, train_run
 

@@ -20,12 +20,15 @@ still has a value: the gradient of its a.
 
 from __future__ import annotations
 
-import math
-import os
-
 import torch
 
-from depthlab.reproduce import Check, Reproduction, register
+from depthlab.config import ModelConfig
+from depthlab.corpus import text_batch
+from depthlab.fit import loglog_slope
+from depthlab.model import build_model
+from depthlab.probe import measure
+from depthlab.reproduce.claim import Check, Reproduction, register
+from depthlab.reproduce.figures import new_figure, save
 
 DEPTHS = (6, 12, 24, 48, 96, 192)
 QUICK_DEPTHS = (6, 12, 24, 48)
@@ -44,9 +47,6 @@ SLOPE_TOL = 0.15  # a fitted exponent "matches" a predicted one within +-0.15
 
 def measure_point(wrap: str, residual: tuple, n_layers: int, tokens: torch.Tensor, seed: int = 0) -> dict:
     """The four quantities of the module doc for one stack at one depth."""
-    from depthlab.config import ModelConfig
-    from depthlab.model import build_model
-    from depthlab.probe import measure
 
     cfg = ModelConfig(n_layers=n_layers, d_model=D_MODEL, n_heads=HEADS, wrap=wrap, residual=residual)
     with torch.random.fork_rng(devices=[]):
@@ -62,18 +62,8 @@ def measure_point(wrap: str, residual: tuple, n_layers: int, tokens: torch.Tenso
     }
 
 
-def loglog_slope(xs, ys) -> float | None:
-    """Least-squares slope of log y against log x over the points with y > 0 (None with fewer than 2)."""
-    pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys) if y is not None and y > 0]
-    if len(pts) < 2:
-        return None
-    mx, my = sum(p[0] for p in pts) / len(pts), sum(p[1] for p in pts) / len(pts)
-    return sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
-
-
 def run_grid(depths) -> tuple[list[dict], dict]:
     """(rows: one per stack and depth, slopes: {label: {quantity: slope}})."""
-    from depthlab.probe.batch import text_batch
 
     tokens = text_batch(BATCH, SEQ, 256, seed=0)
     rows, slopes = [], {}
@@ -187,13 +177,7 @@ def format_table(rows: list[dict], slopes: dict, depths) -> str:
 
 def plot_scaling(rows: list[dict], depths, out_dir: str) -> str:
     """Three log-log panels (last-layer gradient, first-layer gradient, final stream rms) vs L."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    os.makedirs(out_dir, exist_ok=True)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), constrained_layout=True)
+    fig, axes = new_figure(3, figsize=(15, 4.2))
     for ax, q in zip(axes, ("last_grad", "first_grad", "final_rms")):
         for label, *_ in STACKS:
             pts = [(r["L"], r[q]) for r in rows if r["stack"] == label and r[q]]
@@ -208,7 +192,4 @@ def plot_scaling(rows: list[dict], depths, out_dir: str) -> str:
     axes[2].loglog(ref, [(L / ref[0]) ** 0.5 for L in ref], "k--", lw=1, label="L^1/2 (Xiong, pre-LN)")
     axes[0].legend(fontsize=7)
     axes[2].legend(fontsize=7)
-    path = os.path.join(out_dir, "init_scaling.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, out_dir, "init_scaling")

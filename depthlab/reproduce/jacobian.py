@@ -1,6 +1,6 @@
 """The input-output Jacobian at init: post-LN's vanishes, pre-LN's grows, ReZero's stays near isometry.
 
-ReZero (Bachlechner et al. 2020; the ReZero examples notebook, REFERENCES.md "Published results")
+ReZero (Bachlechner et al. 2020; the ReZero examples notebook, docs/references.md, "Published results")
 reports the mean squared singular value of the input-output Jacobian of 128-layer Transformers at
 d_model 128: post-LN 0.000, pre-LN 66.3, ReZero 2.14. An MSV near 1 ("dynamical isometry") means a
 signal and its gradient cross the whole stack at their own scale.
@@ -20,7 +20,11 @@ import time
 import torch
 
 from depthlab.config import ModelConfig
-from depthlab.reproduce import Check, Reproduction, register
+from depthlab.corpus import text_batch
+from depthlab.model import build_model
+from depthlab.probe import measure
+from depthlab.reproduce.claim import Check, Reproduction, register
+from depthlab.reproduce.figures import new_figure, save
 
 DEPTH, DEPTH_QUICK = 128, 32
 PROBES, PROBES_QUICK = 8, 4
@@ -36,9 +40,6 @@ ISO = 3.0
 
 def msv(wrap: str, depth: int, probes: int) -> float:
     """The estimated mean squared singular value of d x_L / d x_0 for a ``wrap`` decoder at init."""
-    from depthlab.model import build_model
-    from depthlab.probe import measure
-    from depthlab.probe.batch import text_batch
 
     torch.manual_seed(0)
     cfg = ModelConfig(arch="decoder", n_layers=depth, d_model=128, n_heads=4, d_ff=512, wrap=wrap)
@@ -96,9 +97,7 @@ def _plot(values: dict, depth: int, out_dir: str | None) -> str | None:
     """Measured vs stated MSV per wrapping, log scale, with the isometry line at 1."""
     if out_dir is None:
         return None
-    from depthlab.reproduce.figures import plt, save
-
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+    fig, (ax,) = new_figure(figsize=(6, 3.6))
     names = list(values)
     xs = range(len(names))
     floor = 1e-4  # the stated 0.000 drawn at the axis floor

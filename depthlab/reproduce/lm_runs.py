@@ -13,12 +13,15 @@ configuration that two claims share only once (training is deterministic for a g
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 
 import torch
 
 from depthlab.config import ModelConfig, TrainConfig
+from depthlab.corpus import load_corpus
+from depthlab.train import train as run_training
 
 # The shared regime; each claim overrides what its source varies (wrapping, depth, warmup, lr, norm).
 TINY_MODEL = {"arch": "decoder", "d_model": 32, "n_heads": 4, "vocab_size": 256, "max_len": 64}
@@ -83,7 +86,6 @@ def train_run(label: str, model: dict, train: dict | None = None, quiet: bool = 
 
     ``model`` / ``train`` are ModelConfig / TrainConfig field overrides.
     """
-    from depthlab.train import train as run_training
 
     mcfg, tcfg = configs(model, train or {})
     key = (mcfg.config_hash(), tcfg.config_hash())
@@ -155,7 +157,6 @@ def lm_batches(n: int, batch_size: int, seq_len: int, seed: int, split: str = "v
 
     Windows start at positions drawn with ``seed``; the +1 gives next-token targets for seq_len inputs.
     """
-    from depthlab.train.data import load_corpus
 
     corpus = load_corpus(None, seq_len)
     data = corpus.val if split == "val" else corpus.train  # 1-D uint8 tensors of bytes
@@ -185,6 +186,5 @@ def _num(v):
 
 
 def _log(msg: str) -> None:
-    import sys
 
     print(msg, file=sys.stderr, flush=True)

@@ -26,7 +26,7 @@ import torch
 
 from depthlab.config import ModelConfig
 from depthlab.model import build_model
-from depthlab.reproduce import Check, Reproduction, register
+from depthlab.reproduce.claim import Check, Reproduction, register
 from depthlab.reproduce.figures import profiles
 from depthlab.reproduce.lm_runs import lm_batches
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from depthlab.reproduce import Check, Reproduction, register
+from depthlab.reproduce.claim import Check, Reproduction, register
 from depthlab.reproduce.figures import loss_curves
 from depthlab.reproduce.lm_runs import TINY_MODEL, fmt_loss, train_run
 

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from depthlab.probe.stats import angular_distance, cos_prev
-from depthlab.reproduce import Check, Reproduction, register
+from depthlab.reproduce.claim import Check, Reproduction, register
 from depthlab.reproduce.figures import profiles
 from depthlab.reproduce.lm_runs import eval_loss, lm_batches, train_run
 

@@ -20,18 +20,21 @@ follows the code, which is what produces the stated numbers.
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 from torch import nn
 
+from depthlab.config import ModelConfig
+from depthlab.model.explain import explain
+from depthlab.model.wrappings import WRAPPINGS
 from depthlab.probe.toys import (
     gradient_by_depth,
     gradient_by_depth_as_printed,
     tanh_stack_gradients,
     variance_example,
 )
-from depthlab.reproduce import Check, Reproduction, register
+from depthlab.reproduce.claim import Check, Reproduction, register
+from depthlab.reproduce.figures import new_figure, save
 
 # The text computes f and x1 from LN(x0) already rounded to 0.6325: its 4th decimal can differ by one
 # from the exact value (1.31623 -> "1.3163"), so these are checked to within one unit of that digit.
@@ -184,7 +187,6 @@ def _worked_example_checks(ex: dict) -> list[Check]:
 
 def seed003_check() -> tuple[list[float], Check]:
     """x + attention output through depthlab's own pre-LN wrapping (norm = identity, F = the given output)."""
-    from depthlab.model.wrappings import WRAPPINGS
 
     class Given(nn.Module):  # stands in for attention: returns the text's attention output
         def __init__(self, out: torch.Tensor):
@@ -214,8 +216,6 @@ def stream_std_ratio(n_layers: int = 96, samples: int = 20000, seed: int = 0) ->
 @register("seeds")
 def seeds(quick: bool = False, out_dir: str | None = None) -> Reproduction:
     """Every number the seeds state, recomputed with depthlab's own code, beside the stated value."""
-    from depthlab.config import ModelConfig
-    from depthlab.model.explain import explain
 
     tanh = tanh_stack_gradients()
     res, nores = gradient_by_depth(residual=True), gradient_by_depth(residual=False)
@@ -248,13 +248,7 @@ def seeds(quick: bool = False, out_dir: str | None = None) -> Reproduction:
 
 def _plot(tanh: dict, res: list, nores: list, out_dir: str) -> str:
     """Gradient norm by depth, with and without the skip: seed 000's toy and seed 004's tanh stack."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    os.makedirs(out_dir, exist_ok=True)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+    fig, axes = new_figure(2, figsize=(10, 4))
     for ax, (title, on, off) in zip(
         axes,
         (
@@ -267,7 +261,4 @@ def _plot(tanh: dict, res: list, nores: list, out_dir: str) -> str:
         ax.set(title=title, xlabel="state index (0 = input)", ylabel="||d sum(out) / d state||")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
-    path = os.path.join(out_dir, "gradient_by_depth.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, out_dir, "gradient_by_depth")

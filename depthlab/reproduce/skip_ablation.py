@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from depthlab.reproduce import Check, Reproduction, register
+from depthlab.reproduce.claim import Check, Reproduction, register
 from depthlab.reproduce.figures import loss_curves, profiles
 from depthlab.reproduce.lm_runs import NO_ATTN_SKIP, Run, ended_at_unigram, train_run, trained_below_unigram
 

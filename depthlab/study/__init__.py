@@ -6,7 +6,7 @@ outcome = run_study(preset("smoke"), db="runs/depthlab.sqlite", workers=2)
 
 from depthlab.study.grid import RunSpec, StudyConfig, run_hash
 from depthlab.study.presets import PRESETS, preset
-from depthlab.study.runner import StudyOutcome, run_study
+from depthlab.study.runner import StudyOutcome, plan, run_study
 from depthlab.study.store import DEFAULT_DB, Store
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "Store",
     "StudyConfig",
     "StudyOutcome",
+    "plan",
     "preset",
     "run_hash",
     "run_study",

@@ -20,6 +20,7 @@ from concurrent.futures.process import BrokenProcessPool
 from depthlab.errors import ConfigError, InputError
 from depthlab.study.grid import RunSpec
 from depthlab.study.worker import Task, execute, start_worker
+from depthlab.train.distributed import omp_threads
 
 EXECUTORS = ("local", "ray")
 
@@ -32,11 +33,14 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def default_workers() -> int:
+    """One single-threaded worker per core, at most 4 (tiny models gain little from more threads)."""
+    return max(1, min(available_cores(), 4))
+
+
 def threads_per_worker(workers: int, cores: int | None = None) -> int:
     """Torch threads for each of ``workers`` so that workers x threads <= cores (at least 1), and no
     more than ``OMP_NUM_THREADS`` when the user set it (a limit per process)."""
-    from depthlab.train.distributed import omp_threads
-
     share = max(1, (cores or available_cores()) // workers)
     limit = omp_threads() if cores is None else None  # an explicit core count (tests) ignores the env
     return min(share, limit) if limit else share

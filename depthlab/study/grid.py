@@ -21,16 +21,18 @@ value raises :class:`depthlab.ConfigError` naming the field before the first run
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import itertools
-import json
 import os
 import typing
 from dataclasses import dataclass, field, fields, replace
 
-from depthlab.config import ModelConfig, TrainConfig
+import yaml
+
+from depthlab.config import ModelConfig, TrainConfig, current_name, field_types
+from depthlab.corpus import check_length, read_data_file, split
 from depthlab.errors import ConfigError, InputError
+from depthlab.jsonable import digest
+from depthlab.train.tasks import check_task
 
 MODEL_FIELDS = {f.name for f in fields(ModelConfig)}
 TRAIN_FIELDS = {f.name for f in fields(TrainConfig)}
@@ -44,20 +46,17 @@ def run_hash(model: ModelConfig, train: TrainConfig, data_sha256: str | None = N
     Without ``data_sha256`` (the default corpus) the key is the configs' hash alone, exactly as stores
     written before data hashes existed key their runs, so they still resume.
     """
-    key = {"model": model.to_dict(), "train": train.to_dict()}
+    key = {"model": model.key_dict(), "train": train.key_dict()}
     if data_sha256 is not None:
         key["data_sha256"] = data_sha256
-    blob = json.dumps(key, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return digest(key)
 
 
 def data_file_sha256(path: str, seq_len: int = 0) -> str:
-    """The SHA-256 (hex) of a user's data file, as training records it (``depthlab.train.data``: the
+    """The SHA-256 (hex) of a user's data file, as training records it (``depthlab.corpus``: the
     sha256 of the file's bytes, which ``train --resume`` compares). A missing, empty or unreadable file,
     or one too short for sequences of ``seq_len`` tokens, is an InputError of one line naming
     ``train.data``, before any run starts."""
-    from depthlab.train.data import check_length, read_data_file, split  # here: they import torch
-
     try:
         data = read_data_file(path)
         info: dict = {}
@@ -111,12 +110,15 @@ def _short(v) -> str:
 
 
 def route(name: str) -> tuple[str, str]:
-    """A field name (optionally ``model.``/``train.`` prefixed) -> ("model"|"train", field)."""
+    """A field name (optionally ``model.``/``train.`` prefixed; a renamed field's first name is
+    accepted) -> ("model"|"train", its current name)."""
     if isinstance(name, str) and "." in name:
         side, _, rest = name.partition(".")
-        known = {"model": MODEL_FIELDS, "train": TRAIN_FIELDS}.get(side)
-        if known is not None and rest in known:
-            return side, rest
+        cls = {"model": ModelConfig, "train": TrainConfig}.get(side)
+        if cls is not None and current_name(cls, rest) in {f.name for f in fields(cls)}:
+            return side, current_name(cls, rest)
+    if isinstance(name, str) and current_name(ModelConfig, name) != name:
+        return "model", current_name(ModelConfig, name)
     if name in MODEL_FIELDS and name in TRAIN_FIELDS:
         raise ConfigError(name, name, f"model.{name} or train.{name} (both configs have it)")
     if name in MODEL_FIELDS:
@@ -126,14 +128,9 @@ def route(name: str) -> tuple[str, str]:
     raise ConfigError(name, name, "a field of ModelConfig or TrainConfig (see `depthlab study --fields`)")
 
 
-@functools.cache
-def _hints(cls) -> dict:
-    return typing.get_type_hints(cls)
-
-
 def _coerce(cls, name: str, value):
     """YAML 1.1 reads ``1e-3`` as a string: turn numeric strings into floats for float-typed fields."""
-    hint = _hints(cls)[name]
+    hint = field_types(cls)[name]
     floaty = hint is float or float in typing.get_args(hint)
     if floaty and isinstance(value, str):
         try:
@@ -162,6 +159,7 @@ def _section(d: dict, side: str) -> dict:
         raise ConfigError(side, sec, f"a mapping of {side} config fields")
     cls = ModelConfig if side == "model" else TrainConfig
     known = MODEL_FIELDS if side == "model" else TRAIN_FIELDS
+    sec = {current_name(cls, k): v for k, v in sec.items()}
     for k in sec:
         if k not in known:
             raise ConfigError(f"{side}.{k}", sec[k], f"a field of {cls.__name__}: {', '.join(sorted(known))}")
@@ -230,8 +228,6 @@ class StudyConfig:
 
     @classmethod
     def from_yaml(cls, path: str) -> StudyConfig:
-        import yaml
-
         try:
             with open(path) as f:
                 d = yaml.safe_load(f)
@@ -258,8 +254,7 @@ class StudyConfig:
         data = sorted({(s.train.data, s.data_sha256) for s in specs or [] if s.data_sha256 is not None})
         if data:
             key = {"grid": key, "data_sha256": data}
-        blob = json.dumps(key, sort_keys=True, separators=(",", ":"), default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return digest(key)
 
     def expand(self) -> list[RunSpec]:
         """Every combination of the axes (first axis slowest), built and validated; duplicates dropped.
@@ -306,31 +301,16 @@ def _refuse_overlapping_axes(axes: list) -> None:
             owner[f] = f"axes.{name}"
 
 
-def _make(cls, values: dict):
-    """``cls.from_dict(values)`` for fields already routed and checked (faster: the type hints are
-    cached, which matters for grids of thousands of runs): JSON lists become tuples where the field is one."""
-    hints = _hints(cls)
-    return cls(
-        **{
-            k: tuple(v) if typing.get_origin(hints[k]) is tuple and isinstance(v, list) else v
-            for k, v in values.items()
-        }
-    )
-
-
 def _build(model: dict, train: dict, labels: dict) -> RunSpec:
     """Both configs from field values; a ConfigError keeps its field and gains the combination."""
     try:
-        m, t = _make(ModelConfig, model), _make(TrainConfig, train)
+        m, t = ModelConfig.from_dict(model), TrainConfig.from_dict(train)
+        check_task(m, t)  # as training will check it, but before any run
     except ConfigError as e:
         where = axes_label(labels) if labels else ""
         raise ConfigError(
             e.field, e.value, e.allowed + (f" (grid combination: {where})" if where else "")
         ) from None
-    if t.task == "lm" and t.seq_len > m.max_len:
-        raise ConfigError("seq_len", t.seq_len, f"<= model max_len={m.max_len}")
-    if t.data is not None and t.task != "lm":  # as depthlab.train.tasks refuses it, but before any run
-        raise ConfigError("data", t.data, f"unset for task {t.task} (train.data is the lm corpus)")
     return RunSpec(model=m, train=t, axes=labels)
 
 

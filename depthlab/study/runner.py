@@ -9,14 +9,17 @@ run either complete or absent, never doubled.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from tqdm import tqdm
+
 from depthlab.study.executors import available_cores, check_executor, make_executor, threads_per_worker
 from depthlab.study.grid import RunSpec, StudyConfig
-from depthlab.study.store import DEFAULT_DB, Store, owner_id
+from depthlab.study.store import DEFAULT_DB, Store, check_sqlite_header, owner_id
 from depthlab.study.tensorboard import StudyEvents
 from depthlab.study.worker import Task
 
@@ -79,6 +82,17 @@ def run_study(
     return res
 
 
+def plan(study: StudyConfig, db: str = DEFAULT_DB) -> list[tuple[RunSpec, str]]:
+    """Every run of ``study`` with what the store at ``db`` knows of it ("new" or its status); runs
+    nothing and creates no store (a folder or a non-SQLite file is refused as the real run refuses it)."""
+    check_sqlite_header(db)
+    known = {}
+    if os.path.isfile(db) and os.path.getsize(db) > 0:  # an empty file would become a new store
+        with Store(db, create=False) as s:
+            known = s.statuses()
+    return [(spec, known.get(spec.hash, "new")) for spec in study.expand()]
+
+
 def plural(n: int, word: str) -> str:
     """``1 worker``, ``2 workers``."""
     return f"{n} {word}{'' if n == 1 else 's'}"
@@ -95,8 +109,6 @@ def _drive(
 ) -> None:
     """Keep the executor full, write each result as it lands (the store, then TensorBoard events),
     print a line per finished run."""
-    from tqdm import tqdm
-
     owner, start, specs = owner_id(), time.time(), {}
     bar = tqdm(
         total=res.total, initial=res.skipped, unit="run", desc="study", disable=None if progress else True

@@ -25,9 +25,24 @@ import time
 
 from depthlab.errors import InputError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
+# layer_metrics' columns: the training telemetry's per-stream keys (depthlab.train.telemetry.LAYER_KEYS,
+# a test keeps the two equal). Version 1 named the sublayer gradients attn_grad / ffn_grad and took them
+# over the whole wrapping (the sublayer and its norm); version 2 renames them attn_grad_norm /
+# ffn_grad_norm (values stored before keep that first definition) and adds cross_grad_norm.
 LAYER_COLUMNS = (
+    "grad_norm",
+    "stream_rms",
+    "update_ratio",
+    "cos_prev",
+    "angular_distance",
+    "attn_grad_norm",
+    "cross_grad_norm",
+    "ffn_grad_norm",
+    "param_update",
+)
+_V1_LAYER_COLUMNS = (
     "grad_norm",
     "stream_rms",
     "update_ratio",
@@ -64,7 +79,7 @@ _V1 = [
     """CREATE TABLE layer_metrics (
         run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE, step INTEGER NOT NULL,
         layer INTEGER NOT NULL, """
-    + ", ".join(f"{c} REAL" for c in LAYER_COLUMNS)
+    + ", ".join(f"{c} REAL" for c in _V1_LAYER_COLUMNS)
     + """, PRIMARY KEY (run_id, step, layer))""",
     """CREATE TABLE probes (
         run_id INTEGER PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
@@ -77,7 +92,13 @@ _V1 = [
     "CREATE INDEX study_runs_run ON study_runs (run_id)",
 ]
 
-MIGRATIONS: dict[int, list[str]] = {1: _V1}
+_V2 = [
+    "ALTER TABLE layer_metrics RENAME COLUMN attn_grad TO attn_grad_norm",
+    "ALTER TABLE layer_metrics RENAME COLUMN ffn_grad TO ffn_grad_norm",
+    "ALTER TABLE layer_metrics ADD COLUMN cross_grad_norm REAL",
+]
+
+MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: _V2}
 
 
 def current_version(conn: sqlite3.Connection) -> int:

@@ -302,6 +302,12 @@ class Store:
         row = self.conn.execute("SELECT probe_json FROM probes WHERE run_id = ?", (run_id,)).fetchone()
         return json.loads(row[0]) if row and row[0] else None
 
+    def statuses(self) -> dict[str, str]:
+        """run hash -> status (queued|running|done|failed) of every run the store holds."""
+        return {
+            r["config_hash"]: r["status"] for r in self.conn.execute("SELECT config_hash, status FROM runs")
+        }
+
     def integrity(self) -> str:
         """``PRAGMA integrity_check``: "ok" for a sound file."""
         return self.conn.execute("PRAGMA integrity_check").fetchone()[0]

@@ -18,6 +18,7 @@ import os
 import sys
 
 from depthlab.study.grid import RunSpec
+from depthlab.train.events import write_records
 
 EVENTS_GLOB = "events.out.tfevents.*"
 LABEL_CHARS = 80  # a run folder name stays well under any filesystem's 255-byte limit
@@ -66,8 +67,6 @@ class StudyEvents:
             return None
         out_dir = run_events_dir(self.db, self.study, spec)
         try:
-            from depthlab.train.events import write_records
-
             os.makedirs(out_dir, exist_ok=True)
             again = bool(glob.glob(os.path.join(glob.escape(out_dir), EVENTS_GLOB)))
             write_records(out_dir, records, final_scalars(payload), purge_step=0 if again else None)

@@ -17,8 +17,14 @@ import time
 import traceback
 from collections.abc import Callable
 
+import torch
+
 from depthlab.jsonable import finite_or_none
+from depthlab.model import build_model
+from depthlab.probe import probe
 from depthlab.study.grid import RunSpec
+from depthlab.train import train
+from depthlab.train.tasks import make_task
 
 Task = Callable[[RunSpec], dict]
 
@@ -26,7 +32,7 @@ Task = Callable[[RunSpec], dict]
 def start_worker(threads: int, driver_pid: int) -> None:
     """A pool worker's initializer: its torch threads, and a watchdog that ends the worker when the
     driver is gone (killed by SIGKILL, the OOM killer or a scheduler), so no orphan keeps computing."""
-    set_threads(threads)
+    limit_worker_threads(threads)
     threading.Thread(target=_exit_without_driver, args=(driver_pid,), daemon=True).start()
 
 
@@ -36,11 +42,10 @@ def _exit_without_driver(driver_pid: int, every_s: float = 0.5) -> None:
     os._exit(1)
 
 
-def set_threads(threads: int) -> None:
-    """Limit this process's torch (intra-op) threads, so that workers x threads <= cores."""
+def limit_worker_threads(threads: int) -> None:
+    """Limit this worker process's threads (torch's intra-op, OpenMP's, one inter-op thread), so that
+    workers x threads <= cores."""
     os.environ["OMP_NUM_THREADS"] = str(threads)
-    import torch
-
     torch.set_num_threads(threads)
     try:
         torch.set_num_interop_threads(1)
@@ -55,7 +60,7 @@ def execute(task: Task | None, spec: RunSpec, threads: int | None = None) -> dic
     base = {"hash": spec.hash, "host": socket.gethostname(), "pid": os.getpid()}
     try:
         if threads:
-            set_threads(threads)
+            limit_worker_threads(threads)
         payload = {**base, **(task or probe_and_train)(spec)}
     except Exception:
         payload = {**base, "error": traceback.format_exc(limit=20)}
@@ -65,9 +70,7 @@ def execute(task: Task | None, spec: RunSpec, threads: int | None = None) -> dic
 
 def probe_and_train(spec: RunSpec) -> dict:
     """The real task: the at-init probe of the run's model, then the training run."""
-    from depthlab.train import train
-
-    probe, probe_error = probe_at_init(spec)
+    probed, probe_error = probe_at_init(spec)
     result = train(spec.model, spec.train, None, progress=False)
     trained_on = (result.data_info or {}).get("sha256")
     if spec.data_sha256 is not None and trained_on != spec.data_sha256:
@@ -78,7 +81,7 @@ def probe_and_train(spec: RunSpec) -> dict:
         "result": finite_or_none(result.to_dict()),
         "metrics": [finite_or_none(r) for r in result.metrics],
         "data_info": finite_or_none(result.data_info),
-        "probe": probe,
+        "probe": probed,
         "probe_error": probe_error,
     }
 
@@ -87,17 +90,9 @@ def probe_at_init(spec: RunSpec) -> tuple[dict | None, str | None]:
     """(probe JSON, None), or (None, why) when the probe cannot run for this configuration.
 
     The model is built with the run's seed, as training builds it, and probed on a real batch of the
-    run's task, so the verdict is about the very model that is then trained.
+    run's task, so the verdict is about the very model that is then trained. A configuration the
+    probe cannot measure is recorded with its reason; it never stops the training run.
     """
-    try:
-        from depthlab.probe import probe
-        from depthlab.train.tasks import make_task
-    except ImportError as e:
-        return None, f"probe unavailable: {e}"
-    import torch
-
-    from depthlab.model import build_model
-
     try:
         torch.manual_seed(spec.train.seed)
         model = build_model(spec.model)

@@ -31,6 +31,12 @@ class Dist:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    @classmethod
+    def from_env(cls) -> Dist:
+        """This process's rank and world size as torchrun set them, without joining a process group
+        (what a command needs to decide which process speaks)."""
+        return cls(rank=int(os.environ.get("RANK", "0")), world=env_world_size())
+
     def all_reduce(self, t: torch.Tensor) -> torch.Tensor:
         """The elementwise sum over processes (a no-op in one process); returned on t's device."""
         if self.world == 1:
@@ -105,7 +111,7 @@ def omp_threads() -> int | None:
     return int(value) if value.isdigit() and int(value) >= 1 else None
 
 
-def set_threads(n: int | None) -> int:
+def set_torch_threads(n: int | None) -> int:
     """Set torch's intra-op threads (``None`` = :func:`default_threads`); returns the number set."""
     n = default_threads() if n is None else n
     if n < 1:

@@ -8,8 +8,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from depthlab.train.batch import IGNORE, Batch, shard
 from depthlab.train.distributed import Dist
-from depthlab.train.tasks import IGNORE, Batch, shard
 
 
 def token_loss_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -20,17 +20,20 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
+from tqdm.auto import tqdm
 
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.errors import ConfigError, InputError
 from depthlab.model import build_model
 from depthlab.train import checkpoint
+from depthlab.train.batch import shard
 from depthlab.train.distributed import Dist, setup, teardown, wrap_ddp
 from depthlab.train.evaluate import evaluate, token_loss_sum
 from depthlab.train.outcome import Monitor
 from depthlab.train.result import RunResult
+from depthlab.train.rundir import RunDir, RunOutput
 from depthlab.train.schedules import make_optimizer, make_scheduler
-from depthlab.train.tasks import make_task, shard
+from depthlab.train.tasks import make_task
 from depthlab.train.telemetry import Telemetry
 
 
@@ -53,6 +56,8 @@ def train(
     """
     if resume and out_dir is None:
         raise InputError("--resume needs --out DIR (the run to continue)")
+    if out_dir is not None:
+        RunDir(out_dir).check(resume, force)  # before the data is read and the model built
     dist = setup(train_cfg.device)
     try:
         trainer = Trainer(model_cfg, train_cfg, out_dir, dist, on_log)
@@ -98,17 +103,14 @@ class Trainer:
         self.opt = make_optimizer(self.model, cfg)
         self.sched = make_scheduler(self.opt, cfg, model_cfg.d_model)
         self.monitor = Monitor(cfg.steps, self.task.unigram_loss, cfg.spike_factor, cfg.stall_share)
-        self.telemetry = Telemetry(self.model.stack, dist)
+        self.telemetry = Telemetry(self.model, dist)
         # telemetry steps run eagerly: a compiled graph's returned states are not on the loss's
         # autograd path, so retain_grad() on them would see no gradient
         self.eager = wrap_ddp(self.model, dist)
         self.fwd = torch.compile(self.eager) if cfg.compile else self.eager
         self.step, self.window, self.metrics, self.last_eval = 0, Window(), [], None
-        self.out = self.bar = None
-        if out_dir is not None:
-            from depthlab.train.rundir import RunOutput
-
-            self.out = RunOutput(out_dir, self)
+        self.out = RunOutput(out_dir, self) if out_dir is not None else None
+        self.bar = None
 
     def autocast(self):
         if not self.cfg.bf16:
@@ -121,8 +123,6 @@ class Trainer:
             finished = self.out.open(resume, force)
             if finished is not None:
                 return finished
-        from tqdm.auto import tqdm
-
         show = progress and self.dist.is_main
         self.bar = tqdm(
             total=self.cfg.steps,

@@ -10,7 +10,7 @@ Every update t feeds the monitor the global training loss and the gradient norm 
 - **stalled** (a label; the run goes on to the end): the smoothed loss is still at the unigram level,
   i.e. >= (1 - ``STALL_MARGIN``) x unigram loss with ``STALL_MARGIN`` = 0.05, both at update
   ceil(``stall_share`` x steps) (TrainConfig, default half of the steps) and at the last update. A model
-  there has learned which tokens are common and nothing of the context (seed 004). A run that leaves
+  there has learned which tokens are common and nothing of the context (where a stack without its attention skip stays). A run that leaves
   the level later (a long warmup) is ``trained``.
 - **trained**: anything else.
 

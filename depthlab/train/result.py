@@ -29,7 +29,7 @@ class RunResult:
     stalled reference level; accuracy: exact-match share of validation sequences for copy/reverse/sort
     (None for lm); tokens_per_s: input tokens per second of training (all processes, evaluation excluded).
     metrics: the records given to ``on_log`` (one per logged step); data_info: files and hash of the data;
-    model: the trained module itself (in memory only; the reproductions of issue 6 measure it).
+    model: the trained module itself (in memory only; the reproductions measure it).
     """
 
     outcome: str

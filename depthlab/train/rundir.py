@@ -16,35 +16,22 @@ from __future__ import annotations
 
 import json
 import math
-import os
+import platform
 from pathlib import Path
 
+import torch
+
+from depthlab.config import ModelConfig, TrainConfig
 from depthlab.errors import InputError
 from depthlab.jsonable import finite_or_none
+from depthlab.paths import check_folder
 from depthlab.train import checkpoint
+from depthlab.train.events import Events
+from depthlab.train.result import RunResult
+from depthlab.version import __version__
 
 CONFIG, METRICS, RESULT = "config.json", "metrics.jsonl", "result.json"
 EVENTS_GLOB = "events.out.tfevents.*"
-
-
-def existing_ancestor(path: str | Path) -> Path:
-    """``path`` itself (absolute) if it exists, else its nearest existing parent."""
-    path = Path(path).absolute()
-    while not path.exists() and path.parent != path:
-        path = path.parent
-    return path
-
-
-def check_folder(path: str | Path, flag: str) -> Path:
-    """Refuse (InputError naming ``flag``) a place where no folder can be made: a file in the way, or an
-    unwritable parent. Creates nothing; returns the nearest existing ancestor."""
-    where = existing_ancestor(path)
-    if not where.is_dir():
-        inside = "" if where == Path(path).absolute() else f": {where}"
-        raise InputError(f"{flag} {path}{inside} is a file, not a folder")
-    if not os.access(where, os.W_OK):
-        raise InputError(f"{flag} {path}: the folder {where} is not writable")
-    return where
 
 
 class RunDir:
@@ -156,12 +143,6 @@ class RunOutput:
         self.main = trainer.dist.is_main
 
     def config(self) -> dict:
-        import platform
-
-        import torch
-
-        from depthlab import __version__
-
         t = self.trainer
         return {
             "model": t.model_cfg.to_dict(),
@@ -178,8 +159,6 @@ class RunOutput:
     def open(self, resume: bool, force: bool):
         """Prepare the folder; on resume load the last checkpoint. Returns the stored RunResult when the run
         in the folder has already finished (nothing to do), else None."""
-        from depthlab.train.result import RunResult
-
         d, t = self.dir, self.trainer
         d.check(resume, force)
         if resume:
@@ -200,21 +179,20 @@ class RunOutput:
                 d.clear()
             d.write_json(CONFIG, self.config())
             d.write_metrics(t.metrics)
-            from depthlab.train.events import Events
-
             # on resume, drop the killed run's events after the checkpoint (all of them if there was none)
             self.events = Events(str(d.path), purge_step=t.step + 1 if resume else None)
         return None
 
     def same_run(self, stored: dict) -> None:
-        """Refuse to resume a run with other settings or other data."""
+        """Refuse to resume a run with other settings or other data (a stored config written before a
+        field was renamed or added is read as today's configs read it)."""
         mine = self.config()
-        diffs = [
-            f"{side}.{k} {stored.get(side, {}).get(k)!r} -> {v!r}"
-            for side in ("model", "train")
-            for k, v in mine[side].items()
-            if stored.get(side, {}).get(k) != v
-        ]
+        diffs = []
+        for side, cls in (("model", ModelConfig), ("train", TrainConfig)):
+            theirs = _normalised(cls, stored.get(side) or {})
+            diffs += [
+                f"{side}.{k} {theirs.get(k)!r} -> {v!r}" for k, v in mine[side].items() if theirs.get(k) != v
+            ]
         if diffs:
             raise InputError(
                 f"--resume: {self.dir.path} was started with other settings ({'; '.join(diffs[:4])}); "
@@ -242,3 +220,12 @@ class RunOutput:
         if self.events is not None:
             self.events.close()
             self.events = None
+
+
+def _normalised(cls, stored: dict) -> dict:
+    """A stored config section as ``cls`` writes it today (renamed fields under their new names, added
+    fields at their defaults); the raw section when it does not even load (then every field differs)."""
+    try:
+        return cls.from_dict(stored).to_dict()
+    except (ValueError, TypeError):
+        return stored

@@ -22,9 +22,9 @@ import hashlib
 import torch
 
 from depthlab.config import ModelConfig, TrainConfig
+from depthlab.corpus import unigram_entropy
 from depthlab.errors import ConfigError
-from depthlab.train.data import unigram_entropy
-from depthlab.train.tasks import IGNORE, Batch, step_generator
+from depthlab.train.batch import IGNORE, Batch, step_generator
 
 PAD, BOS, SEP, EOS, FIRST_SYMBOL = 0, 1, 2, 3, 4
 
@@ -38,27 +38,30 @@ def answer(task: str, src: torch.Tensor) -> torch.Tensor:
     return src.sort().values
 
 
+LAYOUT_TOKENS = {"encdec": lambda n: n + 1, "decoder": lambda n: 2 * n + 1, "encoder": lambda n: n}
+
+
+def check_synthetic(model_cfg: ModelConfig, cfg: TrainConfig) -> None:
+    """ConfigError unless the model's vocabulary holds the symbols and its positions the layout."""
+    n = cfg.seq_len
+    model_cfg.check_length(LAYOUT_TOKENS[model_cfg.arch](n), value=n)
+    if model_cfg.vocab_size < FIRST_SYMBOL + cfg.symbols:
+        raise ConfigError(
+            "vocab_size",
+            model_cfg.vocab_size,
+            f">= {FIRST_SYMBOL + cfg.symbols} (4 special tokens + {cfg.symbols} symbols)",
+        )
+
+
 class SyntheticTask:
     """copy / reverse / sort for any architecture (layouts in the module docstring)."""
 
     has_accuracy = True
 
     def __init__(self, model_cfg: ModelConfig, cfg: TrainConfig):
+        check_synthetic(model_cfg, cfg)
         self.cfg, self.arch, self.name = cfg, model_cfg.arch, cfg.task
         n = cfg.seq_len
-        need = {"encdec": n + 1, "decoder": 2 * n + 1, "encoder": n}[self.arch]
-        if need > model_cfg.max_len:
-            raise ConfigError(
-                "seq_len",
-                n,
-                f"a length whose {self.arch} layout ({need} tokens) fits max_len={model_cfg.max_len}",
-            )
-        if model_cfg.vocab_size < FIRST_SYMBOL + cfg.symbols:
-            raise ConfigError(
-                "vocab_size",
-                model_cfg.vocab_size,
-                f">= {FIRST_SYMBOL + cfg.symbols} (4 special tokens + {cfg.symbols} symbols)",
-            )
         self._val = [self._batch(step_generator(cfg.seed, "val", i)) for i in range(cfg.eval_batches)]
         targets = torch.cat([b.targets[b.targets != IGNORE] for b in self._val])
         self.unigram_loss = unigram_entropy(targets, model_cfg.vocab_size)

@@ -5,20 +5,22 @@ after the backward pass the statistics of :func:`depthlab.probe.stats.stream_tab
 now during training) are read from them, together with each layer's parameter gradients, and after the
 optimizer step the relative update of each layer's parameters. Other steps pay nothing.
 
-``layers[i]`` describes stream i (0 = entering layer 1, L = leaving layer L; DESIGN.md):
+``layers[i]`` describes stream i (0 = entering layer 1, L = leaving layer L; docs/design.md):
 
 | key          | what                                                                    |
 |--------------|-------------------------------------------------------------------------|
-| grad_norm    | ||d loss / d stream_i|| (the seeds' quantity)                           |
+| grad_norm    | ||d loss / d stream_i|| (the gradient reaching stream i)                           |
 | stream_rms   | sqrt(mean(stream_i^2))                                                  |
 | update_ratio | ||stream_i - stream_{i-1}|| / ||stream_{i-1}||                          |
 | cos_prev     | mean cosine between each token's vector in stream_i and stream_{i-1}     |
 | angular_distance | arccos(cos_prev) / pi: how far layer i turned the stream (ShortGPT)    |
-| attn_grad    | gradient norm of layer i's self-attention wrapping (sublayer + its norm) |
-| ffn_grad     | gradient norm of layer i's FFN wrapping                                 |
+| attn_grad_norm | ||d loss / d theta|| over layer i's attention weights (the probe's quantity, Xiong et al. 2020 Fig. 3) |
+| cross_grad_norm | the same for cross-attention (None outside an encoder-decoder's decoder) |
+| ffn_grad_norm  | the same for the feed-forward sublayer                                 |
 | param_update | ||W_after - W_before|| / ||W_before|| over all of layer i's parameters   |
 
-The last four are None at i = 0. Gradients are read before clipping. Under DDP each process holds a
+The per-layer keys are None at i = 0. The sublayer groups are the probe's
+(:func:`depthlab.probe.locate.locate_stack`): a sublayer's own weights, not its wrapping's norm. Gradients are read before clipping. Under DDP each process holds a
 share of the batch; the shares' statistics are combined so that the numbers equal a one-process run's
 (see :meth:`Telemetry.reduce`).
 """
@@ -28,13 +30,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from depthlab.probe.locate import SUBLAYER_KINDS, locate_stack
 from depthlab.probe.stats import angular_distance, stream_table
 from depthlab.train.distributed import Dist
 
 # The keys of ``layers[i]`` after "index", in the documented order (the table above): the stream
-# statistics of stream_table, then the layer's own parameters. events.py names its charts after them.
+# statistics of stream_table, then the layer's own parameters. events.py names its charts after them,
+# and the study store's layer_metrics table has one column each.
 STREAM_KEYS = ("grad_norm", "stream_rms", "update_ratio", "cos_prev", "angular_distance")
-LAYER_KEYS = (*STREAM_KEYS, "attn_grad", "ffn_grad", "param_update")
+GRAD_KEYS = tuple(f"{kind}_grad_norm" for kind in SUBLAYER_KINDS)  # attn, cross, ffn
+LAYER_KEYS = (*STREAM_KEYS, *GRAD_KEYS, "param_update")
 
 
 def _norm(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -45,13 +50,14 @@ def _norm(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 
 class Telemetry:
-    """Reads the per-layer numbers of one stack (``model.stack``: the decoder of an encdec model)."""
+    """Reads the per-layer numbers of the stack the probe would probe (the decoder of an encdec model)."""
 
-    def __init__(self, stack: nn.Module, dist: Dist):
+    def __init__(self, model: nn.Module, dist: Dist):
         self.dist = dist
         # parameter lists per layer, gathered once (walking the modules on every logged step costs more)
-        self.params = [list(block.parameters()) for block in stack.layers]
-        self.parts = [(list(b.attn.parameters()), list(b.ffn.parameters())) for b in stack.layers]
+        stack = locate_stack(model)
+        self.params = stack.layer_params
+        self.parts = [[group.get(kind, []) for kind in SUBLAYER_KINDS] for group in stack.groups]
 
     @staticmethod
     def watch(states: list[torch.Tensor]) -> None:
@@ -65,14 +71,18 @@ class Telemetry:
         rows = stream_table([s.detach() for s in states], [s.grad for s in states])
         return self.reduce(rows) if self.dist.world > 1 else rows
 
-    def sublayer_grads(self) -> list[tuple[float, float]]:
-        """(attention, FFN) gradient norm of each layer (call after backward, before clipping)."""
-        norms = []
-        for parts in self.parts:
-            for params in parts:
-                norms.append(_norm([p.grad for p in params if p.grad is not None]))
-        values = torch.stack(norms).tolist()
-        return list(zip(values[0::2], values[1::2]))
+    def sublayer_grads(self) -> list[tuple[float | None, ...]]:
+        """Per layer, the gradient norm of each sublayer kind of SUBLAYER_KINDS (None where the layer has
+        no such sublayer); call after backward, before clipping."""
+        norms = [
+            _norm([p.grad for p in params if p.grad is not None]) for parts in self.parts for params in parts
+        ]
+        values = torch.stack(norms).tolist() if norms else []
+        k = len(SUBLAYER_KINDS)
+        return [
+            tuple(v if params else None for v, params in zip(values[i * k : (i + 1) * k], parts))
+            for i, parts in enumerate(self.parts)
+        ]
 
     def snapshot(self) -> list[list[torch.Tensor]]:
         """A copy of each layer's parameters (call before the optimizer step)."""
@@ -92,10 +102,10 @@ class Telemetry:
         out = []
         for row in streams:
             i = row["index"]
-            attn, ffn = grads[i - 1] if i else (None, None)
+            sub = grads[i - 1] if i else (None,) * len(GRAD_KEYS)
             upd = updates[i - 1] if (i and updates is not None) else None
             stream = {k: row.get(k) for k in STREAM_KEYS}
-            out.append({"index": i, **stream, "attn_grad": attn, "ffn_grad": ffn, "param_update": upd})
+            out.append({"index": i, **stream, **dict(zip(GRAD_KEYS, sub)), "param_update": upd})
         return out
 
     def reduce(self, rows: list[dict]) -> list[dict]:

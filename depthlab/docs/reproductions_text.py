@@ -1,17 +1,17 @@
-"""The Markdown of docs/reproductions.md, from the reproductions' results (see :mod:`depthlab.reproduce.run_all`)."""
+"""The Markdown of docs/reproductions.md, from the reproductions' results (see :mod:`depthlab.docs.reproductions`)."""
 
 from __future__ import annotations
 
 import re
 import sys
 
-from depthlab.reproduce import Reproduction
+from depthlab.reproduce.claim import Reproduction
 
 INTRO = """\
 # Reproductions
 
 What depthlab measured for each number of the source texts (the seeds) and each published claim they
-rest on (REFERENCES.md, "Published results"), at small scale on the machine below. Each claim's
+rest on (docs/references.md, "Published results"), at small scale on the machine below. Each claim's
 expected outcome is a constant in its module under `depthlab/reproduce/`, written before anything ran;
 each verdict is computed from the measurement. Each section opens with the claim as its source states
 it, then how many of its checks agree: the claim is what was tested, not what was found. **MISMATCH**

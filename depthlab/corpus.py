@@ -1,7 +1,8 @@
 """The byte-level corpus: the Python standard library's own source by default, or any file (``--data``).
 
-Every machine that runs depthlab has the standard library of its interpreter, so the default corpus needs
-no download (DESIGN.md). It is the top-level ``*.py`` modules of ``sysconfig``'s ``stdlib`` folder, read
+Training (``depthlab.train``) reads its language-modelling data here, and the probe its batches of real
+text (:func:`text_batch`). Every machine that runs depthlab has the standard library of its
+interpreter, so the default corpus needs no download. It is the top-level ``*.py`` modules of ``sysconfig``'s ``stdlib`` folder, read
 in sorted order and concatenated; the file list and a SHA-256 of the bytes are recorded with the run, so
 two runs on different Python versions are seen to differ in their data.
 
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from depthlab.errors import InputError
+from depthlab.errors import ConfigError, InputError
 
 BLOCK = 8192  # bytes per split block
 VAL_EVERY = 10  # every 10th block is validation: a 90/10 split
@@ -131,9 +132,29 @@ def split(data: bytes, info: dict) -> tuple[torch.Tensor, torch.Tensor]:
 def unigram_entropy(tokens: torch.Tensor, vocab: int = 256) -> float:
     """Entropy (nats) of the token frequencies: the loss of a model that predicts only common tokens.
 
-    A model whose loss stays here has learned the marginal distribution and nothing of the context
-    (seed 004's stall "near the level of a model that predicts only common tokens").
+    A model whose loss stays here has learned the marginal distribution and nothing of the context:
+    the level where a stack without its attention skip stalls.
     """
     counts = torch.bincount(tokens.reshape(-1).long(), minlength=vocab).double()
     p = counts[counts > 0] / counts.sum()
     return float(-(p * p.log()).sum())
+
+
+def text_batch(batch_size: int, seq_len: int, vocab_size: int, seed: int = 0) -> torch.Tensor:
+    """(batch_size, seq_len) int64 tokens of the default corpus's training split: byte windows at
+    seeded random offsets (bytes mod vocab_size), deterministic by ``seed``.
+
+    Random bytes would do for most statistics at init, but the LM loss and its gradient are only
+    meaningful on text with structure. ConfigError for a non-positive size or a sequence longer than
+    the corpus.
+    """
+    for name, value in (("batch_size", batch_size), ("seq_len", seq_len), ("vocab_size", vocab_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(name, value, "an integer >= 1")
+    data = load_corpus(None, 1).train
+    if seq_len >= len(data):
+        raise ConfigError("seq_len", seq_len, f"< {len(data)} (the corpus length)")
+    gen = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, len(data) - seq_len, (batch_size,), generator=gen)
+    windows = torch.stack([data[s : s + seq_len] for s in starts.tolist()]).long()  # (B, T)
+    return windows % vocab_size if vocab_size < 256 else windows

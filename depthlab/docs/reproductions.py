@@ -1,13 +1,12 @@
 """``depthlab reproduce all``: run every registered reproduction and write docs/reproductions.md.
 
+A document generator, not a claim: it is not in the reproductions' registry.
+
 The document holds, per reproduction, its source, what it checks, a claim / expected / measured /
 verdict table and its plots (copied to ``img/`` beside the document), with the command, the machine,
 the date and the time taken. Everything in it comes from the run: the expected outcomes are the
 constants in each reproduction's code, the verdicts are computed. A reproduction that raises is
 recorded as a failed check with its error, and the others still run.
-
-(The module is ``run_all``, not ``all``: a submodule named ``all`` would become the attribute ``all`` of
-the package and shadow the builtin inside ``depthlab/reproduce/__init__.py``.)
 """
 
 from __future__ import annotations
@@ -21,12 +20,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+import torch
+
+from depthlab.docs.reproductions_text import render
 from depthlab.errors import ConfigError, InputError
-from depthlab.reproduce import Check, Reproduction, load_all, register
+from depthlab.reproduce import Check, Reproduction, load_all
 
 # The order of the document: the seeds' numbers first, then the papers' claims; any other registered
-# reproduction follows in alphabetical order. NOT_CLAIMS are registered entries that write documents
-# rather than check claims (``tour`` regenerates docs/tour.md).
+# reproduction follows in alphabetical order.
 ORDER = (
     "seeds",
     "init-scaling",
@@ -43,7 +44,6 @@ ORDER = (
     "redundancy",
     "dyt",
 )
-NOT_CLAIMS = ("all", "tour")
 MARKER = "<!-- written by `depthlab reproduce all`: regenerate it rather than editing it -->"
 DEFAULT_DOC = os.path.join("docs", "reproductions.md")
 
@@ -63,7 +63,7 @@ class Collection(Reproduction):
 
 def names_to_run(registry: dict, names: list[str] | None = None) -> list[str]:
     """The reproductions to run, in document order (``names`` restricts them; unknown names refused)."""
-    known = [n for n in registry if n not in NOT_CLAIMS]
+    known = list(registry)
     if names:
         for n in names:
             if n not in known:
@@ -100,8 +100,7 @@ def run_one(fn, name: str, quick: bool, out_dir: str | None) -> tuple[Reproducti
     return result, time.perf_counter() - start
 
 
-@register("all")
-def reproduce_all(
+def run_all(
     quick: bool = False, out_dir: str | None = None, doc: str | None = None, names: list[str] | None = None
 ) -> Reproduction:
     """Every reproduction, one after the other; writes docs/reproductions.md and its plots."""
@@ -121,8 +120,6 @@ def reproduce_all(
     context["seconds"] = round(time.perf_counter() - start, 1)
     context["command"] = "depthlab reproduce all" + (" --quick" if quick else "")
     images = copy_plots(parts, os.path.join(os.path.dirname(doc) or ".", "img"))
-    from depthlab.reproduce.document import render
-
     text = render(parts, registry, seconds, images, context, quick)
     os.makedirs(os.path.dirname(doc) or ".", exist_ok=True)
     with open(doc, "w", encoding="utf-8") as f:
@@ -155,8 +152,6 @@ def copy_plots(parts: list[Reproduction], img_dir: str) -> dict[str, list[str]]:
 
 def machine() -> dict:
     """Where and when: host, CPU, cores, load, torch and Python versions, threads, UTC date."""
-    import torch
-
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:

@@ -1,0 +1,127 @@
+"""Where results go: the checks made before any work on a path a user named, and safe writes.
+
+The rule these serve: a bad output path is refused before the work it would receive (InputError, one
+line naming the flag or argument), and nothing a user stored is replaced silently. ``write_json``
+writes through a temporary file, so a failed write keeps the old file; replacing a file says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from depthlab.errors import InputError
+
+# Errors that mean the user named a path that cannot be written: bad input. Others, such as a full
+# disk (ENOSPC) or an I/O error, are not the user's input and are left to propagate.
+BAD_PATH = (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError)
+# The figure formats depthlab writes (matplotlib draws each without a display).
+PLOT_FORMATS = ("png", "pdf", "svg")
+NAME_CHARS = 80  # a generated file or folder name stays well under any filesystem's 255-byte limit
+
+
+def existing_ancestor(path: str | Path) -> Path:
+    """``path`` itself (absolute) if it exists, else its nearest existing parent."""
+    path = Path(path).absolute()
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    return path
+
+
+def check_folder(path: str | Path, flag: str) -> Path:
+    """Refuse (InputError naming ``flag``) a place where no folder can be made: a file in the way, or an
+    unwritable parent. Creates nothing; returns the nearest existing ancestor."""
+    where = existing_ancestor(path)
+    if not where.is_dir():
+        inside = "" if where == Path(path).absolute() else f": {where}"
+        raise InputError(f"{flag} {path}{inside} is a file, not a folder")
+    if not os.access(where, os.W_OK):
+        raise InputError(f"{flag} {path}: the folder {where} is not writable")
+    return where
+
+
+def make_folder(folder: str, flag: str, path: str) -> None:
+    """Create ``folder`` and its parents for the ``path`` given to ``flag``; InputError when it cannot be."""
+    existing = existing_ancestor(folder)
+    if not existing.is_dir():
+        raise InputError(f"{flag} {path}: {existing} is a file, not a folder")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except BAD_PATH as e:
+        raise InputError(f"{flag} {path}: cannot create the folder {folder}: {e.strerror}") from None
+
+
+def check_output_file(path: str | None, flag: str, formats: tuple[str, ...] = ()) -> bool:
+    """Make sure, before any work, that the file ``path`` given to ``flag`` can be written.
+
+    Its extension must be one of ``formats`` (when given); it must not be a folder; its folder is
+    created here when missing. Returns whether ``path`` exists (it will be replaced). InputError names
+    the flag otherwise. None and '-' (stdout) pass.
+    """
+    if path is None or path == "-":
+        return False
+    ext = os.path.splitext(path)[1].lower().lstrip(".")
+    if formats and ext not in formats:
+        kinds = ", ".join("." + f for f in formats)
+        got = f"the file type .{ext} is" if ext else "a name without a file type is"
+        raise InputError(f"{flag} {path}: {got} not supported; use {kinds}")
+    if os.path.isdir(path):
+        raise InputError(f"{flag} {path} is a folder; name a file")
+    folder = os.path.dirname(os.path.abspath(path))
+    make_folder(folder, flag, path)
+    if not os.access(folder, os.W_OK):
+        raise InputError(f"{flag} {path}: the folder {folder} is not writable")
+    exists = os.path.lexists(path)
+    if exists and not os.access(path, os.W_OK):
+        raise InputError(f"{flag} {path} is read-only; it is not replaced")
+    return exists
+
+
+def note_replaced(path: str, existed: bool, err=None) -> None:
+    """Say on stderr that a user's file was replaced: replacing is expected on a rerun, but never silent."""
+    if existed:
+        (err or sys.stderr).write(f"replaced existing {path}\n")
+
+
+def write_json(obj, path: str | None, flag: str = "--json") -> None:
+    """Write ``obj`` to ``path`` ('-' = stdout; None = nowhere). An existing file is replaced, with a line on
+    stderr saying so; the new text goes to a temporary file first, so a failed write keeps the old one."""
+    if path is None:
+        return
+    text = json.dumps(obj, indent=2) + "\n"
+    if path == "-":
+        sys.stdout.write(text)
+        return
+    existed = check_output_file(path, flag)
+    target = os.path.realpath(path)  # a symlink stays a link: its target is replaced
+    tmp = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.tmp")
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    except BAD_PATH as e:
+        raise InputError(f"cannot write {path}: {e.strerror}") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    note_replaced(path, existed)
+
+
+def safe_name(text: str, keep: str = "-_.=+,", limit: int = NAME_CHARS) -> str:
+    """``text`` as one file or folder name: characters other than letters, digits and ``keep`` become
+    ``_``, at most ``limit`` of them; never empty, ``.`` or ``..``."""
+    safe = "".join(c if c.isalnum() or c in keep else "_" for c in text)[:limit]
+    return "_" if set(safe) <= {"."} else safe
+
+
+def save_figure(fig, path: str, dpi: int = 110) -> str:
+    """Write a matplotlib Figure to ``path`` (its format from the extension); InputError when the path
+    cannot be written. Returns ``path``."""
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        fig.savefig(path, dpi=dpi)
+    except OSError as e:
+        raise InputError(f"cannot write the figure {path}: {e.strerror or e}") from None
+    return path

@@ -1,0 +1,54 @@
+"""Probe a model described by a config: build it at init, take a batch of real text, probe it.
+
+``probe_config(cfg)`` is what ``depthlab probe`` does with its model flags; for a saved Hugging Face
+model see :func:`depthlab.probe.hf.probe_hf`, for several configs side by side
+:func:`depthlab.probe.compare.compare`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from depthlab.config import ModelConfig
+from depthlab.corpus import text_batch
+from depthlab.model import build_model
+from depthlab.probe.probe import probe
+from depthlab.probe.result import ProbeResult
+
+
+def probe_config(
+    cfg: ModelConfig,
+    *,
+    batch_size: int = 8,
+    seq_len: int = 64,
+    seed: int = 0,
+    loss: str = "lm",
+    perturbation: float = 1e-3,
+    jacobian_probes: int = 0,
+    context: bool = True,
+) -> ProbeResult:
+    """Build ``cfg`` with ``seed`` (as training would) and probe it on ``batch_size`` x ``seq_len`` bytes
+    of the default corpus (an encoder-decoder gets a second, independent batch as its source).
+
+    The keyword arguments after ``seed`` are :func:`depthlab.probe.probe`'s. ConfigError for a length
+    the model's positions cannot hold.
+    """
+    cfg.check_length(seq_len)
+    torch.manual_seed(seed)
+    model = build_model(cfg)
+    tokens = text_batch(batch_size, seq_len, cfg.vocab_size, seed)
+    batch = (
+        (text_batch(batch_size, seq_len, cfg.vocab_size, seed + 1), tokens)
+        if cfg.arch == "encdec"
+        else tokens
+    )
+    return probe(
+        model,
+        batch,
+        loss,
+        perturbation=perturbation,
+        jacobian_probes=jacobian_probes,
+        context=context,
+        seed=seed,
+        model_config=cfg.to_dict(),
+    )

@@ -1,0 +1,159 @@
+"""The package's structure stays as docs/design.md draws it: imports point down the data path, form no
+cycle, and sit at module top except the optional extras.
+
+Layers, bottom to top (a module may import its own layer and those below, never above):
+
+    foundation (errors, version, jsonable, fit, paths, config, corpus)
+    -> model -> interop -> probe -> train -> study -> report -> reproduce -> docs -> cli
+
+``depthlab/__init__.py`` (the public API) and ``__main__`` sit above everything and are not imported
+from inside the package.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "depthlab"
+LAYERS = [
+    {"errors", "version", "jsonable", "fit", "paths", "config", "corpus"},
+    {"model"},
+    {"interop"},
+    {"probe"},
+    {"train"},
+    {"study"},
+    {"report"},
+    {"reproduce"},
+    {"docs"},
+    {"cli"},
+    {"__init__", "__main__"},
+]
+# Imported inside the function that needs them, so that depthlab imports without them (optional
+# extras) or does not pay their import time on every command (tensorboard).
+LAZY_OK = ("transformers", "ray", "tensorboard", "torch.utils.tensorboard", "lightning", "pytorch_lightning",
+           "pandas", "accelerate", "IPython", "nbclient", "nbformat")  # fmt: skip
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _layer(module: str) -> int:
+    top = module.split(".")[1] if module.count(".") else "__init__"
+    for i, names in enumerate(LAYERS):
+        if top in names:
+            return i
+    raise AssertionError(f"{module}: its top-level name {top!r} is in no layer of test_structure.LAYERS")
+
+
+def _imports(module: str) -> list[tuple[str, int, bool]]:
+    """(imported depthlab module or other top-level name, line, inside a function) for every import."""
+    tree = ast.parse(MODULES[module].read_text())
+    is_pkg = MODULES[module].name == "__init__.py"
+    out = []
+
+    def visit(node, in_function):
+        for child in ast.iter_child_nodes(node):
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.Import):
+                out.extend((a.name, child.lineno, in_function) for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:  # relative import
+                    pkg = module.split(".") if is_pkg else module.split(".")[:-1]
+                    base = ".".join(pkg[: len(pkg) - child.level + 1] + ([base] if base else []))
+                for a in child.names:
+                    target = f"{base}.{a.name}"
+                    out.append((target if target in MODULES else base, child.lineno, in_function))
+            visit(child, inner)
+
+    visit(tree, False)
+    return out
+
+
+def test_every_module_has_a_layer():
+    for module in MODULES:
+        _layer(module)
+
+
+def test_imports_point_down_the_layers():
+    bad = []
+    for module in MODULES:
+        for target, line, _ in _imports(module):
+            if target.split(".")[0] != "depthlab":
+                continue
+            if _layer(target) > _layer(module):
+                bad.append(f"{module}:{line} imports {target} (layer {_layer(target)} > {_layer(module)})")
+    assert not bad, "imports that point up the layers:\n" + "\n".join(bad)
+
+
+def _cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    state, stack = {}, []
+
+    def dfs(n):
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(edges.get(n, ())):
+            if state.get(m) == 1:
+                return stack[stack.index(m) :] + [m]
+            if m not in state and (found := dfs(m)):
+                return found
+        state[n] = 2
+        stack.pop()
+        return None
+
+    for n in sorted(edges):
+        if n not in state and (found := dfs(n)):
+            return found
+    return None
+
+
+def test_no_import_cycle():
+    edges = {
+        m: {t for t, _, _ in _imports(m) if t in MODULES and t != "depthlab" and t != m}
+        for m in MODULES
+        if m != "depthlab"
+    }
+    cycle = _cycle(edges)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_cycle_detector_finds_a_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": {"c"}}) is None
+
+
+def test_layer_check_catches_an_upward_import(tmp_path):
+    # the check reads real files: an upward import in a model module would be reported
+    assert _layer("depthlab.model.stack") < _layer("depthlab.train.loop")
+
+
+def test_imports_sit_at_module_top_except_optional_extras():
+    bad = [
+        f"{module}:{line} imports {target} inside a function"
+        for module in MODULES
+        for target, line, lazy in _imports(module)
+        if lazy and not any(target == n or target.startswith(n + ".") for n in LAZY_OK)
+    ]
+    assert not bad, (
+        "imports inside functions (allowed only for " + ", ".join(LAZY_OK) + "):\n" + "\n".join(bad)
+    )
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m != "depthlab.__main__"))
+def test_every_module_imports(module):
+    importlib.import_module(module)
