@@ -63,7 +63,10 @@ def test_smoke_preset_end_to_end_then_resume(tmp_path):
         for r in runs:
             steps = len(s.metrics(r["id"]))
             assert steps >= 3 and len(s.layer_metrics(r["id"])) >= r["config"]["model"]["n_layers"] + 1
-            assert r["probe_level"] is not None or r["probe_error"]  # a probe, or why there is none
+            # every smoke run is a plain decoder LM: its at-init probe must have run and been stored
+            assert r["probe_error"] is None, r["probe_error"]
+            assert r["probe_level"] in ("ok", "warning", "error")
+            assert len(s.probe_layers(r["id"])) == r["config"]["model"]["n_layers"] + 1
         assert s.integrity() == "ok"
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert again.returncode == 0 and "4 runs, 4 already done, 0 to run" in again.stdout
