@@ -151,7 +151,7 @@ def test_sigterm_stops_the_study_like_ctrl_c(tmp_path):
     import sqlite3
     import time
 
-    from test_study_run import _children, _gone
+    from test_study_run import _gone, _pool_workers
 
     grid = tmp_path / "g.yaml"
     grid.write_text(
@@ -163,17 +163,18 @@ def test_sigterm_stops_the_study_like_ctrl_c(tmp_path):
     cmd = [sys.executable, "-m", "depthlab", "study", "--grid", str(grid), "--db", str(db), "--no-report"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        end = time.time() + 120
-        while time.time() < end and proc.poll() is None:
+        end, running = time.time() + 120, 0
+        while not running and time.time() < end and proc.poll() is None:
             try:
                 with sqlite3.connect(db, timeout=5) as conn:
-                    if conn.execute("SELECT COUNT(*) FROM runs WHERE status = 'running'").fetchone()[0]:
-                        break
+                    running = conn.execute("SELECT COUNT(*) FROM runs WHERE status = 'running'").fetchone()[0]
             except sqlite3.OperationalError:  # not created yet
                 pass
             time.sleep(0.1)
+        assert running, f"no run started (driver exit code {proc.poll()})"
         time.sleep(2.0)  # the worker is now inside the run
-        workers = _children(proc.pid)
+        workers = _pool_workers(proc.pid)
+        assert workers, "found no pool worker of the driver before the kill: nothing to check"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 1 and "interrupted" in proc.stderr.read()
         assert _gone(workers, timeout=10)
