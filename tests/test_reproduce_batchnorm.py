@@ -13,8 +13,7 @@ def test_sensitivity_detects_a_batch_dependent_function():
     assert mixed["other_items"] > 0.1 and mixed["batch_size"] > 0.1
 
 
-def test_batchnorm_reproduction_checks_and_json():
-    torch.set_num_threads(1)
+def test_batchnorm_reproduction_checks_and_json(one_thread):
     r = reproduce_batchnorm(quick=True)
     d = r.to_dict()
     assert set(d) == {"norm_alone", "model", "training", "checks"}
