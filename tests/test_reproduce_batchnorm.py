@@ -18,4 +18,4 @@ def test_batchnorm_reproduction_checks_and_json(one_thread):
     d = r.to_dict()
     assert set(d) == {"norm_alone", "model", "training", "checks"}
     assert set(d["training"]["batchnorm"]) == {"eval_mode", "train_mode", "one_sequence", "mismatch"}
-    assert all(c["ok"] for c in d["checks"]), [c for c in d["checks"] if not c["ok"]]
+    assert d["checks"] and all(c["ok"] for c in d["checks"]), [c for c in d["checks"] if not c["ok"]]
