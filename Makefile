@@ -40,9 +40,10 @@ lint: $(DEVSTAMP)
 	.venv/bin/ruff format --check depthlab tests benchmarks
 
 # The browser test renders the report in headless Chromium (Debian's package); install it when missing.
+# Without chromium that test fails (its message says how to install it or opt out: DEPTHLAB_SKIP_BROWSER=1).
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 \
-	  || echo "chromium could not be installed: the browser test will be skipped"; }
+	  || echo "make chromium: 'apt-get install -y chromium' failed; tests/test_report_browser.py will fail" >&2; }
 
 test: $(DEVSTAMP) chromium
 	.venv/bin/ruff check depthlab tests benchmarks

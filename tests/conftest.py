@@ -1,9 +1,32 @@
-"""Shared test helpers, exposed as fixtures."""
+"""Shared test helpers, exposed as fixtures; and the suite's one place for torch's thread count.
+
+Threads: ``torch.set_num_threads`` is process-wide, so a test module must never call it (at import time it
+would change every test collected after it). A test or module that wants one thread (a shared, busy
+machine) asks for the ``one_thread`` fixture (``pytestmark = pytest.mark.usefixtures("one_thread")`` for a
+whole module), which restores the previous count. ``_restore_threads`` (autouse) puts the count back after
+every test, whatever the test or the code it called set; a run whose collection (test module imports)
+changed the count is refused (``pytest_collection_finish``).
+"""
 
 from __future__ import annotations
 
 import pytest
 import torch
+
+_THREADS_AT_START = pytest.StashKey[int]()
+
+
+def pytest_configure(config):
+    config.stash[_THREADS_AT_START] = torch.get_num_threads()
+
+
+def pytest_collection_finish(session):
+    before, now = session.config.stash[_THREADS_AT_START], torch.get_num_threads()
+    if now != before:
+        raise pytest.UsageError(
+            f"importing the test modules changed torch's thread count from {before} to {now}: a test module "
+            "calls torch.set_num_threads at import time; use the one_thread fixture (tests/conftest.py)"
+        )
 
 
 def _assert_parity(ours: torch.Tensor, ref: torch.Tensor, rel: float = 1e-5) -> float:
@@ -59,3 +82,13 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    """Every test ends with torch's thread count as it found it (code under test may set it, e.g. the
+    train and reproduce commands run in-process), so no setting leaks into the tests after it."""
+    before = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != before:
+        torch.set_num_threads(before)

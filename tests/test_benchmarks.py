@@ -18,7 +18,7 @@ sys.path.insert(0, str(BENCH))
 import common  # noqa: E402
 import peers  # noqa: E402
 
-torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("one_thread")  # restored after each test (conftest.py)
 TINY = ["--seq", "16", "--batch", "2"]
 
 

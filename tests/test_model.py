@@ -12,7 +12,7 @@ from depthlab.model.init import admin_omega, layerscale_init, lns_scale
 from depthlab.model.norms import RMSNorm
 from depthlab.model.stack import layer_wraps, uses_final_norm
 
-torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("one_thread")  # restored after each test (conftest.py)
 NORMS = ("layernorm", "rmsnorm", "dyt", "none")
 WRAPS = wrap_names()
 NEEDS_NORM = [name for name, cls in WRAPPINGS.items() if cls.NEEDS_NORM]

@@ -93,7 +93,7 @@ def test_collapse_verdicts_follow_the_measurements():
     good = collapse._checks(_fake(-0.5, 0.02, [0.3, 0.2, 0.1], [0.05, 0.05, 0.06]))
     assert len(good) == 8 and all(c.ok for c in good)
     bad = collapse._checks(_fake(-0.1, -0.4, [0.2, 0.25, 0.3], [0.05, 0.01, 0.2]))
-    assert not any(c.ok for c in bad)
+    assert len(bad) == 8 and not any(c.ok for c in bad)
     # falling, but still above the first quarter's share at the deepest L: the claim is not met
     mixed = collapse._checks(_fake(-0.5, 0.0, [0.4, 0.35, 0.3], [0.05, 0.05, 0.05]))
     assert [c.ok for c in mixed if "pre-LN last quarter" in c.claim] == [False, False]
@@ -170,7 +170,7 @@ def test_recipe_end_to_end_tiny(monkeypatch, tmp_path, quick):
         lm_runs.clear_cache()
     assert result.data["seeds"] == ([0] if quick else [0, 1, 2])
     assert len(result.checks) == 3 and os.path.exists(result.plots[0])
-    for check, row in zip(result.checks, result.data["settings"]):
+    for check, row in zip(result.checks, result.data["settings"], strict=True):
         assert len(row["runs"]) == len(result.data["seeds"])
         agrees = row["measured"] == row["expected"]
         inconclusive = row["expected"] == "fails" and not result.data["control_trained"]

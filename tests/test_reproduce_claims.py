@@ -36,12 +36,7 @@ CLAIMS = (
 )
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py's, restored after each test
 
 
 def test_every_claim_is_registered_with_a_docstring():

@@ -83,7 +83,7 @@ def test_optimizer_recipe():
     _, opt = _optimizer(cfg)
     assert isinstance(opt, torch.optim.AdamW)
     decay, no_decay = opt.param_groups
-    assert decay["weight_decay"] == 0.1 and all(p.dim() == 2 for p in decay["params"])
+    assert decay["weight_decay"] == 0.1 and [p.dim() for p in decay["params"]] == [2]  # the Linear weight
     assert no_decay["weight_decay"] == 0.0 and len(no_decay["params"]) == 3  # bias, LN gain and bias
     assert decay["betas"] == (0.8, 0.95) and decay["eps"] == 1e-8
     _, adam = _optimizer(TrainConfig(optimizer="adam"))

@@ -63,7 +63,10 @@ def test_smoke_preset_end_to_end_then_resume(tmp_path):
         for r in runs:
             steps = len(s.metrics(r["id"]))
             assert steps >= 3 and len(s.layer_metrics(r["id"])) >= r["config"]["model"]["n_layers"] + 1
-            assert r["probe_level"] is not None or r["probe_error"]  # a probe, or why there is none
+            # every smoke run is a plain decoder LM: its at-init probe must have run and been stored
+            assert r["probe_error"] is None, r["probe_error"]
+            assert r["probe_level"] in ("ok", "warning", "error")
+            assert len(s.probe_layers(r["id"])) == r["config"]["model"]["n_layers"] + 1
         assert s.integrity() == "ok"
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert again.returncode == 0 and "4 runs, 4 already done, 0 to run" in again.stdout
@@ -149,7 +152,7 @@ def test_sigterm_stops_the_study_like_ctrl_c(tmp_path):
     import sqlite3
     import time
 
-    from test_study_run import _children, _gone
+    from test_study_run import _gone, _pool_workers
 
     grid = tmp_path / "g.yaml"
     grid.write_text(
@@ -161,17 +164,18 @@ def test_sigterm_stops_the_study_like_ctrl_c(tmp_path):
     cmd = [sys.executable, "-m", "depthlab", "study", "--grid", str(grid), "--db", str(db), "--no-report"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        end = time.time() + 120
-        while time.time() < end and proc.poll() is None:
+        end, running = time.time() + 120, 0
+        while not running and time.time() < end and proc.poll() is None:
             try:
                 with sqlite3.connect(db, timeout=5) as conn:
-                    if conn.execute("SELECT COUNT(*) FROM runs WHERE status = 'running'").fetchone()[0]:
-                        break
+                    running = conn.execute("SELECT COUNT(*) FROM runs WHERE status = 'running'").fetchone()[0]
             except sqlite3.OperationalError:  # not created yet
                 pass
             time.sleep(0.1)
+        assert running, f"no run started (driver exit code {proc.poll()})"
         time.sleep(2.0)  # the worker is now inside the run
-        workers = _children(proc.pid)
+        workers = _pool_workers(proc.pid)
+        assert workers, "found no pool worker of the driver before the kill: nothing to check"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 1 and "interrupted" in proc.stderr.read()
         assert _gone(workers, timeout=10)

@@ -188,7 +188,23 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def _pool_workers(pid: int) -> list[int]:
+    """The pids of ``pid``'s pool worker processes: its spawned children (not its resource tracker)."""
+    out = []
+    for child in _children(pid):
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as f:
+                if b"spawn_main" in f.read():
+                    out.append(child)
+        except OSError:
+            continue
+    return out
+
+
 def _gone(pids: list[int], timeout: float) -> bool:
+    """True once none of ``pids`` is alive (zombies count as gone). An empty list is refused: it would
+    make "every worker is gone" hold without looking at any worker."""
+    assert pids, "no worker processes to watch"
     end = time.time() + timeout
     while time.time() < end:
         alive = []
@@ -214,8 +230,8 @@ def test_workers_end_when_the_driver_is_killed(tmp_path):
     )
     try:
         _wait_for_done(db, proc, 1)
-        workers = [p for p in _children(proc.pid) if p != proc.pid]
-        assert workers, "the pool had no worker processes"
+        workers = _pool_workers(proc.pid)
+        assert len(workers) == 2, f"expected the pool's 2 workers, found {workers}"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
         assert _gone(workers, timeout=10), "pool workers outlived the killed driver"

@@ -182,6 +182,28 @@ def test_encdec_learns_to_reverse():
     assert r.val_bpb is None and math.log(4) * 0.8 < r.unigram_loss < math.log(5) and r.val_loss < 0.5
 
 
+def _linear_output_dtypes(bf16: bool) -> tuple[dict, object]:
+    """Train 3 steps; the dtypes the model's Linear layers returned, by phase (training forward with
+    gradients, evaluation without), seen by a global forward hook; and the RunResult."""
+    seen = {"train": set(), "eval": set()}
+
+    def hook(module, args, output):
+        if isinstance(module, torch.nn.Linear):
+            seen["train" if torch.is_grad_enabled() else "eval"].add(output.dtype)
+
+    handle = torch.nn.modules.module.register_module_forward_hook(hook)
+    try:
+        r = train(ModelConfig(**TINY), TrainConfig(**{**SHORT, "bf16": bf16, "steps": 3}))
+    finally:
+        handle.remove()
+    return seen, r
+
+
 def test_bf16_autocast_trains():
-    r = train(ModelConfig(**TINY), TrainConfig(**{**SHORT, "bf16": True, "steps": 3}))
+    """bf16=True must really compute in bfloat16 (autocast on, in training and in evaluation), and the
+    same run without it in float32: a no-op autocast, or one left on for float32 runs, fails this."""
+    seen, r = _linear_output_dtypes(bf16=True)
+    assert seen == {"train": {torch.bfloat16}, "eval": {torch.bfloat16}}
     assert math.isfinite(r.final_train_loss) and math.isfinite(r.val_loss)
+    seen, _ = _linear_output_dtypes(bf16=False)
+    assert seen == {"train": {torch.float32}, "eval": {torch.float32}}
