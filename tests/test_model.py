@@ -11,6 +11,7 @@ from depthlab.config import ARCHS, WRAPPINGS, wrap_names
 from depthlab.model.init import admin_omega, layerscale_init, lns_scale
 from depthlab.model.norms import RMSNorm
 from depthlab.model.stack import layer_wraps, uses_final_norm
+from depthlab.model.wrappings import Wrapping
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # restored after each test (conftest.py)
 NORMS = ("layernorm", "rmsnorm", "dyt", "none")
@@ -274,3 +275,81 @@ def test_padding_masks_are_checked_not_guessed():
     with pytest.raises(InputError, match="must be bool"):  # HF's attention_mask means the opposite
         model(tokens, padding_mask=torch.ones(2, 5, dtype=torch.long))
     assert model(tokens, padding_mask=torch.zeros(2, 5, dtype=torch.bool)).shape == (2, 5, 256)
+
+
+class _Halfway(Wrapping):
+    """x = x + beta*F(LN(x)): a wrapping defined here alone, to show that one class is all it takes."""
+
+    FORMULA = "x = x + beta*F(LN(x))"
+    SOURCE = "a test"
+    NORM_IN = NEEDS_NORM = True
+    CONSTANTS = ("beta",)
+    CONSTANTS_AT = staticmethod(lambda site: {"beta": 1.0 / site.layer})
+
+    def __init__(self, f, make_norm, residual=True, d_model=None, **constants):
+        super().__init__(f, make_norm, residual, d_model, **constants)
+        self.norm, self.beta = make_norm(), constants["beta"]
+
+    def forward(self, x, ctx):
+        return self.skip(x) + self.beta * self.f(self.norm(x), ctx)
+
+    def constant_values(self):
+        return {"beta": self.beta}
+
+
+@pytest.fixture
+def halfway():
+    from depthlab.model.wrappings import register
+
+    register("halfway")(_Halfway)
+    yield _Halfway
+    WRAPPINGS.pop("halfway")
+
+
+def test_a_new_wrapping_is_one_class(halfway, capsys):
+    """Declared in this file only: config, build, explain (text and JSON), probe and the CLI accept it."""
+    from depthlab.cli import main
+    from depthlab.model.explain import explain, format_explain
+    from depthlab.probe.run import probe_config
+
+    cfg = ModelConfig(wrap="halfway", n_layers=3, d_model=16, n_heads=2)
+    with pytest.raises(ConfigError, match="norm"):
+        ModelConfig(wrap="halfway", norm="none")  # NEEDS_NORM is read from the class
+    model = build_model(cfg)
+    betas = [block.attn.beta for block in model.stack.layers]
+    assert betas == [1.0, 0.5, pytest.approx(1 / 3)]
+    info = explain(cfg)
+    sub = info["layers"][1]["sublayers"][0]
+    assert (sub["wrap"], sub["formula"], sub["constants"]) == (
+        "halfway",
+        "x = x + beta*F(LN(x))",
+        {"beta": 0.5},
+    )
+    assert info["final_norm"] is True  # the default policy: the stream is never renormalised
+    assert "beta=0.5" in format_explain(info)
+    result = probe_config(cfg, batch_size=2, seq_len=8)
+    assert result.n_layers == 3 and result.verdicts
+    assert main(["probe", "--wrap", "halfway", "--layers", "2", "--d-model", "16", "--heads", "2"]) == 0
+    assert "halfway" not in ModelConfig.__dataclass_fields__  # nothing restated elsewhere
+
+
+def test_a_misspelt_or_missing_constant_raises():
+    from depthlab.model.layers import FeedForward
+    from depthlab.model.wrappings import DeepNorm, PostLN
+
+    f = FeedForward(8, 16, "gelu")
+    with pytest.raises(TypeError, match="alpha, beta"):
+        DeepNorm(f, lambda: torch.nn.LayerNorm(8), alpha=2.0, bta=0.5)
+    with pytest.raises(TypeError, match="alpha, beta"):
+        DeepNorm(f, lambda: torch.nn.LayerNorm(8), alpha=2.0)
+    with pytest.raises(TypeError):
+        PostLN(f, lambda: torch.nn.LayerNorm(8), alpha=2.0)
+
+
+def test_formula_without_the_skip():
+    from depthlab.model.wrappings import Admin, DeepNorm, PostLN, ReZero
+
+    assert PostLN.formula_for(False) == "x = LN(F(x))"
+    assert DeepNorm.formula_for(False) == "x = LN(F(x))"
+    assert Admin.formula_for(False) == "x = LN(F(x))"
+    assert ReZero.formula_for(False) == "x = a*F(x)"

@@ -157,3 +157,26 @@ def test_imports_sit_at_module_top_except_optional_extras():
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m != "depthlab.__main__"))
 def test_every_module_imports(module):
     importlib.import_module(module)
+
+
+def test_nothing_refers_to_a_document_outside_the_repository():
+    """What contributors and users need is in docs/ (design.md, references.md, sources.md)."""
+    import re
+
+    outside = re.compile(r"DESIGN\.md|REFERENCES\.md|STYLE\.md|\.\./shared|\b[Ii]ssue \d")
+    repo = ROOT.parent
+    files = [repo / "README.md", repo / "Makefile", *repo.glob("docs/*.md"), *repo.glob("benchmarks/*")]
+    files += [
+        *ROOT.rglob("*.py"),
+        *(p for p in (repo / "tests").glob("*.py") if p.name != "test_structure.py"),
+    ]
+    bad = [
+        f"{p.relative_to(repo)}:{i}: {line.strip()[:80]}"
+        for p in files
+        if p.is_file()
+        for i, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+        if outside.search(line)
+    ]
+    assert not bad, "references to documents outside the repository:\n" + "\n".join(bad)
+    for name in ("design.md", "references.md", "sources.md"):
+        assert (repo / "docs" / name).is_file(), name

@@ -25,6 +25,7 @@ from torch import nn
 
 from depthlab.config import ModelConfig
 from depthlab.errors import ConfigError, InputError
+from depthlab.interop.state import put_linear
 from depthlab.model import build_model
 
 # The HF model_type values this module imports (config_from_hf builds each, in this order).
@@ -175,14 +176,8 @@ def _rope_theta(c) -> float:
 # -- weights ---------------------------------------------------------------------------------------
 
 
-def _linear(out: dict, name: str, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
-    out[f"{name}.weight"] = weight
-    if bias is not None:
-        out[f"{name}.bias"] = bias
-
-
 def _take(out: dict, name: str, hf: dict, prefix: str) -> None:
-    _linear(out, name, hf[f"{prefix}.weight"], hf.get(f"{prefix}.bias"))
+    put_linear(out, name, hf[f"{prefix}.weight"], hf.get(f"{prefix}.bias"))
 
 
 def _gpt2_state(hf: dict, cfg: ModelConfig) -> dict:
@@ -192,11 +187,11 @@ def _gpt2_state(hf: dict, cfg: ModelConfig) -> dict:
         h, d = f"transformer.h.{i}", f"decoder.layers.{i}"
         _take(out, f"{d}.attn.norm", hf, f"{h}.ln_1")
         # c_attn's output is q | k | v, each d_model wide, heads contiguous within each: our qkv layout
-        _linear(out, f"{d}.attn.f.qkv", hf[f"{h}.attn.c_attn.weight"].t(), hf[f"{h}.attn.c_attn.bias"])
-        _linear(out, f"{d}.attn.f.out", hf[f"{h}.attn.c_proj.weight"].t(), hf[f"{h}.attn.c_proj.bias"])
+        put_linear(out, f"{d}.attn.f.qkv", hf[f"{h}.attn.c_attn.weight"].t(), hf[f"{h}.attn.c_attn.bias"])
+        put_linear(out, f"{d}.attn.f.out", hf[f"{h}.attn.c_proj.weight"].t(), hf[f"{h}.attn.c_proj.bias"])
         _take(out, f"{d}.ffn.norm", hf, f"{h}.ln_2")
-        _linear(out, f"{d}.ffn.f.fc1", hf[f"{h}.mlp.c_fc.weight"].t(), hf[f"{h}.mlp.c_fc.bias"])
-        _linear(out, f"{d}.ffn.f.fc2", hf[f"{h}.mlp.c_proj.weight"].t(), hf[f"{h}.mlp.c_proj.bias"])
+        put_linear(out, f"{d}.ffn.f.fc1", hf[f"{h}.mlp.c_fc.weight"].t(), hf[f"{h}.mlp.c_fc.bias"])
+        put_linear(out, f"{d}.ffn.f.fc2", hf[f"{h}.mlp.c_proj.weight"].t(), hf[f"{h}.mlp.c_proj.bias"])
     _take(out, "decoder.norm", hf, "transformer.ln_f")
     out["head.weight"] = hf["transformer.wte.weight"] if cfg.tie_embeddings else hf["lm_head.weight"]
     return out
@@ -216,7 +211,7 @@ def _bert_state(hf: dict, cfg: ModelConfig) -> dict:
     for i in range(cfg.n_layers):
         h, d = f"encoder.layer.{i}", f"encoder.layers.{i}"
         qkv = [f"{h}.attention.self.{p}" for p in ("query", "key", "value")]
-        _linear(
+        put_linear(
             out,
             f"{d}.attn.f.qkv",
             torch.cat([hf[f"{p}.weight"] for p in qkv]),
@@ -251,4 +246,4 @@ def _fused(out: dict, name: str, hf: dict, prefixes: list[str]) -> None:
     """Stack separate projections as row blocks of one fused linear (biases too, where present)."""
     weight = torch.cat([hf[f"{p}.weight"] for p in prefixes])
     has_bias = f"{prefixes[0]}.bias" in hf
-    _linear(out, name, weight, torch.cat([hf[f"{p}.bias"] for p in prefixes]) if has_bias else None)
+    put_linear(out, name, weight, torch.cat([hf[f"{p}.bias"] for p in prefixes]) if has_bias else None)

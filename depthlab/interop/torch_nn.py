@@ -22,6 +22,7 @@ from torch import nn
 
 from depthlab.config import ModelConfig
 from depthlab.errors import InputError
+from depthlab.interop.state import put_linear
 from depthlab.model.layers import Block
 from depthlab.model.stack import Stack, build_stack
 
@@ -76,8 +77,8 @@ def _block(layer: nn.Module) -> Block:
         state.update(_attention_state("cross.f", layer.multihead_attn, cross=True))
         _norm_state(state, "cross.norm", layer.norm2)
     _norm_state(state, "ffn.norm", layer.norm3 if decoder else layer.norm2)
-    _linear_state(state, "ffn.f.fc1", layer.linear1.weight, layer.linear1.bias)
-    _linear_state(state, "ffn.f.fc2", layer.linear2.weight, layer.linear2.bias)
+    put_linear(state, "ffn.f.fc1", layer.linear1.weight, layer.linear1.bias)
+    put_linear(state, "ffn.f.fc2", layer.linear2.weight, layer.linear2.bias)
     block.load_state_dict(state, strict=True)  # every tensor filled, every shape checked
     return block
 
@@ -121,11 +122,11 @@ def _attention_state(prefix: str, attn: nn.MultiheadAttention, cross: bool) -> d
     state: dict = {}
     w, b, d = attn.in_proj_weight, attn.in_proj_bias, attn.embed_dim
     if cross:
-        _linear_state(state, f"{prefix}.q", w[:d], None if b is None else b[:d])
-        _linear_state(state, f"{prefix}.kv", w[d:], None if b is None else b[d:])
+        put_linear(state, f"{prefix}.q", w[:d], None if b is None else b[:d])
+        put_linear(state, f"{prefix}.kv", w[d:], None if b is None else b[d:])
     else:
-        _linear_state(state, f"{prefix}.qkv", w, b)
-    _linear_state(state, f"{prefix}.out", attn.out_proj.weight, attn.out_proj.bias)
+        put_linear(state, f"{prefix}.qkv", w, b)
+    put_linear(state, f"{prefix}.out", attn.out_proj.weight, attn.out_proj.bias)
     return state
 
 
@@ -134,10 +135,4 @@ def _norm_state(state: dict, name: str, norm: nn.LayerNorm) -> None:
     d = norm.normalized_shape[-1]
     weight = norm.weight if norm.weight is not None else torch.ones(d)
     bias = norm.bias if norm.bias is not None else torch.zeros(d)
-    _linear_state(state, name, weight, bias)
-
-
-def _linear_state(state: dict, name: str, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-    state[f"{name}.weight"] = weight.detach()
-    if bias is not None:
-        state[f"{name}.bias"] = bias.detach()
+    put_linear(state, name, weight, bias)

@@ -17,21 +17,13 @@ from depthlab.probe.result import ProbeResult
 
 
 def probe_config(
-    cfg: ModelConfig,
-    *,
-    batch_size: int = 8,
-    seq_len: int = 64,
-    seed: int = 0,
-    loss: str = "lm",
-    perturbation: float = 1e-3,
-    jacobian_probes: int = 0,
-    context: bool = True,
+    cfg: ModelConfig, *, batch_size: int = 8, seq_len: int = 64, seed: int = 0, **options
 ) -> ProbeResult:
     """Build ``cfg`` with ``seed`` (as training would) and probe it on ``batch_size`` x ``seq_len`` bytes
     of the default corpus (an encoder-decoder gets a second, independent batch as its source).
 
-    The keyword arguments after ``seed`` are :func:`depthlab.probe.probe`'s. ConfigError for a length
-    the model's positions cannot hold.
+    ``options`` are :func:`depthlab.probe.probe`'s keyword arguments (loss, perturbation,
+    jacobian_probes, context). ConfigError for a length the model's positions cannot hold.
     """
     cfg.check_length(seq_len)
     torch.manual_seed(seed)
@@ -42,13 +34,4 @@ def probe_config(
         if cfg.arch == "encdec"
         else tokens
     )
-    return probe(
-        model,
-        batch,
-        loss,
-        perturbation=perturbation,
-        jacobian_probes=jacobian_probes,
-        context=context,
-        seed=seed,
-        model_config=cfg.to_dict(),
-    )
+    return probe(model, batch, seed=seed, model_config=cfg.to_dict(), **options)

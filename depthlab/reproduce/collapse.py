@@ -25,9 +25,9 @@ How the per-layer contribution falls with the layer index is summarised by the l
 update ratio against l (a least-squares fit over l = 1..L). If the stream grows as sqrt(l) (Xiong et al.
 2020, Lemma 2: E||x_l||^2 linear in l) while each layer writes about the same amount, the slope is
 -1/2 and the last layer of an L-layer stack changes the stream about L^(-1/2) times as much as the
-first; a slope of 0 is DeepNorm's promise of a constant relative contribution. (A first version compared
-the mean over the last quarter of the layers with the mean over the first quarter; for a power law that
-ratio does not depend on L at all, so it could not show a depth effect and was replaced by the slope.)
+first; a slope of 0 is DeepNorm's promise of a constant relative contribution. (The ratio of the mean
+over the last quarter of the layers to the mean over the first quarter would not do: for a power law it
+does not depend on L at all, so it cannot show a depth effect.)
 
 Reading the shares: for pre-LN a delta is added to a growing stream, so the shares are first order in
 what each layer writes. DeepNorm's stream is renormalised after every sublayer, ||x_l|| is the same at
@@ -50,12 +50,13 @@ from depthlab.model import build_model
 from depthlab.probe.stats import stream_table
 from depthlab.reproduce.claim import Check, Reproduction, register
 from depthlab.reproduce.figures import new_figure, save
+from depthlab.train.regimes import TINY_LM_MODEL
 from depthlab.train.schedules import make_optimizer, make_scheduler
 from depthlab.train.tasks import LMTask
 
 WRAPS = ("pre", "deepnorm")
 DEPTHS, DEPTHS_QUICK = (48, 192, 384), (48, 384)
-MODEL = dict(arch="decoder", d_model=32, n_heads=4, vocab_size=256, max_len=64)
+MODEL = dict(TINY_LM_MODEL)
 # A short run: Adam as in the original recipe, a brief warmup; enough updates to move every layer.
 TRAIN = dict(task="lm", batch_size=8, seq_len=32, lr=1e-3, warmup=5, beta2=0.98, eval_batches=1)
 STEPS, STEPS_QUICK = 40, 8

@@ -1,10 +1,8 @@
-"""The small-scale regime the claim reproductions share, and a cached way to train in it.
+"""The claim reproductions' training runs: the tiny regime (:mod:`depthlab.train.regimes`) at lr 1e-3,
+and a cached way to train in it.
 
-Byte-level language modelling on the default corpus (the standard library's own source), a tiny decoder
-(d_model 32, 4 heads), sequences of 32 bytes, batches of 16, Adam with beta2 0.98 (the original recipe,
-Vaswani et al. 2017; Xiong et al. 2020 use it too). In this regime (measured for the study issue) a
-24-layer post-LN model without warmup ends at the unigram loss at lr 1e-3 while pre-LN trains: it is
-small enough to run in seconds on two cores and deep enough to show the published effects.
+In this regime a 24-layer post-LN model without warmup ends at the unigram loss at lr 1e-3 while pre-LN
+trains: small enough to run in seconds on two cores and deep enough to show the published effects.
 
 ``train_run`` memoises on the resolved configs, so that ``depthlab reproduce all`` trains a
 configuration that two claims share only once (training is deterministic for a given seed).
@@ -22,10 +20,12 @@ import torch
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.corpus import load_corpus
 from depthlab.train import train as run_training
+from depthlab.train.regimes import TINY_LM_MODEL, TINY_LM_TRAIN
 
-# The shared regime; each claim overrides what its source varies (wrapping, depth, warmup, lr, norm).
-TINY_MODEL = {"arch": "decoder", "d_model": 32, "n_heads": 4, "vocab_size": 256, "max_len": 64}
-TINY_TRAIN = {"task": "lm", "steps": 150, "batch_size": 16, "seq_len": 32, "lr": 1e-3, "beta2": 0.98}
+# The shared regime (depthlab.train.regimes) at lr 1e-3; each claim overrides what its source varies
+# (wrapping, depth, warmup, lr, norm). Copies, so that a claim or a test may change them.
+TINY_MODEL = dict(TINY_LM_MODEL)
+TINY_TRAIN = {**TINY_LM_TRAIN, "lr": 1e-3}
 NO_ATTN_SKIP = ("cross", "ffn")  # seed 004: the attention sublayer's skip removed
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from depthlab.errors import ConfigError
 from depthlab.study.grid import StudyConfig
+from depthlab.train.regimes import TINY_LM_MODEL, TINY_LM_TRAIN
 
 # The five wrappings the source texts and papers compare: each value sets its fields together.
 WRAPPINGS_5 = [
@@ -30,9 +31,6 @@ WRAPPINGS_5 = [
     {"wrap": "pre", "residual": ["ffn", "cross"]},  # the attention skip dropped
 ]
 
-# Tiny byte-level LM shared by the default and full presets (the regime measured for the default study).
-TINY_LM_MODEL = {"arch": "decoder", "d_model": 32, "n_heads": 4, "vocab_size": 256, "max_len": 64}
-TINY_LM_TRAIN = {"task": "lm", "steps": 150, "batch_size": 16, "seq_len": 32, "beta2": 0.98, "log_every": 10}
 
 PRESETS: dict[str, dict] = {
     "default": {

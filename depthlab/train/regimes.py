@@ -1,0 +1,12 @@
+"""The tiny byte-level language-modelling regime the default study and the reproductions share.
+
+Byte-level language modelling on the default corpus (the standard library's own source), a decoder of
+d_model 32 with 4 heads, sequences of 32 bytes in batches of 16, Adam with beta2 0.98 (the original
+recipe, Vaswani et al. 2017; Xiong et al. 2020 use it too): small enough to train in seconds on two
+cores, deep enough (from 6 layers) to show post-LN's trouble. Each user overrides what it varies
+(wrapping, depth, warmup, learning rate, steps); these dicts are field values of
+:class:`depthlab.ModelConfig` and :class:`depthlab.TrainConfig`.
+"""
+
+TINY_LM_MODEL = {"arch": "decoder", "d_model": 32, "n_heads": 4, "vocab_size": 256, "max_len": 64}
+TINY_LM_TRAIN = {"task": "lm", "steps": 150, "batch_size": 16, "seq_len": 32, "beta2": 0.98, "log_every": 10}
