@@ -305,7 +305,12 @@ class TrainConfig(_Config):
     """How to train: task and data, optimiser, schedule, logging, divergence thresholds.
 
     ``warmup`` is in steps. ``clip`` 0 turns clipping off. ``spike_factor`` and ``stall_share`` are the
-    divergence/stall thresholds documented in ``depthlab.train.outcome``.
+    divergence/stall thresholds documented in ``depthlab.train.outcome``. ``z_loss`` adds
+    z_loss * (log Z)^2 per target token to the objective, log Z the log-sum-exp of the output logits
+    (PaLM, Chowdhery et al. 2022; Wortsman et al. 2023 use 1e-4); the reported loss stays the
+    cross-entropy. ``independent_wd`` (with adamw) makes the weight decay independent of the learning
+    rate: each update shrinks the weights by ``weight_decay`` times the schedule's factor, not by
+    lr x weight_decay (Wortsman et al. 2023, sec. 3.2.2).
     """
 
     task: str = "lm"
@@ -335,6 +340,8 @@ class TrainConfig(_Config):
     symbols: int = 16  # alphabet size of the copy/reverse/sort tasks
     bf16: bool = False  # bf16 autocast for forward passes
     device: str = "auto"  # auto = cuda when available, else cpu
+    z_loss: float = 0.0  # coefficient of (log Z)^2 in the objective; 0 = off
+    independent_wd: bool = False  # adamw's decay independent of the learning rate (see the docstring)
 
     def __post_init__(self):
         for name, allowed in (("task", TASKS), ("schedule", SCHEDULES), ("optimizer", OPTIMIZERS)):
@@ -358,8 +365,13 @@ class TrainConfig(_Config):
         self._check_float("min_lr_ratio", 0.0, 1.0)
         self._check_float("spike_factor", 1.0, strict_low=True)
         self._check_float("stall_share", 0.0, 1.0)
-        for name in ("compile", "telemetry", "bf16"):
+        self._check_float("z_loss", 0.0, 1.0)
+        for name in ("compile", "telemetry", "bf16", "independent_wd"):
             self._check_bool(name)
+        if self.independent_wd and self.optimizer != "adamw":
+            raise ConfigError(
+                "independent_wd", True, "false unless optimizer=adamw (it scales a decoupled decay)"
+            )
         if self.schedule == "constant" and self.warmup:
             raise ConfigError(
                 "warmup", self.warmup, "0 with schedule=constant (linear = warmup then constant)"

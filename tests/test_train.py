@@ -12,7 +12,6 @@ from depthlab import ModelConfig, TrainConfig, build_model
 from depthlab.train import RunResult, train
 from depthlab.train import loop as loop_module
 from depthlab.train.checkpoint import checkpoint_paths, load
-from depthlab.train.outcome import Monitor
 from depthlab.train.result import RESULT_KEYS
 from depthlab.train.schedules import make_optimizer
 from depthlab.train.tasks import make_task
@@ -111,30 +110,6 @@ def test_telemetry_matches_a_hand_computation():
         diff = torch.sqrt(sum((p - o).pow(2).sum() for p, o in zip(block.parameters(), old)))
         norm = torch.sqrt(sum(o.pow(2).sum() for o in old))
         assert row["param_update"] == pytest.approx((diff / norm).item(), rel=1e-4)
-
-
-def test_monitor_rules():
-    m = Monitor(steps=10, unigram_loss=3.0, spike_factor=3.0, stall_share=0.5)
-    assert not any(m.update(t, 3.0, 1.0) for t in range(1, 11))
-    v = m.verdict()
-    assert (v.outcome, v.step) == ("stalled", 5) and "unigram" in v.reason
-    late = Monitor(steps=10, unigram_loss=3.0)  # at the level at step 5, well below it at the end
-    for t in range(1, 11):
-        late.update(t, 3.0 if t <= 5 else 0.5, 1.0)
-    assert late.verdict().outcome == "trained"
-    nan = Monitor(steps=10, unigram_loss=3.0)
-    assert not nan.update(1, 3.0, 1.0) and nan.update(2, 2.0, math.inf)
-    assert (
-        nan.verdict().outcome == "diverged"
-        and nan.verdict().step == 2
-        and "gradient norm" in nan.verdict().reason
-    )
-    spike = Monitor(steps=100, unigram_loss=3.0)
-    fed = [spike.update(t, 1.0 if t < 20 else 50.0, 1.0) for t in range(1, 30)]
-    assert fed.index(True) + 1 == 20 and "rose above 3 x" in spike.verdict().reason
-    noisy = Monitor(steps=100, unigram_loss=3.0)  # tiny losses jittering 5x are not a spike (floor)
-    assert not any(noisy.update(t, 0.01 if t % 2 else 0.05, 1.0) for t in range(1, 100))
-    assert noisy.verdict().outcome == "trained"
 
 
 def test_a_huge_learning_rate_diverges_and_is_a_result():

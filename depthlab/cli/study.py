@@ -69,6 +69,11 @@ def run(args) -> int:
         signal.signal(signal.SIGTERM, previous)
     done = ", ".join(f"{n} {k}" for k, n in sorted(res.outcomes.items())) or "nothing new"
     print(f"\nstudy {study.name!r}: ran {res.ran} of {res.total} runs in {res.seconds:.0f} s ({done})")
+    if res.stopped_early:
+        print(
+            f"{res.stopped_early} runs stopped when their outcome was decided (diverged), saving about "
+            f"{res.saved_seconds:.0f} s of worker time (each run's remaining steps at its own pace)"
+        )
     if res.elsewhere:
         print(f"{res.elsewhere} runs were left to another depthlab process running this study")
     if res.events_dir:

@@ -33,6 +33,7 @@ TRAIN_FLAGS = {
     "spike_factor": "spike_factor",
     "stall_share": "stall_share",
     "symbols": "symbols",
+    "z_loss": "z_loss",
     "device": "device",
 }
 
@@ -81,6 +82,17 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--min-lr-ratio", type=float, default=d.min_lr_ratio, help="cosine's floor (default 0.1)")
     g.add_argument(
+        "--z-loss",
+        type=float,
+        default=d.z_loss,
+        help="z-loss coefficient on (log Z)^2 (default 0: off; 1e-4 in PaLM)",
+    )
+    g.add_argument(
+        "--independent-wd",
+        action="store_true",
+        help="with --optimizer adamw: weight decay independent of the learning rate (Wortsman et al. 2023)",
+    )
+    g.add_argument(
         "--symbols", type=int, default=d.symbols, help=f"copy/reverse/sort alphabet (default {d.symbols})"
     )
     add_run_flags(g, d)
@@ -121,7 +133,8 @@ def add_run_flags(g, d: TrainConfig) -> None:
         "--stall-share",
         type=float,
         default=d.stall_share,
-        help="stalled when still at the unigram loss after this share of the steps and at the end (default 0.5)",
+        help="the trend (still falling: undertrained; flat: stalled) of a run that ends at or above the unigram "
+        "loss is read after this share of the steps (default 0.5)",
     )
     g.add_argument("--no-telemetry", action="store_true", help="log losses only, no per-layer numbers")
     g.add_argument("--compile", action="store_true", help="torch.compile the model")
@@ -138,7 +151,13 @@ def add_run_flags(g, d: TrainConfig) -> None:
 
 def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
     values = {field: getattr(args, flag) for flag, field in TRAIN_FLAGS.items()}
-    values.update(seed=args.seed, telemetry=not args.no_telemetry, compile=args.compile, bf16=args.bf16)
+    values.update(
+        seed=args.seed,
+        telemetry=not args.no_telemetry,
+        compile=args.compile,
+        bf16=args.bf16,
+        independent_wd=args.independent_wd,
+    )
     return TrainConfig(**values)
 
 

@@ -11,10 +11,19 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-STATES = ("trained", "stalled", "diverged", "failed", "running", "queued")
-SEVERITY = {"failed": 0, "diverged": 1, "stalled": 2, "running": 3, "queued": 4, "trained": 5}
+STATES = ("trained", "undertrained", "stalled", "diverged", "failed", "running", "queued")
+SEVERITY = {
+    "failed": 0,
+    "diverged": 1,
+    "stalled": 2,
+    "undertrained": 3,
+    "running": 4,
+    "queued": 5,
+    "trained": 6,
+}
 COLOURS = {
     "trained": "#2e7d32",
+    "undertrained": "#9ccc65",
     "stalled": "#f9a825",
     "diverged": "#c62828",
     "failed": "#616161",

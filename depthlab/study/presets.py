@@ -32,6 +32,17 @@ WRAPPINGS_5 = [
 ]
 
 
+# The learning-rate sensitivity comparison (Wortsman et al. 2023): the wrappings above, and pre-LN with
+# the two mitigations of small-scale instabilities they test, qk-layernorm and z-loss 1e-4.
+LR_WRAPPINGS = [
+    {"wrap": "post"},
+    {"wrap": "pre"},
+    {"wrap": "sandwich"},
+    {"wrap": "deepnorm"},
+    {"wrap": "pre", "qk_norm": True, "z_loss": 1e-4},
+]
+LR_SWEEP = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1]
+
 PRESETS: dict[str, dict] = {
     "default": {
         "name": "default",
@@ -40,6 +51,20 @@ PRESETS: dict[str, dict] = {
         "model": TINY_LM_MODEL,
         "train": {**TINY_LM_TRAIN, "steps": 200, "lr": 7e-3, "schedule": "linear"},
         "axes": {"wrapping": WRAPPINGS_5, "n_layers": [2, 6, 24], "warmup": [0, 50]},
+    },
+    "lr-sensitivity": {
+        "name": "lr-sensitivity",
+        "description": "Final loss against learning rate (1e-4 to 3e-1, half-decade steps) for post-LN, "
+        "pre-LN, sandwich, DeepNorm and pre-LN with qk-layernorm and z-loss, at 2, 6 and 24 layers, 3 seeds: "
+        "LR sensitivity as Wortsman et al. 2023 define it, the best learning rate by depth.",
+        "model": TINY_LM_MODEL,
+        "train": {**TINY_LM_TRAIN, "steps": 150, "schedule": "cosine", "warmup": 15},
+        "axes": {
+            "wrapping": LR_WRAPPINGS,
+            "n_layers": [2, 6, 24],
+            "lr": LR_SWEEP,
+            "seed": [0, 1, 2],
+        },
     },
     "smoke": {
         "name": "smoke",

@@ -38,6 +38,8 @@ class StudyOutcome:
     seconds: float = 0.0
     outcomes: dict = field(default_factory=dict)
     events_dir: str | None = None  # the study's TensorBoard folder, once a run's events are in it
+    stopped_early: int = 0  # runs that stopped when their outcome was decided (diverged)
+    saved_seconds: float = 0.0  # the time those runs would have taken to their last step, estimated
 
 
 def run_study(
@@ -134,6 +136,10 @@ def _drive(
             res.failed += status == "failed"
             outcome = (payload.get("result") or {}).get("outcome") or status
             res.outcomes[outcome] = res.outcomes.get(outcome, 0) + 1
+            saved = saved_seconds(spec, payload)
+            if saved:
+                res.stopped_early += 1
+                res.saved_seconds += saved
             bar.update(1)
             line = run_line(res.skipped + res.ran + res.elsewhere, res.total, spec, status, payload)
             if bar.disable:
@@ -148,6 +154,16 @@ def _drive(
         ex.close()
         store.release(owner)  # an interrupted driver puts its unfinished runs back in the queue
         res.seconds = time.time() - start
+
+
+def saved_seconds(spec: RunSpec, payload: dict) -> float:
+    """The time a run that stopped at a decided outcome saved: its remaining steps at its own mean
+    seconds per step so far (0 for a run that reached its last step, or failed)."""
+    r = payload.get("result") or {}
+    step, steps = r.get("step"), spec.train.steps
+    if r.get("outcome") != "diverged" or not step or step >= steps:
+        return 0.0
+    return payload.get("seconds", 0.0) / step * (steps - step)
 
 
 def run_line(n: int, total: int, spec: RunSpec, status: str, payload: dict) -> str:

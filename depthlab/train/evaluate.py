@@ -19,6 +19,12 @@ def token_loss_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     )
 
 
+def z_loss_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Summed (log Z)^2 over the target tokens, log Z = logsumexp of a position's logits (PaLM's z-loss)."""
+    log_z = torch.logsumexp(logits.float(), dim=-1)  # (B, T)
+    return (log_z.pow(2) * (targets != IGNORE)).sum()
+
+
 def exact_matches(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """How many sequences have every target token as the argmax (0-dim tensor)."""
     hit = (logits.argmax(-1) == targets) | (targets == IGNORE)  # (B, T)

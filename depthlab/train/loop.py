@@ -28,7 +28,7 @@ from depthlab.model import build_model
 from depthlab.train import checkpoint
 from depthlab.train.batch import shard
 from depthlab.train.distributed import Dist, setup, teardown, wrap_ddp
-from depthlab.train.evaluate import evaluate, token_loss_sum
+from depthlab.train.evaluate import evaluate, token_loss_sum, z_loss_sum
 from depthlab.train.outcome import Monitor
 from depthlab.train.result import RunResult
 from depthlab.train.rundir import RunDir, RunOutput
@@ -180,8 +180,11 @@ class Trainer:
         if tele:
             Telemetry.watch(states)
         loss_sum = token_loss_sum(logits, batch.targets)
+        objective = loss_sum
+        if self.cfg.z_loss:  # the objective only: the logged loss stays the cross-entropy
+            objective = loss_sum + self.cfg.z_loss * z_loss_sum(logits, batch.targets)
         # every process divides by the global target count; DDP averages over processes, hence * world
-        (loss_sum * (self.dist.world / batch.n_targets)).backward()
+        (objective * (self.dist.world / batch.n_targets)).backward()
         loss = float(self.dist.all_reduce(loss_sum.detach().double().reshape(1))[0]) / batch.n_targets
         streams = grads = None
         if tele:
@@ -199,16 +202,19 @@ class Trainer:
         end = t == self.cfg.steps or self.monitor.diverged is not None
         if self.logged(t) or end:
             self.log(t, lr, gnorm, streams, grads, updates, end)
+        end = end or self.monitor.diverged is not None  # a logged window may decide a blow-up
         if self.out is not None and (t % self.cfg.checkpoint_every == 0 or end):
             self.out.checkpoint(t, self.state_dict())
 
     def log(self, t, lr, gnorm, streams, grads, updates, end: bool) -> None:
+        loss, tokens_per_s = self.window.close()
+        rms = max((r["stream_rms"] for r in streams), default=None) if streams else None
+        end = self.monitor.log(t, loss, rms) or end  # a blow-up ends the run here
         val = None
         if t % self.cfg.eval_every == 0 or end:
             val = self.last_eval = evaluate(
                 self.model, self.val, self.dist, self.autocast, self.cfg.task == "lm"
             )
-        loss, tokens_per_s = self.window.close()
         record = {
             "step": t,
             "loss": loss,
@@ -229,7 +235,8 @@ class Trainer:
             self.bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
 
     def result(self) -> RunResult:
-        v, last, ev = self.monitor.verdict(), self.metrics[-1], self.last_eval or {}
+        last, ev = self.metrics[-1], self.last_eval or {}
+        v = self.monitor.verdict(ev.get("loss"))
         nan = lambda x: math.nan if x is None else x  # noqa: E731 (JSON stores NaN as null)
         return RunResult(
             outcome=v.outcome,

@@ -1,42 +1,61 @@
-"""Did the run train, stall or diverge? The rules, their thresholds, and the monitor that applies them.
+"""Did the run train, fall short, stall or diverge? The rules, their thresholds, and the monitor that applies them.
 
-Every update t feeds the monitor the global training loss and the gradient norm (before clipping):
+**diverged** (the run stops there: the outcome is decided, so stopping cannot change it):
 
-- **diverged** (the run stops at t, before applying the update):
-  the loss or the gradient norm is not finite; or the smoothed loss (an exponential moving average with
-  weight ``EMA_WEIGHT`` = 0.1 per step, i.e. over about the last 10 steps) exceeds ``spike_factor``
-  (TrainConfig, default 3) times its running minimum. The minimum is floored at ``SPIKE_FLOOR`` = 0.1
-  nats so that the noise of a near-perfect loss (0.01 -> 0.05) is not taken for a spike.
-- **stalled** (a label; the run goes on to the end): the smoothed loss is still at the unigram level,
-  i.e. >= (1 - ``STALL_MARGIN``) x unigram loss with ``STALL_MARGIN`` = 0.05, both at update
-  ceil(``stall_share`` x steps) (TrainConfig, default half of the steps) and at the last update. A model
-  there has learned which tokens are common and nothing of the context (where a stack without its attention skip stays). A run that leaves
-  the level later (a long warmup) is ``trained``.
-- **trained**: anything else.
+- the loss or the gradient norm of an update is not finite (the run stops before applying it);
+- the smoothed loss (an exponential moving average with weight ``EMA_WEIGHT`` = 0.1 per update, about
+  the last 10 updates) exceeds ``spike_factor`` (TrainConfig, default 3) times its running minimum,
+  floored at ``SPIKE_FLOOR`` = 0.1 nats so that a near-perfect loss jittering (0.01 -> 0.05) is no spike;
+- blow-up: the training loss of ``BLOWUP_LOGS`` = 2 consecutive logged windows is above ``BLOWUP`` = 1.5
+  times the initial loss (the loss of the first update: the model at init). A model 50% worse than
+  its random initialisation has left any useful region; byte-level runs that train never come near it
+  (their worst window after update 1 is below the initial loss), while learning rates of 0.1 and more
+  send tiny models to 8-13 nats from an initial 5.5;
+- stream blow-up: at a logged step with telemetry, some stream's rms is above ``STREAM_BLOWUP`` = 1e4
+  times the largest stream rms of the first logged step, while the loss is not below the unigram level:
+  the residual stream grew by orders of magnitude and the model learned nothing from it.
 
-``outcome.step`` is the update at which the run diverged or was first found stalled (None if trained).
+**At the end** the final loss F (the validation loss, else the last logged window's training loss)
+decides, against the unigram loss U (a model that learned only which tokens are common):
+
+- **trained**: F < (1 - ``STALL_MARGIN``) U, ``STALL_MARGIN`` = 0.05;
+- **stalled**: F within ``STALL_MARGIN`` of U: at the unigram plateau (the model learned which tokens
+  are common and nothing of the context), or F above that band and flat;
+- **undertrained**: F above the band and still falling: over the part of the run after ``stall_share``
+  x steps (TrainConfig, default half), the least-squares line through the logged losses drops by more
+  than ``FALL_MARGIN`` = 2% of its level (a small learning rate: more steps would help). Runs at the
+  plateau wiggle by a few percent from window to window, which is why the trend is read only above it.
+
+``outcome.step`` is the update at which the run diverged, or the first update of the window where a
+stall or a fall was judged (None if trained).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 EMA_WEIGHT = 0.1
 SPIKE_FLOOR = 0.1
+BLOWUP = 1.5
+BLOWUP_LOGS = 2
+STREAM_BLOWUP = 1e4
 STALL_MARGIN = 0.05
+FALL_MARGIN = 0.02
+OUTCOMES = ("trained", "undertrained", "stalled", "diverged")
 
 
 @dataclass
 class Verdict:
-    outcome: str  # trained | stalled | diverged
+    outcome: str  # one of OUTCOMES
     reason: str | None
     step: int | None
 
 
 @dataclass
 class Monitor:
-    """Applies the rules above, one update at a time. Its state is plain numbers (checkpointed)."""
+    """Applies the rules above. ``update`` sees every update; ``log`` sees each logged window (its mean
+    loss and, with telemetry, the largest stream rms). Its state is plain numbers (checkpointed)."""
 
     steps: int
     unigram_loss: float | None
@@ -44,12 +63,11 @@ class Monitor:
     stall_share: float = 0.5
     ema: float | None = None
     min_ema: float = math.inf
-    stalled_at_share: bool | None = None
+    initial_loss: float | None = None
+    initial_rms: float | None = None
+    high_logs: int = 0
+    logged: list = field(default_factory=list)  # [(step, window loss)]
     diverged: tuple | None = None  # (step, reason)
-
-    @property
-    def stall_step(self) -> int:
-        return max(1, math.ceil(self.stall_share * self.steps))
 
     @property
     def stall_level(self) -> float | None:
@@ -59,42 +77,107 @@ class Monitor:
         """Feed update ``step``; True if the run diverged here (then stop without applying the update)."""
         for what, value in (("loss", loss), ("gradient norm", grad_norm)):
             if not math.isfinite(value):
-                self.diverged = (step, f"{what} became {value} at step {step}")
-                return True
+                return self._diverge(step, f"{what} became {value} at step {step}")
+        if self.initial_loss is None:
+            self.initial_loss = loss
         self.ema = loss if self.ema is None else (1 - EMA_WEIGHT) * self.ema + EMA_WEIGHT * loss
         self.min_ema = min(self.min_ema, self.ema)
         floor = max(self.min_ema, SPIKE_FLOOR)
         if self.ema > self.spike_factor * floor:
-            self.diverged = (
+            return self._diverge(
                 step,
                 f"smoothed loss {self.ema:.3g} rose above {self.spike_factor:g} x its minimum "
                 f"{self.min_ema:.3g} at step {step}",
             )
-            return True
-        if step == self.stall_step and self.stall_level is not None:
-            self.stalled_at_share = self.ema >= self.stall_level
         return False
 
-    def verdict(self) -> Verdict:
-        """The outcome once the run has ended (at the last update or at a divergence)."""
+    def log(self, step: int, window_loss: float, stream_rms_max: float | None = None) -> bool:
+        """Feed a logged window; True if it decides that the run diverged (stop after this step)."""
+        if self.diverged is not None or not math.isfinite(window_loss):
+            return self.diverged is not None
+        self.logged.append((step, window_loss))
+        limit = BLOWUP * self.initial_loss if self.initial_loss is not None else math.inf
+        self.high_logs = self.high_logs + 1 if window_loss > limit else 0
+        if self.high_logs >= BLOWUP_LOGS:
+            return self._diverge(
+                step,
+                f"loss {window_loss:.3g} above {BLOWUP:g} x the initial loss {self.initial_loss:.3g} for "
+                f"{BLOWUP_LOGS} logged windows at step {step}",
+            )
+        if stream_rms_max is not None and math.isfinite(stream_rms_max):
+            if self.initial_rms is None:
+                self.initial_rms = stream_rms_max
+            grew = stream_rms_max / max(self.initial_rms, 1e-30)
+            not_learning = self.stall_level is None or window_loss >= self.stall_level
+            if grew > STREAM_BLOWUP and not_learning:
+                return self._diverge(
+                    step,
+                    f"stream rms {stream_rms_max:.3g} is {grew:.3g} x its value at the first log while the "
+                    f"loss {window_loss:.3g} is not below the unigram level (step {step})",
+                )
+        elif stream_rms_max is not None:  # a non-finite stream is a blow-up whatever the loss says
+            return self._diverge(step, f"a stream became {stream_rms_max} at step {step}")
+        return False
+
+    def _diverge(self, step: int, reason: str) -> bool:
+        self.diverged = (step, reason)
+        return True
+
+    def verdict(self, final_loss: float | None = None) -> Verdict:
+        """The outcome once the run has ended; ``final_loss`` is the final validation loss (default: the
+        last logged window's training loss)."""
         if self.diverged is not None:
             return Verdict("diverged", self.diverged[1], self.diverged[0])
-        level = self.stall_level
-        if self.stalled_at_share and self.ema is not None and self.ema >= level:
-            share = f"{self.stall_share:.0%} of {self.steps}"
+        final = final_loss if final_loss is not None and math.isfinite(final_loss) else self._last_loss()
+        level, U = self.stall_level, self.unigram_loss
+        if level is None or final is None or final < level:
+            return Verdict("trained", None, None)
+        start = max(1, math.ceil(self.stall_share * self.steps))
+        if final <= (1 + STALL_MARGIN) * U:
             return Verdict(
                 "stalled",
-                f"smoothed loss {self.ema:.3f} not below the unigram level {self.unigram_loss:.3f} "
-                f"(by more than {STALL_MARGIN:.0%}) at step {self.stall_step} ({share} steps) nor at the end",
-                self.stall_step,
+                f"final loss {final:.3f} at the unigram level {U:.3f} (within {STALL_MARGIN:.0%}): the model "
+                "learned which tokens are common and nothing of the context",
+                start,
             )
-        return Verdict("trained", None, None)
+        drop = self._fitted_drop(start)
+        trend = f"the fitted loss fell {drop:.1%} over the last {self.steps - start + 1} steps"
+        if drop > FALL_MARGIN:
+            return Verdict(
+                "undertrained",
+                f"final loss {final:.3f} above the unigram level {U:.3f}, still falling: {trend}",
+                start,
+            )
+        return Verdict(
+            "stalled", f"final loss {final:.3f} above the unigram level {U:.3f} and flat: {trend}", start
+        )
+
+    def _last_loss(self) -> float | None:
+        if self.logged:
+            return self.logged[-1][1]
+        return self.ema
+
+    def _fitted_drop(self, start: int) -> float:
+        """How much the least-squares line through the logged losses from ``start`` on falls over that
+        window, relative to its mean (0 with fewer than three logs)."""
+        pts = [(s, v) for s, v in self.logged if s >= start]
+        if len(pts) < 3:
+            return 0.0
+        ms, mv = sum(s for s, _ in pts) / len(pts), sum(v for _, v in pts) / len(pts)
+        sxx = sum((s - ms) ** 2 for s, _ in pts)
+        slope = sum((s - ms) * (v - mv) for s, v in pts) / sxx if sxx else 0.0
+        return -slope * (pts[-1][0] - pts[0][0]) / mv
 
     def state_dict(self) -> dict:
         d = asdict(self)
         d["diverged"] = list(self.diverged) if self.diverged else None
+        d["logged"] = [list(x) for x in self.logged]
         return d
 
     def load_state_dict(self, d: dict) -> None:
         for k, v in d.items():
-            setattr(self, k, tuple(v) if k == "diverged" and v is not None else v)
+            if k == "diverged" and v is not None:
+                v = tuple(v)
+            elif k == "logged":
+                v = [tuple(x) for x in v]
+            setattr(self, k, v)

@@ -69,11 +69,14 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
     Weight decay applies to matrices (and embeddings) only, not to biases, norm gains or scalar gates
     (nanoGPT's ``configure_optimizers``): decaying a LayerNorm gain toward 0 would shrink the stream.
     With ``adam`` the decay is an L2 term in the gradient; with ``adamw`` it is decoupled (Loshchilov &
-    Hutter 2019).
+    Hutter 2019): each update multiplies the weights by 1 - lr_t * weight_decay. With ``independent_wd``
+    AdamW's coefficient is weight_decay / lr, so the factor is 1 - (lr_t / lr) * weight_decay: the
+    decay follows the schedule but not the peak learning rate (Wortsman et al. 2023).
     """
     params = [p for p in model.parameters() if p.requires_grad]
+    decay = cfg.weight_decay / cfg.lr if cfg.independent_wd else cfg.weight_decay
     groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
     groups = [g for g in groups if g["params"]]
