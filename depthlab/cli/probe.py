@@ -40,6 +40,18 @@ def add_parser(sub) -> None:
         "--loss", default="lm", help="lm (next-token cross-entropy, default) | sum (sum of the last stream)"
     )
     g.add_argument(
+        "--lr",
+        type=float,
+        help="the learning rate the model is to be trained with: the probe takes Adam's first update at it "
+        "and the doctor judges it (default: none, no learning-rate verdict)",
+    )
+    g.add_argument(
+        "--warmup",
+        type=int,
+        default=0,
+        help="with --lr: linear warmup steps (the first update is lr / warmup)",
+    )
+    g.add_argument(
         "--perturbation",
         type=float,
         default=1e-3,
@@ -88,6 +100,8 @@ def run(args) -> int:
         "perturbation": args.perturbation,
         "jacobian_probes": args.jacobian,
         "context": not args.no_context,
+        "lr": args.lr,
+        "warmup": args.warmup,
     }
     if args.hf:
         result = probe_hf(args.hf, weights=args.hf_weights, **options)

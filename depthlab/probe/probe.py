@@ -35,38 +35,18 @@ LOSSES = ("lm", "sum")
 
 
 def probe(
-    model: nn.Module,
-    batch,
-    loss: str = "lm",
-    *,
-    perturbation: float = 1e-3,
-    jacobian_probes: int = 0,
-    context: bool = True,
-    seed: int = 0,
-    model_config: dict | None = None,
+    model: nn.Module, batch, loss: str = "lm", *, model_config: dict | None = None, **options
 ) -> ProbeResult:
-    """Probe ``model`` on ``batch`` and diagnose it.
+    """Probe ``model`` on ``batch`` and diagnose it; ``options`` are :func:`measure`'s.
 
     batch: a tensor (tokens (B, T) for a language model; a float stream for nn.TransformerEncoder), a
     tuple of positional inputs ((src, tgt) for an encoder-decoder, (tgt, memory) for
     nn.TransformerDecoder) or a dict of keyword inputs. loss: "lm" = mean next-token cross-entropy of
     logits[:, :-1] against tokens[:, 1:]; "sum" = the sum of the last stream (the toy stacks' loss).
-    perturbation: relative size of the weight perturbation for ``output_change`` (0 turns it off).
-    jacobian_probes: random projections for the Jacobian estimate (0 = not estimated).
-    context: also carry the position-varying part of the top gradient down (one more backward pass;
-    LM loss only), the signal behind the ``vanishing-gradient`` verdict for skip-less attention.
-    Returns a :class:`ProbeResult` with L+1 rows and the doctor's verdicts.
+    model_config: the config to record (default: read off the model). Returns a :class:`ProbeResult` with
+    L+1 rows and the doctor's verdicts.
     """
-
-    result = measure(
-        model,
-        batch,
-        loss,
-        perturbation=perturbation,
-        jacobian_probes=jacobian_probes,
-        context=context,
-        seed=seed,
-    )
+    result = measure(model, batch, loss, **options)
     if model_config is not None:
         result.config["model"] = model_config
     result.verdicts = diagnose(result)
@@ -74,18 +54,42 @@ def probe(
 
 
 def measure(
-    model, batch, loss="lm", *, perturbation=1e-3, jacobian_probes=0, context=True, seed=0
+    model,
+    batch,
+    loss="lm",
+    *,
+    perturbation=1e-3,
+    jacobian_probes=0,
+    context=True,
+    seed=0,
+    lr: float | None = None,
+    warmup: int = 0,
 ) -> ProbeResult:
-    """The numbers of :func:`probe`, without verdicts."""
+    """The numbers of :func:`probe`, without verdicts.
+
+    perturbation: relative size of the weight perturbation for ``output_change`` (0 turns it off).
+    jacobian_probes: random projections for the Jacobian estimate (0 = not estimated).
+    context: also carry the position-varying part of the top gradient down (one more backward pass;
+    LM loss only), the signal behind the ``vanishing-gradient`` verdict for skip-less attention.
+    lr, warmup: the learning rate and linear warmup the model is to be trained with. Given ``lr``, the
+    probe takes Adam's first update on this batch (each parameter moves by lr_1 g / (|g| + eps), lr_1 =
+    lr / warmup with a warmup, lr without: Adam's first step is the sign of the gradient) and records
+    how far it moves the output (``first_update_change``, one more forward pass). Weights are restored.
+    """
     _check_args(loss, perturbation, jacobian_probes)
+    _check_lr(lr, warmup)
     stack = locate_stack(model)
     norms = find_norms(model, stack)
     coarse = _too_coarse(stack, perturbation)
+    lr1 = None if lr is None else lr / max(1, warmup)
     with probe_mode(model) as batch_stats:
         with torch.enable_grad():
-            run = _forward_backward(model, batch, loss, stack, norms, jacobian_probes, seed, context)
+            run = _forward_backward(
+                model, batch, loss, stack, norms, jacobian_probes, seed, context, lr1 is not None
+            )
         delta = 0.0 if coarse else perturbation
         changes, out_change = _perturbed_change(model, batch, stack, norms, run, delta, seed)
+        first = None if lr1 is None or coarse else _first_update_change(model, batch, run, lr1)
     rows = stream_table(run["states"], run["grads"])
     _add_layer_columns(rows, stack, run, changes)
     config = {
@@ -107,6 +111,9 @@ def measure(
             "output_change_note": coarse,
             "jacobian_probes": jacobian_probes,
             "seed": seed,
+            "lr": lr,
+            "warmup": warmup,
+            "first_update_change": first,
             "mode": "eval, batch norms on batch statistics" if batch_stats else "eval",
         },
     }
@@ -146,6 +153,16 @@ def _too_coarse(stack: StackInfo, delta: float) -> str | None:
     return f"not measured: {', '.join(coarse)} weights cannot hold a {delta:g} relative perturbation"
 
 
+def _check_lr(lr, warmup) -> None:
+    ok = lr is None or (
+        isinstance(lr, (int, float)) and not isinstance(lr, bool) and math.isfinite(lr) and lr > 0
+    )
+    if not ok:
+        raise ConfigError("lr", lr, "a finite number > 0, or None (no learning rate to judge)")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ConfigError("warmup", warmup, "an integer >= 0 (steps)")
+
+
 def _check_args(loss, perturbation, jacobian_probes) -> None:
     if loss not in LOSSES:
         raise ConfigError("loss", loss, f"one of {', '.join(LOSSES)}")
@@ -165,9 +182,10 @@ def call_model(model: nn.Module, batch):
 
 
 def _forward_backward(
-    model, batch, loss, stack: StackInfo, norms, jacobian_probes: int, seed: int, context: bool
+    model, batch, loss, stack: StackInfo, norms, jacobian_probes: int, seed: int, context: bool, every: bool
 ) -> dict:
-    """Forward with hooks, then d loss / d (every stream, every layer parameter) in one autograd call."""
+    """Forward with hooks, then d loss / d (every stream, every layer parameter; with ``every``, every
+    parameter of the model) in one autograd call."""
     with StreamCapture(model, stack, norms=norms) as cap:
         output = call_model(model, batch)
     states = cap.states
@@ -175,6 +193,8 @@ def _forward_backward(
         raise InputError(f"{stack.path}: the blocks did not run on this batch")
     loss_t = loss_value(loss, output, batch, states[-1])
     params = _unique(p for ps in stack.layer_params for p in ps if p.requires_grad)
+    if every:
+        params = _unique([*params, *(p for p in model.parameters() if p.requires_grad)])
     with_context = context and loss == "lm" and states[-1].ndim == 3 and states[-1].shape[1] > 1
     grads = torch.autograd.grad(
         loss_t, states + params, allow_unused=True, retain_graph=with_context or jacobian_probes > 0
@@ -299,6 +319,28 @@ def _perturbed_change(model, batch, stack: StackInfo, norms, run: dict, delta: f
             p.copy_(s)
     changes = [_rel(new, old) for new, old in zip(cap.states, run["states"])]
     return changes, _rel(output, run["output"])
+
+
+ADAM_EPS = 1e-8  # Adam's epsilon in the first update lr g / (|g| + eps)
+
+
+@torch.no_grad()
+def _first_update_change(model, batch, run: dict, lr1: float) -> float:
+    """||f(theta - lr1 g / (|g| + eps)) - f(theta)|| / ||f(theta)|| for the model's output f: how far
+    Adam's first update (bias-corrected, so the sign of the gradient times lr1) moves it. Weights are
+    restored exactly; parameters without a gradient do not move."""
+    grads = run["param_grads"]
+    params = [p for p in model.parameters() if grads.get(id(p)) is not None]
+    saved = [p.detach().clone() for p in params]
+    try:
+        for p in params:
+            g = grads[id(p)]
+            p.sub_(lr1 * g / (g.abs() + ADAM_EPS))
+        output = model_output(call_model(model, batch))
+    finally:
+        for p, s in zip(params, saved):
+            p.copy_(s)
+    return _rel(output, run["output"])
 
 
 def _rel(new: torch.Tensor, old: torch.Tensor) -> float:
