@@ -4,7 +4,8 @@ cycle, and sit at module top except the optional extras.
 Layers, bottom to top (a module may import its own layer and those below, never above):
 
     foundation (errors, version, jsonable, fit, paths, config, corpus)
-    -> model -> interop -> probe -> train -> study -> report -> reproduce -> docs -> cli
+    -> model -> interop -> probe -> watch -> train -> integrations -> study -> report -> reproduce
+    -> docs -> cli
 
 ``depthlab/__init__.py`` (the public API) and ``__main__`` sit above everything and are not imported
 from inside the package.
@@ -24,7 +25,9 @@ LAYERS = [
     {"model"},
     {"interop"},
     {"probe"},
+    {"watch"},
     {"train"},
+    {"integrations"},
     {"study"},
     {"report"},
     {"reproduce"},

@@ -13,7 +13,7 @@ from matplotlib import colormaps
 
 from depthlab.report.data import StudyData
 from depthlab.report.plots import Figure, _dedup_legend, _grid, _save, plain
-from depthlab.train.telemetry import GRAD_KEYS
+from depthlab.watch.keys import GRAD_KEYS
 
 
 def _wrap_colours(rows: list[str]) -> dict[str, tuple]:
