@@ -110,14 +110,20 @@ class AttentionTap(TorchFunctionMode):
         kwargs = kwargs or {}
         j = self.layer
         if j is not None and j not in self.stats:
-            if func is F.scaled_dot_product_attention:
-                logits, allowed, shifted = sdpa_logits(*args, **kwargs)
-                self.stats[j] = _stats(logits, shifted, allowed)
-            elif func in _SOFTMAXES and _last_axis(args, kwargs) and args[0].ndim == 4:
-                x = args[0]
-                allowed = x > torch.finfo(x.dtype).min / 2  # HF's masked positions hold the dtype's minimum
-                self.stats[j] = row_stats(x, allowed)
+            # nothing here may enter autograd: under activation checkpointing a saved tensor more in the
+            # first forward than in the recomputation is an error
+            with torch.no_grad():
+                self._observe(j, func, args, kwargs)
         return func(*args, **kwargs)
+
+    def _observe(self, j: int, func, args, kwargs) -> None:
+        if func is F.scaled_dot_product_attention:
+            logits, allowed, shifted = sdpa_logits(*args, **kwargs)
+            self.stats[j] = _stats(logits, shifted, allowed)
+        elif func in _SOFTMAXES and _last_axis(args, kwargs) and args[0].ndim == 4:
+            x = args[0]
+            allowed = x > torch.finfo(x.dtype).min / 2  # HF's masked positions hold the dtype's minimum
+            self.stats[j] = row_stats(x, allowed)
 
 
 def _stats(logits: torch.Tensor, shifted: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:

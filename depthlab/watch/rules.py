@@ -224,7 +224,7 @@ def replay(records: list[dict], thresholds: Thresholds | None = None) -> list[di
     exact for records logged every step, the window mean otherwise). Used to set thresholds offline."""
     rules = Rules(thresholds or Thresholds())
     out = []
-    for r in records:
-        out += rules.check_loss(r["step"], r.get("loss"), r.get("grad_norm"))
+    for r in records:  # in the watcher's order: the record's rules, then the loss's
         out += rules.check_record(r)
+        out += rules.check_loss(r["step"], r.get("loss"), r.get("grad_norm"))
     return out

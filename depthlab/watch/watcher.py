@@ -274,9 +274,12 @@ class Watcher:
     def _emit(self) -> dict:
         """Finish the pending record: the window's losses, the rules, the outputs. Returns the record."""
         record, self._pending = self._pending, None
-        warnings, losses = self._check_window()
+        window = self._read_window()
+        losses = [loss for _, loss, _ in window if loss is not None]
         record["loss"] = sum(losses) / len(losses) if losses else None
-        warnings += self.rules.check_record(record)
+        # the record's rules first: a non-finite number found there names the layer where it appeared
+        warnings = self.rules.check_record(record)
+        warnings += [w for step, loss, grad in window for w in self.rules.check_loss(step, loss, grad)]
         record["warnings"] = warnings
         self.records.append(record)
         self._speak(warnings)
@@ -286,16 +289,11 @@ class Watcher:
             self.on_record(record)
         return record
 
-    def _check_window(self) -> tuple[list[dict], list[float]]:
-        """(the loss rules' warnings, the losses) of the steps since the last record, read now."""
-        warnings, losses = [], []
-        for step, value, grad in self._window:
-            loss = _as_float(value)
-            warnings += self.rules.check_loss(step, loss, grad)
-            if loss is not None:
-                losses.append(loss)
+    def _read_window(self) -> list[tuple[int, float | None, float | None]]:
+        """(step, loss, gradient norm) of each update since the last record, read now; the window empties."""
+        window = [(step, _as_float(value), grad) for step, value, grad in self._window]
         self._window = []
-        return warnings, losses
+        return window
 
     def _speak(self, warnings: list[dict]) -> None:
         self.warnings += warnings
@@ -326,8 +324,9 @@ class Watcher:
             return
         if self._pending is not None:
             self._emit()
-        warnings, _ = self._check_window()
-        self._speak(warnings)
+        self._speak(
+            [w for step, loss, grad in self._read_window() for w in self.rules.check_loss(step, loss, grad)]
+        )
         for h in self._handles:
             h.remove()
         self._handles.clear()
