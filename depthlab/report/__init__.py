@@ -2,6 +2,7 @@
 
 from depthlab.report import write_report
 path = write_report("runs/depthlab.sqlite", "runs/report")   # -> "runs/report/index.html"
+path = write_run_report("runs/mine")   # one run folder (train --out, or a watcher's out) -> runs/mine/report/index.html
 
 A report folder is rewritten only if it is empty or an earlier report (it holds ``MARKER``);
 :func:`check_report_dir` is that rule, checked before a study runs and again when the report is written.
@@ -17,6 +18,7 @@ from depthlab.report.data import StudyData, load
 from depthlab.report.html import page
 from depthlab.report.layer_plots import bottom_vs_top, layer_profiles
 from depthlab.report.plots import loss_curves, outcome_map
+from depthlab.report.run import load_run, render_run
 from depthlab.report.summary import summary_table
 
 MARKER = ".depthlab-report"  # a folder holding this file is a depthlab report and may be rewritten
@@ -48,7 +50,7 @@ def check_report_dir(out_dir: str) -> None:
         raise InputError(f"cannot write the report to {out_dir} ({parent} is not a writable folder)")
 
 
-def _prepare(out_dir: str) -> None:
+def _prepare(out_dir: str, figure_files: tuple[str, ...] = FIGURE_FILES) -> None:
     """Create ``out_dir``, or reuse it if it is empty or an earlier report; refuse anything else."""
     check_report_dir(out_dir)
     try:
@@ -57,7 +59,7 @@ def _prepare(out_dir: str) -> None:
             f.write("written by depthlab report; the folder is rewritten by the next report\n")
     except OSError as e:
         raise InputError(f"cannot write the report to {out_dir}: {e.strerror}") from None
-    for name in FIGURE_FILES:  # a figure the new report does not draw must not linger from the old one
+    for name in figure_files:  # a figure the new report does not draw must not linger from the old one
         path = os.path.join(out_dir, name)
         if os.path.exists(path):
             os.remove(path)
@@ -81,6 +83,12 @@ def write_report(db: str, out_dir: str, study: str | int | None = None) -> str:
     return render(load(db, study), out_dir)
 
 
+def write_run_report(folder: str, out_dir: str | None = None) -> str:
+    """The page of one run folder (depthlab.report.run) in ``out_dir`` (default ``folder/report``);
+    returns index.html's path."""
+    return render_run(load_run(folder), folder, out_dir or os.path.join(folder, "report"), _prepare)
+
+
 __all__ = [
     "MARKER",
     "StudyData",
@@ -90,4 +98,5 @@ __all__ = [
     "render",
     "summary_table",
     "write_report",
+    "write_run_report",
 ]
