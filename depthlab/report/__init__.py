@@ -3,6 +3,10 @@
 from depthlab.report import write_report
 path = write_report("runs/depthlab.sqlite", "runs/report")   # -> "runs/report/index.html"
 
+Every figure is a function returning a matplotlib Figure (``outcome_map(data)``, ...; the list is
+``depthlab.report.figures.FIGURES``); ``render`` saves them. In a notebook, ``depthlab.open(db)``
+(:mod:`depthlab.report.view`) opens a store and its studies.
+
 A report folder is rewritten only if it is empty or an earlier report (it holds ``MARKER``);
 :func:`check_report_dir` is that rule, checked before a study runs and again when the report is written.
 """
@@ -14,13 +18,13 @@ import os
 from depthlab.errors import InputError
 from depthlab.paths import safe_name
 from depthlab.report.data import StudyData, load
+from depthlab.report.figures import FIGURES, save_figures
 from depthlab.report.html import page
 from depthlab.report.layer_plots import bottom_vs_top, layer_profiles
 from depthlab.report.plots import loss_curves, outcome_map
 from depthlab.report.summary import summary_table
 
 MARKER = ".depthlab-report"  # a folder holding this file is a depthlab report and may be rewritten
-FIGURE_FILES = ("outcome_map.png", "loss_curves.png", "layer_profiles.png", "bottom_vs_top.png")
 
 
 def default_report_dir(db: str, study_name: str) -> str:
@@ -57,8 +61,8 @@ def _prepare(out_dir: str) -> None:
             f.write("written by depthlab report; the folder is rewritten by the next report\n")
     except OSError as e:
         raise InputError(f"cannot write the report to {out_dir}: {e.strerror}") from None
-    for name in FIGURE_FILES:  # a figure the new report does not draw must not linger from the old one
-        path = os.path.join(out_dir, name)
+    for spec in FIGURES:  # a figure the new report does not draw must not linger from the old one
+        path = os.path.join(out_dir, spec.file)
         if os.path.exists(path):
             os.remove(path)
 
@@ -66,8 +70,7 @@ def _prepare(out_dir: str) -> None:
 def render(data: StudyData, out_dir: str) -> str:
     """Write the figures and index.html for ``data`` into ``out_dir``; returns the index.html path."""
     _prepare(out_dir)
-    drawn = [fn(data, out_dir) for fn in (outcome_map, loss_curves, layer_profiles, bottom_vs_top)]
-    figures = [f for f in drawn if f]
+    figures = save_figures(data, out_dir)
     path = os.path.join(out_dir, "index.html")
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
@@ -82,11 +85,16 @@ def write_report(db: str, out_dir: str, study: str | int | None = None) -> str:
 
 
 __all__ = [
+    "FIGURES",
     "MARKER",
     "StudyData",
+    "bottom_vs_top",
     "check_report_dir",
     "default_report_dir",
+    "layer_profiles",
     "load",
+    "loss_curves",
+    "outcome_map",
     "render",
     "summary_table",
     "write_report",
