@@ -194,3 +194,26 @@ def test_importing_depthlab_leaves_matplotlibs_backend_alone(choose, expect):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == f"backend {expect}"
+
+
+def test_the_reproductions_plots_are_figures_first(tmp_path):
+    """reproduce's shared plots are functions returning a Figure; the PNG writers only save them."""
+    from depthlab.reproduce.figures import loss_curves, loss_curves_figure, profiles, profiles_figure
+
+    class Run:  # the two things loss_curves reads of a reproduction's run
+        label, curve = "post", [(0, 5.0), (10, 3.0), (20, float("nan"))]
+
+        def short(self):
+            return "trained"
+
+    fig = loss_curves_figure({"6 layers": [Run()]}, "title", unigram=3.1)
+    assert isinstance(fig, InlineFigure) and fig.get_suptitle() == "title"
+    assert [len(line.get_xdata()) for line in fig.axes[0].lines] == [
+        2,
+        2,
+    ]  # the NaN skipped; the unigram line
+    prof = profiles_figure({"a": [1.0, None, 4.0]}, "t", "layer", "grad", log=True)
+    assert list(prof.axes[0].lines[0].get_xdata()) == [0, 2] and prof.axes[0].get_yscale() == "log"
+    assert loss_curves({"p": [Run()]}, None, "x", "t") is None  # no folder: numbers only
+    path = profiles({"a": [1.0, 2.0]}, str(tmp_path), "p", "t", "layer", "v")
+    assert open(path, "rb").read(4) == b"\x89PNG"
