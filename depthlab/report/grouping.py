@@ -11,16 +11,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from depthlab.display import STATE_COLOURS as COLOURS  # noqa: F401 (the report's colours, named here)
+
 STATES = ("trained", "stalled", "diverged", "failed", "running", "queued")
 SEVERITY = {"failed": 0, "diverged": 1, "stalled": 2, "running": 3, "queued": 4, "trained": 5}
-COLOURS = {
-    "trained": "#2e7d32",
-    "stalled": "#f9a825",
-    "diverged": "#c62828",
-    "failed": "#616161",
-    "running": "#90caf9",
-    "queued": "#eeeeee",
-}
 DEPTH_FIELDS = ("n_layers", "enc_layers", "dec_layers")
 
 

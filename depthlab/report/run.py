@@ -22,11 +22,12 @@ from matplotlib import colormaps
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure as MplFigure
 
+from depthlab.display import esc
+from depthlab.display import table as _table
 from depthlab.errors import InputError
-from depthlab.report.html import CSS, _table, esc
-from depthlab.report.plots import Figure, _save
-
-RUN_FIGURES = ("heatmaps.png", "loss.png", "attention.png")
+from depthlab.report.figures import DPI, PageFigure
+from depthlab.report.html import CSS
+from depthlab.report.plots import finish, panel_axes, title_of
 
 
 def load_run(folder: str) -> dict:
@@ -71,11 +72,11 @@ def _matrix(records: list[dict], key: str) -> tuple[np.ndarray, list[int]]:
     return m, [r["step"] for r in rows]
 
 
-def heatmaps(run: dict, out_dir: str) -> Figure | None:
+def heatmaps(run: dict, axes=None) -> MplFigure | None:
+    """Gradient reaching each stream and each layer's update ratio, layer x step (log colour)."""
     if not any(r.get("layers") for r in run["records"]):
         return None
-    fig = MplFigure(figsize=(12, 4.2), layout="constrained")
-    axes = fig.subplots(1, 2)
+    fig, axes, new = panel_axes(axes, 2, 2, 6, 4.2)
     for ax, key, title in (
         (axes[0], "grad_norm", "gradient reaching stream i, ||d loss / d x_i||"),
         (axes[1], "update_ratio", "update ratio of layer i, ||x_i - x_(i-1)|| / ||x_(i-1)||"),
@@ -93,21 +94,15 @@ def heatmaps(run: dict, out_dir: str) -> Figure | None:
         ax.set_ylabel("stream i (0 = embeddings)")
         ax.set_title(title, fontsize=10)
         fig.colorbar(im, ax=ax)
-    return Figure(
-        _save(fig, out_dir, "heatmaps.png"),
-        "Per layer over training",
-        "Each column is a logged step, each row a stream (log colour scale). A gradient fading toward the "
-        "bottom rows means the bottom layers hardly learn; a bright band in the update ratio is a layer "
-        "rewriting the stream.",
-    )
+    return finish(fig, axes, new, "Per layer over training", handles={})
 
 
-def loss_plot(run: dict, out_dir: str) -> Figure | None:
+def loss_plot(run: dict, axes=None) -> MplFigure | None:
+    """The training (and validation) loss with each warning marked at its step."""
     recs = [r for r in run["records"] if r.get("loss") is not None]
     if not recs:
         return None
-    fig = MplFigure(figsize=(12, 3.6), layout="constrained")
-    ax = fig.subplots()
+    fig, (ax,), new = panel_axes(axes, 1, 1, 12, 3.6)
     ax.plot([r["step"] for r in recs], [r["loss"] for r in recs], color="#1f77b4", label="training loss")
     val = [r for r in run["records"] if r.get("val_loss") is not None]
     if val:
@@ -131,15 +126,11 @@ def loss_plot(run: dict, out_dir: str) -> Figure | None:
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats per token)")
     ax.legend(loc="upper right", fontsize=8)
-    return Figure(
-        _save(fig, out_dir, "loss.png"),
-        "Loss, with the warnings",
-        "The training loss (mean since the previous logged step); each red dotted line is a warning, at the "
-        "step it was raised, named by its code (the table above gives its numbers).",
-    )
+    return finish(fig, [ax], new, "Loss, with the warnings", handles={})
 
 
-def attention_plot(run: dict, out_dir: str) -> Figure | None:
+def attention_plot(run: dict, axes=None) -> MplFigure | None:
+    """Each layer's attention entropy and largest attention logit over the logged steps."""
     ent, steps = (
         _matrix(run["records"], "attn_entropy")
         if any(r.get("layers") for r in run["records"])
@@ -148,8 +139,7 @@ def attention_plot(run: dict, out_dir: str) -> Figure | None:
     if ent is None or not np.isfinite(ent).any():
         return None
     peak, _ = _matrix(run["records"], "attn_logit_max")
-    fig = MplFigure(figsize=(12, 3.8), layout="constrained")
-    axes = fig.subplots(1, 2)
+    fig, axes, new = panel_axes(axes, 2, 2, 6, 3.8)
     colours = colormaps["plasma"](np.linspace(0, 0.9, ent.shape[0]))
     for i in range(1, ent.shape[0]):
         axes[0].plot(steps, ent[i], color=colours[i], label=f"layer {i}")
@@ -160,12 +150,29 @@ def attention_plot(run: dict, out_dir: str) -> Figure | None:
     for ax in axes:
         ax.set_xlabel("step")
     axes[0].legend(fontsize=7, ncol=2)
-    return Figure(
-        _save(fig, out_dir, "attention.png"),
-        "Attention entropy and logits per layer",
+    return finish(fig, axes, new, "Attention entropy and logits per layer", handles={})
+
+
+# The run page's figures in page order: (drawing function, caption).
+RUN_FIGURES = (
+    (
+        heatmaps,
+        "Each column is a logged step, each row a stream (log colour scale). A gradient fading toward the "
+        "bottom rows means the bottom layers hardly learn; a bright band in the update ratio is a layer "
+        "rewriting the stream.",
+    ),
+    (
+        loss_plot,
+        "The training loss (mean since the previous logged step); each red dotted line is a warning, at the "
+        "step it was raised, named by its code (the table above gives its numbers).",
+    ),
+    (
+        attention_plot,
         "Entropy falling toward 0 means each query attends to one key (entropy collapse, Zhai et al. 2023); "
         "a largest logit growing by orders of magnitude is attention-logit growth (Dehghani et al. 2023).",
-    )
+    ),
+)
+RUN_FIGURE_FILES = tuple(f"{draw.__name__}.png" for draw, _ in RUN_FIGURES)
 
 
 def _warnings(run: dict) -> list[dict]:
@@ -174,7 +181,7 @@ def _warnings(run: dict) -> list[dict]:
     return sorted(seen + extra, key=lambda w: w["step"])
 
 
-def run_page(run: dict, folder: str, figures: list[Figure]) -> str:
+def run_page(run: dict, folder: str, figures: list[PageFigure]) -> str:
     """The HTML of the run page (every run-provided string escaped)."""
     last, res = run["records"][-1], run["result"] or {}
     facts = [
@@ -205,12 +212,16 @@ def run_page(run: dict, folder: str, figures: list[Figure]) -> str:
 
 
 def render_run(run: dict, folder: str, out_dir: str, prepare) -> str:
-    """Write the figures and index.html into ``out_dir`` (``prepare(out_dir, files)`` checks and clears
-    it first); returns the page's path."""
-    prepare(out_dir, RUN_FIGURES)
-    figures = [
-        f for f in (heatmaps(run, out_dir), loss_plot(run, out_dir), attention_plot(run, out_dir)) if f
-    ]
+    """Draw and save the figures and write index.html into ``out_dir`` (``prepare(out_dir, files)``
+    checks and clears it first); returns the page's path."""
+    prepare(out_dir, RUN_FIGURE_FILES)
+    figures = []
+    for draw, caption in RUN_FIGURES:
+        fig = draw(run)
+        if fig is not None:
+            name = f"{draw.__name__}.png"
+            fig.savefig(os.path.join(out_dir, name), dpi=DPI, bbox_inches="tight")
+            figures.append(PageFigure(name, title_of(fig), caption))
     path = os.path.join(out_dir, "index.html")
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         f.write(run_page(run, folder, figures))
