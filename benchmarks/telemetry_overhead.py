@@ -10,7 +10,14 @@ Two measurements, both alternating the two arms so that a busy machine slows bot
 
 The goal is an overhead under 5% at the default ``log_every``.
 
-    .venv/bin/python benchmarks/telemetry_overhead.py [--layers 12] [--steps 40] [--repeats 3]
+3. ``depthlab.watch`` on a Hugging Face GPT-2 (from a config) in a plain PyTorch loop: rounds of 10
+   steps without a watcher and with one (``every``: one logged step per round) alternate; the ratio of
+   round times is the overhead at every=10 (goal <= 3%), and the median step that is *not* logged,
+   with and without the watcher attached, shows what the hooks cost between logged steps (goal:
+   indistinguishable from none). Ratios are medians over rounds, with their interquartile range.
+
+    .venv/bin/python benchmarks/telemetry_overhead.py [--layers 12] [--steps 40] [--repeats 3] [--hf-rounds 30]
+    .venv/bin/python benchmarks/telemetry_overhead.py --hf-only
 """
 
 from __future__ import annotations
@@ -50,6 +57,73 @@ def per_step(model_cfg: ModelConfig, base: TrainConfig, steps: int) -> tuple[flo
     return statistics.median(times[True]), statistics.median(times[False])
 
 
+def hf_plain_loop(layers: int, d_model: int, batch: int, seq: int, rounds: int, every: int = 10) -> dict:
+    """Part 3: per-round seconds with and without a watcher, and per-step seconds of unlogged steps."""
+    import transformers
+
+    import depthlab
+
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=layers, n_embd=d_model, n_head=4, vocab_size=256, n_positions=seq,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)  # fmt: skip
+    model = transformers.GPT2LMHeadModel(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    tokens = torch.randint(0, 256, (batch, seq), generator=torch.Generator().manual_seed(0))
+
+    def one_step() -> float:
+        start = time.perf_counter()
+        model(input_ids=tokens, labels=tokens).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return time.perf_counter() - start
+
+    for _ in range(5):  # warm-up
+        one_step()
+    out = {"none": [], "watch": [], "none_step": [], "watch_unlogged": [], "watch_logged": []}
+    for r in range(rounds):
+        for arm in ("none", "watch") if r % 2 == 0 else ("watch", "none"):  # alternate which goes first
+            w = (
+                depthlab.watch(model, opt, when=lambda t: t % every == 1, echo=None)
+                if arm == "watch"
+                else None
+            )
+            times = [one_step() for _ in range(every)]
+            if w is not None:
+                w.close()
+                out["watch_logged"].append(times[0])
+                out["watch_unlogged"] += times[1:]
+            else:
+                out["none_step"] += times[1:]
+            out[arm].append(sum(times))
+    return out
+
+
+def _quartiles(xs: list[float]) -> tuple[float, float, float]:
+    q = statistics.quantiles(xs, n=4)
+    return q[0], statistics.median(xs), q[2]
+
+
+def report_hf(args) -> None:
+    t = hf_plain_loop(args.hf_layers, args.d_model, args.batch_size, args.seq_len, args.hf_rounds)
+    ratios = [w / n for w, n in zip(t["watch"], t["none"])]
+    lo, med, hi = _quartiles(ratios)
+    print(
+        f"HF GPT-2 {args.hf_layers} layers, d_model {args.d_model}, {args.batch_size}x{args.seq_len}, plain loop, "
+        f"{args.hf_rounds} rounds of 10 steps per arm, {args.threads} thread(s)"
+    )
+    print(f"  overhead at every=10: round time x{med:.3f} (interquartile x{lo:.3f} .. x{hi:.3f})")
+    a, b = statistics.median(t["none_step"]), statistics.median(t["watch_unlogged"])
+    lo_n, _, hi_n = _quartiles(t["none_step"])
+    lo_w, _, hi_w = _quartiles(t["watch_unlogged"])
+    print(
+        f"  unlogged step: {b * 1e3:.2f} ms with the watcher (IQR {lo_w * 1e3:.2f}..{hi_w * 1e3:.2f}), "
+        f"{a * 1e3:.2f} ms without (IQR {lo_n * 1e3:.2f}..{hi_n * 1e3:.2f}): x{b / a:.3f}"
+    )
+    print(
+        f"  logged step: {statistics.median(t['watch_logged']) * 1e3:.2f} ms (x{statistics.median(t['watch_logged']) / a:.2f} a plain step)"
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--layers", type=int, default=12)
@@ -59,8 +133,14 @@ def main() -> None:
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--hf-layers", type=int, default=6)
+    p.add_argument("--hf-rounds", type=int, default=30)
+    p.add_argument("--hf-only", action="store_true", help="only part 3 (the HF model in a plain loop)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    if args.hf_only:
+        report_hf(args)
+        return
     model_cfg = ModelConfig(n_layers=args.layers, d_model=args.d_model, n_heads=4, max_len=args.seq_len)
     base = TrainConfig(
         steps=args.steps,
@@ -95,6 +175,7 @@ def main() -> None:
         f"telemetry costs: CPU time x{cpu['telemetry'] / cpu['none']:.3f}, "
         f"wall time x{wall['telemetry'] / wall['none']:.3f}, throughput x{tps['none'] / tps['telemetry']:.3f}"
     )
+    report_hf(args)
 
 
 if __name__ == "__main__":

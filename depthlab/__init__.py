@@ -1,8 +1,27 @@
-"""depthlab: build, probe, train and study deep Transformer stacks under every residual/norm wrapping."""
+"""depthlab: build, probe, train and study deep Transformer stacks under every residual/norm wrapping.
 
+``depthlab.open(path)`` opens a study store (:func:`depthlab.report.view.open_store`):
+``depthlab.open("runs/depthlab.sqlite").study("default")``.
+"""
+
+from depthlab import watch  # a callable module: depthlab.watch(model, optimizer, every=10, out=None)
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.errors import ConfigError, InputError
 from depthlab.model import build_model
+from depthlab.report.view import open_store
 from depthlab.version import __version__
 
-__all__ = ["ConfigError", "InputError", "ModelConfig", "TrainConfig", "__version__", "build_model"]
+# depthlab.open(path) opens a study store. It is left out of __all__, so that ``from depthlab import *``
+# never replaces the builtin open; inside the package the builtin is always what ``open`` means.
+open = open_store
+
+__all__ = [
+    "ConfigError",
+    "InputError",
+    "ModelConfig",
+    "TrainConfig",
+    "__version__",
+    "build_model",
+    "open_store",
+    "watch",
+]

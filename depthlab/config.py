@@ -336,7 +336,7 @@ class TrainConfig(_Config):
     stall_share: float = 0.5
     compile: bool = False
     eval_every: int = 50  # validation every N steps (and at the last step); eval steps are logged
-    telemetry: bool = True  # per-layer telemetry on logged steps (depthlab.train.telemetry)
+    telemetry: bool = True  # per-layer telemetry on logged steps (depthlab.watch)
     symbols: int = 16  # alphabet size of the copy/reverse/sort tasks
     bf16: bool = False  # bf16 autocast for forward passes
     device: str = "auto"  # auto = cuda when available, else cpu

@@ -6,12 +6,16 @@ import os
 import re
 
 import pytest
+from matplotlib.figure import Figure
 from test_study_fakes import fake_study, fill_store
 
+import depthlab
 from depthlab import InputError
 from depthlab.cli import main
-from depthlab.report import MARKER, load, render, summary_table, write_report
+from depthlab.report import FIGURES, MARKER, load, render, summary_table, write_report
+from depthlab.report.figures import report_figure
 from depthlab.report.grouping import cells, layout, predicted
+from depthlab.report.plots import title_of
 from depthlab.study import StudyConfig
 
 EVIL = '<script>alert("x")</script>&$x^{2$'  # HTML, and a broken mathtext formula for the figures'
@@ -142,3 +146,33 @@ def test_report_cli(db, tmp_path, capsys):
     assert main(["report", "--db", str(tmp_path / "none.sqlite"), "--out", out]) == 2
     assert "no study store" in capsys.readouterr().err
     assert main(["report", "--db", db, "--study", "nope"]) == 2
+
+
+def test_every_report_figure_is_a_function_returning_a_figure(db):
+    data = load(db)
+    assert [f.name for f in FIGURES] == ["outcome_map", "loss_curves", "layer_profiles", "bottom_vs_top"]
+    for spec in FIGURES:
+        fig = spec.draw(data)
+        assert isinstance(fig, Figure) and title_of(fig), spec.name
+        assert fig._repr_png_()[:4] == b"\x89PNG"  # a notebook shows it
+
+
+@pytest.mark.parametrize(
+    "name, panels", [("outcome_map", 2), ("loss_curves", 4), ("layer_profiles", 4), ("bottom_vs_top", 2)]
+)
+def test_report_figures_draw_into_the_callers_axes(db, name, panels):
+    """A figure drawn into the caller's Axes uses exactly those, adds no title, and refuses a wrong count."""
+    data = load(db)
+    mine = Figure()
+    axes = mine.subplots(1, panels)
+    spec = report_figure(name)
+    assert spec.draw(data, axes=axes) is mine
+    assert all(ax.has_data() for ax in axes) and len(mine.axes) == panels and not mine.get_suptitle()
+    assert depthlab.open(db).study().figure(name, axes=Figure().subplots(1, panels)) is not None
+    with pytest.raises(InputError, match=f"this figure draws {panels} panels: pass {panels} Axes, got 1"):
+        spec.draw(data, axes=Figure().subplots())
+
+
+def test_unknown_figure_name_is_refused(db):
+    with pytest.raises(InputError, match="no figure 'nope': one of outcome_map, loss_curves"):
+        depthlab.open(db).study().figure("nope")

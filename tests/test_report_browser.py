@@ -114,3 +114,32 @@ def test_the_check_catches_a_broken_image(tmp_path):
     (tmp_path / "report" / "loss_curves.png").unlink()
     result, _ = render_in_chromium(browser, _instrumented_copy(index), str(tmp_path / "profile"))
     assert result["broken"] == ["loss_curves.png"] and result["errors"]
+
+
+def test_run_page_renders_offline_with_every_image(tmp_path):
+    """depthlab report --run on a watched loop's folder: the heatmaps, the loss with its warnings and the
+    attention curves load in chromium."""
+    browser = chromium()
+    import torch
+
+    import depthlab
+    from depthlab import ModelConfig, build_model
+    from depthlab.report import write_run_report
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(n_layers=3, d_model=32, n_heads=4, max_len=32, wrap="post"))
+    opt = torch.optim.Adam(model.parameters(), lr=0.3)  # far too high: warnings to mark
+    with depthlab.watch(model, opt, every=2, out=str(tmp_path / "run"), echo=None) as w:
+        for t in range(12):
+            x = torch.randint(0, 256, (4, 16), generator=torch.Generator().manual_seed(t))
+            loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), x.flatten())
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            w.step(loss)
+    assert w.warnings
+    index = write_run_report(str(tmp_path / "run"))
+    html = open(index, encoding="utf-8").read()
+    assert all(x["code"] in html for x in w.warnings)
+    result, console = render_in_chromium(browser, _instrumented_copy(index), str(tmp_path / "profile"))
+    assert result == {"images": 3, "broken": [], "errors": []} and console == []

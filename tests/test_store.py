@@ -248,7 +248,7 @@ def test_concurrent_writers_lose_nothing(tmp_path):
 
 def test_layer_columns_are_the_telemetry_keys():
     """The store keeps every per-layer number training logs, under the same names."""
-    from depthlab.train.telemetry import LAYER_KEYS
+    from depthlab.watch.keys import LAYER_KEYS
 
     assert schema.LAYER_COLUMNS == LAYER_KEYS
 

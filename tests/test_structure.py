@@ -3,8 +3,9 @@ cycle, and sit at module top except the optional extras.
 
 Layers, bottom to top (a module may import its own layer and those below, never above):
 
-    foundation (errors, version, jsonable, fit, paths, config, corpus)
-    -> model -> interop -> probe -> train -> study -> report -> reproduce -> docs -> cli
+    foundation (errors, version, jsonable, fit, paths, config, corpus, display, frames)
+    -> model -> interop -> probe -> watch -> train -> integrations -> study -> report -> reproduce
+    -> docs -> cli
 
 ``depthlab/__init__.py`` (the public API) and ``__main__`` sit above everything and are not imported
 from inside the package.
@@ -20,11 +21,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "depthlab"
 LAYERS = [
-    {"errors", "version", "jsonable", "fit", "paths", "config", "corpus"},
+    {"errors", "version", "jsonable", "fit", "paths", "config", "corpus", "display", "frames"},
     {"model"},
     {"interop"},
     {"probe"},
+    {"watch"},
     {"train"},
+    {"integrations"},
     {"study"},
     {"report"},
     {"reproduce"},

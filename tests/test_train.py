@@ -29,8 +29,20 @@ LAYER_KEYS = [
     "cross_grad_norm",
     "ffn_grad_norm",
     "param_update",
+    "attn_entropy",
+    "attn_logit_max",
 ]
-RECORD_KEYS = ["step", "loss", "lr", "grad_norm", "val_loss", "tokens_per_s", "layers"]
+RECORD_KEYS = [
+    "step",
+    "loss",
+    "lr",
+    "grad_norm",
+    "logit_lse",
+    "val_loss",
+    "tokens_per_s",
+    "layers",
+    "warnings",
+]
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

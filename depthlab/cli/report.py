@@ -1,8 +1,8 @@
-"""depthlab report: the HTML report (index.html + PNGs) of a study from its SQLite store."""
+"""depthlab report: the HTML report (index.html + PNGs) of a study from its SQLite store, or of one run."""
 
 from __future__ import annotations
 
-from depthlab.report import default_report_dir, load, render, summary_table
+from depthlab.report import default_report_dir, load, render, summary_table, write_run_report
 from depthlab.study.store import DEFAULT_DB
 
 
@@ -17,10 +17,20 @@ def add_parser(sub) -> None:
     p.add_argument("--db", default=DEFAULT_DB, help=f"the study store (default {DEFAULT_DB})")
     p.add_argument("--out", metavar="DIR", help="report folder (default <db folder>/report/<study name>)")
     p.add_argument("--study", help="study name or id (default: the most recently run study)")
+    p.add_argument(
+        "--run",
+        dest="run_dir",
+        metavar="DIR",
+        help="instead of a study: one run folder (depthlab train --out, or a depthlab.watch out folder); "
+        "the page goes to DIR/report unless --out",
+    )
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
+    if args.run_dir is not None:
+        print(f"report: {write_run_report(args.run_dir, args.out)}")
+        return 0
     data = load(args.db, args.study)
     print(f"report: {render(data, args.out or default_report_dir(args.db, data.name))}")
     print(f"\noutcome per cell (final validation loss), study {data.name!r}, store {args.db}:\n")

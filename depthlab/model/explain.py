@@ -2,19 +2,87 @@
 
 It answers "what does Add & Norm vs pre-LN mean for *my* config": for each sublayer, where the norms
 sit, the constants, whether the skip is on; whether a final norm is applied; parameter counts; and
-warnings for wiring that the source texts say will not train well.
+warnings for wiring that the source texts say will not train well. In a notebook the result displays
+itself as the wiring table (:class:`Wiring`).
 """
 
 from __future__ import annotations
 
 from depthlab.config import WRAPPINGS, ModelConfig
+from depthlab.display import LEVEL_COLOURS, badge, block, esc, para, table
+from depthlab.frames import to_frame
 from depthlab.model.layers import Attention, FeedForward
 from depthlab.model.stack import build_model, uses_final_norm
 from depthlab.model.wrappings import Wrapping
 
+# The columns of ``Wiring.to_pandas()``: one row per layer and sublayer, the sublayer's keys of the
+# explain JSON; "layer" is the layer's index (1 = the bottom layer) on its side (encoder or decoder).
+FRAME = ("side", "layer", "name", "wrap", "formula", "source", "norm_in", "norm_out", "norm_after_add",
+         "residual", "constants")  # fmt: skip
 
-def explain(cfg: ModelConfig) -> dict:
-    """The JSON of ``depthlab explain``: config, final_norm, params, layers, warnings.
+
+class Wiring(dict):
+    """The JSON of ``depthlab explain`` (a dict: ``json.dumps`` writes it unchanged) that also shows
+    itself: a one-line repr, the wiring table in a notebook, ``format()`` (the text of ``depthlab
+    explain``) and ``to_pandas()`` (the columns of ``FRAME``)."""
+
+    def format(self) -> str:
+        return format_explain(self)
+
+    def to_pandas(self):
+        """A DataFrame with a row per layer and sublayer (columns ``FRAME``)."""
+        rows = [
+            {**s, "side": lay["side"], "layer": lay["index"]}
+            for lay in self["layers"]
+            for s in lay["sublayers"]
+        ]
+        return to_frame(rows, FRAME)
+
+    def __repr__(self) -> str:
+        cfg = self["config"]
+        return (
+            f"<Wiring {cfg['arch']} wrap={cfg['wrap']} norm={cfg['norm']}: {len(self['layers'])} layers, "
+            f"{self['params']['total']:,} parameters, final norm {'on' if self['final_norm'] else 'off'}, "
+            f"{len(self['warnings'])} warnings>"
+        )
+
+    def _repr_html_(self) -> str:
+        """The config line, the parameter counts, a row per run of identically wired layers, the final
+        norm and the warnings."""
+        head, *_ = format_explain(self).splitlines()
+        p = self["params"]
+        rows = [
+            [
+                esc(f"{side} {first}" if first == last else f"{side} {first}-{last}"),
+                esc(s["name"]),
+                esc(s["wrap"]),
+                f"<code>{esc(s['formula'])}</code>",
+                "on" if s["residual"] else badge("OFF", LEVEL_COLOURS["error"]),
+                esc("  ".join(f"{k}={v:.3g}" for k, v in s["constants"].items()) or "-"),
+            ]
+            for side, first, last, subs in _runs(self["layers"])
+            for s in subs
+        ]
+        warnings_ = [
+            f"<p>{badge('warning', LEVEL_COLOURS['warning'])} {esc(w)}</p>" for w in self["warnings"]
+        ]
+        return block(
+            "depthlab explain",
+            para(head),
+            para(
+                f"parameters: {p['total']:,} in all; one FFN {p['ffn_weights']:,} weights, one "
+                f"self-attention {p['attn_weights']:,} weights"
+            ),  # fmt: skip
+            table(["layers", "sublayer", "wrap", "formula", "skip", "constants"], rows),
+            para(
+                f"final norm: {'on' if self['final_norm'] else 'off'} (final_norm={self['config']['final_norm']})"
+            ),
+            *warnings_,
+        )
+
+
+def explain(cfg: ModelConfig) -> Wiring:
+    """The JSON of ``depthlab explain`` (as a :class:`Wiring`): config, final_norm, params, layers, warnings.
 
     ``layers[j]`` is {"index", "side", "sublayers"}; each sublayer is {"name", "wrap", "formula",
     "source", "norm_in", "norm_out", "norm_after_add", "residual", "constants"}, read off the
@@ -24,16 +92,16 @@ def explain(cfg: ModelConfig) -> dict:
     model = build_model(cfg)
     layers = []
     for side, stack in _stacks(model):
-        for i, block in enumerate(stack.layers):
-            subs = [_describe(name, w, cfg.norm != "none") for name, w in block.sublayers().items()]
+        for i, layer in enumerate(stack.layers):
+            subs = [_describe(name, w, cfg.norm != "none") for name, w in layer.sublayers().items()]
             layers.append({"index": i + 1, "side": side, "sublayers": subs})
-    return {
-        "config": cfg.to_dict(),
-        "final_norm": uses_final_norm(cfg),
-        "params": _params(model),
-        "layers": layers,
-        "warnings": warnings(cfg),
-    }
+    return Wiring(
+        config=cfg.to_dict(),
+        final_norm=uses_final_norm(cfg),
+        params=_params(model),
+        layers=layers,
+        warnings=warnings(cfg),
+    )
 
 
 def _stacks(model):

@@ -3,6 +3,7 @@
 from depthlab.probe.compare import compare
 c = compare([("post", cfg_post), ("pre", cfg_pre)], batch_size=8, seq_len=64)
 print(c.format()); c.to_dict(); c.plot("compare.png")
+c.figure(); c.to_pandas(); c.to_pandas("summary")   # a matplotlib Figure; DataFrames (in a notebook)
 """
 
 from __future__ import annotations
@@ -10,11 +11,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from depthlab.config import ModelConfig
+from depthlab.display import block, esc, level_badge, table
+from depthlab.frames import check_table, to_frame
 from depthlab.paths import save_figure
 from depthlab.probe.doctor import ratios
 from depthlab.probe.plot import probe_figure
-from depthlab.probe.result import ProbeResult, format_verdicts
+from depthlab.probe.result import FRAMES as PROBE_FRAMES
+from depthlab.probe.result import ProbeResult, format_verdicts, verdicts_html
 from depthlab.probe.run import probe_config
+
+# The DataFrames of ``Comparison.to_pandas(table)``: "layers" and "verdicts" are the probe's own tables
+# (depthlab.probe.result.FRAMES) with the probe's label first; "summary" has a row per probe:
+# g0_gL = grad_norm at stream 0 / at stream L, ctx0_ctxL the same for context_grad_norm (NaN without
+# it), rms_growth = stream_rms at L / at 0, level = the worst verdict level, verdicts = "level code, ...".
+FRAMES = {
+    "layers": ("label", *PROBE_FRAMES["layers"]),
+    "verdicts": ("label", *PROBE_FRAMES["verdicts"]),
+    "summary": ("label", "g0_gL", "ctx0_ctxL", "rms_growth", "level", "verdicts"),
+}
 
 
 @dataclass
@@ -27,26 +41,84 @@ class Comparison:
         """A list of Probe JSON objects (each exactly ``ProbeResult.to_dict()``)."""
         return [r.to_dict() for _, r in self.runs]
 
-    def format(self) -> str:
-        """A line per probe (g0/gL, ctx0/ctxL, rmsL/rms0, verdict codes), then each probe's verdicts."""
-        w = max(len(label) for label, _ in self.runs) + 2
-        lines = [f"{'config':<{w}}{'g0/gL':>9}  {'ctx0/ctxL':>9}  {'rmsL/rms0':>9}  verdicts"]
+    def summary(self) -> list[dict]:
+        """A dict per probe with the keys of ``FRAMES["summary"]`` (None for a ratio that has no value)."""
+        out = []
         for label, r in self.runs:
             g, c, rms = (
                 ratios(r.column("grad_norm")),
                 ratios(r.column("context_grad_norm")),
                 r.column("stream_rms"),
             )
-            growth = rms[-1] / rms[0] if rms[0] else float("inf")
-            codes = ", ".join(f"{v['level']} {v['code']}" for v in r.verdicts)
-            lines.append(f"{label:<{w}}{_first(g):>9}  {_first(c):>9}  {growth:>9.3g}  {codes}")
+            out.append(
+                {
+                    "label": label,
+                    "g0_gL": None if g is None else g[0],
+                    "ctx0_ctxL": None if c is None else c[0],
+                    "rms_growth": rms[-1] / rms[0] if rms[0] else float("inf"),
+                    "level": r.worst_level,
+                    "verdicts": ", ".join(f"{v['level']} {v['code']}" for v in r.verdicts),
+                }
+            )
+        return out
+
+    def format(self) -> str:
+        """A line per probe (g0/gL, ctx0/ctxL, rmsL/rms0, verdict codes), then each probe's verdicts."""
+        w = max(len(label) for label, _ in self.runs) + 2
+        lines = [f"{'config':<{w}}{'g0/gL':>9}  {'ctx0/ctxL':>9}  {'rmsL/rms0':>9}  verdicts"]
+        for s in self.summary():
+            lines.append(
+                f"{s['label']:<{w}}{_sci(s['g0_gL']):>9}  {_sci(s['ctx0_ctxL']):>9}  "
+                f"{s['rms_growth']:>9.3g}  {s['verdicts']}"
+            )
         for label, r in self.runs:
             lines += ["", f"{label}:"] + ["  " + line for line in format_verdicts(r.verdicts)]
         return "\n".join(lines)
 
-    def figure(self, title: str = ""):
-        """The gradient, position-varying gradient and stream rms of every probe, by depth (a Figure)."""
-        return probe_figure(self.runs, title=title)
+    def to_pandas(self, table: str = "layers"):
+        """A DataFrame of ``table`` with the columns of ``FRAMES[table]``: "layers" (a row per probe and
+        stream), "verdicts" (a row per probe and verdict) or "summary" (a row per probe)."""
+        check_table(table, tuple(FRAMES))
+        if table == "summary":
+            return to_frame(self.summary(), FRAMES["summary"], numeric=("g0_gL", "ctx0_ctxL", "rms_growth"))
+        if table == "verdicts":
+            return to_frame(
+                [{"label": label, **v} for label, r in self.runs for v in r.verdicts], FRAMES[table]
+            )
+        rows = [{"label": label, **row} for label, r in self.runs for row in r.rows()]
+        return to_frame(rows, FRAMES["layers"], numeric=FRAMES["layers"][2:])
+
+    def __repr__(self) -> str:
+        return (
+            f"<Comparison of {len(self.runs)} probes: "
+            + "; ".join(f"{label} {r.worst_level}" for label, r in self.runs)
+            + ">"
+        )
+
+    def _repr_html_(self) -> str:
+        """The summary table (a row per probe, its verdicts coloured by level)."""
+        rows = [
+            [
+                esc(s["label"]),
+                esc(_sci(s["g0_gL"])),
+                esc(_sci(s["ctx0_ctxL"])),
+                esc(f"{s['rms_growth']:.3g}"),
+                " ".join(f"{level_badge(v['level'])} {esc(v['code'])}" for v in r.verdicts),
+            ]
+            for s, (_, r) in zip(self.summary(), self.runs)
+        ]
+        head = ["config", "g0/gL", "ctx0/ctxL", "rmsL/rms0", "verdicts"]
+        details = "".join(
+            f"<details><summary>{esc(label)}: the verdicts in full</summary>{verdicts_html(r.verdicts)}</details>"
+            for label, r in self.runs
+        )
+        title = f"depthlab probe comparison: {len(self.runs)} probes"
+        return block(title, table(head, rows, num={1, 2, 3}), details)
+
+    def figure(self, title: str = "", axes=None):
+        """The gradient, position-varying gradient and stream rms of every probe, by depth (``axes``:
+        three Axes to draw into); returns the Figure."""
+        return probe_figure(self.runs, title=title, axes=axes)
 
     def plot(self, path: str, title: str = "") -> str:
         """Write :meth:`figure` to ``path`` (png, pdf or svg); returns ``path``."""
@@ -58,5 +130,5 @@ def compare(configs: list[tuple[str, ModelConfig]], **options) -> Comparison:
     return Comparison([(label, probe_config(cfg, **options)) for label, cfg in configs])
 
 
-def _first(profile) -> str:
-    return "-" if profile is None else f"{profile[0]:.2e}"
+def _sci(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2e}"

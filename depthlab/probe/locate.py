@@ -50,7 +50,7 @@ class StackInfo:
 
     blocks: nn.ModuleList
     path: str
-    kind: str  # "depthlab" | "torch" | "generic"
+    kind: str  # "depthlab" | "torch" | "generic" | "given" (named by the caller)
     note: str = ""
     groups: list[dict[str, list[nn.Parameter]]] = field(default_factory=list)
     layer_params: list[list[nn.Parameter]] = field(default_factory=list)
@@ -75,6 +75,14 @@ def locate_stack(model: nn.Module) -> StackInfo:
     if isinstance(model, (nn.TransformerEncoder, nn.TransformerDecoder)):
         return _with_groups(StackInfo(model.layers, "layers", "torch"))
     return _with_groups(_search(model))
+
+
+def stack_of(blocks, path: str = "blocks") -> StackInfo:
+    """The StackInfo of blocks a user names (``blocks=model.layers``): any sequence of modules."""
+    blocks = blocks if isinstance(blocks, nn.ModuleList) else nn.ModuleList(list(blocks))
+    if not len(blocks):
+        raise InputError("blocks: the list of blocks is empty")
+    return _with_groups(StackInfo(blocks, path, "given"))
 
 
 def _search(model: nn.Module) -> StackInfo:

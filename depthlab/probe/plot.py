@@ -1,14 +1,15 @@
 """The probe's figure: gradient, position-varying gradient and stream rms by depth, log scale.
 
-Figures are built with ``matplotlib.figure.Figure`` directly: importing depthlab never chooses or
-changes matplotlib's backend, so a notebook keeps its inline plots.
+Figures are built with ``matplotlib.figure.Figure`` directly (an :class:`~depthlab.display.InlineFigure`,
+which a notebook shows): importing depthlab never chooses or changes matplotlib's backend, so a
+notebook keeps its inline plots.
 """
 
 from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from depthlab.probe.result import ProbeResult
+from depthlab.display import InlineFigure
 
 PANELS = (
     ("grad_norm", "||d loss / d x_i||"),
@@ -17,11 +18,11 @@ PANELS = (
 )
 
 
-def probe_figure(results: list[tuple[str, ProbeResult]], title: str = "", axes=None) -> Figure:
-    """Every (label, result) drawn on three log-scale panels; ``axes``: three Axes to draw into
-    (default: a new Figure's). Returns the Figure."""
+def probe_figure(results: list[tuple], title: str = "", axes=None) -> Figure:
+    """Every (label, :class:`~depthlab.probe.result.ProbeResult`) drawn on three log-scale panels;
+    ``axes``: three Axes to draw into (default: a new Figure's). Returns the Figure."""
     if axes is None:
-        fig = Figure(figsize=(5 * len(PANELS), 4), layout="constrained")
+        fig = InlineFigure(figsize=(5 * len(PANELS), 4), layout="constrained")
         axes = fig.subplots(1, len(PANELS))
     fig = axes[0].figure
     for ax, (key, name) in zip(axes, PANELS):

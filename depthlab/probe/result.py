@@ -18,6 +18,11 @@
 | token_cos         | mean cosine between distinct positions of stream i; 1 = rank collapse            |
 
 Per-layer quantities (the *_grad_norm keys) are None in row 0, which no layer produced.
+
+In a notebook a ProbeResult displays itself (the table with its gradient bars and the verdicts, coloured
+by level); ``to_pandas()`` gives the rows as a DataFrame with the columns of ``FRAMES["layers"]`` (every
+key above, "index" named "layer", NaN where a row lacks it), ``to_pandas("verdicts")`` the verdicts; ``figure()`` draws the
+gradient and stream-rms profiles (a matplotlib Figure).
 """
 
 from __future__ import annotations
@@ -25,9 +30,28 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from depthlab.display import bar as html_bar
+from depthlab.display import block, esc, level_badge, para, table
+from depthlab.frames import check_table, to_frame
 from depthlab.jsonable import finite_or_none
+from depthlab.probe.plot import probe_figure
 
 REQUIRED = ("index", "grad_norm", "stream_rms", "update_ratio", "cos_prev")
+EXTRA = (
+    "angular_distance",
+    "attn_grad_norm",
+    "cross_grad_norm",
+    "ffn_grad_norm",
+    "layer_grad_norm",
+    "output_change",
+    "jacobian_msv",
+    "context_grad_norm",
+    "token_cos",
+)
+# The DataFrames of ``to_pandas(table)``: their columns, in order. "layers": one row per stream, the
+# keys documented above, "index" named "layer" (as in every depthlab frame; a DataFrame's own index is
+# another thing); "verdicts": one row per verdict.
+FRAMES = {"layers": ("layer", *REQUIRED[1:], *EXTRA), "verdicts": ("level", "code", "message")}
 BAR = 20
 
 
@@ -62,6 +86,44 @@ class ProbeResult:
     def format(self) -> str:
         """The header, a per-layer table with a log-scale bar of the gradient norm, and the verdicts."""
         return "\n".join([*self._header(), *self._table(), "", *format_verdicts(self.verdicts)])
+
+    def to_pandas(self, table: str = "layers"):
+        """A DataFrame of ``table`` ("layers": a row per stream; "verdicts": a row per verdict) with
+        the columns of ``FRAMES[table]``; numbers are float64 (NaN where a row has none)."""
+        check_table(table, tuple(FRAMES))
+        if table == "verdicts":
+            return to_frame(self.verdicts, FRAMES["verdicts"])
+        return to_frame(self.rows(), FRAMES["layers"], numeric=FRAMES["layers"][1:])
+
+    def rows(self) -> list[dict]:
+        """The rows of ``layers`` as the frames name them: "index" as "layer"."""
+        return [{**row, "layer": row["index"]} for row in self.layers]
+
+    def figure(self, label: str = "probe", title: str = "", axes=None):
+        """The gradient, position-varying gradient and stream rms by depth (see
+        :func:`depthlab.probe.plot.probe_figure`; ``axes``: three Axes to draw into). Returns the Figure."""
+        return probe_figure([(label, self)], title=title, axes=axes)
+
+    def __repr__(self) -> str:
+        st = self.config.get("stack", {})
+        codes = ", ".join(f"{v['level']} {v['code']}" for v in self.verdicts) or "no verdicts"
+        return f"<ProbeResult {st.get('path', '?')}: {self.n_layers} layers; {codes}>"
+
+    def _repr_html_(self) -> str:
+        """The header, the per-stream table with a bar for the gradient (log scale), the verdicts."""
+        cols = self._columns()
+        head = ["i", "grad_norm", "(log scale)", *(h for h, _, _ in cols)]
+        rows = [
+            [str(row["index"]), _num(row["grad_norm"]), _bar_html(pos)]
+            + [esc(fmt(row.get(key))) for _, key, fmt in cols]
+            for row, pos in zip(self.layers, log_positions(self.column("grad_norm")))
+        ]
+        return block(
+            "depthlab probe",
+            *(para(line) for line in self._header()),
+            table(head, rows, num={0, 1, *range(3, len(head))}),
+            verdicts_html(self.verdicts),
+        )
 
     def _header(self) -> list[str]:
         st, pr = self.config["stack"], self.config["probe"]
@@ -112,20 +174,47 @@ def format_verdicts(verdicts: list[dict]) -> list[str]:
     return [f"{v['level'].upper():7} {v['code']}: {v['message']}" for v in verdicts]
 
 
-def log_bars(values: list, width: int) -> list[str]:
-    """A bar per value, its length the value's position between the smallest and largest on a log scale."""
+def verdicts_html(verdicts: list[dict]) -> str:
+    """One paragraph per verdict: its level as a coloured badge, its code, its message (escaped)."""
+    return "".join(
+        f"<p>{level_badge(v['level'])} <b>{esc(v['code'])}</b>: {esc(v['message'])}</p>" for v in verdicts
+    )
+
+
+def log_positions(values: list) -> list[float | None]:
+    """Each value's position (0..1) between the smallest and the largest positive value on a log scale;
+    None for a missing or non-positive value, NaN for a non-finite one (all None when no value is a
+    positive number)."""
     pos = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
     if not pos:
-        return ["" for _ in values]
+        return [None for _ in values]
     lo, hi = math.log10(min(pos)), math.log10(max(pos))
     span = hi - lo or 1.0
-    out = []
+    out: list[float | None] = []
     for v in values:
-        if v is None or not math.isfinite(v) or v <= 0:
-            out.append("?" if v is not None and not math.isfinite(v) else "")
-            continue
-        out.append("#" * max(1, round(1 + (width - 1) * (math.log10(v) - lo) / span)))
+        if v is not None and not math.isfinite(v):
+            out.append(math.nan)
+        elif v is None or v <= 0:
+            out.append(None)
+        else:
+            out.append((math.log10(v) - lo) / span)
     return out
+
+
+def log_bars(values: list, width: int) -> list[str]:
+    """A bar per value, its length the value's position between the smallest and largest on a log scale
+    ("?" for a non-finite value)."""
+    return [
+        "" if p is None else "?" if math.isnan(p) else "#" * max(1, round(1 + (width - 1) * p))
+        for p in log_positions(values)
+    ]
+
+
+def _bar_html(position: float | None) -> str:
+    """The HTML bar of a log position (at least a sliver, as the text bar has one "#"); "?" for NaN."""
+    if position is None:
+        return ""
+    return "?" if math.isnan(position) else html_bar(0.05 + 0.95 * position)
 
 
 def _num(v) -> str:

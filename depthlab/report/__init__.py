@@ -2,6 +2,11 @@
 
 from depthlab.report import write_report
 path = write_report("runs/depthlab.sqlite", "runs/report")   # -> "runs/report/index.html"
+path = write_run_report("runs/mine")   # one run folder (train --out, or a watcher's out) -> runs/mine/report/index.html
+
+Every figure is a function returning a matplotlib Figure (``outcome_map(data)``, ...; the list is
+``depthlab.report.figures.FIGURES``); ``render`` saves them. In a notebook, ``depthlab.open(db)``
+(:mod:`depthlab.report.view`) opens a store and its studies.
 
 A report folder is rewritten only if it is empty or an earlier report (it holds ``MARKER``);
 :func:`check_report_dir` is that rule, checked before a study runs and again when the report is written.
@@ -14,13 +19,15 @@ import os
 from depthlab.errors import InputError
 from depthlab.paths import safe_name
 from depthlab.report.data import StudyData, load
+from depthlab.report.figures import FIGURES, save_figures
 from depthlab.report.html import page
 from depthlab.report.layer_plots import bottom_vs_top, layer_profiles
 from depthlab.report.plots import loss_curves, outcome_map
+from depthlab.report.run import load_run, render_run
 from depthlab.report.summary import summary_table
 
 MARKER = ".depthlab-report"  # a folder holding this file is a depthlab report and may be rewritten
-FIGURE_FILES = ("outcome_map.png", "loss_curves.png", "layer_profiles.png", "bottom_vs_top.png")
+FIGURE_FILES = tuple(spec.file for spec in FIGURES)  # what a study report may have written before
 
 
 def default_report_dir(db: str, study_name: str) -> str:
@@ -48,7 +55,7 @@ def check_report_dir(out_dir: str) -> None:
         raise InputError(f"cannot write the report to {out_dir} ({parent} is not a writable folder)")
 
 
-def _prepare(out_dir: str) -> None:
+def _prepare(out_dir: str, figure_files: tuple[str, ...] = FIGURE_FILES) -> None:
     """Create ``out_dir``, or reuse it if it is empty or an earlier report; refuse anything else."""
     check_report_dir(out_dir)
     try:
@@ -57,7 +64,7 @@ def _prepare(out_dir: str) -> None:
             f.write("written by depthlab report; the folder is rewritten by the next report\n")
     except OSError as e:
         raise InputError(f"cannot write the report to {out_dir}: {e.strerror}") from None
-    for name in FIGURE_FILES:  # a figure the new report does not draw must not linger from the old one
+    for name in figure_files:  # a figure the new report does not draw must not linger from the old one
         path = os.path.join(out_dir, name)
         if os.path.exists(path):
             os.remove(path)
@@ -66,8 +73,7 @@ def _prepare(out_dir: str) -> None:
 def render(data: StudyData, out_dir: str) -> str:
     """Write the figures and index.html for ``data`` into ``out_dir``; returns the index.html path."""
     _prepare(out_dir)
-    drawn = [fn(data, out_dir) for fn in (outcome_map, loss_curves, layer_profiles, bottom_vs_top)]
-    figures = [f for f in drawn if f]
+    figures = save_figures(data, out_dir)
     path = os.path.join(out_dir, "index.html")
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
@@ -81,13 +87,25 @@ def write_report(db: str, out_dir: str, study: str | int | None = None) -> str:
     return render(load(db, study), out_dir)
 
 
+def write_run_report(folder: str, out_dir: str | None = None) -> str:
+    """The page of one run folder (depthlab.report.run) in ``out_dir`` (default ``folder/report``);
+    returns index.html's path."""
+    return render_run(load_run(folder), folder, out_dir or os.path.join(folder, "report"), _prepare)
+
+
 __all__ = [
+    "FIGURES",
     "MARKER",
     "StudyData",
+    "bottom_vs_top",
     "check_report_dir",
     "default_report_dir",
+    "layer_profiles",
     "load",
+    "loss_curves",
+    "outcome_map",
     "render",
     "summary_table",
     "write_report",
+    "write_run_report",
 ]

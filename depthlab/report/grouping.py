@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from depthlab.display import STATE_COLOURS as COLOURS  # noqa: F401 (the report's colours, named here)
+
 STATES = ("trained", "undertrained", "stalled", "diverged", "failed", "running", "queued")
 SEVERITY = {
     "failed": 0,
@@ -20,15 +22,6 @@ SEVERITY = {
     "running": 4,
     "queued": 5,
     "trained": 6,
-}
-COLOURS = {
-    "trained": "#2e7d32",
-    "undertrained": "#9ccc65",
-    "stalled": "#f9a825",
-    "diverged": "#c62828",
-    "failed": "#616161",
-    "running": "#90caf9",
-    "queued": "#eeeeee",
 }
 DEPTH_FIELDS = ("n_layers", "enc_layers", "dec_layers")
 

@@ -5,14 +5,15 @@ Every string that comes from a config, a run or the store passes through :func:`
 
 from __future__ import annotations
 
-import html
 import time
 
 import yaml
 
+from depthlab.display import esc, table
+from depthlab.display import state_badge as _state
 from depthlab.report.data import StudyData
-from depthlab.report.grouping import COLOURS, depth, predicted, state
-from depthlab.report.plots import Figure
+from depthlab.report.figures import PageFigure
+from depthlab.report.grouping import depth, predicted, state
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; padding: 0 1em; }
@@ -22,7 +23,6 @@ figcaption { color: #444; max-width: 60em; } .muted { color: #777; }
 table { border-collapse: collapse; font-size: 0.85em; margin: 1em 0; }
 th, td { border: 1px solid #ddd; padding: 0.25em 0.5em; text-align: left; vertical-align: top; }
 th { background: #f5f5f5; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.state { display: inline-block; padding: 0 0.4em; border-radius: 3px; }
 pre { background: #f7f7f7; padding: 1em; overflow-x: auto; }
 """
 
@@ -35,33 +35,11 @@ READING = (
 )
 
 
-def esc(value) -> str:
-    """HTML-escape any value's text (quotes included)."""
-    return html.escape("" if value is None else str(value), quote=True)
-
-
 def _num(v, fmt: str = ".3f") -> str:
     return format(v, fmt) if isinstance(v, (int, float)) else "-"
 
 
-def _state(s: str) -> str:
-    colour = COLOURS.get(s, "#fff")
-    text = "white" if s in ("trained", "diverged", "failed") else "black"
-    return f'<span class="state" style="background:{colour};color:{text}">{esc(s)}</span>'
-
-
-def _table(head: list[str], rows: list[list[str]], num: set[int] = frozenset()) -> str:
-    """An HTML table; ``head`` is escaped here, cells must already be HTML."""
-    out = ["<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"]
-    for row in rows:
-        cells = "".join(
-            f'<td class="num">{c}</td>' if i in num else f"<td>{c}</td>" for i, c in enumerate(row)
-        )
-        out.append(f"<tr>{cells}</tr>")
-    return "\n".join(out + ["</table>"])
-
-
-def figure_html(fig: Figure) -> str:
+def figure_html(fig: PageFigure) -> str:
     return (
         f'<h2>{esc(fig.title)}</h2>\n<figure><img src="{esc(fig.file)}" alt="{esc(fig.title)}">'
         f"<figcaption>{esc(fig.caption)}</figcaption></figure>"
@@ -118,9 +96,9 @@ def verdict_section(data: StudyData) -> str:
         "A verdict predicts a failure when it has an error, or says <code>warmup-required</code> for a run "
         "without warmup; otherwise it predicts that the run trains. Read the confusion table's diagonal "
         f"(trains/trained, fails/stalled or diverged) as hits. {esc(score)}</p>\n"
-        + _table(["predicted \\ outcome", *OUTCOMES], conf, num={1, 2, 3})
+        + table(["predicted \\ outcome", *OUTCOMES], conf, num={1, 2, 3})
         + "\n"
-        + _table(head, rows, num={1})
+        + table(head, rows, num={1})
     )
 
 
@@ -164,10 +142,10 @@ def runs_section(data: StudyData) -> str:
         "host",
         "config hash",
     ]
-    return "<h2>Every run</h2>\n" + _table(head, rows, num={0, 2, 7, 8, 9, 10, 11})
+    return "<h2>Every run</h2>\n" + table(head, rows, num={0, 2, 7, 8, 9, 10, 11})
 
 
-def page(data: StudyData, figures: list[Figure]) -> str:
+def page(data: StudyData, figures: list[PageFigure]) -> str:
     """The whole index.html as a string."""
     counts = ", ".join(f"{n} {esc(s)}" for s, n in sorted(data.counts().items()))
     config = yaml.safe_dump(data.study["config"], sort_keys=False, default_flow_style=None)

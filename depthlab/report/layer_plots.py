@@ -1,7 +1,8 @@
 """Per-layer figures: gradient and stream rms over depth (init vs end), and bottom vs top layers over time.
 
 Both use the deepest depth of the study, in the train setting where the most runs failed there
-(:meth:`StudyData.hardest_panel`), one run per wrapping (the lowest seed).
+(:meth:`StudyData.hardest_panel`), one run per wrapping (the lowest seed). They follow the figure
+pattern of :mod:`depthlab.report.plots`: ``name(data, axes=None) -> Figure | None``.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ import math
 
 import numpy as np
 from matplotlib import colormaps
+from matplotlib.figure import Figure
 
 from depthlab.report.data import StudyData
-from depthlab.report.plots import Figure, _dedup_legend, _grid, _save, plain
-from depthlab.train.telemetry import GRAD_KEYS
+from depthlab.report.plots import finish, panel_axes, plain
+from depthlab.watch.keys import GRAD_KEYS
 
 
 def _wrap_colours(rows: list[str]) -> dict[str, tuple]:
@@ -34,13 +36,14 @@ def _positive(values) -> list[float]:
     return [v if v is not None and v > 0 else np.nan for v in values]
 
 
-def layer_profiles(data: StudyData, out_dir: str) -> Figure | None:
-    """2 x 2: gradient norm and stream rms by stream index, at init (probe) and at the end of training."""
+def layer_profiles(data: StudyData, axes=None) -> Figure | None:
+    """2 x 2 (``axes``: four): gradient norm and stream rms by stream index, at init (the probe) and at
+    the end of training, a line per wrapping. None when no run has a probe or telemetry."""
     panel, deep = data.hardest_panel(), data.deepest()
     picks = data.pick(panel, deep)
     if not any(r["probe_layers"] or r["layers"] for r in picks.values()):
         return None
-    fig, axes = _grid(4, 2, 4.2, 2.9)
+    fig, axes, new = panel_axes(axes, 4, 2, 4.2, 2.9)
     colours = _wrap_colours(data.layout.rows)
     for row, r in picks.items():
         end = _last_step(r["layers"])
@@ -69,16 +72,7 @@ def layer_profiles(data: StudyData, out_dir: str) -> Figure | None:
         else:  # say why a panel is empty rather than draw a blank frame
             why = "no at-init probe was recorded" if k % 2 == 0 else "no telemetry was recorded"
             ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center", color="grey")
-    _dedup_legend(fig, axes)
-    title = f"Per-layer gradient and stream scale over depth ({deep} layers, {panel})"
-    fig.suptitle(plain(title))
-    return Figure(
-        _save(fig, out_dir, "layer_profiles.png"),
-        title,
-        "The gradient reaching each layer's stream and the stream's rms, at init (the doctor's probe) and at "
-        "the last logged step: a gradient that falls by orders of magnitude toward index 0 means the bottom "
-        "layers barely learn, and a steadily rising rms is pre-LN's stream growth.",
-    )
+    return finish(fig, axes, new, f"Per-layer gradient and stream scale over depth ({deep} layers, {panel})")
 
 
 def _layer_grad(row: dict) -> float | None:
@@ -107,28 +101,21 @@ def _bottom_top(layers: list[dict]) -> tuple[list[int], list[float], list[float]
     return steps, bottom, top, q
 
 
-def bottom_vs_top(data: StudyData, out_dir: str) -> Figure | None:
-    """One panel per wrapping: mean gradient of the bottom vs the top quarter of layers over training."""
+def bottom_vs_top(data: StudyData, axes=None) -> Figure | None:
+    """One panel per wrapping with telemetry (``axes``: one each): the mean parameter gradient of the
+    bottom and of the top quarter of layers at each logged step. None without telemetry."""
     panel, deep = data.hardest_panel(), data.deepest()
     picks = {row: r for row, r in data.pick(panel, deep).items() if r["layers"]}
     if not picks:
         return None
-    fig, axes = _grid(len(picks), 3, 3.2, 2.5)
-    quarter = 1
+    fig, axes, new = panel_axes(axes, len(picks), 3, 3.2, 2.5)
     for ax, (row, r) in zip(axes, picks.items()):
         steps, bottom, top, quarter = _bottom_top(r["layers"])
-        ax.plot(steps, _positive(bottom), color="#1565c0", label="bottom layers")
-        ax.plot(steps, _positive(top), color="#ef6c00", label="top layers")
+        ax.plot(steps, _positive(bottom), color="#1565c0", label=f"bottom {quarter} layers")
+        ax.plot(steps, _positive(top), color="#ef6c00", label=f"top {quarter} layers")
         ax.set_yscale("log")
         ax.set_title(plain(f"{row}: {r.get('outcome') or r['status']}"), fontsize=9)
         ax.set_xlabel("step", fontsize=8)
-    _dedup_legend(fig, axes)
-    title = f"Gradient of the bottom vs the top layers over training ({deep} layers, {panel})"
-    fig.suptitle(plain(title))
-    return Figure(
-        _save(fig, out_dir, "bottom_vs_top.png"),
-        title,
-        f"Mean parameter-gradient norm of the bottom {quarter} and the top {quarter} layers at each logged "
-        "step: where the blue line sits orders of magnitude under the orange one, the bottom layers are "
-        "starved of gradient, as in a deep stack without its attention skip.",
+    return finish(
+        fig, axes, new, f"Gradient of the bottom vs the top layers over training ({deep} layers, {panel})"
     )

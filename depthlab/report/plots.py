@@ -1,34 +1,34 @@
-"""The report's figures (matplotlib's object API, no pyplot: nothing global, no display needed).
+"""The study's figures, each a function ``name(data, axes=None) -> Figure | None``.
 
-Each function takes a :class:`StudyData` and an output folder, writes one PNG there and returns a
-:class:`Figure` (file name, title, one-sentence caption), or None when the study has no data for it.
+The pattern every figure of the report follows (and a new one should):
+
+- it takes a :class:`~depthlab.report.data.StudyData` and, optionally, ``axes``: the Axes to draw into
+  (one, or a sequence with one per panel; :func:`panel_axes` says how many it needs and refuses others);
+- without ``axes`` it draws a new Figure (an :class:`~depthlab.display.InlineFigure`, made by
+  :func:`panel_axes`; never pyplot: importing depthlab chooses no backend, and a notebook shows the
+  Figure a cell returns), titled with ``suptitle``;
+- it returns the Figure, or None when the study has no data for it; it never writes a file.
+
+:mod:`depthlab.report.figures` lists the report's figures (file name, function, caption); ``render``
+draws and saves each of them, and the notebook's ``StudyView.figure(name)`` draws one.
 """
 
 from __future__ import annotations
 
 import math
-import os
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 from matplotlib import colormaps
+from matplotlib.axes import Axes
 from matplotlib.colors import to_rgb
-from matplotlib.figure import Figure as MplFigure
+from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from depthlab.display import InlineFigure, text_colour
+from depthlab.errors import InputError
 from depthlab.report.data import StudyData
 from depthlab.report.grouping import COLOURS, STATES, cells, depth
-
-DARK = ("trained", "diverged", "failed")  # cell colours that need white text
-
-
-@dataclass
-class Figure:
-    """A written figure: its PNG file name (relative to the report folder), title and caption."""
-
-    file: str
-    title: str
-    caption: str
 
 
 def plain(text: str) -> str:
@@ -37,29 +37,64 @@ def plain(text: str) -> str:
     return str(text).replace("$", r"\$")
 
 
-def _save(fig: MplFigure, out_dir: str, name: str) -> str:
-    fig.savefig(os.path.join(out_dir, name), dpi=110, bbox_inches="tight")
-    return name
+def title_of(fig: Figure) -> str:
+    """The figure's title (its suptitle) as plain text, the "$" that :func:`plain` protected restored."""
+    return fig.get_suptitle().replace(r"\$", "$")
 
 
-def _grid(n: int, ncols: int, w: float, h: float) -> tuple[MplFigure, list]:
-    """A figure with n panels in rows of ``ncols``; unused panels hidden."""
-    ncols = max(1, min(n, ncols))
-    nrows = math.ceil(n / ncols)
-    fig = MplFigure(figsize=(w * ncols, h * nrows), layout="constrained")
-    axes = list(np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).flat)
-    for ax in axes[n:]:
-        ax.set_visible(False)
-    return fig, axes[:n]
+def panel_axes(axes, n: int, ncols: int, w: float, h: float) -> tuple[Figure, list, bool]:
+    """(Figure, ``n`` Axes, whether the Figure is new). With ``axes`` None: a new Figure with ``n``
+    panels of ``w`` x ``h`` inches in rows of ``ncols`` (unused ones hidden). Otherwise ``axes`` is one
+    Axes (``n`` = 1) or a sequence of ``n`` Axes; InputError for any other number."""
+    if axes is None:
+        ncols = max(1, min(n, ncols))
+        nrows = math.ceil(n / ncols)
+        fig = InlineFigure(figsize=(w * ncols, h * nrows), layout="constrained")
+        grid = list(np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).flat)
+        for ax in grid[n:]:
+            ax.set_visible(False)
+        return fig, grid[:n], True
+    given = [axes] if isinstance(axes, Axes) else list(np.asarray(axes, dtype=object).flat)
+    if len(given) != n or not all(isinstance(a, Axes) for a in given):
+        raise InputError(
+            f"this figure draws {n} panel{'s' if n != 1 else ''}: pass {n} Axes, got {len(given)}"
+        )
+    return given[0].figure, given, False
 
 
-def outcome_map(data: StudyData, out_dir: str) -> Figure | None:
-    """Depth x wrapping, one panel per train setting, each cell coloured by outcome, labelled with val loss."""
+def finish(fig: Figure, axes: Sequence, new: bool, title: str, handles: dict | None = None) -> Figure:
+    """One legend (each label once; ``handles`` label -> artist, default those of ``axes``) and, on a
+    new Figure, the title; on the caller's Axes the legend goes in the last one. Returns ``fig``."""
+    if handles is None:
+        handles = {}
+        for ax in axes:
+            for h, lab in zip(*ax.get_legend_handles_labels()):
+                handles.setdefault(lab, h)
+    if handles and new:
+        fig.legend(
+            list(handles.values()),
+            list(handles),
+            loc="outside lower center",
+            ncol=min(6, len(handles)),
+            fontsize=8,
+        )
+    elif handles:
+        axes[-1].legend(list(handles.values()), list(handles), fontsize=7)
+    if new:
+        fig.suptitle(plain(title))
+    return fig
+
+
+def outcome_map(data: StudyData, axes=None) -> Figure | None:
+    """Depth x wrapping, one panel per train setting (``axes``: one per setting), each cell coloured by
+    its outcome and labelled with its final validation loss (seeds pooled). None without runs."""
     lay = data.layout
     if not data.runs:
         return None
     table = cells(data.runs, lay)
-    fig, axes = _grid(len(lay.panels), 2, 1.0 * len(lay.depths) + 2.6, 0.45 * len(lay.rows) + 1.2)
+    fig, axes, new = panel_axes(
+        axes, len(lay.panels), 2, 1.0 * len(lay.depths) + 2.6, 0.45 * len(lay.rows) + 1.2
+    )
     for ax, panel in zip(axes, lay.panels):
         img = np.ones((len(lay.rows), len(lay.depths), 3))
         for i, row in enumerate(lay.rows):
@@ -67,9 +102,9 @@ def outcome_map(data: StudyData, out_dir: str) -> Figure | None:
                 cell = table.get((panel, row, d))
                 if cell is None:
                     continue
-                img[i, j] = to_rgb(COLOURS.get(cell.state, "#ffffff"))
-                colour = "white" if cell.state in DARK else "black"
-                ax.text(j, i, cell.label(), ha="center", va="center", fontsize=8, color=colour)
+                colour = COLOURS.get(cell.state, "#ffffff")
+                img[i, j] = to_rgb(colour)
+                ax.text(j, i, cell.label(), ha="center", va="center", fontsize=8, color=text_colour(colour))
         ax.imshow(img, aspect="auto", interpolation="nearest")
         ax.set_xticks(range(len(lay.depths)), [str(d) for d in lay.depths])
         ax.set_yticks(range(len(lay.rows)), [plain(r) for r in lay.rows])
@@ -79,29 +114,21 @@ def outcome_map(data: StudyData, out_dir: str) -> Figure | None:
         ax.tick_params(which="minor", length=0)
         ax.set_xlabel("layers")
         ax.set_title(plain(panel), fontsize=10)
-    present = [s for s in STATES if any(c.state == s for c in table.values())]
-    fig.legend(
-        handles=[Patch(color=COLOURS[s], label=s) for s in present], loc="outside lower center", ncol=6
-    )
-    title = "Outcome map: which configurations trained"
-    fig.suptitle(title)
-    return Figure(
-        _save(fig, out_dir, "outcome_map.png"),
-        title,
-        "Each cell is one wrapping at one depth (seeds pooled), coloured by outcome and labelled with its "
-        "final validation loss: look for the cells that turn orange or red as depth grows, and whether a "
-        "warmup turns them green.",
-    )
+    present = {
+        s: Patch(color=COLOURS[s], label=s) for s in STATES if any(c.state == s for c in table.values())
+    }
+    return finish(fig, axes, new, "Outcome map: which configurations trained", present)
 
 
-def loss_curves(data: StudyData, out_dir: str) -> Figure | None:
-    """Training loss over steps: a column per wrapping, a row per train setting, a line per depth."""
+def loss_curves(data: StudyData, axes=None) -> Figure | None:
+    """Training loss over steps: a column per wrapping, a row per train setting (``axes``: one per
+    wrapping and setting, row by row), a line per depth, the unigram level dashed. None without metrics."""
     lay = data.layout
     runs = [r for r in data.runs if r.get("metrics")]
     if not runs:
         return None
     ncols = len(lay.rows)
-    fig, axes = _grid(ncols * len(lay.panels), ncols, 2.7, 2.1)
+    fig, axes, new = panel_axes(axes, ncols * len(lay.panels), ncols, 2.7, 2.1)
     colours = _depth_colours(lay.depths)
     unigram = next((r["unigram_loss"] for r in runs if r.get("unigram_loss") is not None), None)
     top = max((m["loss"] for r in runs for m in r["metrics"][:1] if m["loss"] is not None), default=None)
@@ -118,29 +145,10 @@ def loss_curves(data: StudyData, out_dir: str) -> Figure | None:
             ax.set_ylim(top=min(top * 1.05, (unigram or top) * 2.5))
         ax.set_title(plain(f"{row}\n{panel}"), fontsize=8)
         ax.tick_params(labelsize=7)
-    _dedup_legend(fig, axes)
-    title = "Loss curves by wrapping, with and without warmup"
-    fig.suptitle(title)
-    return Figure(
-        _save(fig, out_dir, "loss_curves.png"),
-        title,
-        "Training loss per logged step, one line per depth; the dashed line is the unigram level (the loss "
-        "of predicting only common bytes): a curve that flattens there has stalled.",
-    )
+    per = "by wrapping and train setting" if len(lay.panels) > 1 else "by wrapping"
+    return finish(fig, axes, new, f"Loss curves {per}")
 
 
 def _depth_colours(depths: list[int]) -> dict[int, tuple]:
     cmap = colormaps["viridis"]
     return {d: cmap(i / max(1, len(depths) - 1) * 0.85) for i, d in enumerate(depths)}
-
-
-def _dedup_legend(fig: MplFigure, axes: list) -> None:
-    """One legend for the figure, each label once."""
-    seen: dict[str, object] = {}
-    for ax in axes:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            seen.setdefault(lab, h)
-    if seen:
-        fig.legend(
-            list(seen.values()), list(seen), loc="outside lower center", ncol=min(6, len(seen)), fontsize=8
-        )

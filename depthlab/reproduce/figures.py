@@ -1,7 +1,9 @@
 """Plots shared by the claim reproductions: loss curves and per-layer profiles.
 
-Each function writes one PNG and returns its path, or returns None when ``out_dir`` is None (a caller
-that only wants the numbers). Figures are ``matplotlib.figure.Figure`` objects, so no backend is chosen.
+``loss_curves_figure`` and ``profiles_figure`` return a matplotlib Figure (an
+:class:`~depthlab.display.InlineFigure`: no backend is chosen, a notebook shows it); ``loss_curves`` and
+``profiles`` save that Figure as one PNG and return its path, or return None when ``out_dir`` is None
+(a caller that only wants the numbers).
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ import os
 
 from matplotlib.figure import Figure
 
+from depthlab.display import InlineFigure
+
 
 def new_figure(ncols: int = 1, figsize: tuple[float, float] = (5.6, 3.6)):
     """(Figure, a row of ``ncols`` Axes) with constrained layout, drawn without any backend."""
-    fig = Figure(figsize=figsize, layout="constrained")
+    fig = InlineFigure(figsize=figsize, layout="constrained")
     return fig, list(fig.subplots(1, ncols, squeeze=False)[0])
 
 
@@ -29,12 +33,13 @@ def save(fig: Figure, out_dir: str, name: str) -> str:
 def loss_curves(
     panels: dict[str, list], out_dir: str | None, name: str, title: str, unigram: float | None = None
 ) -> str | None:
-    """One panel per key; each panel a list of Runs drawn as train loss against step.
+    """Save :func:`loss_curves_figure` as out_dir/name.png; returns its path (None without ``out_dir``)."""
+    return None if out_dir is None else save(loss_curves_figure(panels, title, unigram), out_dir, name)
 
-    The unigram loss (the level of a model that predicts only byte frequencies) is a dashed line.
-    """
-    if out_dir is None:
-        return None
+
+def loss_curves_figure(panels: dict[str, list], title: str, unigram: float | None = None) -> Figure:
+    """One panel per key; each panel a list of Runs drawn as train loss against step. The unigram loss
+    (the level of a model that predicts only byte frequencies) is a dashed line. Returns the Figure."""
     fig, axes = new_figure(len(panels), figsize=(4.2 * len(panels), 3.4))
     for ax, (panel, runs) in zip(axes, panels.items()):
         for run in runs:
@@ -48,7 +53,7 @@ def loss_curves(
         ax.set_ylabel("train loss (nats)")
         ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
-    return save(fig, out_dir, name)
+    return fig
 
 
 def profiles(
@@ -61,9 +66,22 @@ def profiles(
     log: bool = False,
     x: list | None = None,
 ) -> str | None:
-    """Several named series of per-layer (or per-depth) values on one axis; None values are skipped."""
+    """Save :func:`profiles_figure` as out_dir/name.png; returns its path (None without ``out_dir``)."""
     if out_dir is None:
         return None
+    return save(profiles_figure(series, title, xlabel, ylabel, log, x), out_dir, name)
+
+
+def profiles_figure(
+    series: dict[str, list[float]],
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    log: bool = False,
+    x: list | None = None,
+) -> Figure:
+    """Several named series of per-layer (or per-depth) values on one axis; None values are skipped.
+    Returns the Figure."""
     fig, (ax,) = new_figure()
     for label, ys in series.items():
         xs = x if x is not None else list(range(len(ys)))
@@ -76,4 +94,4 @@ def profiles(
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7)
-    return save(fig, out_dir, name)
+    return fig

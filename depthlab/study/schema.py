@@ -25,12 +25,13 @@ import time
 
 from depthlab.errors import InputError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
-# layer_metrics' columns: the training telemetry's per-stream keys (depthlab.train.telemetry.LAYER_KEYS,
+# layer_metrics' columns: the training telemetry's per-stream keys (depthlab.watch.keys.LAYER_KEYS,
 # a test keeps the two equal). Version 1 named the sublayer gradients attn_grad / ffn_grad and took them
 # over the whole wrapping (the sublayer and its norm); version 2 renames them attn_grad_norm /
-# ffn_grad_norm (values stored before keep that first definition) and adds cross_grad_norm.
+# ffn_grad_norm (values stored before keep that first definition) and adds cross_grad_norm. Version 3
+# adds each layer's attention entropy and largest attention logit (None in runs stored before).
 LAYER_COLUMNS = (
     "grad_norm",
     "stream_rms",
@@ -41,6 +42,8 @@ LAYER_COLUMNS = (
     "cross_grad_norm",
     "ffn_grad_norm",
     "param_update",
+    "attn_entropy",
+    "attn_logit_max",
 )
 _V1_LAYER_COLUMNS = (
     "grad_norm",
@@ -98,7 +101,12 @@ _V2 = [
     "ALTER TABLE layer_metrics ADD COLUMN cross_grad_norm REAL",
 ]
 
-MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: _V2}
+_V3 = [
+    "ALTER TABLE layer_metrics ADD COLUMN attn_entropy REAL",
+    "ALTER TABLE layer_metrics ADD COLUMN attn_logit_max REAL",
+]
+
+MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: _V2, 3: _V3}
 
 
 def current_version(conn: sqlite3.Connection) -> int:

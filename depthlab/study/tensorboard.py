@@ -3,7 +3,7 @@
 Layout: ``<folder of the store>/tensorboard/<study name>/<run label>-<8 hex of the run hash>/``, so
 ``tensorboard --logdir runs/tensorboard`` shows every run of every study stored in ``runs/``, and
 ``--logdir runs/tensorboard/<study>`` one study. The scalars are those of ``depthlab train --out``
-(:mod:`depthlab.train.events`): train/loss, val/loss, ..., one curve per stream for each telemetry key.
+(:mod:`depthlab.watch.events`): train/loss, val/loss, ..., one curve per stream for each telemetry key.
 
 The driver writes them, not the workers: a Ray worker may run on another machine, while the store's
 folder is the driver's, and the payload already brings each run's metric records back. Writing events
@@ -18,7 +18,7 @@ import os
 import sys
 
 from depthlab.study.grid import RunSpec
-from depthlab.train.events import write_records
+from depthlab.watch.events import write_records
 
 EVENTS_GLOB = "events.out.tfevents.*"
 LABEL_CHARS = 80  # a run folder name stays well under any filesystem's 255-byte limit

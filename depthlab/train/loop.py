@@ -1,11 +1,15 @@
 """The training loop: one run of a model on a task, with telemetry, outcome detection and checkpoints.
 
     for t in 1..steps:                                    (update t; batch = task.train_batch(t))
-        forward (+ states on logged steps) -> loss -> backward -> [telemetry] -> clip
+        forward -> loss -> backward -> clip               (the watcher's hooks measure logged steps)
         monitor(loss, grad norm): diverged? -> log this step, stop without the update
-        optimizer.step(); scheduler.step() -> [relative parameter update]
+        optimizer.step(); scheduler.step()
         log on logged steps (1, every log_every, every eval_every, the last): metrics.jsonl, TensorBoard, on_log
         checkpoint every checkpoint_every steps and at the end
+
+The per-layer telemetry and the warnings are :class:`depthlab.watch.Watcher`'s, the same instrument a
+user attaches to their own loop: its hooks measure the logged steps, ``watcher.step`` ends each update
+and returns the logged steps' records, to which the loop adds the validation loss and the throughput.
 
 Each process computes the same records (sums are combined over processes), so every rank returns the same
 RunResult; only rank 0 writes files, calls ``on_log`` and shows the progress bar.
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -34,7 +39,7 @@ from depthlab.train.result import RunResult
 from depthlab.train.rundir import RunDir, RunOutput
 from depthlab.train.schedules import make_optimizer, make_scheduler
 from depthlab.train.tasks import make_task
-from depthlab.train.telemetry import Telemetry
+from depthlab.watch import Watcher
 
 
 def train(
@@ -68,25 +73,39 @@ def train(
 
 @dataclass
 class Window:
-    """What happened since the last logged step (the record's loss and tokens/s), and in all."""
+    """The tokens and seconds since the last logged step (the record's tokens/s), and in all. (The
+    record's loss, the mean since the last logged step, is the watcher's.)"""
 
-    loss_sum: float = 0.0
-    steps: int = 0
     tokens: int = 0
     seconds: float = 0.0
     total_tokens: int = 0
     total_seconds: float = 0.0
 
-    def add(self, loss: float, tokens: int, seconds: float) -> None:
-        self.loss_sum, self.steps = self.loss_sum + loss, self.steps + 1
+    def add(self, tokens: int, seconds: float) -> None:
         self.tokens, self.seconds = self.tokens + tokens, self.seconds + seconds
         self.total_tokens, self.total_seconds = self.total_tokens + tokens, self.total_seconds + seconds
 
-    def close(self) -> tuple[float, float]:
-        """(mean loss, tokens/s) of the window, which then starts again."""
-        out = (self.loss_sum / max(self.steps, 1), self.tokens / max(self.seconds, 1e-9))
-        self.loss_sum, self.steps, self.tokens, self.seconds = 0.0, 0, 0, 0.0
+    def close(self) -> float:
+        """tokens/s of the window, which then starts again."""
+        out = self.tokens / max(self.seconds, 1e-9)
+        self.tokens, self.seconds = 0, 0.0
         return out
+
+    @classmethod
+    def from_state(cls, state: dict) -> Window:
+        """A checkpointed window (one written before the loss moved to the watcher has extra keys)."""
+        return cls(**{k: v for k, v in state.items() if k in cls.__dataclass_fields__})
+
+
+class _BarEcho:
+    """A stream for the watcher's warnings that prints above the progress bar, not through it."""
+
+    def write(self, text: str) -> None:
+        if text.strip():
+            tqdm.write(text.rstrip("\n"), file=sys.stderr)
+
+    def flush(self) -> None:
+        pass
 
 
 class Trainer:
@@ -103,9 +122,10 @@ class Trainer:
         self.opt = make_optimizer(self.model, cfg)
         self.sched = make_scheduler(self.opt, cfg, model_cfg.d_model)
         self.monitor = Monitor(cfg.steps, self.task.unigram_loss, cfg.spike_factor, cfg.stall_share)
-        self.telemetry = Telemetry(self.model, dist)
-        # telemetry steps run eagerly: a compiled graph's returned states are not on the loss's
-        # autograd path, so retain_grad() on them would see no gradient
+        self.watcher = Watcher(
+            self.model, when=self.logged, measure=cfg.telemetry, loss_from_output=False, echo=None
+        )
+        # measured steps run eagerly: the watcher's hooks observe the eager module's blocks
         self.eager = wrap_ddp(self.model, dist)
         self.fwd = torch.compile(self.eager) if cfg.compile else self.eager
         self.step, self.window, self.metrics, self.last_eval = 0, Window(), [], None
@@ -124,6 +144,7 @@ class Trainer:
             if finished is not None:
                 return finished
         show = progress and self.dist.is_main
+        self.watcher.echo = _BarEcho() if show else None
         self.bar = tqdm(
             total=self.cfg.steps,
             initial=self.step,
@@ -140,6 +161,7 @@ class Trainer:
             self.bar.set_postfix_str(result.outcome)
         finally:
             self.bar.close()
+            self.watcher.close()
             if self.out is not None:
                 self.out.close()
         if self.out is not None:
@@ -153,32 +175,28 @@ class Trainer:
     def train_step(self, t: int) -> None:
         """Update ``t``: see the module docstring."""
         start = time.perf_counter()
-        tele = self.cfg.telemetry and self.logged(t)
         batch = shard(self.task.train_batch(t), self.dist.rank, self.dist.world).to(self.dist.device)
-        loss, gnorm, streams, grads = self.forward_backward(batch, tele)
+        measured = self.watcher.measuring()
+        loss, gnorm = self.forward_backward(batch, measured)
         lr = self.opt.param_groups[0]["lr"]
         if self.monitor.update(t, loss, gnorm):  # diverged: record this step, do not apply the update
-            if self.cfg.telemetry and not tele:  # same weights, same batch: the layers at the failure
-                _, _, streams, grads = self.forward_backward(batch, True)
-            self.window.add(loss, batch.n_tokens * self.dist.world, time.perf_counter() - start)
-            self.finish_step(t, lr, gnorm, streams, grads, None)
+            self.watcher.log_this_step()
+            if self.cfg.telemetry and not measured:  # same weights, same batch: the layers at the failure
+                self.forward_backward(batch, True)
+            self.window.add(batch.n_tokens * self.dist.world, time.perf_counter() - start)
+            self.finish_step(t, loss, lr, gnorm, applied=False)
             return
-        before = self.telemetry.snapshot() if tele else None
         self.opt.step()
         self.sched.step()
-        updates = self.telemetry.param_updates(before) if tele else None
-        self.window.add(loss, batch.n_tokens * self.dist.world, time.perf_counter() - start)
-        self.finish_step(t, lr, gnorm, streams, grads, updates)
+        self.window.add(batch.n_tokens * self.dist.world, time.perf_counter() - start)
+        self.finish_step(t, loss, lr, gnorm, applied=True)
 
-    def forward_backward(self, batch, tele: bool):
-        """Loss (global mean per target token), gradient norm before clipping, and on telemetry steps the
-        stream rows and sublayer gradient norms. Gradients are left (clipped) in the parameters."""
+    def forward_backward(self, batch, measured: bool):
+        """Loss (global mean per target token) and gradient norm before clipping; gradients are left
+        (clipped) in the parameters. ``measured`` steps run the eager module (the watcher's hooks)."""
         self.opt.zero_grad(set_to_none=True)
         with self.autocast():
-            out = (self.eager if tele else self.fwd)(*batch.args, **batch.kwargs, return_states=tele)
-        logits, states = out if tele else (out, None)
-        if tele:
-            Telemetry.watch(states)
+            logits = (self.eager if measured else self.fwd)(*batch.args, **batch.kwargs)
         loss_sum = token_loss_sum(logits, batch.targets)
         objective = loss_sum
         if self.cfg.z_loss:  # the objective only: the logged loss stays the cross-entropy
@@ -186,44 +204,39 @@ class Trainer:
         # every process divides by the global target count; DDP averages over processes, hence * world
         (objective * (self.dist.world / batch.n_targets)).backward()
         loss = float(self.dist.all_reduce(loss_sum.detach().double().reshape(1))[0]) / batch.n_targets
-        streams = grads = None
-        if tele:
-            streams, grads = self.telemetry.streams(states), self.telemetry.sublayer_grads()
         params = [p for p in self.model.parameters() if p.grad is not None]
         if self.cfg.clip > 0:
             gnorm = torch.nn.utils.clip_grad_norm_(params, self.cfg.clip, foreach=True)
         else:
             gnorm = torch.nn.utils.get_total_norm([p.grad for p in params], foreach=True)
-        return loss, float(gnorm), streams, grads
+        return loss, float(gnorm)
 
-    def finish_step(self, t, lr, gnorm, streams, grads, updates) -> None:
-        """Log (on logged steps and at the end) and checkpoint (on checkpoint steps and at the end)."""
+    def finish_step(self, t, loss, lr, gnorm, applied: bool) -> None:
+        """End update ``t`` in the watcher; log (on logged steps and at the end) and checkpoint (on
+        checkpoint steps and at the end)."""
         self.step = t
+        record = self.watcher.step(loss, lr=lr, grad_norm=gnorm, applied=applied)
         end = t == self.cfg.steps or self.monitor.diverged is not None
-        if self.logged(t) or end:
-            self.log(t, lr, gnorm, streams, grads, updates, end)
+        if record is not None:  # every logged step, the last and a diverged one included
+            self.log(t, record, end)
         end = end or self.monitor.diverged is not None  # a logged window may decide a blow-up
         if self.out is not None and (t % self.cfg.checkpoint_every == 0 or end):
             self.out.checkpoint(t, self.state_dict())
 
-    def log(self, t, lr, gnorm, streams, grads, updates, end: bool) -> None:
-        loss, tokens_per_s = self.window.close()
-        rms = max((r["stream_rms"] for r in streams), default=None) if streams else None
-        end = self.monitor.log(t, loss, rms) or end  # a blow-up ends the run here
+    def log(self, t, record: dict, end: bool) -> None:
+        rms = max(
+            (r["stream_rms"] for r in record.get("layers") or [] if r.get("stream_rms") is not None),
+            default=None,
+        )
+        end = self.monitor.log(t, record["loss"], rms) or end  # a blow-up ends the run here
         val = None
         if t % self.cfg.eval_every == 0 or end:
             val = self.last_eval = evaluate(
                 self.model, self.val, self.dist, self.autocast, self.cfg.task == "lm"
             )
-        record = {
-            "step": t,
-            "loss": loss,
-            "lr": lr,
-            "grad_norm": gnorm,
-            "val_loss": val["loss"] if val else None,
-            "tokens_per_s": tokens_per_s,
-            "layers": self.telemetry.rows(streams, grads, updates) if streams is not None else [],
-        }
+        record["val_loss"] = val["loss"] if val else None
+        record["tokens_per_s"] = self.window.close()
+        loss = record["loss"]
         self.metrics.append(record)
         if not self.dist.is_main:
             return
@@ -265,6 +278,7 @@ class Trainer:
             "rng": checkpoint.rng_state(),
             "monitor": self.monitor.state_dict(),
             "window": asdict(self.window),
+            "watch": self.watcher.state_dict(),
             "last_eval": self.last_eval,
         }
 
@@ -274,5 +288,9 @@ class Trainer:
         self.sched.load_state_dict(state["scheduler"])
         checkpoint.set_rng_state(state["rng"])
         self.monitor.load_state_dict(state["monitor"])
-        self.window = Window(**state["window"])
+        self.window = Window.from_state(state["window"])
+        if "watch" in state:  # a checkpoint written before the watcher kept no state of it
+            self.watcher.load_state_dict(state["watch"])
+        else:
+            self.watcher.t = state["step"] + 1
         self.step, self.last_eval = state["step"], state["last_eval"]

@@ -91,9 +91,9 @@ class Monitor:
             )
         return False
 
-    def log(self, step: int, window_loss: float, stream_rms_max: float | None = None) -> bool:
+    def log(self, step: int, window_loss: float | None, stream_rms_max: float | None = None) -> bool:
         """Feed a logged window; True if it decides that the run diverged (stop after this step)."""
-        if self.diverged is not None or not math.isfinite(window_loss):
+        if self.diverged is not None or window_loss is None or not math.isfinite(window_loss):
             return self.diverged is not None
         self.logged.append((step, window_loss))
         limit = BLOWUP * self.initial_loss if self.initial_loss is not None else math.inf

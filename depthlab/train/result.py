@@ -1,9 +1,18 @@
-"""RunResult: what one training run produced (the ``result.json`` fields, the curves and the data)."""
+"""RunResult: what one training run produced (the ``result.json`` fields, the curves and the data).
+
+In a notebook a RunResult displays itself (its outcome, coloured, and the result.json fields);
+``to_pandas()`` gives its logged steps and ``to_pandas("layers")`` its per-layer telemetry, with the
+columns of ``FRAMES``.
+"""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+
+from depthlab.display import block, esc, para, state_badge, table
+from depthlab.frames import check_table, to_frame
+from depthlab.watch.keys import LAYER_KEYS
 
 RESULT_KEYS = (
     "outcome",
@@ -16,6 +25,11 @@ RESULT_KEYS = (
     "accuracy",
     "tokens_per_s",
 )
+# The DataFrames of ``to_pandas(table)``: "metrics", one row per logged step (the metrics.jsonl keys
+# but "layers"); "layers", one row per logged step and stream ("layer" = the stream index i: 0 enters
+# layer 1, L leaves layer L), the telemetry keys of depthlab.watch.keys.
+METRIC_KEYS = ("step", "loss", "lr", "grad_norm", "val_loss", "tokens_per_s")
+FRAMES = {"metrics": METRIC_KEYS, "layers": ("step", "layer", *LAYER_KEYS)}
 
 
 @dataclass
@@ -60,6 +74,40 @@ class RunResult:
                 values[k] = math.nan
         return cls(**values, metrics=metrics or [], data_info=data_info or {})
 
+    def to_pandas(self, table: str = "metrics"):
+        """A DataFrame of ``table`` ("metrics": a row per logged step; "layers": a row per logged step
+        and stream) with the columns of ``FRAMES[table]``; numbers are float64 (NaN where none)."""
+        check_table(table, tuple(FRAMES))
+        if table == "metrics":
+            return to_frame(self.metrics, METRIC_KEYS, numeric=METRIC_KEYS[1:])
+        rows = [
+            {**row, "step": rec["step"], "layer": row["index"]}
+            for rec in self.metrics
+            for row in rec.get("layers") or []
+        ]
+        return to_frame(rows, FRAMES["layers"], numeric=LAYER_KEYS)
+
+    def __repr__(self) -> str:
+        last = f", {self.metrics[-1]['step']} steps" if self.metrics else ""
+        return f"<RunResult {self.outcome}: val loss {self.val_loss:.4g}{last}>"
+
+    def _repr_html_(self) -> str:
+        """The outcome (coloured) and its reason, then the result.json fields as a table."""
+        rows = [[esc(k), esc(_show(getattr(self, k)))] for k in RESULT_KEYS if k not in ("outcome", "reason")]
+        steps = (
+            f"{len(self.metrics)} logged steps, the last at step {self.metrics[-1]['step']}"
+            if self.metrics
+            else ""
+        )
+        files = self.data_info.get("files") or []
+        data = f"data: {self.data_info.get('source', '?')}, {len(files)} files" if self.data_info else ""
+        return block(
+            "depthlab training run",
+            f"<p>{state_badge(self.outcome)} {esc(self.reason or '')}</p>",
+            table(["result", "value"], rows, num={1}),
+            *(para(line, muted=True) for line in (steps, data) if line),
+        )
+
     def summary(self) -> str:
         """One line: the outcome and the losses."""
         head = self.outcome + (f" at step {self.step}" if self.step is not None else "")
@@ -73,3 +121,10 @@ class RunResult:
         parts.append(f"{self.tokens_per_s:,.0f} tokens/s")
         line = f"{head}: " + ", ".join(parts)
         return line + (f" -- {self.reason}" if self.reason else "")
+
+
+def _show(value) -> str:
+    """A result field as the display shows it: 4 significant digits for a float, "-" for None."""
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

@@ -3,7 +3,7 @@
     DIR/config.json      {"model": ModelConfig, "train": TrainConfig, "data": data info, "world_size": N}
     DIR/metrics.jsonl    one JSON object per logged step (the records given to ``on_log``)
     DIR/result.json      the outcome (RunResult.to_dict())
-    DIR/events.out.tfevents.*   TensorBoard scalars (depthlab.train.events)
+    DIR/events.out.tfevents.*   TensorBoard scalars (depthlab.watch.events)
     DIR/checkpoints/step-NNNNNN.pt   state_dict checkpoints (depthlab.train.checkpoint)
 
 An existing, non-empty DIR is refused unless ``resume`` (continue it) or ``force`` (delete the files
@@ -26,9 +26,9 @@ from depthlab.errors import InputError
 from depthlab.jsonable import finite_or_none
 from depthlab.paths import check_folder
 from depthlab.train import checkpoint
-from depthlab.train.events import Events
 from depthlab.train.result import RunResult
 from depthlab.version import __version__
+from depthlab.watch.events import Events
 
 CONFIG, METRICS, RESULT = "config.json", "metrics.jsonl", "result.json"
 EVENTS_GLOB = "events.out.tfevents.*"

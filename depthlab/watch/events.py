@@ -1,15 +1,16 @@
 """TensorBoard event files: every logged number as a scalar, per-layer ones named by layer.
 
-``tensorboard --logdir DIR`` shows ``train/loss``, ``train/lr``, ``train/grad_norm``,
-``train/tokens_per_s``, ``val/loss``, ``val/bpb``, ``val/accuracy`` and, for each telemetry key,
-one chart group with a curve per stream: ``stream_grad/layer_00`` ... ``param_update/layer_24``.
+``tensorboard --logdir DIR`` shows ``train/loss``, ``train/lr``, ``train/grad_norm``, ``train/logit_lse``,
+``train/tokens_per_s``, ``val/loss``, ``val/bpb``, ``val/accuracy`` and, for each per-layer key
+(:data:`depthlab.watch.keys.LAYER_KEYS`), one chart group with a curve per stream:
+``stream_grad/layer_00`` ... ``attn_logit_max/layer_24``; each warning is a text entry under ``warnings``.
 """
 
 from __future__ import annotations
 
 import math
 
-from depthlab.train.telemetry import LAYER_KEYS
+from depthlab.watch.keys import LAYER_KEYS
 
 # metrics record key -> TensorBoard group (the stream gradient is named apart from the loss's grad_norm)
 LAYER_TAGS = {k: "stream_grad" if k == "grad_norm" else k for k in LAYER_KEYS}
@@ -31,6 +32,7 @@ class Events:
             "train/loss": record.get("loss"),
             "train/lr": record.get("lr"),
             "train/grad_norm": record.get("grad_norm"),
+            "train/logit_lse": record.get("logit_lse"),
             "train/tokens_per_s": record.get("tokens_per_s"),
             "val/loss": record.get("val_loss"),
             **(extra or {}),
@@ -41,6 +43,8 @@ class Events:
         for tag, value in scalars.items():
             if value is not None and not (isinstance(value, float) and math.isnan(value)):
                 self.writer.add_scalar(tag, value, step)
+        for warning in record.get("warnings") or []:
+            self.writer.add_text("warnings", warning["message"], step)
         self.writer.flush()
 
     def close(self) -> None:

@@ -1,0 +1,229 @@
+"""The page of one run folder: a ``depthlab train --out DIR`` run or a watched loop's ``out`` folder.
+
+    from depthlab.report.run import write_run_report
+    write_run_report("runs/mine")            # -> runs/mine/report/index.html (PNGs beside it)
+
+It reads DIR/metrics.jsonl (the watcher's records, :mod:`depthlab.watch.keys`) and, where present,
+watch.json (a watched loop's warnings and unigram estimate) or result.json (a trained run's outcome),
+and draws: a layer x step heatmap of the gradient reaching each stream and one of each layer's update
+ratio; the loss with every warning marked at its step; each layer's attention entropy and largest
+attention logit over the steps.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure as MplFigure
+
+from depthlab.display import esc
+from depthlab.display import table as _table
+from depthlab.errors import InputError
+from depthlab.report.figures import DPI, PageFigure
+from depthlab.report.html import CSS
+from depthlab.report.plots import finish, panel_axes, title_of
+
+
+def load_run(folder: str) -> dict:
+    """{"records", "summary", "result", "config"} of a run folder (InputError without metrics.jsonl)."""
+    path = Path(folder)
+    metrics = path / "metrics.jsonl"
+    if not metrics.is_file():
+        raise InputError(f"--run {folder}: no metrics.jsonl (not a depthlab train or watch folder)")
+    records = []
+    for line in metrics.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut short by a kill
+            continue
+    if not records:
+        raise InputError(f"--run {folder}: metrics.jsonl holds no record yet")
+
+    def read(name):
+        try:
+            return json.loads((path / name).read_text()) if (path / name).is_file() else None
+        except (OSError, json.JSONDecodeError):
+            return None
+
+    return {
+        "records": records,
+        "summary": read("watch.json"),
+        "result": read("result.json"),
+        "config": read("config.json"),
+    }
+
+
+def _matrix(records: list[dict], key: str) -> tuple[np.ndarray, list[int]]:
+    """(layers x steps array of ``key``, NaN where missing; the steps) over records that have layers."""
+    rows = [r for r in records if r.get("layers")]
+    n = max(len(r["layers"]) for r in rows)
+    m = np.full((n, len(rows)), np.nan)
+    for j, r in enumerate(rows):
+        for row in r["layers"]:
+            v = row.get(key)
+            if isinstance(v, (int, float)) and math.isfinite(v) and v > 0:
+                m[row["index"], j] = v
+    return m, [r["step"] for r in rows]
+
+
+def heatmaps(run: dict, axes=None) -> MplFigure | None:
+    """Gradient reaching each stream and each layer's update ratio, layer x step (log colour)."""
+    if not any(r.get("layers") for r in run["records"]):
+        return None
+    fig, axes, new = panel_axes(axes, 2, 2, 6, 4.2)
+    for ax, key, title in (
+        (axes[0], "grad_norm", "gradient reaching stream i, ||d loss / d x_i||"),
+        (axes[1], "update_ratio", "update ratio of layer i, ||x_i - x_(i-1)|| / ||x_(i-1)||"),
+    ):
+        m, steps = _matrix(run["records"], key)
+        finite = m[np.isfinite(m)]
+        if not finite.size:
+            ax.set_visible(False)
+            continue
+        norm = LogNorm(vmin=finite.min(), vmax=max(finite.max(), finite.min() * 1.0001))
+        im = ax.imshow(m, aspect="auto", origin="lower", norm=norm, cmap="viridis", interpolation="nearest")
+        ticks = np.linspace(0, len(steps) - 1, min(len(steps), 8)).round().astype(int)
+        ax.set_xticks(ticks, [str(steps[t]) for t in ticks])
+        ax.set_xlabel("step")
+        ax.set_ylabel("stream i (0 = embeddings)")
+        ax.set_title(title, fontsize=10)
+        fig.colorbar(im, ax=ax)
+    return finish(fig, axes, new, "Per layer over training", handles={})
+
+
+def loss_plot(run: dict, axes=None) -> MplFigure | None:
+    """The training (and validation) loss with each warning marked at its step."""
+    recs = [r for r in run["records"] if r.get("loss") is not None]
+    if not recs:
+        return None
+    fig, (ax,), new = panel_axes(axes, 1, 1, 12, 3.6)
+    ax.plot([r["step"] for r in recs], [r["loss"] for r in recs], color="#1f77b4", label="training loss")
+    val = [r for r in run["records"] if r.get("val_loss") is not None]
+    if val:
+        ax.plot(
+            [r["step"] for r in val],
+            [r["val_loss"] for r in val],
+            "o",
+            color="#2ca02c",
+            label="validation loss",
+        )
+    unigram = (run["summary"] or {}).get("unigram_loss") or (run["result"] or {}).get("unigram_loss")
+    if unigram:
+        ax.axhline(unigram, color="#888", ls="--", lw=1, label=f"unigram level {unigram:.2f}")
+    at: dict[int, list[str]] = {}
+    for w in _warnings(run):
+        at.setdefault(w["step"], []).append(w["code"])
+    for step, codes in at.items():  # one line and one label per step, however many warnings it raised
+        ax.axvline(step, color="#d62728", ls=":", lw=1.2)
+        ax.annotate(", ".join(codes), (step, 0.98), xycoords=("data", "axes fraction"), rotation=90,
+                    va="top", ha="right", fontsize=8, color="#d62728")  # fmt: skip
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats per token)")
+    ax.legend(loc="upper right", fontsize=8)
+    return finish(fig, [ax], new, "Loss, with the warnings", handles={})
+
+
+def attention_plot(run: dict, axes=None) -> MplFigure | None:
+    """Each layer's attention entropy and largest attention logit over the logged steps."""
+    ent, steps = (
+        _matrix(run["records"], "attn_entropy")
+        if any(r.get("layers") for r in run["records"])
+        else (None, [])
+    )
+    if ent is None or not np.isfinite(ent).any():
+        return None
+    peak, _ = _matrix(run["records"], "attn_logit_max")
+    fig, axes, new = panel_axes(axes, 2, 2, 6, 3.8)
+    colours = colormaps["plasma"](np.linspace(0, 0.9, ent.shape[0]))
+    for i in range(1, ent.shape[0]):
+        axes[0].plot(steps, ent[i], color=colours[i], label=f"layer {i}")
+        axes[1].plot(steps, peak[i], color=colours[i])
+    axes[0].set_ylabel("attention entropy (nats)")
+    axes[1].set_ylabel("largest attention logit")
+    axes[1].set_yscale("log")
+    for ax in axes:
+        ax.set_xlabel("step")
+    axes[0].legend(fontsize=7, ncol=2)
+    return finish(fig, axes, new, "Attention entropy and logits per layer", handles={})
+
+
+# The run page's figures in page order: (drawing function, caption).
+RUN_FIGURES = (
+    (
+        heatmaps,
+        "Each column is a logged step, each row a stream (log colour scale). A gradient fading toward the "
+        "bottom rows means the bottom layers hardly learn; a bright band in the update ratio is a layer "
+        "rewriting the stream.",
+    ),
+    (
+        loss_plot,
+        "The training loss (mean since the previous logged step); each red dotted line is a warning, at the "
+        "step it was raised, named by its code (the table above gives its numbers).",
+    ),
+    (
+        attention_plot,
+        "Entropy falling toward 0 means each query attends to one key (entropy collapse, Zhai et al. 2023); "
+        "a largest logit growing by orders of magnitude is attention-logit growth (Dehghani et al. 2023).",
+    ),
+)
+RUN_FIGURE_FILES = tuple(f"{draw.__name__}.png" for draw, _ in RUN_FIGURES)
+
+
+def _warnings(run: dict) -> list[dict]:
+    seen = [w for r in run["records"] for w in r.get("warnings") or []]
+    extra = [w for w in (run["summary"] or {}).get("warnings") or [] if w not in seen]
+    return sorted(seen + extra, key=lambda w: w["step"])
+
+
+def run_page(run: dict, folder: str, figures: list[PageFigure]) -> str:
+    """The HTML of the run page (every run-provided string escaped)."""
+    last, res = run["records"][-1], run["result"] or {}
+    facts = [
+        ["folder", esc(folder)],
+        ["logged steps", esc(f"{len(run['records'])} (last: step {last['step']})")],
+    ]
+    if res:
+        facts.append(["outcome", esc(f"{res.get('outcome')}: {res.get('reason') or ''}")])
+    if run["summary"]:
+        facts.append(
+            ["watched stack", esc(f"{run['summary'].get('stack')} ({run['summary'].get('n_layers')} layers)")]
+        )
+    warn_rows = [[esc(w["step"]), esc(w["code"]), esc(w["message"])] for w in _warnings(run)]
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>depthlab run</title>",
+        f"<style>{CSS}</style></head><body><h1>depthlab run</h1>",
+        _table(["", ""], facts),
+        "<h2>Warnings</h2>",
+        _table(["step", "code", "message"], warn_rows) if warn_rows else "<p class='muted'>none raised</p>",
+    ]
+    for f in figures:
+        parts.append(
+            f"<h2>{esc(f.title)}</h2><figure><img src='{esc(f.file)}' alt='{esc(f.title)}'>"
+            f"<figcaption>{esc(f.caption)}</figcaption></figure>"
+        )
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+def render_run(run: dict, folder: str, out_dir: str, prepare) -> str:
+    """Draw and save the figures and write index.html into ``out_dir`` (``prepare(out_dir, files)``
+    checks and clears it first); returns the page's path."""
+    prepare(out_dir, RUN_FIGURE_FILES)
+    figures = []
+    for draw, caption in RUN_FIGURES:
+        fig = draw(run)
+        if fig is not None:
+            name = f"{draw.__name__}.png"
+            fig.savefig(os.path.join(out_dir, name), dpi=DPI, bbox_inches="tight")
+            figures.append(PageFigure(name, title_of(fig), caption))
+    path = os.path.join(out_dir, "index.html")
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(run_page(run, folder, figures))
+    os.replace(path + ".tmp", path)
+    return path

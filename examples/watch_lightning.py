@@ -1,0 +1,51 @@
+"""depthlab.watch in a Lightning run, as a callback (a 12-layer post-LN depthlab decoder).
+
+python examples/watch_lightning.py [--steps 60] [--out runs/examples/lightning]
+depthlab report --run runs/examples/lightning
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import lightning.pytorch as L
+import torch
+import torch.nn.functional as F
+
+from depthlab import ModelConfig, build_model
+from depthlab.corpus import text_batch
+from depthlab.integrations.lightning import DepthlabCallback
+
+
+class ByteLM(L.LightningModule):
+    def __init__(self, lr: float):
+        super().__init__()
+        self.lr = lr
+        self.model = build_model(ModelConfig(n_layers=12, d_model=64, n_heads=4, max_len=64, wrap="post"))
+
+    def training_step(self, tokens, idx):
+        logits = self.model(tokens)  # (B, T, 256)
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=self.lr)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--out", default="runs/examples/lightning")
+    args = p.parse_args()
+    torch.manual_seed(0)
+    data = torch.utils.data.DataLoader(list(text_batch(8 * args.steps, 64, 256, seed=0)), batch_size=8)
+    trainer = L.Trainer(
+        max_steps=args.steps, callbacks=[DepthlabCallback(every=5, out=args.out)], logger=False,
+        enable_checkpointing=False, accelerator="cpu",
+    )  # fmt: skip
+    trainer.fit(ByteLM(args.lr), data)
+    print(f"wrote {args.out}: depthlab report --run {args.out}")
+
+
+if __name__ == "__main__":
+    main()

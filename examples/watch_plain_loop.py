@@ -1,0 +1,42 @@
+"""depthlab.watch in a plain PyTorch loop over a Hugging Face Llama built from a config (random weights).
+
+python examples/watch_plain_loop.py [--steps 60] [--out runs/examples/plain]
+depthlab report --run runs/examples/plain       # the run's page: heatmaps, loss with warnings, entropy
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import transformers
+
+import depthlab
+from depthlab.corpus import text_batch
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--out", default="runs/examples/plain")
+    args = p.parse_args()
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+    )  # fmt: skip
+    model = transformers.LlamaForCausalLM(config)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    with depthlab.watch(model, opt, every=5, out=args.out):  # the only line depthlab adds
+        for step in range(args.steps):
+            tokens = text_batch(8, 64, 256, seed=step)  # bytes of the Python standard library's source
+            loss = model(input_ids=tokens, labels=tokens).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+    print(f"wrote {args.out}: depthlab report --run {args.out}")
+
+
+if __name__ == "__main__":
+    main()
