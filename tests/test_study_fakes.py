@@ -129,9 +129,10 @@ def fake_study(name: str = "fake", depths=(2, 4), seeds=(0,), warmups=(0, 5), st
     )
 
 
-def fill_store(db: str, study: StudyConfig, leave_queued: int = 0) -> int:
-    """Record ``study`` in the store at ``db`` and finish its runs in this process with fake_task
-    (no pool: fast), leaving the last ``leave_queued`` runs queued. Returns the study id."""
+def fill_store(db: str, study: StudyConfig, leave_queued: int = 0, task=None) -> int:
+    """Record ``study`` in the store at ``db`` and finish its runs in this process with ``task``
+    (default fake_task; no pool: fast), leaving the last ``leave_queued`` runs queued. Returns the
+    study id."""
     from depthlab.study import Store
     from depthlab.study.store import owner_id
 
@@ -141,8 +142,34 @@ def fill_store(db: str, study: StudyConfig, leave_queued: int = 0) -> int:
         for run, spec in list(zip(s.runs(sid), specs))[: len(specs) - leave_queued]:
             s.claim(run["id"], owner_id())
             try:
-                payload = fake_task(spec)
+                payload = (task or fake_task)(spec)
             except RuntimeError as e:
                 payload = {"error": f"RuntimeError: {e}"}
             s.finish(run["id"], {**payload, "host": "testhost", "seconds": 0.1})
     return sid
+
+
+def lr_best(spec: RunSpec) -> float:
+    """The fake best learning rate: 1e-2 at 2 layers, falling as depth^-1 (a slope of -1)."""
+    return 1e-2 * 2 / spec.model.n_layers
+
+
+def lr_final_loss(spec: RunSpec) -> float | None:
+    """A parabola in log10(lr) around lr_best, 0.25 nats per decade squared (post-LN: 1.0, a sharper
+    valley), plus 0.01 per seed; None (diverged) from 30x the best learning rate up."""
+    lr, best = spec.train.lr, lr_best(spec)
+    if lr >= 30 * best:
+        return None
+    width = 1.0 if spec.model.wrap == "post" else 0.25
+    return 2.5 + width * math.log10(lr / best) ** 2 + 0.01 * spec.train.seed
+
+
+def lr_task(spec: RunSpec) -> dict:
+    """A payload whose final loss is lr_final_loss (l0 = 5.5 at step 0), for learning-rate studies."""
+    loss = lr_final_loss(spec)
+    records = [dict(r, loss=5.5 if r["step"] == 0 else r["loss"]) for r in fake_records(spec)]
+    records[0]["step"] = 1
+    outcome = "diverged" if loss is None else ("trained" if loss < 0.95 * UNIGRAM else "stalled")
+    result = {"outcome": outcome, "reason": None, "step": None, "final_train_loss": loss, "val_loss": loss,
+              "val_bpb": None, "unigram_loss": UNIGRAM, "accuracy": None, "tokens_per_s": 1.0}  # fmt: skip
+    return {"result": result, "metrics": records, "probe": fake_probe(spec), "data_info": {"fake": True}}

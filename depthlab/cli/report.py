@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from depthlab.report import default_report_dir, load, render, summary_table, write_run_report
+from depthlab.report.lr_tables import lr_summary
 from depthlab.study.store import DEFAULT_DB
 
 
@@ -18,6 +19,13 @@ def add_parser(sub) -> None:
     p.add_argument("--out", metavar="DIR", help="report folder (default <db folder>/report/<study name>)")
     p.add_argument("--study", help="study name or id (default: the most recently run study)")
     p.add_argument(
+        "--x",
+        default="auto",
+        choices=("auto", "n_layers", "lr"),
+        help="the outcome map's columns: depth or learning rate (default auto: the learning rate when the "
+        "grid sweeps more learning rates than depths)",
+    )
+    p.add_argument(
         "--run",
         dest="run_dir",
         metavar="DIR",
@@ -31,8 +39,10 @@ def run(args) -> int:
     if args.run_dir is not None:
         print(f"report: {write_run_report(args.run_dir, args.out)}")
         return 0
-    data = load(args.db, args.study)
+    data = load(args.db, args.study, x=args.x)
     print(f"report: {render(data, args.out or default_report_dir(args.db, data.name))}")
     print(f"\noutcome per cell (final validation loss), study {data.name!r}, store {args.db}:\n")
     print(summary_table(data))
+    if data.lr_curves:
+        print("\n" + lr_summary(data))
     return 0

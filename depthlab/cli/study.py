@@ -7,6 +7,7 @@ import signal
 
 from depthlab.errors import InputError
 from depthlab.report import check_report_dir, default_report_dir, load, render, summary_table
+from depthlab.report.lr_tables import lr_summary
 from depthlab.study import StudyConfig, plan, preset, run_study
 from depthlab.study.executors import EXECUTORS, default_workers
 from depthlab.study.grid import field_help
@@ -85,6 +86,8 @@ def run(args) -> int:
         print(f"report: {render(data, report_dir)}")
     print(f"\noutcome per cell (final validation loss), store {args.db}:\n")
     print(summary_table(data))
+    if data.lr_curves:
+        print("\n" + lr_summary(data))
     return 1 if res.failed else 0
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from depthlab.report.grouping import Layout, depth, layout, state
+from depthlab.study.sensitivity import Curve, curves
 from depthlab.study.store import Store
 
 
@@ -19,10 +21,18 @@ class StudyData:
     db: str
     study: dict
     runs: list[dict]
+    x: str = "auto"  # the outcome map's columns: "n_layers", "lr" or "auto" (grouping.layout)
     layout: Layout = field(init=False)
 
     def __post_init__(self):
-        self.layout = layout(self.runs)
+        order = list((self.study.get("config") or {}).get("axes") or {})
+        self.layout = layout(self.runs, order or None, self.x)
+
+    @functools.cached_property
+    def lr_curves(self) -> list[Curve]:
+        """The study's learning-rate curves (:func:`depthlab.study.sensitivity.curves`); empty when no
+        setting was run at two or more learning rates."""
+        return curves(self.runs)
 
     @property
     def name(self) -> str:
@@ -38,29 +48,40 @@ class StudyData:
     def deepest(self) -> int | None:
         return max(self.layout.depths) if self.layout.depths else None
 
-    def hardest_panel(self) -> str | None:
-        """The panel with the most runs that did not train at the deepest depth (ties: the first):
-        where wrappings differ most, so the per-layer figures show it."""
-        if not self.layout.panels:
-            return None
+    def informative(self) -> tuple[str | None, object]:
+        """(panel, column) at the deepest depth where the rows' outcomes differ most: the most runs that
+        trained and the most that did not, both (ties: more that did not, then the first). The per-layer
+        figures show that setting, where the wrappings part ways."""
         deep = self.deepest()
+        best, best_score = (None, None), None
+        for panel in self.layout.panels:
+            for col in self.layout.columns:
+                rs = [
+                    r
+                    for r in self.runs
+                    if self.layout.panel(r) == panel and self.layout.column(r) == col and depth(r) == deep
+                ]
+                if not rs:
+                    continue
+                ok = sum(state(r) == "trained" for r in rs)
+                score = (min(ok, len(rs) - ok), len(rs) - ok)
+                if best_score is None or score > best_score:
+                    best, best_score = (panel, col), score
+        return best
 
-        def failures(panel: str) -> int:
-            rs = [r for r in self.runs if self.layout.panel(r) == panel and depth(r) == deep]
-            return sum(state(r) in ("stalled", "diverged") for r in rs)
-
-        return max(self.layout.panels, key=lambda p: (failures(p), -self.layout.panels.index(p)))
-
-    def pick(self, panel: str | None, depth_: int | None) -> dict[str, dict]:
-        """Row label -> the first finished run (lowest seed) of that row in ``panel`` at ``depth_``."""
+    def pick(self, panel: str | None, column) -> dict[str, dict]:
+        """Row label -> the first finished run (lowest seed) of that row in ``panel`` at ``column``, at
+        the deepest depth."""
         out: dict[str, dict] = {}
+        deep = self.deepest()
         for r in sorted(self.runs, key=lambda r: r["config"]["train"].get("seed", 0)):
-            if r["status"] == "done" and self.layout.panel(r) == panel and depth(r) == depth_:
+            here = self.layout.panel(r) == panel and self.layout.column(r) == column and depth(r) == deep
+            if r["status"] == "done" and here:
                 out.setdefault(self.layout.row(r), r)
         return {row: out[row] for row in self.layout.rows if row in out}
 
 
-def load(db: str, which: str | int | None = None) -> StudyData:
+def load(db: str, which: str | int | None = None, x: str = "auto") -> StudyData:
     """Read study ``which`` (id, name, or None = the latest) and all its runs' data from ``db``.
 
     Raises InputError if the file or the study does not exist (a report never creates a store).
@@ -73,4 +94,4 @@ def load(db: str, which: str | int | None = None) -> StudyData:
             r["layers"] = store.layer_metrics(r["id"])
             r["probe"] = store.probe(r["id"])
             r["probe_layers"] = store.probe_layers(r["id"])
-    return StudyData(db=db, study=study, runs=runs)
+    return StudyData(db=db, study=study, runs=runs, x=x)

@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from depthlab.errors import InputError
 from depthlab.report.data import StudyData
 from depthlab.report.layer_plots import bottom_vs_top, layer_profiles
+from depthlab.report.lr_plots import lr_curves
 from depthlab.report.plots import loss_curves, outcome_map, title_of
 
 DPI = 110
@@ -54,6 +55,13 @@ FIGURES = (
         "Each cell is one wrapping at one depth (seeds pooled), coloured by outcome and labelled with its "
         "final validation loss: look for the cells that turn orange or red as depth grows, and whether a "
         "warmup turns them green.",
+    ),
+    ReportFigure(
+        lr_curves,
+        "Each point is the final validation loss at one learning rate, averaged over seeds (the bar spans "
+        "the seeds; a diverged run counts as the loss at initialisation, marked x). A wide, flat valley is "
+        "a configuration that forgives the learning rate; a narrow one is sensitive to it, and where its "
+        "minimum sits says which learning rate each depth wants (the table below has the numbers).",
     ),
     ReportFigure(
         loss_curves,

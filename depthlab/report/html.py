@@ -14,6 +14,7 @@ from depthlab.display import state_badge as _state
 from depthlab.report.data import StudyData
 from depthlab.report.figures import PageFigure
 from depthlab.report.grouping import depth, predicted, state
+from depthlab.report.lr_tables import lr_section
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; padding: 0 1em; }
@@ -27,8 +28,10 @@ pre { background: #f7f7f7; padding: 1em; overflow-x: auto; }
 """
 
 READING = (
-    "Start with the outcome map: each cell is a wrapping at a depth, green where the run trained, orange "
-    "where it stalled at the unigram level (predicting only common bytes), red where it diverged. The loss "
+    "Start with the outcome map: each cell is a wrapping at a depth (or a learning rate), green where the run "
+    "trained, light green where it was still falling when it ended (undertrained), orange where it stalled "
+    "at the unigram level (predicting only common bytes), red where it diverged. With a learning-rate axis, "
+    "the learning-rate curves and their table show how forgiving each wrapping is. The loss "
     "curves show how each run got there. The per-layer figures explain why: a gradient that vanishes toward "
     "the bottom layers, or a stream whose scale grows with depth. The verdict table asks whether the "
     "doctor's one-batch probe at init predicted the outcome before any training."
@@ -159,6 +162,7 @@ def page(data: StudyData, figures: list[PageFigure]) -> str:
         f"report written {esc(time.strftime('%Y-%m-%d %H:%M:%S'))}.</p>",
         f"<h2>How to read this report</h2><p>{esc(READING)}</p>",
         *[figure_html(f) for f in figures],
+        lr_section(data),
         verdict_section(data),
         runs_section(data),
         f"<h2>The study's configuration</h2><pre>{esc(config)}</pre>",

@@ -1,7 +1,7 @@
 """Per-layer figures: gradient and stream rms over depth (init vs end), and bottom vs top layers over time.
 
-Both use the deepest depth of the study, in the train setting where the most runs failed there
-(:meth:`StudyData.hardest_panel`), one run per wrapping (the lowest seed). They follow the figure
+Both use the deepest depth of the study, in the setting where the wrappings' outcomes differ most
+(:meth:`StudyData.informative`), one run per wrapping (the lowest seed). They follow the figure
 pattern of :mod:`depthlab.report.plots`: ``name(data, axes=None) -> Figure | None``.
 """
 
@@ -39,8 +39,8 @@ def _positive(values) -> list[float]:
 def layer_profiles(data: StudyData, axes=None) -> Figure | None:
     """2 x 2 (``axes``: four): gradient norm and stream rms by stream index, at init (the probe) and at
     the end of training, a line per wrapping. None when no run has a probe or telemetry."""
-    panel, deep = data.hardest_panel(), data.deepest()
-    picks = data.pick(panel, deep)
+    (panel, column), deep = data.informative(), data.deepest()
+    picks = data.pick(panel, column)
     if not any(r["probe_layers"] or r["layers"] for r in picks.values()):
         return None
     fig, axes, new = panel_axes(axes, 4, 2, 4.2, 2.9)
@@ -72,7 +72,12 @@ def layer_profiles(data: StudyData, axes=None) -> Figure | None:
         else:  # say why a panel is empty rather than draw a blank frame
             why = "no at-init probe was recorded" if k % 2 == 0 else "no telemetry was recorded"
             ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center", color="grey")
-    return finish(fig, axes, new, f"Per-layer gradient and stream scale over depth ({deep} layers, {panel})")
+    return finish(
+        fig,
+        axes,
+        new,
+        f"Per-layer gradient and stream scale over depth ({_where(data, deep, panel, column)})",
+    )
 
 
 def _layer_grad(row: dict) -> float | None:
@@ -104,8 +109,8 @@ def _bottom_top(layers: list[dict]) -> tuple[list[int], list[float], list[float]
 def bottom_vs_top(data: StudyData, axes=None) -> Figure | None:
     """One panel per wrapping with telemetry (``axes``: one each): the mean parameter gradient of the
     bottom and of the top quarter of layers at each logged step. None without telemetry."""
-    panel, deep = data.hardest_panel(), data.deepest()
-    picks = {row: r for row, r in data.pick(panel, deep).items() if r["layers"]}
+    (panel, column), deep = data.informative(), data.deepest()
+    picks = {row: r for row, r in data.pick(panel, column).items() if r["layers"]}
     if not picks:
         return None
     fig, axes, new = panel_axes(axes, len(picks), 3, 3.2, 2.5)
@@ -117,5 +122,18 @@ def bottom_vs_top(data: StudyData, axes=None) -> Figure | None:
         ax.set_title(plain(f"{row}: {r.get('outcome') or r['status']}"), fontsize=9)
         ax.set_xlabel("step", fontsize=8)
     return finish(
-        fig, axes, new, f"Gradient of the bottom vs the top layers over training ({deep} layers, {panel})"
+        fig,
+        axes,
+        new,
+        f"Gradient of the bottom vs the top layers over training ({_where(data, deep, panel, column)})",
     )
+
+
+def _where(data: StudyData, deep: int, panel: str | None, col) -> str:
+    """The setting a per-layer figure shows, in words: "24 layers, warmup=0" or "24 layers, lr=0.01"."""
+    parts = [f"{deep} layers"]
+    if data.layout.x == "lr":
+        parts.append(f"lr={col:g}")
+    if panel and panel != "all runs" and f"n_layers={deep}" != panel:
+        parts.append(panel.replace(f"n_layers={deep}", "").strip())
+    return ", ".join(p for p in parts if p)

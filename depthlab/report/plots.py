@@ -86,33 +86,35 @@ def finish(fig: Figure, axes: Sequence, new: bool, title: str, handles: dict | N
 
 
 def outcome_map(data: StudyData, axes=None) -> Figure | None:
-    """Depth x wrapping, one panel per train setting (``axes``: one per setting), each cell coloured by
-    its outcome and labelled with its final validation loss (seeds pooled). None without runs."""
+    """Wrapping x depth (or learning rate), one panel per remaining setting (``axes``: one per setting),
+    each cell coloured by its outcome and labelled with its final validation loss (seeds pooled). None
+    without runs."""
     lay = data.layout
     if not data.runs:
         return None
     table = cells(data.runs, lay)
     fig, axes, new = panel_axes(
-        axes, len(lay.panels), 2, 1.0 * len(lay.depths) + 2.6, 0.45 * len(lay.rows) + 1.2
+        axes, len(lay.panels), 2, 1.0 * len(lay.columns) + 2.6, 0.45 * len(lay.rows) + 1.2
     )
     for ax, panel in zip(axes, lay.panels):
-        img = np.ones((len(lay.rows), len(lay.depths), 3))
+        img = np.ones((len(lay.rows), len(lay.columns), 3))
         for i, row in enumerate(lay.rows):
-            for j, d in enumerate(lay.depths):
-                cell = table.get((panel, row, d))
+            for j, col in enumerate(lay.columns):
+                cell = table.get((panel, row, col))
                 if cell is None:
                     continue
                 colour = COLOURS.get(cell.state, "#ffffff")
                 img[i, j] = to_rgb(colour)
                 ax.text(j, i, cell.label(), ha="center", va="center", fontsize=8, color=text_colour(colour))
         ax.imshow(img, aspect="auto", interpolation="nearest")
-        ax.set_xticks(range(len(lay.depths)), [str(d) for d in lay.depths])
+        ticks = [str(c) if lay.x == "n_layers" else f"{c:g}" for c in lay.columns]
+        ax.set_xticks(range(len(lay.columns)), ticks, rotation=0 if lay.x == "n_layers" else 45)
         ax.set_yticks(range(len(lay.rows)), [plain(r) for r in lay.rows])
-        ax.set_xticks(np.arange(-0.5, len(lay.depths)), minor=True)
+        ax.set_xticks(np.arange(-0.5, len(lay.columns)), minor=True)
         ax.set_yticks(np.arange(-0.5, len(lay.rows)), minor=True)
         ax.grid(which="minor", color="white", linewidth=2)
         ax.tick_params(which="minor", length=0)
-        ax.set_xlabel("layers")
+        ax.set_xlabel(lay.x_label)
         ax.set_title(plain(panel), fontsize=10)
     present = {
         s: Patch(color=COLOURS[s], label=s) for s in STATES if any(c.state == s for c in table.values())

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from depthlab.report.data import StudyData
-from depthlab.report.grouping import cells
+from depthlab.report.grouping import cells, column_text
 
 
 def summary_table(data: StudyData) -> str:
-    """One block per panel (train setting): rows = wrappings, columns = depths, cells "outcome loss"
+    """One block per panel: rows = wrappings, columns = depths (or learning rates), cells "outcome loss"
     (with "k/n" when seeds disagree). Returns the text, without a trailing newline."""
     lay = data.layout
     table = cells(data.runs, lay)
@@ -18,14 +18,15 @@ def summary_table(data: StudyData) -> str:
     for key, c in table.items():
         if len(c.counts) > 1:
             texts[key] += f" ({c.counts[c.state]}/{c.n})"
-    width = max([len(f"{d} layers") for d in lay.depths] + [len(t) for t in texts.values()] + [4])
+    heads = [column_text(lay, c) for c in lay.columns]
+    width = max([len(h) for h in heads] + [len(t) for t in texts.values()] + [4])
     lines = []
     for panel in lay.panels:
         lines.append(panel)
-        head = "".join(f"  {f'{d} layers':<{width}}" for d in lay.depths)
+        head = "".join(f"  {h:<{width}}" for h in heads)
         lines.append(f"  {'wrapping':<{first}}{head}".rstrip())
         for row in lay.rows:
-            vals = "".join(f"  {texts.get((panel, row, d), '-'):<{width}}" for d in lay.depths)
+            vals = "".join(f"  {texts.get((panel, row, c), '-'):<{width}}" for c in lay.columns)
             lines.append(f"  {row:<{first}}{vals}".rstrip())
         lines.append("")
     return "\n".join(lines).rstrip()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from depthlab.frames import check_table, to_frame
 from depthlab.report.data import StudyData
-from depthlab.report.grouping import depth, state
+from depthlab.report.grouping import DEPTH_FIELDS, depth, state, varying
 from depthlab.study.schema import LAYER_COLUMNS, METRIC_COLUMNS, PROBE_LAYER_COLUMNS
 
 ID = ("run_id", "wrapping", "n_layers", "setting", "seed")
@@ -67,12 +67,11 @@ def _value(v):
 
 def varying_fields(data: StudyData) -> list[tuple[str, str]]:
     """(side, field) of every config field that varies between the runs and is not already a column."""
-    lay = data.layout
     taken = set(FRAMES["runs"])
     return [
         (side, f)
-        for side, names in (("model", lay.row_fields), ("train", lay.panel_fields))
-        for f in names
+        for side, skip in (("model", DEPTH_FIELDS), ("train", ("seed",)))
+        for f in varying(data.runs, side, skip)
         if f not in taken
     ]
 

@@ -22,7 +22,7 @@ from depthlab.frames import to_frame
 from depthlab.report import default_report_dir, render
 from depthlab.report.data import StudyData, load
 from depthlab.report.figures import FIGURES, report_figure
-from depthlab.report.grouping import COLOURS, cells, state
+from depthlab.report.grouping import COLOURS, cells, column_text, state
 from depthlab.report.summary import summary_table
 from depthlab.report.tables import study_frame
 from depthlab.study.store import DEFAULT_DB, Store
@@ -159,7 +159,7 @@ class StudyView:
 
 
 def outcome_tables(data: StudyData) -> list[str]:
-    """The outcome map in HTML: per train setting, wrappings down, depths across, each cell coloured by
+    """The outcome map in HTML: per setting, wrappings down, depths (or learning rates) across, each cell coloured by
     its state and labelled with its final validation loss (and "k/n state" when seeds disagree)."""
     lay, found = data.layout, cells(data.runs, data.layout)
     out = []
@@ -167,8 +167,8 @@ def outcome_tables(data: StudyData) -> list[str]:
         rows = []
         for row in lay.rows:
             line = [esc(row)]
-            for d in lay.depths:
-                cell = found.get((panel, row, d))
+            for col in lay.columns:
+                cell = found.get((panel, row, col))
                 if cell is None:
                     line.append("")
                     continue
@@ -179,6 +179,7 @@ def outcome_tables(data: StudyData) -> list[str]:
                 )
             rows.append(line)
         out.append(
-            f"<p><b>{esc(panel)}</b></p>" + table(["wrapping", *(f"{d} layers" for d in lay.depths)], rows)
+            f"<p><b>{esc(panel)}</b></p>"
+            + table(["wrapping", *(column_text(lay, c) for c in lay.columns)], rows)
         )
     return out

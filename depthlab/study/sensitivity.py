@@ -87,7 +87,8 @@ class Curve:
 
     @property
     def label(self) -> str:
-        return " ".join(f"{k}={v}" for k, v in self.key.items()) or "all runs"
+        """The setting as the report's rows name it: ``pre``, ``pre qk_norm=True z_loss=0.0001``."""
+        return " ".join(str(v) if k == "wrap" else f"{k}={v}" for k, v in self.key.items()) or "all runs"
 
     @property
     def seeds(self) -> list[int]:
