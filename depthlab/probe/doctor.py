@@ -34,6 +34,20 @@ init, a batch of 8 x 64 bytes of the default corpus, LM loss, seed 0 unless a ra
   0.97 .. 1.37 at 4 .. 6 layers, 1.6 .. 27 at 96 .. 192; Admin 0.37 .. 0.59 (6 .. 192 layers);
   DeepNorm 0.03 .. 0.05 (96 layers). Literature: post-LN needs warmup from 6 layers (Vaswani et al. 2017, 4000 steps;
   Xiong et al. 2020: 8.45 BLEU without warmup vs ~34 with).
+- ``learning-rate`` (only when the probe is given the learning rate and warmup the model will train
+  with; it then replaces ``warmup-required``): the probe measures the model's *update gain* G, how far
+  Adam's first update moves the output per unit of learning rate (:func:`depthlab.probe.probe.measure`),
+  and the *step size* s = G x lr, the first full-size update's reach in output norms. Where blocks
+  renormalise the stream (post-LN, DeepNorm, Admin, Mix-LN's bottom layers), the run is predicted to
+  fail (**error**) when s > ``STEP_LIMIT`` = 1.3 without warmup, or s > ``STEP_LIMIT_WARMUP`` = 4.7
+  with one; otherwise the verdict is **ok** with the numbers. Stacks that never renormalise their stream
+  get no limit: on the calibration grid none of them failed by step size (pre-LN, sandwich, reorder,
+  LNS and LayerScale trained up to s = 155; ReZero diverged at lr 0.05 with s = 0.65, which no
+  threshold on s separates). The two limits were chosen on the calibration grid
+  (grids/doctor-tuning.yaml: 10 wrappings x depths 2, 6, 16 x lr 1e-3, 1e-2, 5e-2 x warmup 0, 30,
+  d_model 32, 150 steps), where they classify 61 of the 66 renormalising runs (any no-warmup limit in
+  (1.05, 1.68) and warmup limit in (4.35, 5.15) did as well: the midpoints were taken); the doctor's
+  score is measured on a separate held-out grid (docs/doctor.md).
 - ``non-finite`` (**error**, reported alone): a stream or the loss is inf or nan: float32 overflowed
   (a norm-free stack's stream grows with depth), so nothing else can be judged.
 - ``dead-stream`` (**error**): a stream that is exactly zero (ReZero's a = 0 with its skip off).
@@ -55,6 +69,8 @@ EXPLODE_ERROR = 1e4
 GROWTH_REPORT = 2.0
 GROWTH_WARN_EXPONENT = 0.75
 WARMUP_K = 0.8
+STEP_LIMIT = 1.3
+STEP_LIMIT_WARMUP = 4.7
 
 
 def verdict(level: str, code: str, message: str) -> dict:
@@ -68,7 +84,8 @@ def diagnose(r: ProbeResult) -> list[dict]:
     if broken is not None:
         return [broken]
     degenerate = _degenerate_loss(r)
-    checks = [_dead, _missing_final_norm, _warmup, _growth]
+    lr_given = r.config["probe"].get("lr") is not None
+    checks = [_dead, _missing_final_norm, _learning_rate if lr_given else _warmup, _growth]
     if degenerate is None:
         checks[1:1] = [_vanishing, _exploding]
     found = [v for v in [degenerate, *(check(r) for check in checks)] if v is not None]
@@ -267,6 +284,52 @@ def _warmup(r: ProbeResult):
         "output change grows linearly with depth (Liu et al. 2020); train it with a learning-rate warmup "
         "(Vaswani et al. 2017: 4000 steps) or use pre-LN, Admin or DeepNorm",
     )
+
+
+def _learning_rate(r: ProbeResult):
+    """The step-size verdict (see the module docstring); None when the gain could not be measured."""
+    pr, st = r.config["probe"], r.config["stack"]
+    gain, step = pr.get("update_gain"), pr.get("step_size")
+    if gain is None or step is None:
+        return None
+    lr, warmup = pr["lr"], pr.get("warmup") or 0
+    limit = STEP_LIMIT_WARMUP if warmup else STEP_LIMIT
+    share = st.get("renormalised_share") or 0.0
+    reach = f"update gain {gain:.3g}: one Adam step at lr {lr:g} reaches s = {step:.3g} output norms"
+    if share > 0 and step > limit:
+        with_w = f"with a {warmup}-step warmup" if warmup else "without warmup"
+        return verdict(
+            "error",
+            "learning-rate",
+            f"{reach}, above {limit:g}, the limit {with_w} for stacks whose blocks renormalise the stream "
+            f"({share:.0%} of them here): such runs stalled at the unigram level or diverged on the doctor's "
+            "calibration grid (Liu et al. 2020: post-LN's output moves with depth). A smaller learning rate"
+            + (", a warmup" if not warmup else "")
+            + " or a wrapping that does not renormalise the stream (pre-LN, sandwich) would train",
+        )
+    where = (
+        f"within the limit {limit:g} for stacks that renormalise the stream"
+        if share > 0
+        else "the stream is never renormalised, and no step size stopped such stacks on the calibration grid"
+    )
+    return verdict("ok", "learning-rate", f"{reach}: {where}")
+
+
+def prediction(probe: dict, warmup: int | None = None) -> str | None:
+    """What a probe's verdicts predict for the run: "fails" (an error, or ``warmup-required`` for a run
+    without warmup), "trains", or None (no verdicts). ``probe`` is the Probe JSON; ``warmup`` the run's
+    (default: the one the probe was given)."""
+    verdicts = (probe or {}).get("verdicts") or []
+    if not verdicts:
+        return None
+    if warmup is None:
+        warmup = ((probe.get("config") or {}).get("probe") or {}).get("warmup") or 0
+    for v in verdicts:
+        if v.get("level") == "error":
+            return "fails"
+        if v.get("code") == "warmup-required" and v.get("level") == "warning" and not warmup:
+            return "fails"
+    return "trains"
 
 
 def _ok(r: ProbeResult) -> dict:

@@ -65,8 +65,9 @@ FIGURES = (
     ),
     ReportFigure(
         loss_curves,
-        "Training loss per logged step, one line per depth; the dashed line is the unigram level (the loss "
-        "of predicting only common bytes): a curve that flattens there has stalled.",
+        "Training loss per logged step, one line per depth (or learning rate), the validation loss at each "
+        "evaluation as circles; the grey dashed line is the unigram level (the loss of predicting only "
+        "common bytes): a curve that flattens there has stalled.",
     ),
     ReportFigure(
         layer_profiles,

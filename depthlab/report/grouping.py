@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from depthlab.config import TrainConfig
 from depthlab.display import STATE_COLOURS as COLOURS  # noqa: F401 (the report's colours, named here)
+from depthlab.probe.doctor import prediction
 
 STATES = ("trained", "undertrained", "stalled", "diverged", "failed", "running", "queued")
 SEVERITY = {
@@ -189,19 +190,8 @@ def cells(runs: list[dict], lay: Layout) -> dict[tuple[str, str, object], Cell]:
 
 
 def predicted(run: dict, probe: dict | None) -> str | None:
-    """What the at-init verdicts predict for this run: "trains", "fails", or None (no probe).
-
-    Rule: any error-level verdict predicts a failure, and so does ``warmup-required`` (at any
-    level) for a run without warmup; a ``warmup-required`` verdict is satisfied by a warmup, and
-    other warnings are cautions, not predictions of failure.
-    """
+    """What the at-init verdicts predict for this run: "trains", "fails", or None (no probe)
+    (:func:`depthlab.probe.doctor.prediction`, with the run's own warmup)."""
     if not probe:
         return None
-    warm = int(run["config"]["train"].get("warmup") or 0) > 0
-    for v in probe.get("verdicts") or []:
-        if v.get("code") == "warmup-required" and v.get("level") in ("warning", "error"):
-            if not warm:
-                return "fails"
-        elif v.get("level") == "error":
-            return "fails"
-    return "trains"
+    return prediction(probe, int(run["config"]["train"].get("warmup") or 0))

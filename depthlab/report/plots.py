@@ -28,7 +28,7 @@ from matplotlib.patches import Patch
 from depthlab.display import InlineFigure, text_colour
 from depthlab.errors import InputError
 from depthlab.report.data import StudyData
-from depthlab.report.grouping import COLOURS, STATES, cells, depth
+from depthlab.report.grouping import COLOURS, STATES, cells, column_text
 
 
 def plain(text: str) -> str:
@@ -123,15 +123,16 @@ def outcome_map(data: StudyData, axes=None) -> Figure | None:
 
 
 def loss_curves(data: StudyData, axes=None) -> Figure | None:
-    """Training loss over steps: a column per wrapping, a row per train setting (``axes``: one per
-    wrapping and setting, row by row), a line per depth, the unigram level dashed. None without metrics."""
+    """Training loss over steps, with the validation loss at each evaluation (circles, dashed): a column
+    per wrapping, a row per setting (``axes``: one per wrapping and setting, row by row), a line per
+    depth (or learning rate), the unigram level dashed. None without metrics."""
     lay = data.layout
     runs = [r for r in data.runs if r.get("metrics")]
     if not runs:
         return None
     ncols = len(lay.rows)
     fig, axes, new = panel_axes(axes, ncols * len(lay.panels), ncols, 2.7, 2.1)
-    colours = _depth_colours(lay.depths)
+    colours = _depth_colours(lay.columns)
     unigram = next((r["unigram_loss"] for r in runs if r.get("unigram_loss") is not None), None)
     top = max((m["loss"] for r in runs for m in r["metrics"][:1] if m["loss"] is not None), default=None)
     for k, ax in enumerate(axes):
@@ -140,7 +141,11 @@ def loss_curves(data: StudyData, axes=None) -> Figure | None:
             if lay.panel(r) == panel and lay.row(r) == row:
                 steps = [m["step"] for m in r["metrics"]]
                 loss = [m["loss"] if m["loss"] is not None else np.nan for m in r["metrics"]]
-                ax.plot(steps, loss, color=colours[depth(r)], lw=1.2, label=f"{depth(r)} layers")
+                colour, label = colours[lay.column(r)], column_text(lay, lay.column(r))
+                ax.plot(steps, loss, color=colour, lw=1.2, label=label)
+                val = [(m["step"], m["val_loss"]) for m in r["metrics"] if m.get("val_loss") is not None]
+                if val:
+                    ax.plot(*zip(*val), color=colour, ls="--", marker="o", ms=3, lw=0.8, label="validation")
         if unigram is not None:
             ax.axhline(unigram, color="grey", ls="--", lw=0.8, label="unigram level")
         if top is not None:
@@ -151,6 +156,7 @@ def loss_curves(data: StudyData, axes=None) -> Figure | None:
     return finish(fig, axes, new, f"Loss curves {per}")
 
 
-def _depth_colours(depths: list[int]) -> dict[int, tuple]:
+def _depth_colours(columns: list) -> dict:
+    """A colour per column value (depth or learning rate), dark to light."""
     cmap = colormaps["viridis"]
-    return {d: cmap(i / max(1, len(depths) - 1) * 0.85) for i, d in enumerate(depths)}
+    return {c: cmap(i / max(1, len(columns) - 1) * 0.85) for i, c in enumerate(columns)}
