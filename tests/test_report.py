@@ -62,7 +62,7 @@ def test_verdict_prediction_rule():
     warm = {"verdicts": [{"level": "warning", "code": "warmup-required"}]}
     err = {"verdicts": [{"level": "error", "code": "vanishing-gradient"}, {"level": "ok", "code": "x"}]}
     assert predicted(run(0), warm) == "fails" and predicted(run(10), warm) == "trains"
-    assert predicted(run(10), err) == "fails" and predicted(run(0), {"verdicts": []}) == "trains"
+    assert predicted(run(10), err) == "fails" and predicted(run(0), {"verdicts": []}) is None  # no verdict: no prediction
     assert predicted(run(0), None) is None
 
 
@@ -75,7 +75,8 @@ def test_report_page_has_every_part(db, tmp_path):
         with open(tmp_path / "rep" / name, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     assert html.count("<figcaption>") == 4 and html.count("<h2>") >= 8
-    assert "The verdict predicted 7 of 8 outcomes." in html  # post, 2 layers, no warmup: a miss
+    assert "The verdict predicted 7 of 8 outcomes (88%)" in html  # post, 2 layers, no warmup: a miss
+    assert "always answering" in html
     assert html.count("<tr>") >= 1 + 8 + 3 + 8  # tables: confusion (3 rows), verdicts (8), runs (8)
     assert "axes:" in html and "warmup-required" in html
     assert not re.search(r'(src|href)="(https?:)?//', html)  # nothing from the network

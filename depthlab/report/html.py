@@ -15,6 +15,8 @@ from depthlab.report.data import StudyData
 from depthlab.report.figures import PageFigure
 from depthlab.report.grouping import depth, predicted, state
 from depthlab.report.lr_tables import lr_section
+from depthlab.study.scoring import PREDICTIONS, doctor_pairs, expected, score
+from depthlab.train.outcome import OUTCOMES
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; padding: 0 1em; }
@@ -49,14 +51,11 @@ def figure_html(fig: PageFigure) -> str:
     )
 
 
-OUTCOMES = ("trained", "stalled", "diverged")
-
-
 def _verdict_row(data: StudyData, r: dict, pred: str | None, actual: str) -> list[str]:
     """One row of the verdict table: configuration, verdict at init, prediction, outcome, agreement."""
     agree = ""
     if pred is not None and actual in OUTCOMES:
-        agree = "yes" if (pred == "trains") == (actual == "trained") else "no"
+        agree = "yes" if pred == expected(actual) else "no"
     verdict = esc(r.get("probe_level") or "-")
     if r.get("probe_codes"):
         verdict += f" ({esc(r['probe_codes'])})"
@@ -75,31 +74,32 @@ def _verdict_row(data: StudyData, r: dict, pred: str | None, actual: str) -> lis
 
 
 def verdict_section(data: StudyData) -> str:
-    """The doctor's verdict at init beside each run's outcome, and the confusion table of both."""
-    rows, pairs = [], []
-    for r in data.runs:
-        pred, actual = predicted(r, r.get("probe")), state(r)
-        if pred and actual in OUTCOMES:
-            pairs.append((pred, actual))
-        rows.append(_verdict_row(data, r, pred, actual))
+    """The doctor's verdict at init beside each run's outcome; its score (depthlab.study.scoring)."""
+    rows = [_verdict_row(data, r, predicted(r, r.get("probe")), state(r)) for r in data.runs]
+    s = score(doctor_pairs(data.runs))
+    pct = lambda v: "-" if v is None else f"{v:.0%}"  # noqa: E731
+    if s["runs"]:
+        summary = (
+            f"The verdict predicted {s['hits']} of {s['runs']} outcomes ({pct(s['accuracy'])}); always "
+            f"answering '{s['baseline']['predicts']}' would get {s['baseline']['hits']} "
+            f"({pct(s['baseline']['accuracy'])})."
+        )
+    else:
+        summary = "No run has both a probe and an outcome yet."
     conf = [
-        [esc(p)] + [str(sum(1 for q, a in pairs if q == p and a == o)) for o in OUTCOMES]
-        for p in ("trains", "fails")
+        [esc(p)] + [str(s["confusion"][p][o]) for o in OUTCOMES] + [pct(s["precision"][p])]
+        for p in PREDICTIONS
     ]
-    hits = sum((p == "trains") == (a == "trained") for p, a in pairs)
-    score = (
-        f"The verdict predicted {hits} of {len(pairs)} outcomes."
-        if pairs
-        else "No run has both a probe and an outcome yet."
-    )
+    conf.append(["recall"] + [pct(s["recall"][o]) for o in OUTCOMES] + [""])
     head = ["wrapping", "layers", "setting", "verdict at init", "predicts", "outcome", "agree"]
     return (
         "<h2>Know before you train: the verdict at init vs the outcome</h2>\n"
-        "<p>Each configuration is probed once at init (one batch, forward and backward) before it trains. "
-        "A verdict predicts a failure when it has an error, or says <code>warmup-required</code> for a run "
-        "without warmup; otherwise it predicts that the run trains. Read the confusion table's diagonal "
-        f"(trains/trained, fails/stalled or diverged) as hits. {esc(score)}</p>\n"
-        + table(["predicted \\ outcome", *OUTCOMES], conf, num={1, 2, 3})
+        "<p>Each configuration is probed once at init (one batch, forward and backward, and Adam's first "
+        "update at the run's learning rate) before it trains. A verdict predicts a failure when it has an "
+        "error (a learning rate too large for the stack, a vanishing gradient, ...), or says "
+        "<code>warmup-required</code> for a run without warmup; otherwise it predicts that the run trains. "
+        f"A hit is trains/trained or fails/any other outcome. {esc(summary)}</p>\n"
+        + table(["predicted \\ outcome", *OUTCOMES, "precision"], conf, num={1, 2, 3, 4, 5})
         + "\n"
         + table(head, rows, num={1})
     )
