@@ -5,14 +5,18 @@ from __future__ import annotations
 import os
 
 from depthlab.cli.common import add_json_flag
+from depthlab.docs.doctor import DEFAULT_DB as DOCTOR_DB
+from depthlab.docs.doctor import DEFAULT_DOC as DOCTOR_DOC
+from depthlab.docs.doctor import write_doctor_doc
 from depthlab.docs.reproductions import DEFAULT_DOC, run_all
 from depthlab.docs.tour import check_written, write_tour
 from depthlab.errors import ConfigError, InputError
 from depthlab.paths import check_folder, check_output_file, write_json
 from depthlab.reproduce import REPRODUCTIONS
+from depthlab.study.scoring import format_score
 from depthlab.train.distributed import set_torch_threads
 
-DOCUMENTS = ("all", "tour")  # names that write a document instead of checking one claim
+DOCUMENTS = ("all", "tour", "doctor")  # names that write a document instead of checking one claim
 
 
 def add_parser(sub) -> None:
@@ -21,9 +25,10 @@ def add_parser(sub) -> None:
         help="reproduce the source texts' numbers and the published claims",
         description="Recompute a claim and print, beside each stated number, the measured one "
         "and whether they match. NAME 'list' lists the reproductions; 'all' runs every one and writes "
-        f"{DEFAULT_DOC}; 'tour' regenerates docs/tour.md from the real output of every command it shows.",
+        f"{DEFAULT_DOC}; 'tour' regenerates docs/tour.md from the real output of every command it shows; 'doctor' "
+        "runs (or resumes) the doctor's tuning and held-out grids and writes docs/doctor.md with its score.",
     )
-    p.add_argument("name", help="which reproduction (e.g. seeds, init-scaling), or list, all, tour")
+    p.add_argument("name", help="which reproduction (e.g. seeds, init-scaling), or list, all, tour, doctor")
     p.add_argument("--quick", action="store_true", help="a smaller, faster version where one exists")
     p.add_argument("--out", default="runs/reproduce", help="folder for plots (default runs/reproduce)")
     p.add_argument(
@@ -48,9 +53,21 @@ def run(args) -> int:
             print(f"{name:16} {(fn.__doc__ or '').strip().splitlines()[0] if fn.__doc__ else ''}")
         return 0
     if args.name not in REPRODUCTIONS and args.name not in DOCUMENTS:
-        raise ConfigError("NAME", args.name, f"one of {', '.join(sorted(REPRODUCTIONS))}, list, all, tour")
-    if args.doc is not None and args.name != "all":
-        raise InputError(f"--doc applies to 'all' only, not to {args.name}")
+        raise ConfigError(
+            "NAME", args.name, f"one of {', '.join(sorted(REPRODUCTIONS))}, list, all, tour, doctor"
+        )
+    if args.doc is not None and args.name not in ("all", "doctor"):
+        raise InputError(f"--doc applies to 'all' and 'doctor' only, not to {args.name}")
+    if args.name == "doctor":
+        print(
+            "the doctor's grids: 340 tiny training runs, about 45 minutes on two idle cores (runs already "
+            f"in {DOCTOR_DB} are skipped)",
+            flush=True,
+        )
+        scores = write_doctor_doc(DOCTOR_DB, args.doc or DOCTOR_DOC)
+        print(format_score(scores["heldout"]))
+        print(f"wrote {args.doc or DOCTOR_DOC}")
+        return 0
     if args.name == "tour":
         results, path = write_tour()
         missing = check_written(results, path)
