@@ -3,9 +3,10 @@
 The doctor's thresholds were chosen on ``grids/doctor-tuning.yaml`` and are constants in
 :mod:`depthlab.probe.doctor`; ``grids/doctor-heldout.yaml`` was fixed before any of its runs and is
 only scored. This command runs both grids into one store (resumable: runs already done are skipped),
-scores the doctor on each (the tuning score is in-sample, shown for comparison only), scores the
-doctor as it was before it took a learning rate (the same probes, diagnosed without one) on the same
-held-out runs, and writes the document from what it measured.
+probes every run's model at init again with the current probe (deterministic: the run's seed and first
+batch), so that the score is always the current doctor's, scores it on each grid (the tuning score is
+in-sample, shown for comparison only), scores the doctor as it was before it took a learning rate (the
+same probes, diagnosed without one) on the held-out runs, and writes the document from what it measured.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ import os
 import platform
 import time
 
+from depthlab.config import ModelConfig, TrainConfig
 from depthlab.paths import check_output_file
 from depthlab.probe.doctor import STEP_LIMIT, STEP_LIMIT_WARMUP, diagnose
 from depthlab.probe.result import ProbeResult
 from depthlab.report import load
 from depthlab.report.grouping import predicted
-from depthlab.study import StudyConfig, run_study
+from depthlab.study import RunSpec, StudyConfig, run_study
 from depthlab.study.scoring import doctor_pairs, format_score, score
+from depthlab.study.worker import probe_at_init
 
 TUNING, HELDOUT = "grids/doctor-tuning.yaml", "grids/doctor-heldout.yaml"
 DEFAULT_DB = os.path.join("runs", "doctor.sqlite")
@@ -47,6 +50,7 @@ def measure(db: str = DEFAULT_DB, workers: int = 1, out=None) -> dict:
         study = StudyConfig.from_yaml(grid)
         res = run_study(study, db=db, workers=workers, progress=False, out=out)
         data = load(db, res.study_id)
+        data.runs = [dict(r, probe=_probe_again(r)) for r in data.runs]
         scores[key] = score(doctor_pairs(data.runs))
         if key == "heldout":
             before = [dict(r, probe=without_lr(r["probe"])) if r.get("probe") else r for r in data.runs]
@@ -54,6 +58,15 @@ def measure(db: str = DEFAULT_DB, workers: int = 1, out=None) -> dict:
             scores["misses"] = _misses(data)
     scores["seconds"] = time.perf_counter() - start
     return scores
+
+
+def _probe_again(run: dict) -> dict | None:
+    """The run's at-init probe taken again with the current code, as the study worker takes it."""
+    spec = RunSpec(
+        ModelConfig.from_dict(run["config"]["model"]), TrainConfig.from_dict(run["config"]["train"])
+    )
+    probe, _ = probe_at_init(spec)
+    return probe
 
 
 def _misses(data) -> list[str]:
