@@ -144,7 +144,8 @@ class EncoderDecoder(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embed = Embedding(cfg)
-        self.dec_embed = Embedding(cfg, tok=self.embed.tok) if cfg.side_embeddings else self.embed
+        if cfg.side_embeddings:  # registered only then: other models' state dicts keep their keys
+            self.dec_embed = Embedding(cfg, tok=self.embed.tok)
         self.encoder = build_stack(cfg, "encoder", cfg.enc_depth)
         self.decoder = build_stack(cfg, "decoder", cfg.dec_depth)
         self.head, self.head_proj = _head(cfg, self.embed)
@@ -168,7 +169,8 @@ class EncoderDecoder(nn.Module):
             memory=memory,
             memory_padding_mask=src_padding_mask,
         )
-        out, states = self.decoder(self.dec_embed(tgt), ctx, return_states)
+        embed = self.dec_embed if self.cfg.side_embeddings else self.embed
+        out, states = self.decoder(embed(tgt), ctx, return_states)
         logits = _logits(self, out)  # (B, T_tgt, V)
         return (logits, states) if return_states else logits
 

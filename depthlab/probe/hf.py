@@ -64,7 +64,8 @@ def check_model_type(path: str) -> None:
     shown = repr(model_type) if len(repr(model_type)) <= 40 else repr(model_type)[:36] + "...'"
     raise InputError(
         f"--hf: model_type {shown} is unknown to transformers {transformers.__version__}; "
-        f"depthlab's interop imports {', '.join(MODEL_TYPES)} (probe --hf takes any type transformers knows)"
+        f"probe --hf takes any type it knows (depthlab imports {', '.join(MODEL_TYPES[:3])} and "
+        f"{len(MODEL_TYPES) - 3} more: see README)"
     )
 
 
