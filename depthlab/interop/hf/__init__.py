@@ -22,32 +22,29 @@ from __future__ import annotations
 
 from torch import nn
 
-from depthlab.config import ModelConfig
-from depthlab.errors import ConfigError, InputError
+from depthlab.errors import InputError
 from depthlab.interop.hf import bert, gpt2, opt, parallel_decoders, rope_decoders, seq2seq, t5  # noqa: F401 (registration)
-from depthlab.interop.hf.family import FAMILIES, Family
+from depthlab.interop.hf.family import FAMILIES, Family, config_from_hf, family_for, model_types
+from depthlab.interop.hf.load import family_info, imported_config, read_config
 from depthlab.model import build_model
+
+__all__ = [
+    "FAMILIES",
+    "Family",
+    "config_from_hf",
+    "family_for",
+    "family_info",
+    "from_hf",
+    "imported_config",
+    "read_config",
+]
 
 _ORDER = ("GPT-2", "BERT", "Llama", "Mistral", "Qwen2", "Qwen3", "OLMo 2", "Gemma 2", "Gemma 3", "GPT-NeoX",
           "GPT-J", "Falcon", "Phi", "OPT", "BART", "Marian", "T5")  # fmt: skip
 FAMILIES.sort(key=lambda f: _ORDER.index(f.name))
 # The HF model_type values depthlab imports, in the order of the table above.
-MODEL_TYPES = tuple(t for f in FAMILIES for t in f.model_types)
+MODEL_TYPES = model_types()
 CLASSES = tuple(c for f in FAMILIES for c in f.classes)
-
-
-def family_for(model_type) -> Family | None:
-    """The family that imports ``model_type``, or None."""
-    return next((f for f in FAMILIES if model_type in f.model_types), None)
-
-
-def config_from_hf(hf_config) -> ModelConfig:
-    """The :class:`ModelConfig` of an HF config of an imported family (ConfigError for anything else)."""
-    model_type = getattr(hf_config, "model_type", None)
-    family = family_for(model_type)
-    if family is None:
-        raise ConfigError("model_type", model_type, f"one of {', '.join(MODEL_TYPES)}")
-    return family.config(hf_config)
 
 
 def output_kind(hf_model: nn.Module) -> str:

@@ -55,6 +55,25 @@ def register(family: Family) -> Family:
     return family
 
 
+def model_types() -> tuple[str, ...]:
+    """The HF model_type values depthlab imports, family by family."""
+    return tuple(t for f in FAMILIES for t in f.model_types)
+
+
+def family_for(model_type) -> Family | None:
+    """The family that imports ``model_type``, or None."""
+    return next((f for f in FAMILIES if model_type in f.model_types), None)
+
+
+def config_from_hf(hf_config) -> ModelConfig:
+    """The :class:`ModelConfig` of an HF config of an imported family (ConfigError for anything else)."""
+    model_type = getattr(hf_config, "model_type", None)
+    family = family_for(model_type)
+    if family is None:
+        raise ConfigError("model_type", model_type, f"one of {', '.join(model_types())}")
+    return family.config(hf_config)
+
+
 # -- reading configs -------------------------------------------------------------------------------
 
 
