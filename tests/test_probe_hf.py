@@ -19,6 +19,25 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 SMALL = "--seq-len 16 --batch-size 2"
 # one saved config per imported family (and the shapes that make a family what it is)
 FAMILIES = {
+    "GPT-2": lambda: tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=H.VOCAB)),
+    "BERT": lambda: tf.BertModel(
+        tf.BertConfig(
+            num_hidden_layers=2,
+            hidden_size=32,
+            num_attention_heads=4,
+            intermediate_size=48,
+            vocab_size=H.VOCAB,
+        )
+    ),
+    "Llama": lambda: tf.LlamaForCausalLM(
+        tf.LlamaConfig(
+            num_hidden_layers=2,
+            hidden_size=32,
+            num_attention_heads=4,
+            intermediate_size=48,
+            vocab_size=H.VOCAB,
+        )
+    ),
     "Mistral": H.mistral,
     "Qwen2": H.qwen2,
     "Qwen3": H.qwen3,
@@ -161,6 +180,15 @@ def test_phi3_is_probed_by_the_generic_path(tmp_path, capsys):
     )  # fmt: skip
     d, out, _ = _probe(f"probe --hf {_save(tmp_path, 'phi3', cfg)} {SMALL}", tmp_path, capsys)
     assert "pre-LN style" in d["config"]["stack"]["wiring"] and d["verdicts"]
+
+
+def test_a_refused_variant_of_an_imported_family_is_still_probed_as_built(tmp_path, capsys):
+    rope = {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}
+    path = _save(tmp_path, "mistral", H.mistral(rope_parameters=rope).config)
+    d, _, _ = _probe(f"probe --hf {path} {SMALL}", tmp_path, capsys)
+    assert d["config"]["stack"]["wiring"].startswith("mistral (rope_type='linear' not imported; measured)")
+    assert main(["probe", "--hf", path, "--wrap", "post"]) == 2  # re-wiring needs the import
+    assert "rope_type" in capsys.readouterr().err
 
 
 def test_saved_weights_cannot_be_rewired(tmp_path, capsys):

@@ -59,10 +59,16 @@ def probe_hf(
     batch = {"input_ids": tokens, "decoder_input_ids": tokens} if config.is_encoder_decoder else tokens
     result = probe(model, batch, loss, seed=seed, **options)
     family = family_for(config.model_type)
-    if family is None:
-        result.config["stack"]["wiring"] = measured_wiring(config.model_type, result)
+    try:
+        cfg = config_from_hf(config) if family is not None else None
+    except ConfigError as e:  # a family depthlab imports, in a variant it refuses: probed all the same
+        cfg, refused = None, f"{e.field}={e.value!r} not imported"
+    if cfg is None:
+        wiring = measured_wiring(config.model_type, result)
+        if family is not None:
+            wiring = wiring.replace("not imported by depthlab", refused, 1)
+        result.config["stack"]["wiring"] = wiring
         return result
-    cfg = config_from_hf(config)
     result.config["stack"]["wiring"] = f"{family.name}: {wiring_summary(cfg)}"
     tie = "tied" if cfg.tie_embeddings else "untied"
     scale = "sqrt(d)" if cfg.embed_scale else "1"
