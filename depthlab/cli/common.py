@@ -76,6 +76,15 @@ def add_model_flags(p: argparse.ArgumentParser, multi: bool = False) -> None:
         help=f"sublayers whose skip is turned off: {', '.join(SUBLAYERS)}, several joined by + (attn+ffn), "
         f"all, or none (default none; cross needs --arch encdec){lst}",
     )
+    _add_init_flags(g, d)
+    _flag(g, "--qk-norm", switch=True, help="normalise queries and keys per head")
+    _flag(g, "--no-bias", switch=True, help="linear layers without biases")
+    _flag(g, "--checkpoint-activations", switch=True, help="recompute blocks in backward to save memory")
+    _flag(g, "--seed", type=int, default=0, help="random seed (default 0)")
+
+
+def _add_init_flags(g, d: ModelConfig) -> None:
+    """The init conventions: scheme, std, tied head, embedding scale (they set the stream's scale at init)."""
     _flag(
         g,
         "--init",
@@ -92,10 +101,6 @@ def add_model_flags(p: argparse.ArgumentParser, multi: bool = False) -> None:
         help="on|off: the output head is the token table (default on; most HF decoders are untied)",
     )
     _flag(g, "--embed-scale", default="on", help="on|off: token embeddings x sqrt(d_model) (default on)")
-    _flag(g, "--qk-norm", switch=True, help="normalise queries and keys per head")
-    _flag(g, "--no-bias", switch=True, help="linear layers without biases")
-    _flag(g, "--checkpoint-activations", switch=True, help="recompute blocks in backward to save memory")
-    _flag(g, "--seed", type=int, default=0, help="random seed (default 0)")
 
 
 def residual_from_flag(value: str, arch: str = "encdec") -> tuple[str, ...]:

@@ -58,6 +58,18 @@ def probe_hf(
     tokens = text_batch(batch_size, seq_len, config.vocab_size, seed)
     batch = {"input_ids": tokens, "decoder_input_ids": tokens} if config.is_encoder_decoder else tokens
     result = probe(model, batch, loss, seed=seed, **options)
+    cfg = name_wiring(result, config, type(model).__name__, weights)
+    if cfg is not None and not weights:
+        ref = reference_init(cfg) or cfg  # HF's own init is compared with depthlab's reference in any case
+        attribute_to_init(
+            result, ref, batch_size=batch_size, seq_len=seq_len, seed=seed, loss=loss, **options
+        )
+    return result
+
+
+def name_wiring(result: ProbeResult, config, class_name: str, weights: bool):
+    """Write ``stack.wiring`` (and ``stack.init``) of an HF model's probe; returns its ModelConfig, or
+    None when depthlab does not import it (the wiring then says what the forward pass showed)."""
     family = family_for(config.model_type)
     try:
         cfg = config_from_hf(config) if family is not None else None
@@ -68,18 +80,13 @@ def probe_hf(
         if family is not None:
             wiring = wiring.replace("not imported by depthlab", refused, 1)
         result.config["stack"]["wiring"] = wiring
-        return result
+        return None
     result.config["stack"]["wiring"] = f"{family.name}: {wiring_summary(cfg)}"
     tie = "tied" if cfg.tie_embeddings else "untied"
     scale = "sqrt(d)" if cfg.embed_scale else "1"
-    init = "saved weights" if weights else f"transformers' init for {type(model).__name__}"
+    init = "saved weights" if weights else f"transformers' init for {class_name}"
     result.config["stack"]["init"] = f"{init}, {tie} head, embeddings x {scale}"
-    if not weights:
-        ref = reference_init(cfg) or cfg  # HF's own init is compared with depthlab's reference in any case
-        attribute_to_init(
-            result, ref, batch_size=batch_size, seq_len=seq_len, seed=seed, loss=loss, **options
-        )
-    return result
+    return cfg
 
 
 def check_reads_tokens(model_class, config) -> None:
