@@ -97,6 +97,7 @@ def measure(
             "note": stack.note,
             "final_norm": run["final_norm"],
             "stream_normalised": run["normalised"][-1],
+            "norms_on_input": run["norms_on_input"][-1] if run["norms_on_input"] else None,
         },
         "probe": {
             "loss": loss,
@@ -192,6 +193,7 @@ def _forward_backward(
         "jacobian": _jacobian_msv(states, jacobian_probes, gen) if jacobian_probes else None,
         "final_norm": cap.final_norm,
         "normalised": cap.normalised,
+        "norms_on_input": cap.norms_on_input,
     }
 
 

@@ -14,6 +14,11 @@ A grid (YAML file, preset, or dict) has this shape::
         - {wrap: post}                  # each applied together (so "pre without the attention
         - {wrap: pre, residual: [ffn, cross]}  # residual" is one value, not a cross product)
 
+``model: {hf: path/to/config.json}`` (or a folder saved by ``save_pretrained``) starts every run from
+a Hugging Face model of a family depthlab imports (:func:`depthlab.interop.hf.imported_config`); the
+other model fields, in the section or on an axis, change it ("my model, with DeepNorm"). ``hf`` may
+also be an axis (a list of paths).
+
 A field may be written ``model.x`` or ``train.x`` to be explicit. Every combination is built into a
 :class:`ModelConfig` and :class:`TrainConfig` by :meth:`StudyConfig.expand`, so a mistyped field or
 value raises :class:`depthlab.ConfigError` naming the field before the first run starts.
@@ -31,10 +36,12 @@ import yaml
 from depthlab.config import ModelConfig, TrainConfig, current_name, field_types
 from depthlab.corpus import check_length, read_data_file, split
 from depthlab.errors import ConfigError, InputError
+from depthlab.interop.hf import imported_config
 from depthlab.jsonable import digest
 from depthlab.train.tasks import check_task
 
-MODEL_FIELDS = {f.name for f in fields(ModelConfig)}
+HF_KEY = "hf"  # model.hf: a Hugging Face config to start from (not a ModelConfig field)
+MODEL_FIELDS = {f.name for f in fields(ModelConfig)} | {HF_KEY}
 TRAIN_FIELDS = {f.name for f in fields(TrainConfig)}
 TOP_KEYS = ("name", "description", "model", "train", "axes")
 
@@ -115,7 +122,8 @@ def route(name: str) -> tuple[str, str]:
     if isinstance(name, str) and "." in name:
         side, _, rest = name.partition(".")
         cls = {"model": ModelConfig, "train": TrainConfig}.get(side)
-        if cls is not None and current_name(cls, rest) in {f.name for f in fields(cls)}:
+        known = MODEL_FIELDS if side == "model" else TRAIN_FIELDS
+        if cls is not None and current_name(cls, rest) in known:
             return side, current_name(cls, rest)
     if isinstance(name, str) and current_name(ModelConfig, name) != name:
         return "model", current_name(ModelConfig, name)
@@ -130,6 +138,12 @@ def route(name: str) -> tuple[str, str]:
 
 def _coerce(cls, name: str, value):
     """YAML 1.1 reads ``1e-3`` as a string: turn numeric strings into floats for float-typed fields."""
+    if cls is ModelConfig and name == HF_KEY:
+        if not isinstance(value, str) or not value:
+            raise ConfigError(
+                "model.hf", value, "a path to a Hugging Face config.json or save_pretrained folder"
+            )
+        return value
     hint = field_types(cls)[name]
     floaty = hint is float or float in typing.get_args(hint)
     if floaty and isinstance(value, str):
@@ -302,8 +316,12 @@ def _refuse_overlapping_axes(axes: list) -> None:
 
 
 def _build(model: dict, train: dict, labels: dict) -> RunSpec:
-    """Both configs from field values; a ConfigError keeps its field and gains the combination."""
+    """Both configs from field values (a ``model.hf`` config first, the other fields over it); a
+    ConfigError keeps its field and gains the combination."""
     try:
+        if HF_KEY in model:
+            model = dict(model)
+            model = {**imported_config(model.pop(HF_KEY))[0].to_dict(), **model}
         m, t = ModelConfig.from_dict(model), TrainConfig.from_dict(train)
         check_task(m, t)  # as training will check it, but before any run
     except ConfigError as e:
@@ -316,7 +334,7 @@ def _build(model: dict, train: dict, labels: dict) -> RunSpec:
 
 def field_help() -> str:
     """The fields a grid may set, with their defaults (for ``depthlab study --fields``)."""
-    lines = []
+    lines = ["model.hf: a Hugging Face config.json or save_pretrained folder to start from (optional)"]
     for side, cls in (("model", ModelConfig), ("train", TrainConfig)):
         lines.append(f"{side}:")
         for f in fields(cls):
