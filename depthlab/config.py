@@ -36,6 +36,9 @@ FINAL_NORMS = ("auto", "on", "off")
 SUBLAYERS = ("attn", "cross", "ffn")
 INITS = ("xavier", "gpt2")
 QK_NORMS = ("layernorm", "rmsnorm")  # the norms that can normalise a head's queries and keys
+# torch seeds a generator with any integer below 2**64; depthlab derives a few streams as seed + k, so
+# a seed stays within a signed 64-bit integer (which is also what JSON readers and SQLite hold exactly)
+SEED_MAX = 2**63 - 1
 
 
 def wrap_names() -> tuple[str, ...]:
@@ -101,12 +104,11 @@ class _Config:
         if value not in allowed:
             raise ConfigError(name, value, f"one of {', '.join(allowed)}")
 
-    def _check_int(self, name: str, low: int = 1, optional: bool = False) -> None:
+    def _check_int(self, name: str, low: int = 1, optional: bool = False, high: int | None = None) -> None:
         value = getattr(self, name)
         if value is None and optional:
             return
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ConfigError(name, value, f"an integer >= {low}")
+        check_int(name, value, low, high)
 
     def _check_float(self, name: str, low: float = 0.0, high: float = math.inf, strict_low=False) -> None:
         value = getattr(self, name)
@@ -121,6 +123,24 @@ class _Config:
     def _check_bool(self, name: str) -> None:
         if not isinstance(getattr(self, name), bool):
             raise ConfigError(name, getattr(self, name), "true or false")
+
+
+def check_int(name: str, value, low: int = 1, high: int | None = None) -> None:
+    """ConfigError naming ``name`` unless ``value`` is an integer (not a bool) in [low, high]."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < low
+        or (high is not None and value > high)
+    ):
+        raise ConfigError(
+            name, value, f"an integer >= {low}" + (f" and <= {high}" if high is not None else "")
+        )
+
+
+def check_seed(value, name: str = "seed") -> None:
+    """ConfigError unless ``value`` is a seed depthlab can use: an integer in [0, SEED_MAX]."""
+    check_int(name, value, 0, SEED_MAX)
 
 
 @functools.cache
@@ -345,7 +365,7 @@ class TrainConfig(_Config):
         self._check_int("symbols", low=2)
         self._check_choice("device", DEVICES)
         self._check_int("warmup", low=0)
-        self._check_int("seed", low=0)
+        check_seed(self.seed)
         self._check_float("lr", 0.0, 10.0, strict_low=True)
         self._check_float("beta1", 0.0, 1.0)
         self._check_float("beta2", 0.0, 1.0)
@@ -370,6 +390,22 @@ class TrainConfig(_Config):
             raise ConfigError("data", self.data, "a file path or null")
         if self.data is not None and self.task != "lm":
             raise ConfigError("data", self.data, f"unset for task {self.task} (data is the lm corpus)")
+        self._check_applies()
+
+    def _check_applies(self) -> None:
+        """A field set away from its default where nothing reads it is refused: a flag that silently
+        does nothing misleads (``--symbols`` on the lm task, ``--min-lr-ratio`` without cosine)."""
+        defaults = {f.name: f.default for f in fields(self)}
+        if self.task == "lm" and self.symbols != defaults["symbols"]:
+            raise ConfigError(
+                "symbols", self.symbols, "unset for task lm (the alphabet of copy, reverse, sort)"
+            )
+        if self.schedule != "cosine" and self.min_lr_ratio != defaults["min_lr_ratio"]:
+            raise ConfigError(
+                "min_lr_ratio",
+                self.min_lr_ratio,
+                f"unset unless schedule=cosine (its floor), not {self.schedule}",
+            )
 
 
 TrainConfig.FIRST_FIELDS = (
