@@ -15,7 +15,7 @@ from depthlab.config import (
     ModelConfig,
     wrap_names,
 )
-from depthlab.errors import ConfigError
+from depthlab.errors import ConfigError, InputError
 
 
 def add_model_flags(p: argparse.ArgumentParser, multi: bool = False) -> None:
@@ -61,7 +61,28 @@ def add_model_flags(p: argparse.ArgumentParser, multi: bool = False) -> None:
     g.add_argument(
         "--checkpoint-activations", action="store_true", help="recompute blocks in backward to save memory"
     )
-    g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    g.add_argument("--seed", type=int, help="random seed (default 0)")
+
+
+def seed_from_args(args: argparse.Namespace) -> int:
+    """--seed, 0 when not given (explain, which no seed changes, refuses it: :func:`refuse_flags`)."""
+    return 0 if args.seed is None else args.seed
+
+
+def add_memory_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--force-memory",
+        action="store_true",
+        help="run even when the memory estimate exceeds the free memory (default: refuse, with the estimate)",
+    )
+
+
+def refuse_flags(args: argparse.Namespace, why: str, **given) -> None:
+    """InputError for the first flag of ``given`` (flag name -> whether it was given) that was given:
+    a flag that would do nothing here is refused, not ignored. ``why`` ends the message."""
+    for flag, present in given.items():
+        if present:
+            raise InputError(f"--{flag.replace('_', '-')} {why}")
 
 
 def residual_from_flag(value: str, arch: str = "encdec") -> tuple[str, ...]:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from depthlab.cli.common import add_json_flag, add_model_flags, model_config_from_args
+from depthlab.cli.common import (
+    add_json_flag,
+    add_memory_flag,
+    add_model_flags,
+    model_config_from_args,
+    refuse_flags,
+)
 from depthlab.model.explain import explain, format_explain
 from depthlab.paths import check_output_file, write_json
 
@@ -16,13 +22,15 @@ def add_parser(sub) -> None:
     )
     add_model_flags(p)
     add_json_flag(p)
+    add_memory_flag(p)
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
+    refuse_flags(args, "does nothing in explain: no seed changes the wiring", seed=args.seed is not None)
     cfg = model_config_from_args(args)
     check_output_file(args.json, "--json")  # before anything is printed
-    info = explain(cfg)
+    info = explain(cfg, force_memory=args.force_memory)
     if args.json == "-":
         write_json(info, "-")
         return 0

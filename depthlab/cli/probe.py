@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import itertools
 
-from depthlab.cli.common import add_json_flag, add_model_flags, model_config_from_args
+from depthlab.cli.common import (
+    add_json_flag,
+    add_memory_flag,
+    add_model_flags,
+    model_config_from_args,
+    refuse_flags,
+    seed_from_args,
+)
 from depthlab.errors import ConfigError, InputError
 from depthlab.paths import PLOT_FORMATS, check_output_file, note_replaced, write_json
 from depthlab.probe import LOSSES
@@ -69,6 +76,7 @@ def add_parser(sub) -> None:
         help=f"write the gradient and stream-rms plot (log scale) here ({', '.join(PLOT_FORMATS)})",
     )
     add_json_flag(p)
+    add_memory_flag(p)
     p.set_defaults(run=run)
 
 
@@ -77,13 +85,31 @@ def run(args) -> int:
         raise ConfigError("loss", args.loss, f"one of {', '.join(LOSSES)}")
     if args.hf and args.compare:
         raise InputError("--compare varies depthlab's model flags; it does not apply to --hf")
+    refuse_flags(
+        args, "needs --hf (it loads that folder's saved weights)", hf_weights=args.hf_weights and not args.hf
+    )
+    refuse_flags(
+        args,
+        "applies to depthlab's own models (no estimate is made for --hf)",
+        force_memory=args.force_memory and args.hf,
+    )
+    refuse_flags(
+        args,
+        "skips the lm loss's position-varying gradient; --loss sum has none",
+        no_context=args.no_context and args.loss != "lm",
+    )
+    refuse_flags(
+        args,
+        "does nothing in probe: it runs the model in eval mode, and only training recomputes blocks",
+        checkpoint_activations=args.checkpoint_activations,
+    )
     configs = [] if args.hf else configs_from_args(args)
     check_output_file(args.json, "--json")  # before the probe: a bad path must not cost its run
     existed = check_output_file(args.plot, "--plot", PLOT_FORMATS)
     options = {
         "batch_size": args.batch_size,
         "seq_len": args.seq_len,
-        "seed": args.seed,
+        "seed": seed_from_args(args),
         "loss": args.loss,
         "perturbation": args.perturbation,
         "jacobian_probes": args.jacobian,
@@ -95,7 +121,7 @@ def run(args) -> int:
             [(f"hf {result.config['model'].get('hf', {}).get('model_type', '')}".strip(), result)]
         )
     else:
-        runs = compare(configs, **options)
+        runs = compare(configs, force_memory=args.force_memory, **options)
     _report(args, runs, existed)
     return 0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from depthlab.cli.common import add_json_flag
+from depthlab.cli.common import add_json_flag, refuse_flags
 from depthlab.docs.reproductions import DEFAULT_DOC, run_all
 from depthlab.docs.tour import check_written, write_tour
 from depthlab.errors import ConfigError, InputError
@@ -43,6 +43,9 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     set_torch_threads(args.threads)
+    if args.name in ("list", "tour"):
+        why = f"does nothing with '{args.name}'"
+        refuse_flags(args, why, quick=args.quick, json=args.json is not None)
     if args.name == "list":
         for name, fn in sorted(REPRODUCTIONS.items()):
             print(f"{name:16} {(fn.__doc__ or '').strip().splitlines()[0] if fn.__doc__ else ''}")
