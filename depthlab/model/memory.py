@@ -20,9 +20,10 @@ for training, what its data takes (``depthlab.train.tasks.train_memory``: a ``--
 split and copied, about four bytes per byte).
 
 Measured against peak RSS on CPU (``tests/test_memory.py``, and benchmarks/memory_depth.py's table in
-benchmarks/RESULTS.md): within about 25% from 6 to 384 layers and d_model 32 to 256, plain and
-checkpointed. Checkpointed runs keep more than the theory's one stream per layer (``9 d``, not
-``d``): the allocator holds on to the recomputed blocks' memory.
+benchmarks/RESULTS.md): from 18% below to 30% above it from 6 to 384 layers, d_model 32 to 256, batch
+8 to 64 x 128 to 1,024 tokens, plain and checkpointed. Checkpointed runs keep more than the theory's
+one stream per layer (``9 d``, not ``d``): the allocator holds on to the recomputed blocks' memory; at
+1,000 layers it holds less, and the estimate is 1.7x the measured peak there (on the safe side).
 """
 
 from __future__ import annotations
