@@ -143,6 +143,8 @@ class Store:
         """Record a study and queue its runs (those already known by hash are shared, not duplicated).
 
         ``specs`` are RunSpec-like objects with ``hash``, ``config_dict()`` and ``axes``. Returns the id.
+        The study's runs are read back before the transaction commits: when one of them is damaged
+        (InputError), nothing is recorded and the file stays as it was.
         """
         now = time.time()
         with self.transaction() as c:
@@ -168,6 +170,7 @@ class Store:
                     "INSERT OR IGNORE INTO study_runs (study_id, run_id, position, axes_json) VALUES (?, ?, ?, ?)",
                     (sid, rid, pos, json.dumps(spec.axes, sort_keys=True, default=str)),
                 )
+            self.runs(sid)  # read back in the same transaction: a damaged row undoes all of the above
         return sid
 
     def claim(self, run_id: int, owner: str) -> bool:
