@@ -89,7 +89,13 @@ class _Config:
 
     @classmethod
     def from_json(cls, s: str):
-        return cls.from_dict(json.loads(s))
+        try:
+            d = json.loads(s)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(
+                cls.__name__, s if len(str(s)) <= 40 else str(s)[:37] + "...", f"JSON text ({e})"
+            ) from None
+        return cls.from_dict(d)
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)

@@ -81,6 +81,8 @@ def measure(
     model, batch, loss="lm", *, perturbation=1e-3, jacobian_probes=0, context=True, seed=0
 ) -> ProbeResult:
     """The numbers of :func:`probe`, without verdicts."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
     check_options(loss, perturbation, jacobian_probes, seed)
     check_batch(batch)
     stack = locate_stack(model)

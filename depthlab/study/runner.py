@@ -68,6 +68,8 @@ def run_study(
     ``force_memory``; not checked for a Ray cluster, whose memory is its own).
     """
     out = out or sys.stdout
+    if not isinstance(study, StudyConfig):
+        raise TypeError(f"study must be a depthlab.study.StudyConfig, not {type(study).__name__}")
     check_executor(executor, workers, ray_address)  # before the store is created or touched
     study.check_count(max_runs)  # from the axes' lengths, before anything is built
     specs = study.expand()
