@@ -17,6 +17,7 @@ import torch
 from depthlab.corpus import text_batch
 from depthlab.errors import ConfigError, InputError
 from depthlab.interop.hf import MODEL_TYPES
+from depthlab.paths import check_input_file
 from depthlab.probe.probe import probe
 from depthlab.probe.result import ProbeResult
 
@@ -34,6 +35,7 @@ def probe_hf(
     """Probe the Hugging Face model saved at ``path`` (a folder or a config.json) on ``batch_size`` x
     ``seq_len`` bytes of the default corpus: random weights drawn with ``seed`` unless ``weights``.
     ``options`` are :func:`depthlab.probe.probe`'s keyword arguments."""
+    _config_path(path)  # a missing path, a folder without config.json, a FIFO: refused before reading
     check_model_type(path)
     torch.manual_seed(seed)
     model, config = load_hf_model(path, weights=weights, want_lm=loss == "lm")
@@ -110,6 +112,7 @@ def _config_path(path: str) -> tuple[str, str | None]:
         if not os.path.isfile(config_file):
             raise InputError(f"--hf {path}: the folder has no config.json (save it with save_pretrained)")
         return config_file, path
+    check_input_file(path, "--hf")  # a FIFO or a device would block the read
     return path, None
 
 
