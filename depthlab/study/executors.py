@@ -178,8 +178,12 @@ class RayExecutor:
             return key, {"error": f"the Ray task of this run failed: {_first_line(e)}"}
 
     def close(self) -> None:
-        for ref in self.refs:
-            self.ray.cancel(ref, force=True)
+        refs, self.refs = list(self.refs), {}
+        for ref in refs:
+            try:
+                self.ray.cancel(ref, force=True)
+            except Exception:  # a task that already ended, or a cluster that is gone: nothing to stop
+                pass
         if self.started:
             self.ray.shutdown()
 

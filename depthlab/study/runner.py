@@ -187,9 +187,11 @@ def _drive(
         raise
     finally:
         bar.close()
-        ex.close()
-        store.release(owner)  # an interrupted driver puts its unfinished runs back in the queue
-        res.seconds = time.time() - start
+        try:
+            ex.close()
+        finally:  # even when stopping the executor fails
+            store.release(owner)  # an interrupted driver puts its unfinished runs back in the queue
+            res.seconds = time.time() - start
 
 
 def run_line(n: int, total: int, spec: RunSpec, status: str, payload: dict) -> str:
