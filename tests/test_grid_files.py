@@ -149,8 +149,9 @@ def test_a_dry_run_prints_the_count_first_then_streams(capsys, tmp_path):
         proc.kill()
         proc.communicate()
     assert first[0].startswith("study 'g': 1,000,000 runs (1000 x 1000), store"), first
-    assert first[1].split()[0] == "1" and "seed=0 warmup=0" in first[1]
-    assert "seed=0 warmup=2" in first[3]
+    assert first[1] == "more than --max-runs 10,000: the real run needs --max-runs 1000000\n", first
+    assert first[2].split()[0] == "1" and "seed=0 warmup=0" in first[2]
+    assert "seed=0 warmup=1" in first[3]
     assert took < 30, f"the first runs came after {took:.1f} s"
     assert not db.exists()
 

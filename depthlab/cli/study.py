@@ -85,7 +85,7 @@ def run(args) -> int:
         except InputError as e:
             raise InputError(f"--report: {e}") from None
     if args.dry_run:
-        return dry_run(study, args.db)
+        return dry_run(study, args.db, args.max_runs)
     previous = signal.signal(signal.SIGTERM, _interrupted)  # `kill PID`, a scheduler: stop as Ctrl-C does
     try:
         res = run_study(
@@ -121,12 +121,15 @@ def _interrupted(signum, frame):
     raise KeyboardInterrupt
 
 
-def dry_run(study, db: str) -> int:
-    """Print the run count (from the axes), then every run as it is built, with what the store already
-    knows about it, then the totals."""
+def dry_run(study, db: str, max_runs: int) -> int:
+    """Print the run count (from the axes) and whether the real run needs --max-runs, then every run as
+    it is built, with what the store already knows about it, then the totals."""
     runs = plan(study, db)  # reads the store now: a bad one is refused before anything is printed
     shape = " x ".join(str(n) for n in study.shape()) or "no axes"
-    print(f"study {study.name!r}: {plural(study.count(), 'run')} ({shape}), store {db}", flush=True)
+    count = study.count()
+    print(f"study {study.name!r}: {plural(count, 'run')} ({shape}), store {db}", flush=True)
+    if count > max_runs:
+        print(f"more than --max-runs {max_runs:,}: the real run needs --max-runs {count}", flush=True)
     note = store_note(db)
     if note:
         print(note)
