@@ -18,6 +18,7 @@ from depthlab import InputError
 from depthlab.cli import main
 from depthlab.report import load
 from depthlab.study import Store, run_study
+from depthlab.study.runner import store_note
 
 
 def _snapshot(folder) -> dict:
@@ -180,4 +181,5 @@ def test_an_empty_file_becomes_a_new_store_and_says_so(capsys, tmp_path):
         f"{db} is an empty file: it becomes a new study store\n"
     )
     with Store(str(db)) as s:
-        assert not s.new and len(s.statuses()) == 8
+        assert len(s.statuses()) == 8
+    assert store_note(str(db)) is None  # a store now, not an empty file

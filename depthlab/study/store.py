@@ -70,7 +70,6 @@ class Store:
     A file that is not a usable store is refused with an InputError before anything is written to it
     (:mod:`depthlab.study.storefile`): not a regular file, not SQLite, another database, damaged, or
     read-only to a writer. A reader of a store it may not write reads it without writing anything.
-    ``new`` says whether the store is made here (the file was missing or empty).
     """
 
     def __init__(self, path: str = DEFAULT_DB, create: bool = True):
@@ -83,7 +82,6 @@ class Store:
                 f"{why}; a study writes its results there: make it writable, or choose another --db"
             )
         self.path, self.read_only = path, why is not None
-        self.new = not os.path.exists(path) or os.path.getsize(path) == 0
         try:
             if create:
                 os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
