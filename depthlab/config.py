@@ -90,12 +90,9 @@ class _Config:
     @classmethod
     def from_json(cls, s: str):
         try:
-            d = json.loads(s)
-        except (TypeError, ValueError) as e:
-            raise ConfigError(
-                cls.__name__, s if len(str(s)) <= 40 else str(s)[:37] + "...", f"JSON text ({e})"
-            ) from None
-        return cls.from_dict(d)
+            return cls.from_dict(json.loads(s))
+        except (TypeError, json.JSONDecodeError) as e:
+            raise ConfigError(cls.__name__, str(s)[:40], f"JSON text ({e})") from None
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
@@ -133,15 +130,9 @@ class _Config:
 
 def check_int(name: str, value, low: int = 1, high: int | None = None) -> None:
     """ConfigError naming ``name`` unless ``value`` is an integer (not a bool) in [low, high]."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or value < low
-        or (high is not None and value > high)
-    ):
-        raise ConfigError(
-            name, value, f"an integer >= {low}" + (f" and <= {high}" if high is not None else "")
-        )
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= low
+    if not ok or (high is not None and value > high):
+        raise ConfigError(name, value, f"an integer >= {low}" + ("" if high is None else f" and <= {high}"))
 
 
 def check_seed(value, name: str = "seed") -> None:
@@ -401,17 +392,14 @@ class TrainConfig(_Config):
     def _check_applies(self) -> None:
         """A field set away from its default where nothing reads it is refused: a flag that silently
         does nothing misleads (``--symbols`` on the lm task, ``--min-lr-ratio`` without cosine)."""
-        defaults = {f.name: f.default for f in fields(self)}
-        if self.task == "lm" and self.symbols != defaults["symbols"]:
+        default = {f.name: f.default for f in fields(self)}
+        if self.task == "lm" and self.symbols != default["symbols"]:
             raise ConfigError(
                 "symbols", self.symbols, "unset for task lm (the alphabet of copy, reverse, sort)"
             )
-        if self.schedule != "cosine" and self.min_lr_ratio != defaults["min_lr_ratio"]:
-            raise ConfigError(
-                "min_lr_ratio",
-                self.min_lr_ratio,
-                f"unset unless schedule=cosine (its floor), not {self.schedule}",
-            )
+        if self.schedule != "cosine" and self.min_lr_ratio != default["min_lr_ratio"]:
+            why = f"unset unless schedule=cosine (its floor), not {self.schedule}"
+            raise ConfigError("min_lr_ratio", self.min_lr_ratio, why)
 
 
 TrainConfig.FIRST_FIELDS = (

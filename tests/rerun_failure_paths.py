@@ -183,8 +183,15 @@ def stores(t: Tally, tmp: Path) -> None:
     good_dir = tmp / "good"
     good_dir.mkdir()
     fill_store(str(good_dir / "s.sqlite"), fake_study())
-    good = (good_dir / "s.sqlite").read_bytes()
-    conn = sqlite3.connect(good_dir / "s.sqlite")
+    damaged_stores(t, tmp, good_dir / "s.sqlite")
+    odd_stores(t, tmp, good_dir / "s.sqlite")
+
+
+def damaged_stores(t: Tally, tmp: Path, source: Path) -> None:
+    """Ten damaged copies of ``source``: five with a b-tree page header overwritten, five with 64
+    random bytes anywhere; each through a real study, a dry run and a report."""
+    good = source.read_bytes()
+    conn = sqlite3.connect(source)
     size = conn.execute("PRAGMA page_size").fetchone()[0]
     roots = [r[0] for r in conn.execute("SELECT rootpage FROM sqlite_master WHERE rootpage > 1")]
     conn.close()
@@ -224,9 +231,13 @@ def stores(t: Tally, tmp: Path) -> None:
         t.add(
             "a store with damaged pages", name, ok, "exits " + "/".join(codes) + " (study, dry run, report)"
         )
+
+
+def odd_stores(t: Tally, tmp: Path, source: Path) -> None:
+    """A read-only copy of ``source``, and an empty --db file."""
     ro = tmp / "ro"
     ro.mkdir()
-    shutil.copy(good_dir / "s.sqlite", ro / "s.sqlite")
+    shutil.copy(source, ro / "s.sqlite")
     if os.geteuid():
         os.chmod(ro / "s.sqlite", 0o444)
     elif subprocess.run(["chattr", "+i", str(ro / "s.sqlite")], capture_output=True).returncode:

@@ -71,13 +71,7 @@ def run(args) -> int:
         return 0
     refuse_flags(args, "contradicts --no-report", report=args.report and args.no_report)
     check_executor(args.executor, args.workers, args.ray_address)  # a dry run checks them too
-    # a bad grid stops here, before the store is touched: its run count first, then every combination
-    # (a dry run builds them one at a time as it prints them)
-    if args.grid:
-        limit = None if args.dry_run else args.max_runs  # a dry run lists any number of runs
-        study = StudyConfig.from_yaml(args.grid, max_runs=limit, validate=not args.dry_run)
-    else:
-        study = preset(args.preset or "default")
+    study = _study(args)
     report_dir = None if args.no_report else (args.report or default_report_dir(args.db, study.name))
     if report_dir is not None:
         try:  # refused now, not after every run has been run and stored
@@ -113,6 +107,16 @@ def run(args) -> int:
     print(f"\noutcome per cell (final validation loss), store {args.db}:\n")
     print(summary_table(data))
     return 1 if res.failed else 0
+
+
+def _study(args):
+    """The study the flags name. A bad grid stops here, before the store is touched: its run count
+    first, then every combination (a dry run builds them one at a time as it prints them, and lists any
+    number of runs)."""
+    if not args.grid:
+        return preset(args.preset or "default")
+    limit = None if args.dry_run else args.max_runs
+    return StudyConfig.from_yaml(args.grid, max_runs=limit, validate=not args.dry_run)
 
 
 def _interrupted(signum, frame):

@@ -68,13 +68,7 @@ def run_study(
     ``force_memory``; not checked for a Ray cluster, whose memory is its own).
     """
     out = out or sys.stdout
-    if not isinstance(study, StudyConfig):
-        raise TypeError(f"study must be a depthlab.study.StudyConfig, not {type(study).__name__}")
-    check_executor(executor, workers, ray_address)  # before the store is created or touched
-    study.check_count(max_runs)  # from the axes' lengths, before anything is built
-    specs = study.expand()
-    if not (force_memory or (executor == "ray" and ray_address)):
-        check_study_memory(specs, workers)
+    specs = _checked(study, workers, executor, ray_address, max_runs, force_memory)
     threads = threads_per_worker(workers)
     note = store_note(db)
     with Store(db) as store:
@@ -97,6 +91,18 @@ def run_study(
             ex = make_executor(executor, workers, threads, task, ray_address)
             _drive(store, todo, ex, res, progress, out, events)
     return res
+
+
+def _checked(study, workers, executor, ray_address, max_runs, force_memory) -> list[RunSpec]:
+    """The study's runs, once everything is checked that can be before the store is created or touched."""
+    if not isinstance(study, StudyConfig):
+        raise TypeError(f"study must be a depthlab.study.StudyConfig, not {type(study).__name__}")
+    check_executor(executor, workers, ray_address)
+    study.check_count(max_runs)  # from the axes' lengths, before anything is built
+    specs = study.expand()
+    if not (force_memory or (executor == "ray" and ray_address)):
+        check_study_memory(specs, workers)
+    return specs
 
 
 def plan(study: StudyConfig, db: str = DEFAULT_DB) -> Iterator[tuple[RunSpec, str]]:
