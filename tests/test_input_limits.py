@@ -162,6 +162,7 @@ def test_unknown_free_memory_checks_nothing(monkeypatch):
         ([*TRAIN, "--min-lr-ratio", "0.2"], "min_lr_ratio=0.2 is not allowed: unset unless schedule=cosine"),
         (["reproduce", "list", "--quick"], "--quick does nothing with 'list'"),
         (["reproduce", "tour", "--json", "-"], "--json does nothing with 'tour'"),
+        (["reproduce", "tour", "--out", "plots"], "--out does nothing with 'tour'"),
         (["study", "--fields", "--preset", "smoke"], "--preset does nothing with --fields"),
         (["study", "--preset", "smoke", "--report", "r", "--no-report"], "--report contradicts --no-report"),
     ],
