@@ -131,25 +131,26 @@ def newest_intact(out_dir: str, use: Callable[[dict], None], note: Callable[[str
     """Give ``use`` the state of the newest checkpoint of ``out_dir`` that is intact and that ``use``
     accepts (an exception from it means the state does not fit the run); returns its path, or None
     when the folder holds no checkpoint. Each checkpoint passed over is said to ``note``; when every
-    one is, InputError (resuming would train on garbage or start over unasked)."""
-    paths = checkpoint_paths(out_dir)
+    one is, one InputError names them all (resuming would train on garbage or start over unasked)."""
+    paths, passed = checkpoint_paths(out_dir), []
     for path in reversed(paths):
         try:
             state = load_verified(path)
             try:
                 use(state)
             except (KeyError, ValueError, RuntimeError, TypeError) as e:
-                raise DamagedCheckpoint(
-                    f"it does not fit this run: {' '.join(str(e).split())[:80]}"
-                ) from None
+                why = " ".join(str(e).split())[:80]
+                raise DamagedCheckpoint(f"it does not fit this run: {why}") from None
         except DamagedCheckpoint as e:
-            note(f"checkpoint {path} is damaged ({e.reason}); it is passed over")
+            passed.append((path, e.reason))
             continue
+        for damaged, reason in passed:
+            note(f"checkpoint {damaged} is damaged ({reason}); it is passed over")
         return path
     if paths:
         raise InputError(
-            f"--resume: none of the {len(paths)} checkpoints in {Path(out_dir) / SUBDIR} is intact; "
-            "--force starts the run over"
+            f"--resume: none of the {len(paths)} checkpoints in {Path(out_dir) / SUBDIR} is intact "
+            f"({'; '.join(f'{p.name}: {why}' for p, why in passed)}); --force starts the run over"
         )
     return None
 
