@@ -78,7 +78,7 @@ def test_merge_keys_may_be_overridden():
     assert d["model"] == {"d_model": 32, "n_heads": 2}
 
 
-@pytest.mark.parametrize("where", ["description: *i\n", "axes:\n  seed: *i\n", "model: {wrap: *i}\n"])
+@pytest.mark.parametrize("where", ["description: *i\n", "axes:\n  seed: *i\n", "model: {residual: *i}\n"])
 def test_an_alias_bomb_is_refused_in_well_under_a_second(capsys, tmp_path, where):
     _refused(capsys, tmp_path, _grid(tmp_path, BOMB + where), f"more than {MAX_NODES:,} values", within=0.5)
 
