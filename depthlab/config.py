@@ -16,9 +16,16 @@ against that registry, so a new wrapping needs no edit here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
-from depthlab.config_base import ConfigBase, current_name, field_types  # noqa: F401 (study.grid reads them here)
+from depthlab.config_base import (  # noqa: F401 (study.grid and the CLI read them here)
+    SEED_MAX,
+    ConfigBase,
+    check_int,
+    check_seed,
+    current_name,
+    field_types,
+)
 from depthlab.errors import ConfigError
 
 ARCHS = ("encoder", "decoder", "encdec")
@@ -337,7 +344,7 @@ class TrainConfig(ConfigBase):
         self._check_int("symbols", low=2)
         self._check_choice("device", DEVICES)
         self._check_int("warmup", low=0)
-        self._check_int("seed", low=0)
+        check_seed(self.seed)
         self._check_float("lr", 0.0, 10.0, strict_low=True)
         self._check_float("beta1", 0.0, 1.0)
         self._check_float("beta2", 0.0, 1.0)
@@ -362,6 +369,19 @@ class TrainConfig(ConfigBase):
             raise ConfigError("data", self.data, "a file path or null")
         if self.data is not None and self.task != "lm":
             raise ConfigError("data", self.data, f"unset for task {self.task} (data is the lm corpus)")
+        self._check_applies()
+
+    def _check_applies(self) -> None:
+        """A field set away from its default where nothing reads it is refused: a flag that silently
+        does nothing misleads (``--symbols`` on the lm task, ``--min-lr-ratio`` without cosine)."""
+        default = {f.name: f.default for f in fields(self)}
+        if self.task == "lm" and self.symbols != default["symbols"]:
+            raise ConfigError(
+                "symbols", self.symbols, "unset for task lm (the alphabet of copy, reverse, sort)"
+            )
+        if self.schedule != "cosine" and self.min_lr_ratio != default["min_lr_ratio"]:
+            why = f"unset unless schedule=cosine (its floor), not {self.schedule}"
+            raise ConfigError("min_lr_ratio", self.min_lr_ratio, why)
 
 
 TrainConfig.FIRST_FIELDS = (

@@ -63,7 +63,10 @@ class ConfigBase:
 
     @classmethod
     def from_json(cls, s: str):
-        return cls.from_dict(json.loads(s))
+        try:
+            return cls.from_dict(json.loads(s))
+        except (TypeError, json.JSONDecodeError) as e:
+            raise ConfigError(cls.__name__, str(s)[:40], f"JSON text ({e})") from None
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
@@ -78,12 +81,11 @@ class ConfigBase:
         if value not in allowed:
             raise ConfigError(name, value, f"one of {', '.join(allowed)}")
 
-    def _check_int(self, name: str, low: int = 1, optional: bool = False) -> None:
+    def _check_int(self, name: str, low: int = 1, optional: bool = False, high: int | None = None) -> None:
         value = getattr(self, name)
         if value is None and optional:
             return
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ConfigError(name, value, f"an integer >= {low}")
+        check_int(name, value, low, high)
 
     def _check_float(
         self, name: str, low: float = 0.0, high: float = math.inf, strict_low=False, optional=False
@@ -102,6 +104,23 @@ class ConfigBase:
     def _check_bool(self, name: str) -> None:
         if not isinstance(getattr(self, name), bool):
             raise ConfigError(name, getattr(self, name), "true or false")
+
+
+# torch seeds a generator with any integer below 2**64; depthlab derives a few streams as seed + k, so
+# a seed stays within a signed 64-bit integer (which is also what JSON readers and SQLite hold exactly)
+SEED_MAX = 2**63 - 1
+
+
+def check_int(name: str, value, low: int = 1, high: int | None = None) -> None:
+    """ConfigError naming ``name`` unless ``value`` is an integer (not a bool) in [low, high]."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= low
+    if not ok or (high is not None and value > high):
+        raise ConfigError(name, value, f"an integer >= {low}" + ("" if high is None else f" and <= {high}"))
+
+
+def check_seed(value, name: str = "seed") -> None:
+    """ConfigError unless ``value`` is a seed depthlab can use: an integer in [0, SEED_MAX]."""
+    check_int(name, value, 0, SEED_MAX)
 
 
 @functools.cache

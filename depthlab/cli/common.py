@@ -15,7 +15,7 @@ from depthlab.config import (
     ModelConfig,
     wrap_names,
 )
-from depthlab.errors import ConfigError
+from depthlab.errors import ConfigError, InputError
 from depthlab.interop.hf import imported_config
 
 
@@ -80,7 +80,7 @@ def add_model_flags(p: argparse.ArgumentParser, multi: bool = False) -> None:
     _flag(g, "--qk-norm", switch=True, help="normalise queries and keys per head")
     _flag(g, "--no-bias", switch=True, help="linear layers without biases")
     _flag(g, "--checkpoint-activations", switch=True, help="recompute blocks in backward to save memory")
-    _flag(g, "--seed", type=int, default=0, help="random seed (default 0)")
+    _flag(g, "--seed", type=int, help="random seed (default 0)")
 
 
 def _add_init_flags(g, d: ModelConfig) -> None:
@@ -101,6 +101,27 @@ def _add_init_flags(g, d: ModelConfig) -> None:
         help="on|off: the output head is the token table (default on; most HF decoders are untied)",
     )
     _flag(g, "--embed-scale", default="on", help="on|off: token embeddings x sqrt(d_model) (default on)")
+
+
+def seed_from_args(args: argparse.Namespace) -> int:
+    """--seed, 0 when not given (explain, which no seed changes, refuses it: :func:`refuse_flags`)."""
+    return 0 if args.seed is None else args.seed
+
+
+def add_memory_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--force-memory",
+        action="store_true",
+        help="run even when the memory estimate exceeds the free memory (default: refuse, with the estimate)",
+    )
+
+
+def refuse_flags(args: argparse.Namespace, why: str, **given) -> None:
+    """InputError for the first flag of ``given`` (flag name -> whether it was given) that was given:
+    a flag that would do nothing here is refused, not ignored. ``why`` ends the message."""
+    for flag, present in given.items():
+        if present:
+            raise InputError(f"--{flag.replace('_', '-')} {why}")
 
 
 def residual_from_flag(value: str, arch: str = "encdec") -> tuple[str, ...]:

@@ -5,9 +5,11 @@ from __future__ import annotations
 from depthlab.cli.common import (
     FIELD_OF_FLAG,
     add_json_flag,
+    add_memory_flag,
     add_model_flags,
     given_model_flags,
     model_config_from_args,
+    refuse_flags,
 )
 from depthlab.interop.hf import family_info
 from depthlab.model.explain import explain, format_explain
@@ -24,13 +26,15 @@ def add_parser(sub) -> None:
     )
     add_model_flags(p)
     add_json_flag(p)
+    add_memory_flag(p)
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
+    refuse_flags(args, "does nothing in explain: no seed changes the wiring", seed=args.seed is not None)
     cfg = model_config_from_args(args)
     check_output_file(args.json, "--json")  # before anything is printed
-    info = explain(cfg)
+    info = explain(cfg, force_memory=args.force_memory)
     if args.hf:
         changed = [f"{FIELD_OF_FLAG[f]}={getattr(cfg, FIELD_OF_FLAG[f])}" for f in given_model_flags(args)]
         info["family"] = family_info(args.hf, changed)

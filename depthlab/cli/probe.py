@@ -6,7 +6,15 @@ import argparse
 import itertools
 import sys
 
-from depthlab.cli.common import add_json_flag, add_model_flags, given_model_flags, model_config_from_args
+from depthlab.cli.common import (
+    add_json_flag,
+    add_memory_flag,
+    add_model_flags,
+    given_model_flags,
+    model_config_from_args,
+    refuse_flags,
+    seed_from_args,
+)
 from depthlab.errors import ConfigError, InputError
 from depthlab.interop.hf import family_for, read_config
 from depthlab.paths import PLOT_FORMATS, check_output_file, note_replaced, write_json
@@ -69,25 +77,44 @@ def add_parser(sub) -> None:
         help=f"write the gradient and stream-rms plot (log scale) here ({', '.join(PLOT_FORMATS)})",
     )
     add_json_flag(p)
+    add_memory_flag(p)
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     if args.loss not in LOSSES:
         raise ConfigError("loss", args.loss, f"one of {', '.join(LOSSES)}")
+    refuse_flags(
+        args, "needs --hf (it loads that folder's saved weights)", hf_weights=args.hf_weights and not args.hf
+    )
     as_built = bool(args.hf) and not args.compare and not _rewired(args)
     if args.hf_weights and not as_built:
         raise InputError(
             "--hf-weights probes the saved model as it is; the model flags and --compare re-wire it from "
             "random weights: give one or the other"
         )
+    refuse_flags(
+        args,
+        "applies to depthlab's own models (no estimate is made for a Hugging Face model as it is built)",
+        force_memory=args.force_memory and as_built,
+    )
+    refuse_flags(
+        args,
+        "skips the lm loss's position-varying gradient; --loss sum has none",
+        no_context=args.no_context and args.loss != "lm",
+    )
+    refuse_flags(
+        args,
+        "does nothing in probe: it runs the model in eval mode, and only training recomputes blocks",
+        checkpoint_activations=args.checkpoint_activations,
+    )
     configs = [] if as_built else configs_from_args(args)
     check_output_file(args.json, "--json")  # before the probe: a bad path must not cost its run
     existed = check_output_file(args.plot, "--plot", PLOT_FORMATS)
     options = {
         "batch_size": args.batch_size,
         "seq_len": args.seq_len,
-        "seed": args.seed,
+        "seed": seed_from_args(args),
         "loss": args.loss,
         "perturbation": args.perturbation,
         "jacobian_probes": args.jacobian,
@@ -99,7 +126,7 @@ def run(args) -> int:
             [(f"hf {result.config['model'].get('hf', {}).get('model_type', '')}".strip(), result)]
         )
     else:
-        runs = compare(configs, **options)
+        runs = compare(configs, force_memory=args.force_memory, **options)
         if args.hf:
             for label, r in runs.runs:
                 r.config["probe"]["source"] = f"the config at {args.hf}, re-wired: {label}"

@@ -12,7 +12,8 @@ from depthlab.config import WRAPPINGS, ModelConfig
 from depthlab.display import LEVEL_COLOURS, badge, block, esc, para, table
 from depthlab.frames import to_frame
 from depthlab.model.layers import Attention, FeedForward
-from depthlab.model.stack import build_model, uses_final_norm
+from depthlab.model.memory import available_memory, check_memory, estimate_memory
+from depthlab.model.stack import build_model, check_config, uses_final_norm
 from depthlab.model.wrappings import Wrapping
 
 # The columns of ``Wiring.to_pandas()``: one row per layer and sublayer, the sublayer's keys of the
@@ -81,14 +82,20 @@ class Wiring(dict):
         )
 
 
-def explain(cfg: ModelConfig) -> Wiring:
+def explain(cfg: ModelConfig, *, force_memory: bool = False) -> Wiring:
     """The JSON of ``depthlab explain`` (as a :class:`Wiring`): config, final_norm, params, layers, warnings.
+
+    The model is built to read its wiring; a config whose weights would not fit in free memory is
+    refused first (InputError with the estimate; ``force_memory`` builds it anyway).
 
     ``layers[j]`` is {"index", "side", "sublayers"}; each sublayer is {"name", "wrap", "formula",
     "source", "norm_in", "norm_out", "norm_after_add", "residual", "constants"}, read off the
     wrapping's own declaration (:mod:`depthlab.model.wrappings`); ``constants`` maps each of the
     wrapping's depth-dependent constants, by its own name, to its value in this layer.
     """
+    check_config(cfg)
+    hint = "a smaller --layers or --d-model"
+    check_memory(estimate_memory(cfg, "build"), available_memory(), force_memory, hint)
     model = build_model(cfg)
     layers = []
     for side, stack in _stacks(model):

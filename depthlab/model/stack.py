@@ -126,8 +126,15 @@ class LanguageModel(nn.Module):
         return getattr(self, self.cfg.arch)
 
     def forward(
-        self, tokens: torch.Tensor, padding_mask: torch.Tensor | None = None, return_states: bool = False
+        self,
+        tokens: torch.Tensor,
+        padding_mask: torch.Tensor | None = None,
+        return_states: bool = False,
+        check: bool | None = None,
     ):
+        """tokens (B, T) integer ids -> logits (B, T, V) (and the states with ``return_states``).
+        ``check``: verify every id is in [0, vocab_size) (see :func:`check_tokens`)."""
+        check_tokens(tokens, "tokens", self.cfg.vocab_size, check)
         ctx = _context(self.cfg, tokens, padding_mask=_padding(padding_mask, tokens, "padding_mask"))
         out, states = self.stack(self.embed(tokens), ctx, return_states)
         logits = _logits(self, out)  # (B, T, V)
@@ -154,14 +161,19 @@ class EncoderDecoder(nn.Module):
     def stack(self) -> Stack:
         return self.decoder
 
-    def encode(self, src, src_padding_mask=None, return_states=False):
+    def encode(self, src, src_padding_mask=None, return_states=False, check: bool | None = None):
+        check_tokens(src, "src", self.cfg.vocab_size, check)
         src_padding_mask = _padding(src_padding_mask, src, "src_padding_mask")
         ctx = _context(self.cfg, src, padding_mask=src_padding_mask)
         return self.encoder(self.embed(src), ctx, return_states)
 
-    def forward(self, src, tgt, src_padding_mask=None, tgt_padding_mask=None, return_states=False):
+    def forward(
+        self, src, tgt, src_padding_mask=None, tgt_padding_mask=None, return_states=False, check=None
+    ):
+        """src (B, S) and tgt (B, T) integer ids -> logits (B, T, V); ``check`` as in LanguageModel."""
+        check_tokens(tgt, "tgt", self.cfg.vocab_size, check)
         src_padding_mask = _padding(src_padding_mask, src, "src_padding_mask")
-        memory, _ = self.encode(src, src_padding_mask)  # (its own check of the mask is a shape compare)
+        memory, _ = self.encode(src, src_padding_mask, check=check)  # (the mask's check is a shape compare)
         ctx = _context(
             self.cfg,
             tgt,
@@ -173,6 +185,34 @@ class EncoderDecoder(nn.Module):
         out, states = self.decoder(embed(tgt), ctx, return_states)
         logits = _logits(self, out)  # (B, T_tgt, V)
         return (logits, states) if return_states else logits
+
+
+def check_tokens(tokens, name: str, vocab_size: int, check: bool | None = None) -> None:
+    """TypeError unless ``tokens`` is an integer tensor; ValueError unless it is 2-D (batch, tokens)
+    and not empty, and, when checked, unless every id is in [0, vocab_size) (an id outside would index
+    past the embedding: an IndexError on the CPU, a device-side assert on a GPU).
+
+    The range check reads the tensor's minimum and maximum, which on a GPU waits for the device (a
+    sync every step), so ``check=None`` checks CPU tensors only (cheap) and ``check=True`` any device;
+    ``check=False`` skips it. The shape and type checks cost nothing and always run.
+    """
+    if not isinstance(tokens, torch.Tensor):
+        raise TypeError(
+            f"{name} must be a torch.Tensor of token ids (batch, tokens), not {type(tokens).__name__}"
+        )
+    if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer token ids (torch.long), not {str(tokens.dtype)[6:]}")
+    if tokens.ndim != 2:
+        hint = f"; one sequence is {name}[None]" if tokens.ndim == 1 else ""
+        raise ValueError(f"{name} must be 2-D (batch, tokens), not of shape {tuple(tokens.shape)}{hint}")
+    if tokens.numel() == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(tokens.shape)}): at least one token is needed")
+    if check is None:
+        check = tokens.device.type == "cpu" and not torch.compiler.is_compiling()
+    if check:
+        lo, hi = (int(v) for v in torch.aminmax(tokens))
+        if lo < 0 or hi >= vocab_size:
+            raise ValueError(f"{name} holds ids from {lo} to {hi}; the vocabulary is 0..{vocab_size - 1}")
 
 
 def _padding(mask: torch.Tensor | None, tokens: torch.Tensor, name: str) -> torch.Tensor | None:
@@ -192,9 +232,19 @@ def _padding(mask: torch.Tensor | None, tokens: torch.Tensor, name: str) -> torc
     return mask
 
 
+def check_config(cfg) -> None:
+    """TypeError unless ``cfg`` is a ModelConfig (a dict is not taken as one: ``ModelConfig.from_dict``
+    validates it and says which field is wrong)."""
+    if not isinstance(cfg, ModelConfig):
+        hint = "; build one with ModelConfig.from_dict(d)" if isinstance(cfg, dict) else ""
+        raise TypeError(f"cfg must be a depthlab.ModelConfig, not {type(cfg).__name__}{hint}")
+
+
 def build_model(cfg: ModelConfig) -> nn.Module:
     """The model ``cfg`` describes, initialised (see :mod:`depthlab.model.init`): the weight scheme
-    first, then each wrapping's adjustment of its own branch (DeepNorm's beta)."""
+    first, then each wrapping's adjustment of its own branch (DeepNorm's beta). TypeError when ``cfg``
+    is not a ModelConfig. It does not check memory: :mod:`depthlab.model.memory` estimates it first."""
+    check_config(cfg)
     model = EncoderDecoder(cfg) if cfg.arch == "encdec" else LanguageModel(cfg)
     scaled = WRAPPINGS[cfg.wrap].SCALED_RESIDUAL_INIT
     init_weights(model, cfg.init, cfg.enc_depth + cfg.dec_depth, scale_residual=scaled, std=cfg.init_std)

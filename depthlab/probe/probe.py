@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from depthlab.config import check_seed
 from depthlab.errors import ConfigError, InputError
 from depthlab.probe.capture import StreamCapture, find_norms, stream_tensor
 from depthlab.probe.doctor import diagnose
@@ -32,6 +33,9 @@ from depthlab.probe.result import ProbeResult
 from depthlab.probe.stats import stream_table, token_cosine
 
 LOSSES = ("lm", "sum")
+# Each Jacobian projection is one more backward pass; the estimate's relative error falls as
+# sqrt(2 / k), to 4% at 1,000 projections, so more only costs time.
+JACOBIAN_MAX = 1024
 
 
 def probe(
@@ -77,7 +81,10 @@ def measure(
     model, batch, loss="lm", *, perturbation=1e-3, jacobian_probes=0, context=True, seed=0
 ) -> ProbeResult:
     """The numbers of :func:`probe`, without verdicts."""
-    _check_args(loss, perturbation, jacobian_probes)
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
+    check_options(loss, perturbation, jacobian_probes, seed)
+    check_batch(batch)
     stack = locate_stack(model)
     norms = find_norms(model, stack)
     coarse = _too_coarse(stack, perturbation)
@@ -147,13 +154,37 @@ def _too_coarse(stack: StackInfo, delta: float) -> str | None:
     return f"not measured: {', '.join(coarse)} weights cannot hold a {delta:g} relative perturbation"
 
 
-def _check_args(loss, perturbation, jacobian_probes) -> None:
-    if loss not in LOSSES:
+def check_options(loss="lm", perturbation=1e-3, jacobian_probes=0, seed=0) -> None:
+    """ConfigError naming the first of :func:`probe`'s options that is not allowed."""
+    if not isinstance(loss, str) or loss not in LOSSES:
         raise ConfigError("loss", loss, f"one of {', '.join(LOSSES)}")
-    if not isinstance(perturbation, (int, float)) or not 0 <= perturbation < 1:
+    ok = isinstance(perturbation, (int, float)) and not isinstance(perturbation, bool)
+    if not ok or not 0 <= perturbation < 1:
         raise ConfigError("perturbation", perturbation, "a number in [0, 1)")
-    if isinstance(jacobian_probes, bool) or not isinstance(jacobian_probes, int) or jacobian_probes < 0:
-        raise ConfigError("jacobian_probes", jacobian_probes, "an integer >= 0")
+    jac = jacobian_probes
+    if isinstance(jac, bool) or not isinstance(jac, int) or not 0 <= jac <= JACOBIAN_MAX:
+        raise ConfigError("jacobian_probes", jac, f"an integer from 0 to {JACOBIAN_MAX}")
+    check_seed(seed)
+
+
+def check_batch(batch) -> None:
+    """TypeError unless ``batch`` is a tensor, a tuple or list of inputs or a dict of keyword inputs;
+    InputError when one of its tensors is empty (the probe needs at least one sequence of tokens)."""
+    if isinstance(batch, dict):
+        tensors = list(batch.values())
+    elif isinstance(batch, (tuple, list)):
+        tensors = list(batch)
+    elif isinstance(batch, torch.Tensor):
+        tensors = [batch]
+    else:
+        raise TypeError(
+            f"batch must be a tensor, a tuple of inputs or a dict of keyword inputs, not {type(batch).__name__}"
+        )
+    if not any(isinstance(t, torch.Tensor) for t in tensors):
+        raise TypeError("batch holds no tensor")
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.numel() == 0:
+            raise InputError(f"the batch holds an empty tensor of shape {tuple(t.shape)}: nothing to probe")
 
 
 def call_model(model: nn.Module, batch):

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import torch
 
-from depthlab.config import ModelConfig
+from depthlab.config import ModelConfig, check_int
 from depthlab.corpus import text_batch
 from depthlab.model import build_model
 from depthlab.model.explain import init_summary, wiring_summary
-from depthlab.probe.probe import probe
+from depthlab.model.memory import available_memory, check_memory, estimate_memory
+from depthlab.model.stack import check_config
+from depthlab.probe.probe import check_options, probe
 from depthlab.probe.result import ProbeResult
 
 # depthlab's reference init conventions: what a verdict is compared under to tell init from wiring
@@ -27,6 +29,7 @@ def probe_config(
     seq_len: int = 64,
     seed: int = 0,
     attribute: bool = True,
+    force_memory: bool = False,
     **options,
 ) -> ProbeResult:
     """Build ``cfg`` with ``seed`` (as training would) and probe it on ``batch_size`` x ``seq_len`` bytes
@@ -37,8 +40,18 @@ def probe_config(
     ``attribute``, a config whose init conventions are not the reference ones (:data:`REFERENCE_INIT`)
     and that gets a warning or error is probed once more under the reference init, and each verdict
     says whether it comes from the init or from the wiring (:func:`attribute_to_init`).
-    ConfigError for a length the model's positions cannot hold.
+    Checked before the model is built: ConfigError for a length the model's positions cannot hold or a
+    bad size or seed; InputError when the probe would not fit in free memory
+    (:mod:`depthlab.model.memory`; ``force_memory`` runs it anyway).
     """
+    check_config(cfg)
+    check_int("batch_size", batch_size)
+    check_int("seq_len", seq_len)
+    keys = ("loss", "perturbation", "jacobian_probes")
+    check_options(**{k: options[k] for k in keys if k in options}, seed=seed)
+    cfg.check_length(seq_len)
+    hint = "a smaller --layers, --d-model, --batch-size or --seq-len"
+    check_memory(estimate_memory(cfg, "probe", batch_size, seq_len), available_memory(), force_memory, hint)
     result = _probe_built(cfg, batch_size, seq_len, seed, options)
     if attribute:
         attribute_to_init(

@@ -15,6 +15,7 @@ import os
 from depthlab.config import ModelConfig
 from depthlab.errors import ConfigError, InputError
 from depthlab.interop.hf.family import Family, config_from_hf, family_for, model_types
+from depthlab.paths import check_input_file
 
 
 def transformers_module():
@@ -38,6 +39,7 @@ def config_path(path: str) -> tuple[str, str | None]:
         if not os.path.isfile(config_file):
             raise InputError(f"--hf {path}: the folder has no config.json (save it with save_pretrained)")
         return config_file, path
+    check_input_file(path, "--hf")  # a FIFO or a device would block the read
     return path, None
 
 
