@@ -13,8 +13,8 @@ self-attention (``heads`` heads) and a GELU FFN of width ``4 d``, a head tied to
 
 The weight matrices are the same size in every model (:func:`check_param_counts` asserts it); the
 vectors (biases, norm gains) differ only where a model's structure forces it: x-transformers has no
-attention biases and bias-free norms, sandwich has two extra norms per layer, post-LN and DeepNorm
-have no final norm.
+attention biases and bias-free norms, sandwich has two extra norms per layer, parallel_shared one norm
+fewer (its two sublayers read one), post-LN and DeepNorm have no final norm.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from torch import nn
 
 from depthlab import ModelConfig, build_model
 
-DEPTHLAB = ("pre", "post", "deepnorm", "sandwich")
+DEPTHLAB = ("pre", "post", "deepnorm", "sandwich", "parallel", "parallel_shared")
 PEERS = ("torch-pre", "torch-post", "x-transformers", "nanogpt")
 
 
@@ -168,6 +168,8 @@ def expected_params(name: str, s: Shape) -> tuple[int, int]:
         final = 0
     if wrap == "sandwich":
         norms_per_layer = 4
+    if wrap == "parallel_shared":
+        norms_per_layer = 1
     if name == "x-transformers":  # bias-free q/k/v/out and gain-only LayerNorm: fixed by its design
         linear_biases, norm_size = 4 * d + d, d
     vectors = L * (linear_biases + norms_per_layer * norm_size) + final * norm_size

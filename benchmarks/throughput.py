@@ -119,7 +119,7 @@ def report(s: Shape, res: dict) -> list[dict]:
 def format_row(s: Shape, r: dict) -> str:
     (q1, ratio, q3), mfu = r["ratio"], r["mfu"][1]
     return (
-        f"d={s.d:<4d} L={s.layers:<3d} {r['name']:<22s} {r['tps']:7,.0f} tok/s  MFU {mfu:4.0%}  "
+        f"d={s.d:<4d} L={s.layers:<3d} {r['name']:<24s} {r['tps']:7,.0f} tok/s  MFU {mfu:4.0%}  "
         f"best-step {r['best_ratio']:.2f}  n={r['n']:<2d} IQR {q1:.2f}-{q3:.2f}  vs {r['fastest']:<14s} "
         f"ratio {ratio:.2f}"
     )

@@ -5,7 +5,7 @@
 allowed. ``to_dict``/``from_dict`` (and ``to_json``/``from_json``) are exact inverses, and
 ``config_hash`` is a stable digest of the resolved values (the study store keys runs by it).
 
-Keys stay stable as the configs grow: :meth:`_Config.key_dict` (what every hash is taken of) writes a
+Keys stay stable as the configs grow: :meth:`depthlab.config_base.ConfigBase.key_dict` (what every hash is taken of) writes a
 renamed field under its first name and leaves out a field added since the first release while it holds
 its default, so a store's runs keep their keys when depthlab gains a field.
 
@@ -16,26 +16,30 @@ against that registry, so a new wrapping needs no edit here.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import json
-import math
-import typing
 from dataclasses import dataclass, fields
 
+from depthlab.config_base import (  # noqa: F401 (study.grid and the CLI read them here)
+    SEED_MAX,
+    ConfigBase,
+    check_int,
+    check_seed,
+    current_name,
+    field_types,
+)
 from depthlab.errors import ConfigError
-from depthlab.jsonable import digest
 
 ARCHS = ("encoder", "decoder", "encdec")
 # name -> wrapping class, filled by depthlab.model.wrappings.register (each class declares itself)
 WRAPPINGS: dict[str, type] = {}
 NORMS = ("layernorm", "rmsnorm", "dyt", "batchnorm", "none")
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")
-POSITIONS = ("sinusoidal", "learned", "rope", "none")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu", "geglu_tanh")
+POSITIONS = ("sinusoidal", "learned", "rope", "relative", "none")
 FINAL_NORMS = ("auto", "on", "off")
 SUBLAYERS = ("attn", "cross", "ffn")
-INITS = ("xavier", "gpt2")
+INITS = ("xavier", "gpt2", "normal")
 QK_NORMS = ("layernorm", "rmsnorm")  # the norms that can normalise a head's queries and keys
+QK_NORM_SCOPES = ("head", "projection")  # per head (Qwen3, Gemma 3) or the whole q/k projection (OLMo 2)
+BIAS_SITES = ("qkv", "out", "ffn", "head")  # where a linear layer may carry a bias
 
 
 def wrap_names() -> tuple[str, ...]:
@@ -43,110 +47,8 @@ def wrap_names() -> tuple[str, ...]:
     return tuple(WRAPPINGS)
 
 
-class _Config:
-    """JSON round-trip, hashing and field-checking shared by every config dataclass.
-
-    ``RENAMED`` maps a field's current name to the name it first had (old JSON still loads, and keys
-    are taken under the first name); ``FIRST_FIELDS`` are the fields of the first release (others are
-    left out of the key while they hold their default).
-    """
-
-    RENAMED: typing.ClassVar[dict[str, str]] = {}
-    FIRST_FIELDS: typing.ClassVar[tuple[str, ...]] = ()
-
-    def to_dict(self) -> dict:
-        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
-
-    def key_dict(self) -> dict:
-        """The dict every hash of this config is taken of (see the module docstring)."""
-        out = {}
-        for f in fields(self):
-            value = _jsonable(getattr(self, f.name))
-            if f.name not in self.FIRST_FIELDS and f.name not in self.RENAMED:
-                if value == _jsonable(f.default):
-                    continue
-            out[self.RENAMED.get(f.name, f.name)] = value
-        return out
-
-    def to_json(self, **kw) -> str:
-        return json.dumps(self.to_dict(), **kw)
-
-    @classmethod
-    def from_dict(cls, d: dict):
-        if not isinstance(d, dict):
-            raise ConfigError(cls.__name__, d, "a JSON object of fields")
-        d = {current_name(cls, k): v for k, v in d.items()}
-        known = {f.name: f for f in fields(cls)}
-        for k in d:
-            if k not in known:
-                raise ConfigError(k, d[k], f"a field of {cls.__name__}: {', '.join(known)}")
-        hints = field_types(cls)
-        kwargs = {k: _from_json(hints[k], v) for k, v in d.items()}
-        return cls(**kwargs)
-
-    @classmethod
-    def from_json(cls, s: str):
-        return cls.from_dict(json.loads(s))
-
-    def replace(self, **changes):
-        return dataclasses.replace(self, **changes)
-
-    def config_hash(self) -> str:
-        """16 hex digits of sha256 over :meth:`key_dict` (:func:`depthlab.jsonable.digest`)."""
-        return digest(self.key_dict())
-
-    # -- checks used by __post_init__ -------------------------------------------------------------
-    def _check_choice(self, name: str, allowed: tuple) -> None:
-        value = getattr(self, name)
-        if value not in allowed:
-            raise ConfigError(name, value, f"one of {', '.join(allowed)}")
-
-    def _check_int(self, name: str, low: int = 1, optional: bool = False) -> None:
-        value = getattr(self, name)
-        if value is None and optional:
-            return
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ConfigError(name, value, f"an integer >= {low}")
-
-    def _check_float(self, name: str, low: float = 0.0, high: float = math.inf, strict_low=False) -> None:
-        value = getattr(self, name)
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        ok = ok and (value > low if strict_low else value >= low) and value <= high
-        if not ok:
-            bound = f"> {low}" if strict_low else f">= {low}"
-            raise ConfigError(
-                name, value, f"a finite number {bound}" + (f" and <= {high}" if high < math.inf else "")
-            )
-
-    def _check_bool(self, name: str) -> None:
-        if not isinstance(getattr(self, name), bool):
-            raise ConfigError(name, getattr(self, name), "true or false")
-
-
-@functools.cache
-def field_types(cls) -> dict:
-    """A config class's field types (cached: studies build thousands of configs)."""
-    return typing.get_type_hints(cls)
-
-
-def current_name(cls, name: str) -> str:
-    """A field's current name, given its current or first name (``checkpoint`` -> ``activation_checkpointing``)."""
-    return {v: k for k, v in cls.RENAMED.items()}.get(name, name)
-
-
-def _jsonable(v):
-    return list(v) if isinstance(v, tuple) else v
-
-
-def _from_json(hint, v):
-    """Undo JSON's tuple -> list for tuple-typed fields; everything else is stored as is."""
-    if typing.get_origin(hint) is tuple and isinstance(v, list):
-        return tuple(v)
-    return v
-
-
 @dataclass(frozen=True)
-class ModelConfig(_Config):
+class ModelConfig(ConfigBase):
     """What stack to build. Every field is a plain JSON value.
 
     ``n_layers`` is the depth of an encoder or decoder; for ``encdec`` it is the depth of both sides
@@ -154,6 +56,14 @@ class ModelConfig(_Config):
     skip connection is on (a stack without its attention skip is ``residual=("ffn", "cross")``).
     ``qk_norm`` normalises each head's queries and keys before their dot product (Dehghani et al.
     2023; OLMo 2), with the configured norm (layernorm or rmsnorm).
+
+    The fields after ``activation_checkpointing`` are the options released model families need (all
+    off by default; docs/design.md tabulates which family uses which): a head width apart from
+    d_model / n_heads, the score scale, soft-capping of scores and logits, partial rotary, a sliding
+    window on all or all but every k-th layer (with its own RoPE base), T5's relative position buckets,
+    QK-norm over the whole projection, RMSNorm gains applied as (1 + w), where biases sit, a decoder
+    with its own position table and embedding norm, a factorised embedding, a scaled head input, and
+    the std of the normal init schemes.
     """
 
     RENAMED = {"activation_checkpointing": "checkpoint"}
@@ -186,6 +96,25 @@ class ModelConfig(_Config):
     dyt_alpha: float = 0.5  # DyT's alpha_0 (Zhu et al. 2025, default)
     mix_ratio: float = 0.25  # Mix-LN: share of the bottom layers that are post-LN
     activation_checkpointing: bool = False  # recompute each block in backward (saves memory, costs a forward)
+    d_head: int | None = None  # width of one head; None = d_model / n_heads (T5's d_kv, Gemma, Qwen3)
+    attn_scale: float | None = (
+        None  # score scale; None = head_dim^-1/2 (T5: 1; Gemma: query_pre_attn_scalar^-1/2)
+    )
+    attn_softcap: float | None = None  # scores -> c tanh(scores / c) (Gemma 2: 50)
+    logit_softcap: float | None = None  # logits -> c tanh(logits / c) (Gemma 2: 30)
+    rope_dims: int | None = None  # features of each head that RoPE rotates; None = all (GPT-NeoX: 1/4)
+    rope_local_base: float | None = None  # RoPE base on sliding-window layers; None = rope_base (Gemma 3)
+    sliding_window: int | None = None  # causal self-attention sees the last N positions, itself included
+    global_every: int | None = None  # with sliding_window: layers k, 2k, ... attend to all (Gemma 2: k=2)
+    rel_buckets: int = 32  # position="relative": T5's log-spaced distance buckets, one bias per head each
+    rel_max_distance: int = 128  # position="relative": distances from here on share the last bucket
+    qk_norm_scope: str = "head"  # qk_norm over each head (Qwen3, Gemma 3) or the projection (OLMo 2)
+    gain_offset: bool = False  # RMSNorm gains applied as (1 + w), w = 0 at init (Gemma)
+    biases: tuple[str, ...] | None = None  # linears with a bias (qkv, out, ffn, head); None = bias
+    side_embeddings: bool = False  # encdec: the decoder has its own position table and embedding norm
+    d_embed: int | None = None  # token embedding width, projected to d_model and back (OPT-350m)
+    head_scale: bool = False  # the head reads the last stream x d_model^-1/2 (T5 with its tied head)
+    init_std: float = 0.02  # std of the normal and gpt2 init schemes (HF's initializer_range)
 
     def __post_init__(self):
         for name, allowed in (
@@ -196,12 +125,17 @@ class ModelConfig(_Config):
             ("position", POSITIONS),
             ("final_norm", FINAL_NORMS),
             ("init", INITS),
+            ("qk_norm_scope", QK_NORM_SCOPES),
         ):
             self._check_choice(name, allowed)
         for name in ("n_layers", "d_model", "n_heads", "vocab_size", "max_len"):
             self._check_int(name)
-        for name in ("enc_layers", "dec_layers", "n_kv_heads", "d_ff"):
+        for name in ("enc_layers", "dec_layers", "n_kv_heads", "d_ff", "d_head", "rope_dims", "d_embed"):
             self._check_int(name, optional=True)
+        for name in ("sliding_window", "global_every"):
+            self._check_int(name, optional=True)
+        self._check_int("rel_buckets", low=4)
+        self._check_int("rel_max_distance", low=1)
         for name in (
             "bias",
             "qk_norm",
@@ -209,6 +143,9 @@ class ModelConfig(_Config):
             "embed_norm",
             "embed_scale",
             "activation_checkpointing",
+            "gain_offset",
+            "side_embeddings",
+            "head_scale",
         ):
             self._check_bool(name)
         self._check_float("norm_eps", 0.0, 1.0, strict_low=True)
@@ -216,21 +153,29 @@ class ModelConfig(_Config):
         self._check_float("rope_base", 1.0, strict_low=True)
         self._check_float("dyt_alpha", 0.0, strict_low=True)
         self._check_float("mix_ratio", 0.0, 1.0)
+        self._check_float("init_std", 0.0, 1.0, strict_low=True)
+        for name in ("attn_scale", "attn_softcap", "logit_softcap"):
+            self._check_float(name, 0.0, strict_low=True, optional=True)
+        self._check_float("rope_local_base", 1.0, strict_low=True, optional=True)
         self._check_structure()
+        self._check_options()
 
     def _check_structure(self) -> None:
         if not isinstance(self.residual, tuple) or any(r not in SUBLAYERS for r in self.residual):
             raise ConfigError("residual", self.residual, f"a list drawn from {', '.join(SUBLAYERS)}")
         if len(set(self.residual)) != len(self.residual):
             raise ConfigError("residual", self.residual, "each sublayer kind at most once")
-        if self.d_model % self.n_heads:
-            raise ConfigError("d_model", self.d_model, f"a multiple of n_heads={self.n_heads}")
+        if self.d_head is None and self.d_model % self.n_heads:
+            raise ConfigError(
+                "d_model", self.d_model, f"a multiple of n_heads={self.n_heads} (or set d_head)"
+            )
         if self.n_heads % self.kv_heads:
             raise ConfigError("n_kv_heads", self.n_kv_heads, f"a divisor of n_heads={self.n_heads}")
         if self.position == "rope" and self.head_dim % 2:
             raise ConfigError("position", "rope", f"an even head dim (d_model/n_heads = {self.head_dim})")
         if WRAPPINGS[self.wrap].NEEDS_NORM and self.norm == "none":
             raise ConfigError("norm", "none", f"a real norm with wrap={self.wrap} (its formula normalises)")
+        WRAPPINGS[self.wrap].check_config(self)  # what else the wrapping's own declaration requires
         if self.qk_norm and self.norm not in QK_NORMS:
             raise ConfigError(
                 "qk_norm",
@@ -245,6 +190,43 @@ class ModelConfig(_Config):
                 f"unset unless arch=encdec (arch={self.arch} has one stack: use n_layers)",
             )
 
+    def _check_options(self) -> None:
+        """The family options: each only where it means something (one ConfigError naming it)."""
+        needs = [
+            ("rope_dims", self.position == "rope", "position=rope"),
+            (
+                "rope_local_base",
+                self.position == "rope" and self.sliding_window,
+                "position=rope and a sliding_window",
+            ),
+            ("sliding_window", self.arch == "decoder", "arch=decoder (its window is causal)"),
+            ("global_every", self.sliding_window is not None, "a sliding_window"),
+            ("biases", self.bias, "bias true (no_bias turns every bias off)"),
+        ]
+        for name, ok, what in needs:
+            if getattr(self, name) is not None and not ok:
+                raise ConfigError(name, getattr(self, name), f"unset unless {what}")
+        for name, ok, what in (
+            ("gain_offset", self.norm == "rmsnorm", "norm=rmsnorm"),
+            ("side_embeddings", self.arch == "encdec", "arch=encdec"),
+        ):
+            if getattr(self, name) and not ok:
+                raise ConfigError(name, True, f"false unless {what}")
+        if self.rope_dims is not None and (self.rope_dims % 2 or self.rope_dims > self.head_dim):
+            raise ConfigError(
+                "rope_dims", self.rope_dims, f"an even number <= the head width {self.head_dim}"
+            )
+        if self.biases is not None and (
+            not isinstance(self.biases, tuple)
+            or any(b not in BIAS_SITES for b in self.biases)
+            or len(set(self.biases)) != len(self.biases)
+        ):
+            raise ConfigError("biases", self.biases, f"a list drawn from {', '.join(BIAS_SITES)}, each once")
+        if self.position == "relative" and self.rel_max_distance <= self.rel_buckets // 2:
+            raise ConfigError(
+                "rel_max_distance", self.rel_max_distance, f"> rel_buckets / 2 = {self.rel_buckets // 2}"
+            )
+
     def check_length(self, n_tokens: int, field: str = "seq_len", value=None) -> None:
         """ConfigError naming ``field`` (and ``value``, default ``n_tokens``) unless a sequence of
         ``n_tokens`` fits the position table: learned and sinusoidal positions have ``max_len`` rows,
@@ -257,7 +239,24 @@ class ModelConfig(_Config):
     # -- resolved values ------------------------------------------------------------------------
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+        return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+
+    @property
+    def rotary_dims(self) -> int:
+        """Features of each head that RoPE rotates (the first ``rotary_dims``; the rest pass through)."""
+        return self.rope_dims if self.rope_dims is not None else self.head_dim
+
+    def has_bias(self, site: str) -> bool:
+        """Whether the linears at ``site`` (one of BIAS_SITES) carry a bias."""
+        if self.biases is not None:
+            return site in self.biases
+        return self.bias and site != "head"
+
+    def window(self, layer: int) -> int | None:
+        """The sliding window of self-attention in ``layer`` (1-based), or None where it sees everything."""
+        if self.sliding_window is None or (self.global_every and layer % self.global_every == 0):
+            return None
+        return self.sliding_window
 
     @property
     def kv_heads(self) -> int:
@@ -301,7 +300,7 @@ DEVICES = ("auto", "cpu", "cuda")
 
 
 @dataclass(frozen=True)
-class TrainConfig(_Config):
+class TrainConfig(ConfigBase):
     """How to train: task and data, optimiser, schedule, logging, divergence thresholds.
 
     ``warmup`` is in steps. ``clip`` 0 turns clipping off. ``spike_factor`` and ``stall_share`` are the
@@ -352,7 +351,7 @@ class TrainConfig(_Config):
         self._check_int("symbols", low=2)
         self._check_choice("device", DEVICES)
         self._check_int("warmup", low=0)
-        self._check_int("seed", low=0)
+        check_seed(self.seed)
         self._check_float("lr", 0.0, 10.0, strict_low=True)
         self._check_float("beta1", 0.0, 1.0)
         self._check_float("beta2", 0.0, 1.0)
@@ -382,6 +381,19 @@ class TrainConfig(_Config):
             raise ConfigError("data", self.data, "a file path or null")
         if self.data is not None and self.task != "lm":
             raise ConfigError("data", self.data, f"unset for task {self.task} (data is the lm corpus)")
+        self._check_applies()
+
+    def _check_applies(self) -> None:
+        """A field set away from its default where nothing reads it is refused: a flag that silently
+        does nothing misleads (``--symbols`` on the lm task, ``--min-lr-ratio`` without cosine)."""
+        default = {f.name: f.default for f in fields(self)}
+        if self.task == "lm" and self.symbols != default["symbols"]:
+            raise ConfigError(
+                "symbols", self.symbols, "unset for task lm (the alphabet of copy, reverse, sort)"
+            )
+        if self.schedule != "cosine" and self.min_lr_ratio != default["min_lr_ratio"]:
+            why = f"unset unless schedule=cosine (its floor), not {self.schedule}"
+            raise ConfigError("min_lr_ratio", self.min_lr_ratio, why)
 
 
 TrainConfig.FIRST_FIELDS = (

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from depthlab.errors import ConfigError, InputError
+from depthlab.paths import check_input_file
 
 BLOCK = 8192  # bytes per split block
 VAL_EVERY = 10  # every 10th block is validation: a 90/10 split
@@ -62,12 +63,10 @@ def _stdlib_corpus() -> tuple[torch.Tensor, torch.Tensor, dict]:
 
 
 def read_data_file(path: str) -> bytes:
-    """The bytes of a user's data file; any problem is an InputError of one line."""
+    """The bytes of a user's data file; any problem is an InputError of one line. It must be a regular
+    file: a FIFO, a device or a socket is refused before it is opened (reading one may never end)."""
+    check_input_file(path, "data file")
     p = Path(path)
-    if not p.exists():
-        raise InputError(f"data file {path} does not exist")
-    if p.is_dir():
-        raise InputError(f"data file {path} is a directory, not a file")
     try:
         data = p.read_bytes()
     except OSError as e:

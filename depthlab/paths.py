@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -20,6 +21,65 @@ BAD_PATH = (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectory
 # The figure formats depthlab writes (matplotlib draws each without a display).
 PLOT_FORMATS = ("png", "pdf", "svg")
 NAME_CHARS = 80  # a generated file or folder name stays well under any filesystem's 255-byte limit
+NAME_MAX = 255  # bytes in one path component (Linux, macOS and Windows filesystems), when pathconf cannot say
+PATH_MAX = 4096  # bytes in a whole path (Linux)
+# What a path that exists but is not a regular file or folder is, by its stat type: reading one can
+# block forever (a FIFO with no writer), never end (/dev/zero) or fail in odd ways (a socket).
+SPECIAL_FILES = {
+    stat.S_IFIFO: "a named pipe (FIFO)",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def check_path(path: str | Path, flag: str) -> None:
+    """Refuse (InputError naming ``flag``) a path the filesystem cannot hold, before anything is made or
+    read: a NUL byte, a component longer than the filesystem's name limit, or a whole path longer
+    than PATH_MAX. (Without this the error is ENAMETOOLONG, deep inside the work.)"""
+    text = os.fspath(path)
+    if "\x00" in text:
+        raise InputError(f"{flag}: a path cannot hold a NUL byte")
+    raw = os.fsencode(text)
+    if len(raw) > PATH_MAX:
+        raise InputError(f"{flag}: the path is {len(raw)} bytes long; the limit is {PATH_MAX}")
+    limit = _name_max(text)
+    for part in Path(text).parts:
+        size = len(os.fsencode(part))
+        if size > limit:
+            shown = part if len(part) <= 24 else part[:20] + "..."
+            raise InputError(
+                f"{flag}: a name in the path is {size} bytes long ({shown!r}); the filesystem allows {limit}"
+            )
+
+
+def _name_max(path: str) -> int:
+    """The longest file name (bytes) the filesystem under ``path`` takes."""
+    try:
+        return os.pathconf(existing_ancestor(path), "PC_NAME_MAX")
+    except (OSError, ValueError):  # a name too long for even this look-up: the common limit
+        return NAME_MAX
+
+
+def check_input_file(path: str | Path, flag: str, missing_ok: bool = False) -> bool:
+    """Refuse (InputError naming ``flag``) a file to be read that is missing (unless ``missing_ok``), a
+    folder, or not a regular file (a FIFO, a device, a socket: reading one may block forever). Opens
+    nothing. Returns whether ``path`` exists."""
+    check_path(path, flag)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        if missing_ok:
+            return False
+        raise InputError(f"{flag} {path} does not exist") from None
+    except OSError as e:
+        raise InputError(f"{flag} {path}: {e.strerror}") from None
+    if stat.S_ISDIR(mode):
+        raise InputError(f"{flag} {path} is a directory, not a file")
+    if not stat.S_ISREG(mode):
+        kind = SPECIAL_FILES.get(stat.S_IFMT(mode), "not a regular file")
+        raise InputError(f"{flag} {path} is {kind}; name a regular file")
+    return True
 
 
 def existing_ancestor(path: str | Path) -> Path:
@@ -32,7 +92,8 @@ def existing_ancestor(path: str | Path) -> Path:
 
 def check_folder(path: str | Path, flag: str) -> Path:
     """Refuse (InputError naming ``flag``) a place where no folder can be made: a file in the way, or an
-    unwritable parent. Creates nothing; returns the nearest existing ancestor."""
+    unwritable parent, a name too long. Creates nothing; returns the nearest existing ancestor."""
+    check_path(path, flag)
     where = existing_ancestor(path)
     if not where.is_dir():
         inside = "" if where == Path(path).absolute() else f": {where}"
@@ -62,6 +123,7 @@ def check_output_file(path: str | None, flag: str, formats: tuple[str, ...] = ()
     """
     if path is None or path == "-":
         return False
+    check_path(path, flag)
     ext = os.path.splitext(path)[1].lower().lstrip(".")
     if formats and ext not in formats:
         kinds = ", ".join("." + f for f in formats)

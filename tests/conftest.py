@@ -75,6 +75,22 @@ def randomize():
     return _randomize
 
 
+def _swap_first_query_heads(model) -> None:
+    """Exchange the query rows of heads 0 and 1 in layer 0 of a depthlab model: a layout error that a
+    parity test must catch (its negative control)."""
+    attn = model.stack.layers[0].attn.f
+    hd = attn.head_dim
+    q = attn.qkv.weight[: attn.n_heads * hd]
+    with torch.no_grad():
+        q.copy_(torch.cat([q[hd : 2 * hd], q[:hd], q[2 * hd :]]))
+
+
+@pytest.fixture
+def swap_query_heads():
+    """The negative control of the parity tests (see ``_swap_first_query_heads``)."""
+    return _swap_first_query_heads
+
+
 @pytest.fixture
 def one_thread():
     """Run the test on one intra-op thread (a shared, busy machine), restoring the setting after."""

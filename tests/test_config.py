@@ -34,6 +34,19 @@ model_configs = st.builds(
     final_norm=st.sampled_from(FINAL_NORMS),
     residual=st.lists(st.sampled_from(SUBLAYERS), unique=True).map(tuple),
     norm_eps=st.floats(1e-9, 1e-3),
+    d_head=st.one_of(st.none(), st.integers(-1, 12)),
+    attn_softcap=st.one_of(st.none(), st.floats(-10, 100)),
+    rope_dims=st.one_of(st.none(), st.integers(0, 16)),
+    sliding_window=st.one_of(st.none(), st.integers(0, 8)),
+    global_every=st.one_of(st.none(), st.integers(0, 4)),
+    rel_buckets=st.integers(2, 40),
+    rel_max_distance=st.integers(1, 64),
+    qk_norm_scope=st.sampled_from(["head", "projection", "layer"]),
+    gain_offset=st.booleans(),
+    biases=st.one_of(st.none(), st.lists(st.sampled_from(["qkv", "out", "ffn", "head", "x"])).map(tuple)),
+    side_embeddings=st.booleans(),
+    d_embed=st.one_of(st.none(), st.integers(0, 32)),
+    init=st.sampled_from(["xavier", "gpt2", "normal"]),
 )
 
 
@@ -80,6 +93,33 @@ def test_heads_must_divide_width(d, h):
         ({"dropout": float("nan")}, "dropout"),
         ({"enc_layers": 3}, "enc_layers"),
         ({"qk_norm": True, "norm": "none"}, "qk_norm"),
+        # the family options: each refused where it means nothing, or out of its range
+        ({"wrap": "parallel", "residual": ("ffn",)}, "residual"),
+        ({"wrap": "parallel_shared", "arch": "encdec", "residual": ("attn", "ffn")}, "residual"),
+        ({"d_head": 0}, "d_head"),
+        ({"attn_scale": 0.0}, "attn_scale"),
+        ({"attn_softcap": -50.0}, "attn_softcap"),
+        ({"logit_softcap": float("inf")}, "logit_softcap"),
+        ({"rope_dims": 4}, "rope_dims"),  # position is learned
+        ({"position": "rope", "rope_dims": 3}, "rope_dims"),
+        ({"position": "rope", "d_model": 32, "n_heads": 4, "rope_dims": 10}, "rope_dims"),
+        ({"sliding_window": 4, "arch": "encoder"}, "sliding_window"),
+        ({"sliding_window": 0}, "sliding_window"),
+        ({"global_every": 2}, "global_every"),
+        ({"position": "rope", "rope_local_base": 1e4}, "rope_local_base"),  # no sliding window
+        ({"position": "relative", "rel_buckets": 32, "rel_max_distance": 16}, "rel_max_distance"),
+        ({"rel_buckets": 2}, "rel_buckets"),
+        ({"qk_norm_scope": "layer"}, "qk_norm_scope"),
+        ({"gain_offset": True, "norm": "layernorm"}, "gain_offset"),
+        ({"biases": ("qkv", "bias")}, "biases"),
+        ({"biases": ("qkv", "qkv")}, "biases"),
+        ({"biases": ("qkv",), "bias": False}, "biases"),
+        ({"side_embeddings": True}, "side_embeddings"),
+        ({"d_embed": 0}, "d_embed"),
+        ({"init": "kaiming"}, "init"),
+        ({"init_std": 0.0}, "init_std"),
+        ({"activation": "reglu"}, "activation"),
+        ({"position": "alibi"}, "position"),
     ],
 )
 def test_bad_model_configs_name_the_field(kwargs, field):

@@ -1,4 +1,5 @@
-"""depthlab equals Hugging Face GPT-2, BERT and Llama with imported weights (float32, 1e-5 relative).
+"""depthlab equals Hugging Face GPT-2, BERT and Llama with imported weights (float32, 1e-5 relative);
+the other families are in test_parity_hf_families.py (decoders) and test_parity_hf_seq2seq.py.
 
 Models are built from small configs with random weights (never downloaded), re-randomised so that a
 mis-mapped weight cannot hide behind near-uniform attention (see conftest ``randomize``).
@@ -143,22 +144,13 @@ def test_llama_logits(layers, hidden, heads, kv_heads, ffn, theta, tie, randomiz
         assert_parity(ours(tokens), hf(tokens).logits)
 
 
-def _swap_first_query_heads(model) -> None:
-    """Exchange the query rows of heads 0 and 1 in layer 0: a layout error a parity test must catch."""
-    attn = model.stack.layers[0].attn.f
-    q = attn.qkv.weight[: attn.n_heads * attn.head_dim]
-    hd = attn.head_dim
-    with torch.no_grad():
-        q.copy_(torch.cat([q[hd : 2 * hd], q[:hd], q[2 * hd :]]))
-
-
 @pytest.mark.parametrize(
     "make", [lambda: gpt2(2, 32, 4), lambda: bert(2, 32, 4, 40), lambda: llama(2, 32, 4, 2, 40)]
 )
-def test_a_mis_copied_weight_is_detected(make, randomize, assert_parity):
+def test_a_mis_copied_weight_is_detected(make, randomize, assert_parity, swap_query_heads):
     hf = randomize(make())
     ours = from_hf(hf)
-    _swap_first_query_heads(ours)
+    swap_query_heads(ours)
     tokens = _tokens()
     with torch.no_grad():
         out = hf(tokens)
@@ -181,7 +173,7 @@ def test_unsupported_models_and_configs_are_rejected():
     with pytest.raises(InputError, match="GPT2Model"):
         from_hf(tf.GPT2Model(gpt2(1, 32, 4).config))
     with pytest.raises(ConfigError, match="model_type"):
-        config_from_hf(types.SimpleNamespace(model_type="t5"))
+        config_from_hf(types.SimpleNamespace(model_type="mamba"))
     bad_gpt2 = gpt2(1, 32, 4).config
     bad_gpt2.scale_attn_by_inverse_layer_idx = True
     with pytest.raises(ConfigError, match="scale_attn_by_inverse_layer_idx"):
@@ -190,6 +182,6 @@ def test_unsupported_models_and_configs_are_rejected():
     bad_llama.rope_parameters = {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
     with pytest.raises(ConfigError, match="rope_type"):
         config_from_hf(bad_llama)
-    bad_bert = bert(1, 32, 4, 40, activation="silu").config
+    bad_bert = bert(1, 32, 4, 40, activation="mish").config
     with pytest.raises(ConfigError, match="hidden_act"):
         config_from_hf(bad_bert)

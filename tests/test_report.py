@@ -62,7 +62,9 @@ def test_verdict_prediction_rule():
     warm = {"verdicts": [{"level": "warning", "code": "warmup-required"}]}
     err = {"verdicts": [{"level": "error", "code": "vanishing-gradient"}, {"level": "ok", "code": "x"}]}
     assert predicted(run(0), warm) == "fails" and predicted(run(10), warm) == "trains"
-    assert predicted(run(10), err) == "fails" and predicted(run(0), {"verdicts": []}) is None  # no verdict: no prediction
+    assert (
+        predicted(run(10), err) == "fails" and predicted(run(0), {"verdicts": []}) is None
+    )  # no verdict: no prediction
     assert predicted(run(0), None) is None
 
 

@@ -4,7 +4,9 @@
 from the run's config alone, without training: post-LN deeper than 2 layers without warmup "stalls",
 a run with lr 0.5 crashes (a failed run), everything else "trains". The numbers are a deterministic function of the
 config, so tests can check that what the store holds is what this returned. ``DEPTHLAB_FAKE_SLEEP``
-(seconds, inherited by the worker processes) makes each run take that long.
+(seconds, inherited by the worker processes) makes each run take that long; ``DEPTHLAB_FAKE_PIDS`` (a
+folder) makes each run write ``<run hash>.pid`` there as it starts, so a test can kill the very
+process that holds a given run.
 
 This module holds no tests; it lives under tests/ so that spawned workers can import it by name.
 """
@@ -87,6 +89,11 @@ def fake_probe(spec: RunSpec) -> dict:
 
 def fake_task(spec: RunSpec) -> dict:
     """The payload of one fake run (see the module docstring)."""
+    pids = os.environ.get("DEPTHLAB_FAKE_PIDS")
+    if pids:
+        with open(os.path.join(pids, f"{spec.hash}.pid.tmp"), "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(os.path.join(pids, f"{spec.hash}.pid.tmp"), os.path.join(pids, f"{spec.hash}.pid"))
     delay = float(os.environ.get("DEPTHLAB_FAKE_SLEEP", "0"))
     if delay:
         time.sleep(delay)

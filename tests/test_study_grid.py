@@ -99,7 +99,7 @@ def test_bad_combination_is_named():
 
 
 def test_bad_yaml_files(tmp_path):
-    with pytest.raises(InputError, match="not found"):
+    with pytest.raises(InputError, match="grid file .*missing.yaml does not exist"):
         StudyConfig.from_yaml(str(tmp_path / "missing.yaml"))
     bad = tmp_path / "bad.yaml"
     bad.write_text("axes: [unclosed\n")

@@ -29,7 +29,7 @@ def _lm_loss(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
 
 
-def _reference(model, tokens: torch.Tensor) -> dict:
+def _reference(model, tokens: torch.Tensor, rows: int | None = None) -> dict:
     """One forward/backward of a copy of the model, measured by hand: retain_grad on the returned
     states, the attention scores recomputed from each Attention's own qkv projection."""
     inputs = {}
@@ -46,7 +46,7 @@ def _reference(model, tokens: torch.Tensor) -> dict:
     loss.backward()
     attn = []
     for j, block in enumerate(model.stack.layers):
-        a, x = block.attn.f, inputs[j]
+        a, x = block.attn.f, inputs[j][:rows]
         B, T, d = x.shape
         q, k, _ = a.qkv(x).split([d, d, d], dim=-1)
         q, k = (t.view(B, T, a.n_heads, a.head_dim).transpose(1, 2) for t in (q, k))
@@ -57,6 +57,28 @@ def _reference(model, tokens: torch.Tensor) -> dict:
         attn.append((ent.item(), s.masked_fill(~causal, -math.inf).max().item()))
     lse = torch.logsumexp(logits.detach(), -1).mean().item()
     return {"loss": loss.item(), "states": states, "attn": attn, "lse": lse}
+
+
+def test_attention_is_read_from_the_first_rows_of_a_large_batch():
+    """On a batch of 8, the attention statistics are those of its first ROWS sequences."""
+    from depthlab.watch.attention import ROWS
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(**TINY, wrap="pre"))
+    twin = build_model(ModelConfig(**TINY, wrap="pre"))
+    twin.load_state_dict(model.state_dict())
+    tokens = _batch(3, b=2 * ROWS)
+    with depthlab.watch(model, every=5, echo=None) as w:
+        loss = _lm_loss(model(tokens), tokens)
+        loss.backward()
+        w.step(loss)
+    part, whole = _reference(twin, tokens, rows=ROWS), None
+    for row, (ent, peak) in zip(w.records[0]["layers"][1:], part["attn"]):
+        assert row["attn_entropy"] == pytest.approx(ent, rel=1e-5)
+        assert row["attn_logit_max"] == pytest.approx(peak, rel=1e-5)
+    twin.zero_grad()
+    whole = _reference(twin, tokens)
+    assert any(e != pytest.approx(f, rel=1e-5) for (e, _), (f, _) in zip(part["attn"], whole["attn"]))
 
 
 def test_logged_values_match_an_independent_computation():

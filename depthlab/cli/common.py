@@ -15,7 +15,24 @@ from depthlab.config import (
     ModelConfig,
     wrap_names,
 )
-from depthlab.errors import ConfigError
+from depthlab.errors import ConfigError, InputError
+from depthlab.interop.hf import imported_config
+
+
+class _Given(argparse.Action):
+    """Store the value and remember that the flag was given: with --hf only the model flags given change
+    the imported config (a flag left at its default must not undo the family's own value)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+        namespace.given_flags = set(getattr(namespace, "given_flags", None) or ()) | {self.dest}
+
+
+def _flag(g, *names, switch: bool = False, **kw):
+    """``add_argument`` recording the flag as given (``switch``: a store-true flag)."""
+    if switch:
+        kw.update(nargs=0, const=True, default=False)
+    g.add_argument(*names, action=_Given, **kw)
 
 
 def add_model_flags(p: argparse.ArgumentParser, multi: bool = False) -> None:
@@ -23,45 +40,88 @@ def add_model_flags(p: argparse.ArgumentParser, multi: bool = False) -> None:
     d = ModelConfig()
     g = p.add_argument_group("model")
     lst = " (comma-separated to compare several)" if multi else ""
-    g.add_argument("--arch", default=d.arch, help=f"{'|'.join(ARCHS)} (default {d.arch})")
-    g.add_argument("--layers", type=int, default=d.n_layers, help=f"layers per stack (default {d.n_layers})")
-    g.add_argument("--enc-layers", type=int, help="encoder layers of an encdec model (default --layers)")
-    g.add_argument("--dec-layers", type=int, help="decoder layers of an encdec model (default --layers)")
-    g.add_argument("--d-model", type=int, default=d.d_model, help=f"stream width (default {d.d_model})")
-    g.add_argument("--heads", type=int, default=d.n_heads, help=f"attention heads (default {d.n_heads})")
     g.add_argument(
-        "--kv-heads", type=int, help="key/value heads for grouped-query attention (default --heads)"
+        "--hf",
+        metavar="PATH",
+        help="start from a Hugging Face model's shape and wiring: a save_pretrained folder or config.json "
+        "(random weights; the model flags given change it: --wrap deepnorm asks 'my model, with DeepNorm')",
     )
-    g.add_argument("--d-ff", type=int, help="FFN inner width (default 4 x d-model)")
-    g.add_argument(
-        "--vocab", type=int, default=d.vocab_size, help=f"vocabulary size (default {d.vocab_size}: bytes)"
+    _flag(g, "--arch", default=d.arch, help=f"{'|'.join(ARCHS)} (default {d.arch})")
+    _flag(g, "--layers", type=int, default=d.n_layers, help=f"layers per stack (default {d.n_layers})")
+    _flag(g, "--enc-layers", type=int, help="encoder layers of an encdec model (default --layers)")
+    _flag(g, "--dec-layers", type=int, help="decoder layers of an encdec model (default --layers)")
+    _flag(g, "--d-model", type=int, default=d.d_model, help=f"stream width (default {d.d_model})")
+    _flag(g, "--heads", type=int, default=d.n_heads, help=f"attention heads (default {d.n_heads})")
+    _flag(g, "--kv-heads", type=int, help="key/value heads for grouped-query attention (default --heads)")
+    _flag(g, "--d-ff", type=int, help="FFN inner width (default 4 x d-model)")
+    _flag(
+        g, "--vocab", type=int, default=d.vocab_size, help=f"vocabulary size (default {d.vocab_size}: bytes)"
     )
-    g.add_argument("--max-len", type=int, default=d.max_len, help=f"longest sequence (default {d.max_len})")
-    g.add_argument("--wrap", default=d.wrap, help=f"{'|'.join(wrap_names())} (default {d.wrap}){lst}")
-    g.add_argument("--norm", default=d.norm, help=f"{'|'.join(NORMS)} (default {d.norm}){lst}")
-    g.add_argument(
-        "--activation", default=d.activation, help=f"{'|'.join(ACTIVATIONS)} (default {d.activation})"
-    )
-    g.add_argument("--position", default=d.position, help=f"{'|'.join(POSITIONS)} (default {d.position})")
-    g.add_argument(
+    _flag(g, "--max-len", type=int, default=d.max_len, help=f"longest sequence (default {d.max_len})")
+    _flag(g, "--wrap", default=d.wrap, help=f"{'|'.join(wrap_names())} (default {d.wrap}){lst}")
+    _flag(g, "--norm", default=d.norm, help=f"{'|'.join(NORMS)} (default {d.norm}){lst}")
+    _flag(g, "--activation", default=d.activation, help=f"{'|'.join(ACTIVATIONS)} (default {d.activation})")
+    _flag(g, "--position", default=d.position, help=f"{'|'.join(POSITIONS)} (default {d.position})")
+    _flag(
+        g,
         "--final-norm",
         default=d.final_norm,
         help=f"{'|'.join(FINAL_NORMS)} (default auto: on where the stream is never normalised)",
     )
-    g.add_argument(
+    _flag(
+        g,
         "--no-residual",
         default="none",
         metavar="SUBLAYERS",
         help=f"sublayers whose skip is turned off: {', '.join(SUBLAYERS)}, several joined by + (attn+ffn), "
         f"all, or none (default none; cross needs --arch encdec){lst}",
     )
-    g.add_argument("--init", default=d.init, help=f"{'|'.join(INITS)} (default {d.init})")
-    g.add_argument("--qk-norm", action="store_true", help="normalise queries and keys per head")
-    g.add_argument("--no-bias", action="store_true", help="linear layers without biases")
-    g.add_argument(
-        "--checkpoint-activations", action="store_true", help="recompute blocks in backward to save memory"
+    _add_init_flags(g, d)
+    _flag(g, "--qk-norm", switch=True, help="normalise queries and keys per head")
+    _flag(g, "--no-bias", switch=True, help="linear layers without biases")
+    _flag(g, "--checkpoint-activations", switch=True, help="recompute blocks in backward to save memory")
+    _flag(g, "--seed", type=int, help="random seed (default 0)")
+
+
+def _add_init_flags(g, d: ModelConfig) -> None:
+    """The init conventions: scheme, std, tied head, embedding scale (they set the stream's scale at init)."""
+    _flag(
+        g,
+        "--init",
+        default=d.init,
+        help=f"{'|'.join(INITS)} (default {d.init}; normal = N(0, --init-std) everywhere, Hugging Face's)",
     )
-    g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    _flag(
+        g, "--init-std", type=float, default=d.init_std, help=f"std of gpt2 and normal (default {d.init_std})"
+    )
+    _flag(
+        g,
+        "--tie-embeddings",
+        default="on",
+        help="on|off: the output head is the token table (default on; most HF decoders are untied)",
+    )
+    _flag(g, "--embed-scale", default="on", help="on|off: token embeddings x sqrt(d_model) (default on)")
+
+
+def seed_from_args(args: argparse.Namespace) -> int:
+    """--seed, 0 when not given (explain, which no seed changes, refuses it: :func:`refuse_flags`)."""
+    return 0 if args.seed is None else args.seed
+
+
+def add_memory_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--force-memory",
+        action="store_true",
+        help="run even when the memory estimate exceeds the free memory (default: refuse, with the estimate)",
+    )
+
+
+def refuse_flags(args: argparse.Namespace, why: str, **given) -> None:
+    """InputError for the first flag of ``given`` (flag name -> whether it was given) that was given:
+    a flag that would do nothing here is refused, not ignored. ``why`` ends the message."""
+    for flag, present in given.items():
+        if present:
+            raise InputError(f"--{flag.replace('_', '-')} {why}")
 
 
 def residual_from_flag(value: str, arch: str = "encdec") -> tuple[str, ...]:
@@ -87,32 +147,73 @@ def residual_from_flag(value: str, arch: str = "encdec") -> tuple[str, ...]:
     return tuple(s for s in SUBLAYERS if s not in off)
 
 
+# model flag (argparse dest) -> the ModelConfig field it sets
+FIELD_OF_FLAG = {
+    "arch": "arch",
+    "layers": "n_layers",
+    "enc_layers": "enc_layers",
+    "dec_layers": "dec_layers",
+    "d_model": "d_model",
+    "heads": "n_heads",
+    "kv_heads": "n_kv_heads",
+    "d_ff": "d_ff",
+    "vocab": "vocab_size",
+    "max_len": "max_len",
+    "wrap": "wrap",
+    "norm": "norm",
+    "activation": "activation",
+    "position": "position",
+    "final_norm": "final_norm",
+    "no_residual": "residual",
+    "init": "init",
+    "init_std": "init_std",
+    "tie_embeddings": "tie_embeddings",
+    "embed_scale": "embed_scale",
+    "qk_norm": "qk_norm",
+    "no_bias": "bias",
+    "checkpoint_activations": "activation_checkpointing",
+}
+
+
+def given_model_flags(args: argparse.Namespace) -> list[str]:
+    """The model flags given on the command line (dests, in FIELD_OF_FLAG's order)."""
+    given = getattr(args, "given_flags", None) or set()
+    return [flag for flag in FIELD_OF_FLAG if flag in given]
+
+
 def model_config_from_args(args: argparse.Namespace, **overrides) -> ModelConfig:
-    """A validated ModelConfig from the model flags; ``overrides`` replace single flag values."""
-    values = {
-        "arch": args.arch,
-        "n_layers": args.layers,
-        "enc_layers": args.enc_layers,
-        "dec_layers": args.dec_layers,
-        "d_model": args.d_model,
-        "n_heads": args.heads,
-        "n_kv_heads": args.kv_heads,
-        "d_ff": args.d_ff,
-        "vocab_size": args.vocab,
-        "max_len": args.max_len,
-        "wrap": args.wrap,
-        "norm": args.norm,
-        "activation": args.activation,
-        "position": args.position,
-        "final_norm": args.final_norm,
-        "residual": residual_from_flag(args.no_residual, args.arch),
-        "init": args.init,
-        "qk_norm": args.qk_norm,
-        "bias": not args.no_bias,
-        "activation_checkpointing": args.checkpoint_activations,
-    }
-    values.update(overrides)
-    return ModelConfig(**values)
+    """A validated ModelConfig from the model flags; ``overrides`` replace single flag values.
+
+    With --hf: the imported family's config (:func:`depthlab.interop.hf.imported_config`), changed by
+    the model flags given (and ``overrides``) only."""
+    if not getattr(args, "hf", None):
+        values = {field: flag_value(args, flag, args.arch) for flag, field in FIELD_OF_FLAG.items()}
+        return ModelConfig(**{**values, **overrides})
+    base, _ = imported_config(args.hf)
+    arch = args.arch if "arch" in given_model_flags(args) else base.arch
+    changes = {FIELD_OF_FLAG[f]: flag_value(args, f, arch) for f in given_model_flags(args)}
+    if changes.get("bias") is False:
+        changes["biases"] = None  # --no-bias: none anywhere, whatever sites the family had
+    return base.replace(**changes, **overrides)
+
+
+def flag_value(args: argparse.Namespace, flag: str, arch: str):
+    """The ModelConfig value that model flag ``flag`` (an argparse dest) gives, for an ``arch`` model."""
+    value = getattr(args, flag)
+    if flag == "no_residual":
+        return residual_from_flag(value, arch)
+    if flag in ("tie_embeddings", "embed_scale"):
+        return on_off(flag, value)
+    if flag == "no_bias":
+        return not value
+    return value
+
+
+def on_off(field: str, value) -> bool:
+    """True for "on", False for "off" (ConfigError naming ``field`` otherwise)."""
+    if value not in ("on", "off"):
+        raise ConfigError(field, value, "on or off")
+    return value == "on"
 
 
 def add_json_flag(p: argparse.ArgumentParser) -> None:

@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import sys
 
-from depthlab.cli.common import add_json_flag, add_model_flags, model_config_from_args
+from depthlab.cli.common import (
+    add_json_flag,
+    add_memory_flag,
+    add_model_flags,
+    given_model_flags,
+    model_config_from_args,
+    refuse_flags,
+    seed_from_args,
+)
 from depthlab.errors import ConfigError, InputError
+from depthlab.interop.hf import family_for, read_config
 from depthlab.paths import PLOT_FORMATS, check_output_file, note_replaced, write_json
 from depthlab.probe import LOSSES
 from depthlab.probe.compare import Comparison, compare
@@ -28,12 +38,10 @@ def add_parser(sub) -> None:
     add_model_flags(p, multi=True)
     g = p.add_argument_group("probe")
     g.add_argument(
-        "--hf",
-        metavar="PATH",
-        help="a Hugging Face save_pretrained folder or config.json "
-        "(random weights; the model flags are then ignored)",
+        "--hf-weights",
+        action="store_true",
+        help="with --hf and no model flags: probe the folder's saved weights instead of random ones",
     )
-    g.add_argument("--hf-weights", action="store_true", help="with --hf: load the folder's saved weights")
     g.add_argument("--batch-size", type=int, default=8, help="sequences in the batch (default 8)")
     g.add_argument("--seq-len", type=int, default=64, help="tokens per sequence (default 64)")
     g.add_argument(
@@ -81,21 +89,44 @@ def add_parser(sub) -> None:
         help=f"write the gradient and stream-rms plot (log scale) here ({', '.join(PLOT_FORMATS)})",
     )
     add_json_flag(p)
+    add_memory_flag(p)
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     if args.loss not in LOSSES:
         raise ConfigError("loss", args.loss, f"one of {', '.join(LOSSES)}")
-    if args.hf and args.compare:
-        raise InputError("--compare varies depthlab's model flags; it does not apply to --hf")
-    configs = [] if args.hf else configs_from_args(args)
+    refuse_flags(
+        args, "needs --hf (it loads that folder's saved weights)", hf_weights=args.hf_weights and not args.hf
+    )
+    as_built = bool(args.hf) and not args.compare and not _rewired(args)
+    if args.hf_weights and not as_built:
+        raise InputError(
+            "--hf-weights probes the saved model as it is; the model flags and --compare re-wire it from "
+            "random weights: give one or the other"
+        )
+    refuse_flags(
+        args,
+        "applies to depthlab's own models (no estimate is made for a Hugging Face model as it is built)",
+        force_memory=args.force_memory and as_built,
+    )
+    refuse_flags(
+        args,
+        "skips the lm loss's position-varying gradient; --loss sum has none",
+        no_context=args.no_context and args.loss != "lm",
+    )
+    refuse_flags(
+        args,
+        "does nothing in probe: it runs the model in eval mode, and only training recomputes blocks",
+        checkpoint_activations=args.checkpoint_activations,
+    )
+    configs = [] if as_built else configs_from_args(args)
     check_output_file(args.json, "--json")  # before the probe: a bad path must not cost its run
     existed = check_output_file(args.plot, "--plot", PLOT_FORMATS)
     options = {
         "batch_size": args.batch_size,
         "seq_len": args.seq_len,
-        "seed": args.seed,
+        "seed": seed_from_args(args),
         "loss": args.loss,
         "perturbation": args.perturbation,
         "jacobian_probes": args.jacobian,
@@ -103,19 +134,46 @@ def run(args) -> int:
         "lr": args.lr,
         "warmup": args.warmup,
     }
-    if args.hf:
+    if as_built:
         result = probe_hf(args.hf, weights=args.hf_weights, **options)
         runs = Comparison(
             [(f"hf {result.config['model'].get('hf', {}).get('model_type', '')}".strip(), result)]
         )
     else:
-        runs = compare(configs, **options)
+        runs = compare(configs, force_memory=args.force_memory, **options)
+        if args.hf:
+            for label, r in runs.runs:
+                r.config["probe"]["source"] = f"the config at {args.hf}, re-wired: {label}"
     _report(args, runs, existed)
     return 0
 
 
+def _rewired(args) -> bool:
+    """Whether model flags were given with --hf (they re-wire the imported family; a family depthlab does
+    not import is probed as built, with a warning naming the flags it ignores)."""
+    given = given_model_flags(args)
+    if not given:
+        return False
+    _, family = _family(args.hf)
+    if family is not None:
+        return True
+    flags = ", ".join("--" + f.replace("_", "-") for f in given)
+    print(
+        f"warning: {flags} ignored: depthlab re-wires only the families it imports, so this model is probed "
+        "as transformers builds it",
+        file=sys.stderr,
+    )
+    return False
+
+
+def _family(path: str):
+    config = read_config(path)
+    return config, family_for(config.model_type)
+
+
 def configs_from_args(args) -> list[tuple[str, object]]:
-    """(label, ModelConfig) for each combination of the comma lists; more than one needs --compare."""
+    """(label, ModelConfig) for each combination of the comma lists; more than one needs --compare.
+    With --hf each starts from the imported family's config (:func:`model_config_from_args`)."""
     lists = {
         name: _split(getattr(args, attr))
         for name, attr in (("wrap", "wrap"), ("norm", "norm"), ("no-residual", "no_residual"))
@@ -133,7 +191,7 @@ def configs_from_args(args) -> list[tuple[str, object]]:
         one = argparse.Namespace(**{**vars(args), "wrap": wrap, "norm": norm, "no_residual": no_res})
         cfg = model_config_from_args(one)
         values = {"wrap": wrap, "norm": norm, "no-residual": no_res}
-        label = " ".join(f"{n}={values[n]}" for n in varying) or f"wrap={wrap}"
+        label = " ".join(f"{n}={values[n]}" for n in varying) or f"wrap={cfg.wrap}"
         out.append((label, cfg))
     return out
 

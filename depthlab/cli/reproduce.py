@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from depthlab.cli.common import add_json_flag
+from depthlab.cli.common import add_json_flag, refuse_flags
 from depthlab.docs.doctor import DEFAULT_DB as DOCTOR_DB
 from depthlab.docs.doctor import DEFAULT_DOC as DOCTOR_DOC
 from depthlab.docs.doctor import write_doctor_doc
@@ -16,6 +16,7 @@ from depthlab.reproduce import REPRODUCTIONS
 from depthlab.study.scoring import format_score
 from depthlab.train.distributed import set_torch_threads
 
+OUT = os.path.join("runs", "reproduce")
 DOCUMENTS = ("all", "tour", "doctor")  # names that write a document instead of checking one claim
 
 
@@ -30,7 +31,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("name", help="which reproduction (e.g. seeds, init-scaling), or list, all, tour, doctor")
     p.add_argument("--quick", action="store_true", help="a smaller, faster version where one exists")
-    p.add_argument("--out", default="runs/reproduce", help="folder for plots (default runs/reproduce)")
+    p.add_argument("--out", help=f"folder for plots (default {OUT})")
     p.add_argument(
         "--doc",
         help=f"for 'all': the Markdown file to write, its plots in img/ beside it (default {DEFAULT_DOC})",
@@ -48,6 +49,9 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     set_torch_threads(args.threads)
+    if args.name in ("list", "tour"):
+        why = f"does nothing with '{args.name}'"
+        refuse_flags(args, why, quick=args.quick, json=args.json is not None, out=args.out is not None)
     if args.name == "list":
         for name, fn in sorted(REPRODUCTIONS.items()):
             print(f"{name:16} {(fn.__doc__ or '').strip().splitlines()[0] if fn.__doc__ else ''}")
@@ -74,8 +78,8 @@ def run(args) -> int:
         print(f"wrote {path} ({len(results)} commands, {sum(r.seconds for r in results):.0f} s)")
         return 1 if missing else 0
     check_output_file(args.json, "--json")  # before the reproduction: a bad path must not cost its run
-    check_folder(args.out, "--out")
-    out_dir = os.path.join(args.out, args.name)
+    check_folder(args.out or OUT, "--out")
+    out_dir = os.path.join(args.out or OUT, args.name)
     if args.name == "all":
         result = run_all(quick=args.quick, out_dir=out_dir, doc=args.doc)
     else:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import signal
 
+from depthlab.cli.common import add_memory_flag, refuse_flags
 from depthlab.errors import InputError
 from depthlab.report import check_report_dir, default_report_dir, load, render, summary_table
 from depthlab.report.lr_tables import lr_summary
 from depthlab.study import StudyConfig, plan, preset, run_study
-from depthlab.study.executors import EXECUTORS, default_workers
-from depthlab.study.grid import field_help
+from depthlab.study.executors import EXECUTORS, check_executor, default_workers
+from depthlab.study.grid import MAX_RUNS, field_help
+from depthlab.study.runner import plural, store_note
 from depthlab.study.store import DEFAULT_DB
 
 
@@ -41,30 +43,54 @@ def add_parser(sub) -> None:
     p.add_argument("--report", metavar="DIR", help="report folder (default <db folder>/report/<study name>)")
     p.add_argument("--no-report", action="store_true", help="do not write the report at the end")
     p.add_argument(
-        "--dry-run", action="store_true", help="list the runs and what the store holds; run nothing"
+        "--dry-run",
+        action="store_true",
+        help="print the run count, then each run and what the store holds of it; run nothing",
     )
+    p.add_argument(
+        "--max-runs",
+        type=int,
+        default=MAX_RUNS,
+        metavar="N",
+        help=f"refuse a grid of more than N runs (default {MAX_RUNS:,}); raise it to confirm a larger study",
+    )
+    add_memory_flag(p)
     p.add_argument("--fields", action="store_true", help="list the fields a grid may set, and exit")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     if args.fields:
+        refuse_flags(
+            args,
+            "does nothing with --fields (which lists the fields and exits)",
+            grid=args.grid,
+            preset=args.preset,
+            dry_run=args.dry_run,
+        )
         print(field_help())
         return 0
-    # a bad grid stops here, before the store is touched
-    study = StudyConfig.from_yaml(args.grid) if args.grid else preset(args.preset or "default")
-    if args.dry_run:
-        return dry_run(study, args.db)
+    refuse_flags(args, "contradicts --no-report", report=args.report and args.no_report)
+    check_executor(args.executor, args.workers, args.ray_address)  # a dry run checks them too
+    study = _study(args)
     report_dir = None if args.no_report else (args.report or default_report_dir(args.db, study.name))
     if report_dir is not None:
         try:  # refused now, not after every run has been run and stored
             check_report_dir(report_dir)
         except InputError as e:
             raise InputError(f"--report: {e}") from None
+    if args.dry_run:
+        return dry_run(study, args.db, args.max_runs)
     previous = signal.signal(signal.SIGTERM, _interrupted)  # `kill PID`, a scheduler: stop as Ctrl-C does
     try:
         res = run_study(
-            study, db=args.db, workers=args.workers, executor=args.executor, ray_address=args.ray_address
+            study,
+            db=args.db,
+            workers=args.workers,
+            executor=args.executor,
+            ray_address=args.ray_address,
+            max_runs=args.max_runs,
+            force_memory=args.force_memory,
         )
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -91,17 +117,37 @@ def run(args) -> int:
     return 1 if res.failed else 0
 
 
+def _study(args):
+    """The study the flags name. A bad grid stops here, before the store is touched: its run count
+    first, then every combination (a dry run builds them one at a time as it prints them, and lists any
+    number of runs)."""
+    if not args.grid:
+        return preset(args.preset or "default")
+    limit = None if args.dry_run else args.max_runs
+    return StudyConfig.from_yaml(args.grid, max_runs=limit, validate=not args.dry_run)
+
+
 def _interrupted(signum, frame):
     """SIGTERM handler: raise KeyboardInterrupt, so the driver stops its workers and puts its unfinished
     runs back in the queue (a rerun resumes them) instead of dying with them marked running."""
     raise KeyboardInterrupt
 
 
-def dry_run(study, db: str) -> int:
-    """Print every run with what the store already knows about it."""
-    runs = plan(study, db)
-    for i, (spec, status) in enumerate(runs, 1):
-        print(f"{i:>4}  {spec.hash}  {status:8}  {spec.label}")
-    todo = sum(status != "done" for _, status in runs)
-    print(f"study {study.name!r}: {len(runs)} runs, {todo} to run")
+def dry_run(study, db: str, max_runs: int) -> int:
+    """Print the run count (from the axes) and whether the real run needs --max-runs, then every run as
+    it is built, with what the store already knows about it, then the totals."""
+    runs = plan(study, db)  # reads the store now: a bad one is refused before anything is printed
+    shape = " x ".join(str(n) for n in study.shape()) or "no axes"
+    count = study.count()
+    print(f"study {study.name!r}: {plural(count, 'run')} ({shape}), store {db}", flush=True)
+    if count > max_runs:
+        print(f"more than --max-runs {max_runs:,}: the real run needs --max-runs {count}", flush=True)
+    note = store_note(db)
+    if note:
+        print(note)
+    n = todo = 0
+    for n, (spec, status) in enumerate(runs, 1):
+        print(f"{n:>4}  {spec.hash}  {status:8}  {spec.label}")
+        todo += status != "done"
+    print(f"study {study.name!r}: {plural(n, 'run')}, {todo} to run")
     return 0

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from depthlab.cli.common import add_model_flags, model_config_from_args
+from depthlab.cli.common import (
+    add_memory_flag,
+    add_model_flags,
+    model_config_from_args,
+    refuse_flags,
+    seed_from_args,
+)
 from depthlab.config import DEVICES, OPTIMIZERS, SCHEDULES, TASKS, TrainConfig
 from depthlab.train import train
 from depthlab.train.distributed import Dist, set_torch_threads
@@ -49,6 +55,7 @@ def add_parser(sub) -> None:
     )
     add_model_flags(p)
     add_train_flags(p)
+    add_memory_flag(p)
     p.set_defaults(run=run)
 
 
@@ -120,8 +127,7 @@ def add_run_flags(g, d: TrainConfig) -> None:
     g.add_argument(
         "--checkpoint-every",
         type=int,
-        default=d.checkpoint_every,
-        help=f"checkpoint interval in steps (default {d.checkpoint_every})",
+        help=f"checkpoint interval in steps, with --out (default {d.checkpoint_every})",
     )
     g.add_argument(
         "--spike-factor",
@@ -152,20 +158,33 @@ def add_run_flags(g, d: TrainConfig) -> None:
 def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
     values = {field: getattr(args, flag) for flag, field in TRAIN_FLAGS.items()}
     values.update(
-        seed=args.seed,
+        seed=seed_from_args(args),
         telemetry=not args.no_telemetry,
         compile=args.compile,
         bf16=args.bf16,
         independent_wd=args.independent_wd,
     )
+    if values["checkpoint_every"] is None:
+        values["checkpoint_every"] = TrainConfig().checkpoint_every
     return TrainConfig(**values)
 
 
 def run(args) -> int:
     model_cfg, train_cfg = model_config_from_args(args), train_config_from_args(args)
+    refuse_flags(
+        args,
+        "needs --out DIR (checkpoints are written there)",
+        checkpoint_every=args.checkpoint_every is not None and not args.out,
+    )
     set_torch_threads(args.threads)
     result = train(
-        model_cfg, train_cfg, args.out, resume=args.resume, force=args.force, progress=not args.quiet
+        model_cfg,
+        train_cfg,
+        args.out,
+        resume=args.resume,
+        force=args.force,
+        progress=not args.quiet,
+        force_memory=args.force_memory,
     )
     if Dist.from_env().is_main:  # under torchrun, rank 0 speaks for the run
         print(result.summary())

@@ -12,7 +12,8 @@ from depthlab.config import WRAPPINGS, ModelConfig
 from depthlab.display import LEVEL_COLOURS, badge, block, esc, para, table
 from depthlab.frames import to_frame
 from depthlab.model.layers import Attention, FeedForward
-from depthlab.model.stack import build_model, uses_final_norm
+from depthlab.model.memory import available_memory, check_memory, estimate_memory
+from depthlab.model.stack import build_model, check_config, uses_final_norm
 from depthlab.model.wrappings import Wrapping
 
 # The columns of ``Wiring.to_pandas()``: one row per layer and sublayer, the sublayer's keys of the
@@ -81,14 +82,20 @@ class Wiring(dict):
         )
 
 
-def explain(cfg: ModelConfig) -> Wiring:
+def explain(cfg: ModelConfig, *, force_memory: bool = False) -> Wiring:
     """The JSON of ``depthlab explain`` (as a :class:`Wiring`): config, final_norm, params, layers, warnings.
+
+    The model is built to read its wiring; a config whose weights would not fit in free memory is
+    refused first (InputError with the estimate; ``force_memory`` builds it anyway).
 
     ``layers[j]`` is {"index", "side", "sublayers"}; each sublayer is {"name", "wrap", "formula",
     "source", "norm_in", "norm_out", "norm_after_add", "residual", "constants"}, read off the
     wrapping's own declaration (:mod:`depthlab.model.wrappings`); ``constants`` maps each of the
     wrapping's depth-dependent constants, by its own name, to its value in this layer.
     """
+    check_config(cfg)
+    hint = "a smaller --layers or --d-model"
+    check_memory(estimate_memory(cfg, "build"), available_memory(), force_memory, hint)
     model = build_model(cfg)
     layers = []
     for side, stack in _stacks(model):
@@ -97,11 +104,72 @@ def explain(cfg: ModelConfig) -> Wiring:
             layers.append({"index": i + 1, "side": side, "sublayers": subs})
     return Wiring(
         config=cfg.to_dict(),
+        wiring=wiring_summary(cfg),
+        init=init_summary(cfg),
         final_norm=uses_final_norm(cfg),
         params=_params(model),
         layers=layers,
         warnings=warnings(cfg),
     )
+
+
+def wiring_summary(cfg: ModelConfig) -> str:
+    """The wiring in one line of depthlab's words: wrapping, norm, FFN, positions and every family option
+    that is set ("sandwich, rmsnorm (1 + w), geglu_tanh FFN, rope, attention soft-cap 50, ...")."""
+    norm = cfg.norm + (" (1 + w)" if cfg.gain_offset else "")
+    parts = [cfg.wrap, norm, f"{cfg.activation} FFN", _position_words(cfg)]
+    if cfg.qk_norm:
+        parts.append(f"QK-norm per {'head' if cfg.qk_norm_scope == 'head' else 'whole projection'}")
+    if cfg.d_head is not None:
+        parts.append(f"head width {cfg.d_head}")
+    if cfg.kv_heads != cfg.n_heads:
+        parts.append(f"{cfg.kv_heads} kv heads")
+    if cfg.attn_scale is not None:
+        parts.append(f"scores x {cfg.attn_scale:.4g}")
+    for name, what in (("attn_softcap", "attention soft-cap"), ("logit_softcap", "logit soft-cap")):
+        if getattr(cfg, name) is not None:
+            parts.append(f"{what} {getattr(cfg, name):g}")
+    if cfg.sliding_window is not None:
+        k = cfg.global_every
+        every = f"every {k}{_ordinal(k)} layer global" if k else "on every layer"
+        parts.append(f"sliding window {cfg.sliding_window} ({every})")
+    parts += [words for flag, words in _FLAG_WORDS if getattr(cfg, flag)]
+    if cfg.d_embed:
+        parts.append(f"{cfg.d_embed}-wide embedding projected in and out")
+    if cfg.biases is not None:
+        parts.append(f"biases on {', '.join(cfg.biases) or 'nothing'}")
+    elif not cfg.bias:
+        parts.append("no biases")
+    return ", ".join(parts)
+
+
+_FLAG_WORDS = (
+    ("embed_norm", "embedding norm"),
+    ("side_embeddings", "decoder positions and embedding norm of its own"),
+    ("head_scale", "head reads x d^-1/2"),
+)
+
+
+def _ordinal(k: int) -> str:
+    return "th" if 10 <= k % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(k % 10, "th")
+
+
+def _position_words(cfg: ModelConfig) -> str:
+    if cfg.position == "rope":
+        part = f" on {cfg.rope_dims} of {cfg.head_dim} features" if cfg.rope_dims else ""
+        local = f", {cfg.rope_local_base:g} on local layers" if cfg.rope_local_base else ""
+        return f"rope{part} (base {cfg.rope_base:g}{local})"
+    if cfg.position == "relative":
+        return f"relative position buckets ({cfg.rel_buckets}, max distance {cfg.rel_max_distance})"
+    return f"{cfg.position} positions"
+
+
+def init_summary(cfg: ModelConfig) -> str:
+    """The init conventions, which decide the stream's scale at init as much as the wrapping:
+    "xavier, tied head, embeddings x sqrt(d)" or "normal(0.02), untied head, embeddings x 1"."""
+    scheme = cfg.init if cfg.init == "xavier" else f"{cfg.init}({cfg.init_std:g})"
+    head = "tied head" if cfg.tie_embeddings else "untied head"
+    return f"{scheme}, {head}, embeddings x {'sqrt(d)' if cfg.embed_scale else '1'}"
 
 
 def _stacks(model):
@@ -178,9 +246,11 @@ def warnings(cfg: ModelConfig) -> list[str]:
 def format_explain(info: dict) -> str:
     """A readable per-layer wiring table of :func:`explain`'s result."""
     cfg, p = info["config"], info["params"]
-    lines = [
+    lines = _family_lines(info.get("family")) + [
         f"{cfg['arch']}  wrap={cfg['wrap']}  norm={cfg['norm']}  d_model={cfg['d_model']}  heads={cfg['n_heads']}  "
         f"d_ff={cfg['d_ff'] or 4 * cfg['d_model']}",
+        f"wiring: {info['wiring']}",
+        f"init: {info['init']}",
         f"params: total {p['total']:,}   one FFN {p['ffn_weights']:,} weights   one self-attention "
         f"{p['attn_weights']:,} weights",
         "",
@@ -198,6 +268,18 @@ def format_explain(info: dict) -> str:
     for w in info["warnings"]:
         lines.append(f"warning: {w}")
     return "\n".join(lines)
+
+
+def _family_lines(family: dict | None) -> list[str]:
+    """The lines of an imported family (``explain --hf``): name, source, changes, what is exact."""
+    if not family:
+        return []
+    changed = f"; re-wired: {', '.join(family['changed'])}" if family["changed"] else ""
+    lines = [f"{family['name']} (model_type {family['model_type']}, from {family['path']}){changed}"]
+    lines.append(f"imported exactly: {family['exact']}")
+    if family["approximated"]:
+        lines.append(f"limits: {family['approximated']}")
+    return lines
 
 
 def _runs(layers: list[dict]):

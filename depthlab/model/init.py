@@ -5,9 +5,17 @@ Weight schemes (``ModelConfig.init``):
 | scheme | linear weights                                  | embeddings                  | source          |
 |--------|-------------------------------------------------|-----------------------------|-----------------|
 | xavier | Xavier-uniform; q, k, v initialised separately  | N(0, d^-1/2), x sqrt(d)     | Vaswani 2017 / fairseq |
-| gpt2   | N(0, 0.02); residual outputs N(0, 0.02/sqrt(2L))| N(0, 0.02)                  | GPT-2; nanoGPT model.py |
+| gpt2   | N(0, s); residual outputs N(0, s/sqrt(2L))      | N(0, s)                     | GPT-2; nanoGPT model.py |
+| normal | N(0, s) everywhere, no depth scaling            | N(0, s)                     | Hugging Face ``_init_weights`` (Llama, Qwen, Mistral, OPT, ...) |
 
-Biases start at 0, norm gains at 1. Depth-dependent constants of the wrappings:
+s is ``ModelConfig.init_std`` (default 0.02, HF's ``initializer_range``). Whether the token embeddings
+are scaled by sqrt(d) (``embed_scale``) and whether the head is tied (``tie_embeddings``) are separate
+choices; the probe and ``explain`` name all three, because together they decide the scale of the
+stream at init as much as the wrapping does (a Llama shape under xavier, tied and scaled, and under
+``normal``, untied and unscaled, gets different verdicts). T5's relative position bias starts
+N(0, d^-1/2) under xavier (HF T5's ``_init_weights``), N(0, s) under the other schemes.
+
+Biases start at 0, norm gains at 1 (w = 0 where the gain is 1 + w). Depth-dependent constants of the wrappings:
 
 | wrapping   | constant                                         | value                                    | source |
 |------------|--------------------------------------------------|------------------------------------------|--------|
@@ -29,6 +37,7 @@ import torch
 from torch import nn
 
 from depthlab.model.layers import Attention, FeedForward
+from depthlab.model.positions import RelativeBias
 
 
 def deepnorm_constants(arch: str, side: str, n_enc: int, n_dec: int) -> tuple[float, float]:
@@ -91,57 +100,73 @@ def lns_scale(layer_index: int) -> float:
 
 
 @torch.no_grad()
-def init_weights(model: nn.Module, scheme: str, n_layers_total: int, scale_residual: bool = True) -> None:
+def init_weights(
+    model: nn.Module, scheme: str, n_layers_total: int, scale_residual: bool = True, std: float = 0.02
+) -> None:
     """Initialise every linear and embedding of ``model`` by ``scheme`` (the stack then lets each
     wrapping adjust its own branch: DeepNorm's beta, :func:`scale_deepnorm_branch`).
 
-    ``n_layers_total`` is the L of GPT-2's 0.02/sqrt(2L) residual-projection scaling, applied when
-    ``scale_residual`` (LayerNorm-Scaling turns it off). An untied output head (``model.head``) is
-    drawn like the embeddings: N(0, 0.02) under gpt2 (nanoGPT's lm_head), N(0, d^-1/2) under xavier
-    (fairseq's unshared output projection).
+    ``n_layers_total`` is the L of GPT-2's s/sqrt(2L) residual-projection scaling, applied under gpt2
+    when ``scale_residual`` (LayerNorm-Scaling turns it off); ``std`` is s. An untied output head
+    (``model.head``) is drawn like the embeddings: N(0, s) under gpt2 and normal (nanoGPT's lm_head),
+    N(0, d^-1/2) under xavier (fairseq's unshared output projection); any other linear (a factorised
+    embedding's projections) like a hidden layer.
     """
+    done: set[int] = set()  # modules initialised with their parent (an Attention's linears, ...)
     for module in model.modules():
+        if id(module) in done:
+            continue
         if isinstance(module, Attention):
-            _init_attention(module, scheme, n_layers_total, scale_residual)
+            _init_attention(module, scheme, n_layers_total, scale_residual, std)
         elif isinstance(module, FeedForward):
-            _init_linear(module.fc1, scheme)
-            _init_linear(module.fc2, scheme, residual_out=scale_residual, n_layers=n_layers_total)
+            _init_linear(module.fc1, scheme, std=std)
+            _init_linear(module.fc2, scheme, residual_out=scale_residual, n_layers=n_layers_total, std=std)
+        elif isinstance(module, RelativeBias):
+            nn.init.normal_(module.bias.weight, std=module.d_model**-0.5 if scheme == "xavier" else std)
         elif isinstance(module, nn.Embedding):
-            std = 0.02 if scheme == "gpt2" else module.embedding_dim**-0.5
-            nn.init.normal_(module.weight, std=std)
+            nn.init.normal_(module.weight, std=std if scheme != "xavier" else module.embedding_dim**-0.5)
+        elif isinstance(module, nn.Linear) and module is not getattr(model, "head", None):
+            _init_linear(module, scheme, std=std)
+        else:
+            continue
+        done.update(id(m) for m in module.modules())
     head = getattr(model, "head", None)
     tied = any(
         head is not None and head.weight is m.weight for m in model.modules() if isinstance(m, nn.Embedding)
     )
     if isinstance(head, nn.Linear) and not tied:
-        nn.init.normal_(head.weight, std=0.02 if scheme == "gpt2" else head.in_features**-0.5)
-        if head.bias is not None:
-            nn.init.zeros_(head.bias)
+        nn.init.normal_(head.weight, std=std if scheme != "xavier" else head.in_features**-0.5)
+    if isinstance(head, nn.Linear) and head.bias is not None:
+        nn.init.zeros_(head.bias)
 
 
-def _init_linear(lin: nn.Linear, scheme: str, residual_out: bool = False, n_layers: int = 1) -> None:
-    if scheme == "gpt2":
-        std = 0.02 / math.sqrt(2 * n_layers) if residual_out else 0.02
-        nn.init.normal_(lin.weight, std=std)
-    else:
+def _init_linear(
+    lin: nn.Linear, scheme: str, residual_out: bool = False, n_layers: int = 1, std: float = 0.02
+) -> None:
+    if scheme == "xavier":
         nn.init.xavier_uniform_(lin.weight)
+    else:
+        scaled = residual_out and scheme == "gpt2"
+        nn.init.normal_(lin.weight, std=std / math.sqrt(2 * n_layers) if scaled else std)
     if lin.bias is not None:
         nn.init.zeros_(lin.bias)
 
 
-def _init_attention(attn: Attention, scheme: str, n_layers: int, scale_residual: bool = True) -> None:
-    """q, k and v are separate d x d maps, fused for speed: initialise each block on its own fan."""
+def _init_attention(
+    attn: Attention, scheme: str, n_layers: int, scale_residual: bool = True, std: float = 0.02
+) -> None:
+    """q, k and v are separate maps, fused for speed: initialise each block on its own fan."""
     fused = attn.kv if attn.cross else attn.qkv
     if attn.cross:
-        _init_linear(attn.q, scheme)
+        _init_linear(attn.q, scheme, std=std)
     for block in _row_blocks(fused, attn):
-        if scheme == "gpt2":
-            nn.init.normal_(block, std=0.02)
-        else:
+        if scheme == "xavier":
             nn.init.xavier_uniform_(block)
+        else:
+            nn.init.normal_(block, std=std)
     if fused.bias is not None:
         nn.init.zeros_(fused.bias)
-    _init_linear(attn.out, scheme, residual_out=scale_residual, n_layers=n_layers)
+    _init_linear(attn.out, scheme, residual_out=scale_residual, n_layers=n_layers, std=std)
 
 
 def _row_blocks(fused: nn.Linear, attn: Attention) -> list[torch.Tensor]:

@@ -19,9 +19,13 @@ Each class is the only declaration of its wrapping. Besides ``forward`` it state
 | DEPTH_WARNING        | (layers, why): explain warns from that depth on                | explain                |
 
 and, as class methods, ``final_norm_under_auto(cfg)`` (the ``final_norm="auto"`` policy: on unless
-every sublayer renormalises the stream) and ``for_layer(cfg, layer, n_layers)`` (the class that
-wraps one layer; Mix-LN picks post or pre by depth). Adding a wrapping is one class registered with
-:func:`register` (plus its constants function): config, build, explain and probe need no other edit.
+every sublayer renormalises the stream), ``for_layer(cfg, layer, n_layers)`` (the class that
+wraps one layer; Mix-LN picks post or pre by depth), ``check_config(cfg)`` (what else the wrapping
+requires of a config; config validation calls it) and ``block_norm(make_norm)`` (a norm the block
+holds for all its sublayers; the shared-norm parallel form). How a block combines its wrapped
+sublayers is the wrapping's ``run_block``: one after the other, or, for the parallel forms, all
+reading the same stream. Adding a wrapping is one class registered with :func:`register` (plus its
+constants function): config, build, explain and probe need no other edit.
 
 | name       | formula                         | source                                           |
 |------------|---------------------------------|--------------------------------------------------|
@@ -35,127 +39,23 @@ wraps one layer; Mix-LN picks post or pre by depth). Adding a wrapping is one cl
 | layerscale | x <- x + lambda * F(LN(x))      | Touvron et al. 2021, CaiT                        |
 | mix        | post below floor(r L), pre above| Li et al. 2024, Mix-LN                           |
 | lns        | x <- x + F(LN(x) / sqrt(l))     | Sun et al. 2025, LayerNorm Scaling               |
+| parallel   | x <- x + Attn(LN1(x)) + FFN(LN2(x)) | GPT-NeoX (Black et al. 2022); Pythia; Falcon-40B |
+| parallel_shared | x <- x + Attn(LN(x)) + FFN(LN(x)) | GPT-J (Wang & Komatsuzaki 2021); PaLM (Chowdhery et al. 2022) |
 """
 
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import nn
 
-from depthlab.config import WRAPPINGS, ModelConfig
+from depthlab.errors import ConfigError
 from depthlab.model import init
+from depthlab.model.wrapping_base import WRAPPINGS, Site, Wrapping, register
 
-
-@dataclass(frozen=True)
-class Site:
-    """Where one wrapped sublayer sits: what its depth-dependent constants are computed from.
-
-    ``side`` is "encoder" or "decoder"; ``layer`` is 1-based within its side, ``n_layers`` that side's
-    depth; ``n_enc``/``n_dec`` the model's two depths (0 for a missing side); ``sublayers`` the residual
-    sublayers per layer (2, or 3 in an encoder-decoder's decoder).
-    """
-
-    arch: str
-    side: str
-    layer: int
-    n_layers: int
-    n_enc: int
-    n_dec: int
-    sublayers: int
-    d_model: int
-
-
-_SKIP_TERM = re.compile(r"(\w+\*)?x \+ ")  # "x + " or "alpha*x + ": the skip term of a formula
-
-
-def register(name: str):
-    """Class decorator: declare a wrapping under ``name`` (the value of ``ModelConfig.wrap``)."""
-
-    def deco(cls):
-        cls.name = name
-        WRAPPINGS[name] = cls
-        return cls
-
-    return deco
-
-
-class Wrapping(nn.Module):
-    """Base: holds the sublayer ``f`` and whether its skip connection is on; checks the constants.
-
-    ``constants`` passed to ``__init__`` must be exactly the names the class declares (a misspelt or
-    missing constant is a TypeError, never silently ignored).
-    """
-
-    name: ClassVar[str] = "?"
-    FORMULA: ClassVar[str] = ""
-    SOURCE: ClassVar[str] = ""
-    NORM_IN: ClassVar[bool] = False
-    NORM_OUT: ClassVar[bool] = False
-    NORM_AFTER_ADD: ClassVar[bool] = False
-    NEEDS_NORM: ClassVar[bool] = False
-    USES_NORM: ClassVar[bool] = True
-    SCALED_RESIDUAL_INIT: ClassVar[bool] = True
-    CONSTANTS: ClassVar[tuple[str, ...]] = ()
-    CONSTANTS_AT: ClassVar[Callable[[Site], dict[str, float]] | None] = None
-    DEPTH_WARNING: ClassVar[tuple[int, str] | None] = None
-
-    def __init__(
-        self,
-        f: nn.Module,
-        make_norm: Callable[[], nn.Module],
-        residual: bool = True,
-        d_model: int | None = None,
-        **constants,
-    ):
-        super().__init__()
-        if set(constants) != set(self.CONSTANTS):
-            raise TypeError(
-                f"wrapping {self.name} takes the constants ({', '.join(self.CONSTANTS) or 'none'}), "
-                f"got ({', '.join(sorted(constants)) or 'none'})"
-            )
-        self.f, self.residual = f, residual
-        self.d_model = d_model if d_model is not None else _width(f)
-
-    @classmethod
-    def build(cls, f: nn.Module, make_norm: Callable[[], nn.Module], residual: bool, site: Site) -> Wrapping:
-        """An instance for the sublayer ``f`` at ``site``, its constants computed for that site."""
-        values = cls.CONSTANTS_AT(site) if cls.CONSTANTS_AT is not None else {}
-        return cls(f, make_norm, residual, site.d_model, **values)
-
-    @classmethod
-    def final_norm_under_auto(cls, cfg: ModelConfig) -> bool:
-        """Whether ``final_norm="auto"`` adds a final norm: yes unless the stream is renormalised."""
-        return not cls.NORM_AFTER_ADD
-
-    @classmethod
-    def for_layer(cls, cfg: ModelConfig, layer: int, n_layers: int) -> type[Wrapping]:
-        """The class that wraps the sublayers of ``layer`` (1-based) of an ``n_layers`` stack."""
-        return cls
-
-    @classmethod
-    def formula_for(cls, residual: bool) -> str:
-        """The formula, with the skip term dropped when the residual is off."""
-        if residual:
-            return cls.FORMULA
-        lhs, rhs = cls.FORMULA.split(" = ", 1)
-        return lhs + " = " + _SKIP_TERM.sub("", rhs, count=1)
-
-    def skip(self, x: torch.Tensor):
-        """The identity path, or 0 when this sublayer's residual is turned off."""
-        return x if self.residual else 0
-
-    def constant_values(self) -> dict[str, float]:
-        """The current value of each declared constant (a learned one read from its parameter)."""
-        return {}
-
-    def init_branch(self) -> None:
-        """Adjust the branch's initial weights after the weight scheme has run (DeepNorm's beta)."""
+# the registry and the base, re-exported: the declarations below and their users import them here
+__all__ = ["WRAPPINGS", "Site", "Wrapping", "register"]
 
 
 @register("post")
@@ -363,10 +263,54 @@ class MixLN(Wrapping):
         return cfg.mix_ratio < 1.0  # pre-LN layers on top leave the stream unnormalised
 
 
-def _width(f: nn.Module) -> int | None:
-    """The stream width a sublayer maps to (its output projection's size), when ``d_model`` is not given."""
-    for name in ("out", "fc2"):
-        m = getattr(f, name, None)
-        if isinstance(m, nn.Linear):
-            return m.out_features
-    return None
+@register("parallel")
+class Parallel(PreLN):
+    """x <- x + sum_i F_i(LN_i(x)): every sublayer reads the same stream, one skip per block
+    (GPT-NeoX, Black et al. 2022; Pythia; Falcon-40B's two norms). The block computes it
+    (:meth:`run_block`); a sublayer alone is pre-LN's x + F(LN(x)), whose module it inherits."""
+
+    FORMULA = "x = x + sum_i F_i(LN_i(x))"
+    SOURCE = "Black et al. 2022, GPT-NeoX; Pythia; Falcon"
+
+    @classmethod
+    def check_config(cls, cfg):
+        present = ["attn", "ffn"] + (["cross"] if cfg.arch == "encdec" else [])
+        on = [s for s in present if cfg.has_residual(s)]
+        if on and len(on) != len(present):
+            raise ConfigError(
+                "residual",
+                cfg.residual,
+                f"all of {', '.join(present)} or none with wrap={cfg.wrap}: its sublayers share one skip",
+            )
+
+    def run_block(self, block, x, ctx):
+        out = self.skip(x)
+        for w in block.sublayers().values():
+            out = out + w.f(w.norm(x), ctx)
+        return out
+
+
+@register("parallel_shared")
+class ParallelShared(Parallel):
+    """x <- x + sum_i F_i(LN(x)): the parallel form with one norm per block, held by the block
+    (GPT-J, Wang & Komatsuzaki 2021; PaLM, Chowdhery et al. 2022; Phi-1/2; Falcon-7B)."""
+
+    FORMULA = "x = x + sum_i F_i(LN(x))"
+    SOURCE = "Wang & Komatsuzaki 2021, GPT-J; Chowdhery et al. 2022, PaLM"
+
+    def __init__(self, f, make_norm, residual=True, d_model=None):
+        Wrapping.__init__(self, f, make_norm, residual, d_model)  # no norm of its own: the block's
+
+    @classmethod
+    def block_norm(cls, make_norm):
+        return make_norm()
+
+    def forward(self, x, ctx):
+        raise TypeError("a parallel_shared sublayer reads its block's norm: run the block (Block.forward)")
+
+    def run_block(self, block, x, ctx):
+        h = block.norm(x)  # computed once, read by every sublayer
+        out = self.skip(x)
+        for w in block.sublayers().values():
+            out = out + w.f(h, ctx)
+        return out

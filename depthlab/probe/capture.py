@@ -10,7 +10,10 @@ to it. Two structural facts are read off the same forward:
 
 - ``normalised[j]``: block j's output *is* the output of a norm inside it (post-LN, DeepNorm, Admin:
   the stream is renormalised after every sublayer);
-- ``final_norm``: a norm outside the stack takes x_L itself as its input (GPT-2's ``ln_f``).
+- ``final_norm``: a norm outside the stack takes x_L itself as its input (GPT-2's ``ln_f``);
+- ``norms_on_input[j]``: how many norm calls inside block j take the stream entering it as their input
+  (pre-LN: 1; the parallel form with two norms: 2; post-LN and x + LN(F(x)): 0), which names the wiring
+  of a model whose family depthlab does not import.
 """
 
 from __future__ import annotations
@@ -59,6 +62,8 @@ class StreamCapture:
         self.norms = norms if norms is not None else find_norms(model, stack)
         self.states: list[torch.Tensor] = []
         self.normalised: list[bool] = []
+        self.norms_on_input: list[int] = []
+        self._reads = 0
         self.final_norm = False
         self._handles: list = []
         self._last_norm_out = None
@@ -99,9 +104,13 @@ class StreamCapture:
             raise TypeError(f"{type(module).__name__} returned {type(output).__name__}: no stream tensor")
         self.states.append(x)
         self.normalised.append(x is self._last_norm_out)
+        self.norms_on_input.append(self._reads)
+        self._reads = 0
 
     def _norm_inside(self, module, args, output):
         self._last_norm_out = output
+        if self.states and args and args[0] is self.states[-1]:  # states[-1]: this block's input
+            self._reads += 1
 
     def _norm_outside(self, module, args, output):
         if self.states and args and args[0] is self.states[-1]:

@@ -126,7 +126,14 @@ class Comparison:
 
 
 def compare(configs: list[tuple[str, ModelConfig]], **options) -> Comparison:
-    """Probe each (label, config) with :func:`depthlab.probe.run.probe_config` and the same ``options``."""
+    """Probe each (label, config) with :func:`depthlab.probe.run.probe_config` and the same ``options``.
+    ValueError for an empty list; TypeError for anything but (label, ModelConfig) pairs."""
+    if not isinstance(configs, (list, tuple)) or not all(
+        isinstance(c, (list, tuple)) and len(c) == 2 for c in configs
+    ):
+        raise TypeError(f"configs must be a list of (label, ModelConfig) pairs, not {type(configs).__name__}")
+    if not configs:
+        raise ValueError("configs must hold at least one (label, ModelConfig) pair")
     return Comparison([(label, probe_config(cfg, **options)) for label, cfg in configs])
 
 

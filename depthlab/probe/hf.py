@@ -1,24 +1,31 @@
-"""Build a Hugging Face model to probe from a local ``save_pretrained`` folder or a ``config.json``.
+"""Probe a Hugging Face model saved as a ``save_pretrained`` folder or a ``config.json``.
 
 Nothing is downloaded. The model gets random weights from its config (the probe is an at-init tool)
 unless ``weights=True`` asks for the weights saved in the folder. For the LM loss the class is the
 first LM-head Auto class that accepts the config (Seq2SeqLM for encoder-decoders, MaskedLM for
 encoders, CausalLM for decoders), then the config's own ``architectures``, then AutoModel; for the
 "sum" loss the config's own architecture comes first.
+
+The probe says what it found: for a family depthlab imports, its wiring in depthlab's words (the
+family's config through :func:`depthlab.interop.hf.config_from_hf`); for any other, what the forward
+pass showed (does a norm read the stream entering each block, does each block end in a norm). What it
+cannot probe meaningfully it refuses in one line: a model that reads images or audio instead of token
+ids (ViT, ResNet, Whisper), a stack whose blocks have no attention (Mamba: not a Transformer).
 """
 
 from __future__ import annotations
-
-import json
-import os
 
 import torch
 
 from depthlab.corpus import text_batch
 from depthlab.errors import ConfigError, InputError
-from depthlab.interop.hf import MODEL_TYPES
+from depthlab.interop.hf import config_from_hf, family_for
+from depthlab.interop.hf.load import config_path, read_config, transformers_module
+from depthlab.model.explain import wiring_summary
+from depthlab.probe.locate import locate_stack
 from depthlab.probe.probe import probe
 from depthlab.probe.result import ProbeResult
+from depthlab.probe.run import attribute_to_init, reference_init
 
 
 def probe_hf(
@@ -31,86 +38,103 @@ def probe_hf(
     loss: str = "lm",
     **options,
 ) -> ProbeResult:
-    """Probe the Hugging Face model saved at ``path`` (a folder or a config.json) on ``batch_size`` x
-    ``seq_len`` bytes of the default corpus: random weights drawn with ``seed`` unless ``weights``.
-    ``options`` are :func:`depthlab.probe.probe`'s keyword arguments."""
-    check_model_type(path)
+    """Probe the Hugging Face model saved at ``path`` (a folder or a config.json), as transformers builds
+    it, on ``batch_size`` x ``seq_len`` bytes of the default corpus: random weights drawn with ``seed``
+    unless ``weights``. ``options`` are :func:`depthlab.probe.probe`'s keyword arguments.
+
+    For an imported family the header names its wiring, and a verdict that the same wiring under
+    depthlab's reference init does not get is marked as coming from the init (see
+    :func:`depthlab.probe.run.attribute_to_init`)."""
+    config = read_config(path)
+    transformers = transformers_module()
+    cls = _model_class(transformers, config, want_lm=loss == "lm")
+    check_reads_tokens(cls.target(config), config)
     torch.manual_seed(seed)
-    model, config = load_hf_model(path, weights=weights, want_lm=loss == "lm")
+    model = load_hf_model(path, cls, weights=weights)
+    check_has_attention(model, config)
     limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     if limit and seq_len > limit:
         raise ConfigError("seq_len", seq_len, f"<= {limit}, the model's max positions")
     tokens = text_batch(batch_size, seq_len, config.vocab_size, seed)
     batch = {"input_ids": tokens, "decoder_input_ids": tokens} if config.is_encoder_decoder else tokens
-    return probe(model, batch, loss, seed=seed, **options)
+    result = probe(model, batch, loss, seed=seed, **options)
+    cfg = name_wiring(result, config, type(model).__name__, weights)
+    if cfg is not None and not weights:
+        ref = reference_init(cfg) or cfg  # HF's own init is compared with depthlab's reference in any case
+        attribute_to_init(
+            result, ref, batch_size=batch_size, seq_len=seq_len, seed=seed, loss=loss, **options
+        )
+    return result
 
 
-def check_model_type(path: str) -> None:
-    """Refuse, in one short line, a config whose model_type transformers does not know (transformers' own
-    message lists every model type it has: thousands of characters on one line)."""
+def name_wiring(result: ProbeResult, config, class_name: str, weights: bool):
+    """Write ``stack.wiring`` (and ``stack.init``) of an HF model's probe; returns its ModelConfig, or
+    None when depthlab does not import it (the wiring then says what the forward pass showed)."""
+    family = family_for(config.model_type)
     try:
-        import transformers
-        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-    except ImportError:
-        return  # load_hf_model says how to install it
-    config_file = os.path.join(path, "config.json") if os.path.isdir(path) else path
-    try:
-        with open(config_file) as f:
-            model_type = json.load(f).get("model_type")
-    except (OSError, ValueError, AttributeError):
-        return  # load_hf_model reports a missing or unreadable config
-    if model_type is None or (isinstance(model_type, str) and model_type in CONFIG_MAPPING):
-        return
-    shown = repr(model_type) if len(repr(model_type)) <= 40 else repr(model_type)[:36] + "...'"
-    raise InputError(
-        f"--hf: model_type {shown} is unknown to transformers {transformers.__version__}; "
-        f"depthlab's interop imports {', '.join(MODEL_TYPES)} (probe --hf takes any type transformers knows)"
-    )
+        cfg = config_from_hf(config) if family is not None else None
+    except ConfigError as e:  # a family depthlab imports, in a variant it refuses: probed all the same
+        cfg, refused = None, f"{e.field}={e.value!r} not imported"
+    if cfg is None:
+        wiring = measured_wiring(config.model_type, result)
+        if family is not None:
+            wiring = wiring.replace("not imported by depthlab", refused, 1)
+        result.config["stack"]["wiring"] = wiring
+        return None
+    result.config["stack"]["wiring"] = f"{family.name}: {wiring_summary(cfg)}"
+    tie = "tied" if cfg.tie_embeddings else "untied"
+    scale = "sqrt(d)" if cfg.embed_scale else "1"
+    init = "saved weights" if weights else f"transformers' init for {class_name}"
+    result.config["stack"]["init"] = f"{init}, {tie} head, embeddings x {scale}"
+    return cfg
 
 
-def load_hf_model(path: str, weights: bool = False, want_lm: bool = True):
-    """(model in float32, its config) from ``path``: a folder holding config.json, or a config JSON file."""
-    transformers = _transformers()
-    config_file, folder = _config_path(path)
-    try:
-        with open(config_file) as f:
-            raw = json.load(f)
-        config = transformers.AutoConfig.for_model(**raw) if "model_type" in raw else None
-    except (OSError, ValueError, KeyError) as e:
-        raise InputError(f"--hf {path}: cannot read a Hugging Face config: {e}") from None
-    if config is None:
-        raise InputError(f"--hf {path}: {config_file} has no 'model_type'; is it a Hugging Face config?")
-    cls = _model_class(transformers, config, want_lm)
+def check_reads_tokens(model_class, config) -> None:
+    """InputError, one line, unless the class reads token ids (checked before anything is built)."""
+    reads = getattr(model_class, "main_input_name", "input_ids")
+    if reads != "input_ids" or getattr(config, "vocab_size", None) is None:
+        raise InputError(
+            f"--hf: a {config.model_type} model reads {reads}, not token ids (an image or audio model); "
+            "depthlab probes Transformer stacks over tokens"
+        )
+
+
+def check_has_attention(model, config) -> None:
+    """InputError, one line, unless the blocks of ``model`` have attention."""
+    stack = locate_stack(model)
+    if "attn" not in stack.group_names:
+        raise InputError(
+            f"--hf: the blocks of a {config.model_type} model ({stack.path}) have no attention: it is not a "
+            "Transformer (a state-space or convolutional stack); depthlab probes Transformer stacks"
+        )
+
+
+def measured_wiring(model_type: str, result: ProbeResult) -> str:
+    """What the forward pass showed of a family depthlab does not import (one line)."""
+    st = result.config["stack"]
+    reads = st.get("norms_on_input")
+    if st["stream_normalised"]:
+        seen = "each block ends in a norm (post-LN style)"
+    elif reads:
+        style = "parallel style: its sublayers read the stream" if reads > 1 else "pre-LN style"
+        seen = f"{reads} norm{'s' * (reads > 1)} read{'s' * (reads == 1)} the stream entering each block ({style})"
+    else:
+        seen = "no norm reads the stream entering a block or ends it (x + LN(F(x)) style, or no norm)"
+    return f"{model_type} (not imported by depthlab; measured): {seen}; final norm {'yes' if st['final_norm'] else 'no'}"
+
+
+def load_hf_model(path: str, cls, weights: bool = False):
+    """The model of class ``cls`` (see :func:`_model_class`) in float32: random weights from the
+    config at ``path``, or the weights saved in the folder ``path``."""
     if weights:
+        _, folder = config_path(path)
         if folder is None:
             raise InputError(f"--hf {path}: weights need a save_pretrained folder, not a config file")
         try:
-            return cls.from_pretrained(folder, local_files_only=True).float(), config
+            return cls.from_pretrained(folder, local_files_only=True).float()
         except OSError as e:
             raise InputError(f"--hf {path}: cannot load the saved weights: {e}") from None
-    return cls.from_config(config).float(), config
-
-
-def _transformers():
-    try:
-        import transformers
-    except ImportError:
-        raise InputError("--hf needs the transformers package: pip install 'depthlab[hf]'") from None
-    transformers.logging.set_verbosity_error()  # random init warns about unused token ids; not news here
-    transformers.logging.disable_progress_bar()
-    return transformers
-
-
-def _config_path(path: str) -> tuple[str, str | None]:
-    """(the config file, the folder or None) for a folder or a file path."""
-    if not os.path.exists(path):
-        raise InputError(f"--hf {path}: no such file or directory")
-    if os.path.isdir(path):
-        config_file = os.path.join(path, "config.json")
-        if not os.path.isfile(config_file):
-            raise InputError(f"--hf {path}: the folder has no config.json (save it with save_pretrained)")
-        return config_file, path
-    return path, None
+    return cls.from_config(read_config(path)).float()
 
 
 def _model_class(transformers, config, want_lm: bool):
@@ -147,9 +171,16 @@ class _AutoFromConfig:
     def from_pretrained(self, folder, **kw):
         return self.auto.from_pretrained(folder, **kw)
 
+    def target(self, config):
+        """The concrete class that will be built for ``config``."""
+        return self.auto._model_mapping[type(config)]
+
 
 class _Concrete(_AutoFromConfig):
     """A concrete model class (GPT2LMHeadModel, ...): random weights come from calling it on the config."""
 
     def from_config(self, config):
         return self.auto(config)
+
+    def target(self, config):
+        return self.auto

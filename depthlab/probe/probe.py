@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from depthlab.config import check_seed
 from depthlab.errors import ConfigError, InputError
 from depthlab.probe.capture import StreamCapture, find_norms, stream_tensor
 from depthlab.probe.doctor import diagnose
@@ -32,6 +33,9 @@ from depthlab.probe.result import ProbeResult
 from depthlab.probe.stats import stream_table, token_cosine
 
 LOSSES = ("lm", "sum")
+# Each Jacobian projection is one more backward pass; the estimate's relative error falls as
+# sqrt(2 / k), to 4% at 1,000 projections, so more only costs time.
+JACOBIAN_MAX = 1024
 
 
 def probe(
@@ -80,8 +84,11 @@ def measure(
     model near sqrt(2), an unrelated output, which is why the gain is taken small), gain x lr / warmup
     the first update's. Both go in ``config["probe"]`` for the doctor.
     """
-    _check_args(loss, perturbation, jacobian_probes)
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
+    check_options(loss, perturbation, jacobian_probes, seed)
     _check_lr(lr, warmup)
+    check_batch(batch)
     stack = locate_stack(model)
     norms = find_norms(model, stack)
     coarse = _too_coarse(stack, perturbation)
@@ -105,6 +112,7 @@ def measure(
             "final_norm": run["final_norm"],
             "stream_normalised": run["normalised"][-1],
             "renormalised_share": sum(run["normalised"]) / len(run["normalised"]),
+            "norms_on_input": run["norms_on_input"][-1] if run["norms_on_input"] else None,
         },
         "probe": {
             "loss": loss,
@@ -169,13 +177,37 @@ def _check_lr(lr, warmup) -> None:
         raise ConfigError("warmup", warmup, "an integer >= 0 (steps)")
 
 
-def _check_args(loss, perturbation, jacobian_probes) -> None:
-    if loss not in LOSSES:
+def check_options(loss="lm", perturbation=1e-3, jacobian_probes=0, seed=0) -> None:
+    """ConfigError naming the first of :func:`probe`'s options that is not allowed."""
+    if not isinstance(loss, str) or loss not in LOSSES:
         raise ConfigError("loss", loss, f"one of {', '.join(LOSSES)}")
-    if not isinstance(perturbation, (int, float)) or not 0 <= perturbation < 1:
+    ok = isinstance(perturbation, (int, float)) and not isinstance(perturbation, bool)
+    if not ok or not 0 <= perturbation < 1:
         raise ConfigError("perturbation", perturbation, "a number in [0, 1)")
-    if isinstance(jacobian_probes, bool) or not isinstance(jacobian_probes, int) or jacobian_probes < 0:
-        raise ConfigError("jacobian_probes", jacobian_probes, "an integer >= 0")
+    jac = jacobian_probes
+    if isinstance(jac, bool) or not isinstance(jac, int) or not 0 <= jac <= JACOBIAN_MAX:
+        raise ConfigError("jacobian_probes", jac, f"an integer from 0 to {JACOBIAN_MAX}")
+    check_seed(seed)
+
+
+def check_batch(batch) -> None:
+    """TypeError unless ``batch`` is a tensor, a tuple or list of inputs or a dict of keyword inputs;
+    InputError when one of its tensors is empty (the probe needs at least one sequence of tokens)."""
+    if isinstance(batch, dict):
+        tensors = list(batch.values())
+    elif isinstance(batch, (tuple, list)):
+        tensors = list(batch)
+    elif isinstance(batch, torch.Tensor):
+        tensors = [batch]
+    else:
+        raise TypeError(
+            f"batch must be a tensor, a tuple of inputs or a dict of keyword inputs, not {type(batch).__name__}"
+        )
+    if not any(isinstance(t, torch.Tensor) for t in tensors):
+        raise TypeError("batch holds no tensor")
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.numel() == 0:
+            raise InputError(f"the batch holds an empty tensor of shape {tuple(t.shape)}: nothing to probe")
 
 
 def call_model(model: nn.Module, batch):
@@ -218,6 +250,7 @@ def _forward_backward(
         "jacobian": _jacobian_msv(states, jacobian_probes, gen) if jacobian_probes else None,
         "final_norm": cap.final_norm,
         "normalised": cap.normalised,
+        "norms_on_input": cap.norms_on_input,
     }
 
 

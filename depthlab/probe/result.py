@@ -135,6 +135,9 @@ class ProbeResult:
             f"weight perturbation of {pr['perturbation']:g}"
             + (f" ({pr['output_change_note']})" if pr.get("output_change_note") else ""),
         ]
+        lines += [f"{key}: {st[key]}" for key in ("wiring", "init") if st.get(key)]
+        if pr.get("source"):
+            lines.append(f"source: {pr['source']}")
         return lines + ([f"note: {st['note']}"] if st["note"] else [])
 
     def _table(self) -> list[str]:
@@ -170,7 +173,7 @@ class ProbeResult:
 
 
 def format_verdicts(verdicts: list[dict]) -> list[str]:
-    """One line per verdict: LEVEL code: message."""
+    """One line per verdict: LEVEL code: message (which ends in its cause, init or wiring, when known)."""
     return [f"{v['level'].upper():7} {v['code']}: {v['message']}" for v in verdicts]
 
 

@@ -9,22 +9,58 @@ from __future__ import annotations
 
 import torch
 
-from depthlab.config import ModelConfig
+from depthlab.config import ModelConfig, check_int
 from depthlab.corpus import text_batch
 from depthlab.model import build_model
-from depthlab.probe.probe import probe
+from depthlab.model.explain import init_summary, wiring_summary
+from depthlab.model.memory import available_memory, check_memory, estimate_memory
+from depthlab.model.stack import check_config
+from depthlab.probe.probe import check_options, probe
 from depthlab.probe.result import ProbeResult
+
+# depthlab's reference init conventions: what a verdict is compared under to tell init from wiring
+REFERENCE_INIT = {"init": "xavier", "tie_embeddings": True, "embed_scale": True}
 
 
 def probe_config(
-    cfg: ModelConfig, *, batch_size: int = 8, seq_len: int = 64, seed: int = 0, **options
+    cfg: ModelConfig,
+    *,
+    batch_size: int = 8,
+    seq_len: int = 64,
+    seed: int = 0,
+    attribute: bool = True,
+    force_memory: bool = False,
+    **options,
 ) -> ProbeResult:
     """Build ``cfg`` with ``seed`` (as training would) and probe it on ``batch_size`` x ``seq_len`` bytes
     of the default corpus (an encoder-decoder gets a second, independent batch as its source).
 
     ``options`` are :func:`depthlab.probe.probe`'s keyword arguments (loss, perturbation,
-    jacobian_probes, context). ConfigError for a length the model's positions cannot hold.
+    jacobian_probes, context). The header names the wiring and the init conventions; with
+    ``attribute``, a config whose init conventions are not the reference ones (:data:`REFERENCE_INIT`)
+    and that gets a warning or error is probed once more under the reference init, and each verdict
+    says whether it comes from the init or from the wiring (:func:`attribute_to_init`).
+    Checked before the model is built: ConfigError for a length the model's positions cannot hold or a
+    bad size or seed; InputError when the probe would not fit in free memory
+    (:mod:`depthlab.model.memory`; ``force_memory`` runs it anyway).
     """
+    check_config(cfg)
+    check_int("batch_size", batch_size)
+    check_int("seq_len", seq_len)
+    keys = ("loss", "perturbation", "jacobian_probes")
+    check_options(**{k: options[k] for k in keys if k in options}, seed=seed)
+    cfg.check_length(seq_len)
+    hint = "a smaller --layers, --d-model, --batch-size or --seq-len"
+    check_memory(estimate_memory(cfg, "probe", batch_size, seq_len), available_memory(), force_memory, hint)
+    result = _probe_built(cfg, batch_size, seq_len, seed, options)
+    if attribute:
+        attribute_to_init(
+            result, reference_init(cfg), batch_size=batch_size, seq_len=seq_len, seed=seed, **options
+        )
+    return result
+
+
+def _probe_built(cfg: ModelConfig, batch_size: int, seq_len: int, seed: int, options: dict) -> ProbeResult:
     cfg.check_length(seq_len)
     torch.manual_seed(seed)
     model = build_model(cfg)
@@ -34,4 +70,46 @@ def probe_config(
         if cfg.arch == "encdec"
         else tokens
     )
-    return probe(model, batch, seed=seed, model_config=cfg.to_dict(), **options)
+    result = probe(model, batch, seed=seed, model_config=cfg.to_dict(), **options)
+    result.config["stack"]["wiring"] = wiring_summary(cfg)
+    result.config["stack"]["init"] = init_summary(cfg)
+    return result
+
+
+def reference_init(cfg: ModelConfig) -> ModelConfig | None:
+    """``cfg`` under the reference init conventions, or None when it already has them."""
+    ref = cfg.replace(**REFERENCE_INIT)
+    return None if ref.replace(init_std=cfg.init_std) == cfg else ref
+
+
+def attribute_to_init(
+    result: ProbeResult,
+    ref: ModelConfig | None,
+    *,
+    batch_size: int = 8,
+    seq_len: int = 64,
+    seed: int = 0,
+    **options,
+) -> None:
+    """Mark each verdict of ``result`` with ``"cause"``: "init" when the same wiring under the reference
+    init (``ref``) does not get a warning or error of that code, else "wiring" (appended to its message).
+
+    Nothing is probed when ``ref`` is None (the reference init already) or every verdict is ok. The
+    reference probe (same batch, seed and ``options`` as ``result``'s) is kept in
+    ``config["probe"]["reference_init"]``."""
+    bad = [v for v in result.verdicts if v["level"] != "ok"]
+    if ref is None or not bad:
+        return
+    ref_result = _probe_built(ref, batch_size, seq_len, seed, options)
+    ref_bad = {v["code"] for v in ref_result.verdicts if v["level"] != "ok"}
+    result.config["probe"]["reference_init"] = {
+        "init": init_summary(ref),
+        "verdicts": [f"{v['level']} {v['code']}" for v in ref_result.verdicts],
+    }
+    for v in bad:
+        v["cause"] = "wiring" if v["code"] in ref_bad else "init"
+        v["message"] += (
+            f" [from the wiring: under init {init_summary(ref)} too]"
+            if v["cause"] == "wiring"
+            else f" [from the init: the same wiring under init {init_summary(ref)} does not get it]"
+        )

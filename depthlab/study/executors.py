@@ -1,7 +1,7 @@
 """Executors: where runs execute. Both hand each finished run's payload back to the driver.
 
-- :class:`LocalExecutor`: a pool of ``workers`` processes (spawned, so no torch state is forked),
-  each limited to ``threads`` torch threads.
+- :class:`LocalExecutor`: ``workers`` processes (spawned, so no torch state is forked), each limited
+  to ``threads`` torch threads and holding one run at a time: a worker that dies costs only its run.
 - :class:`RayExecutor`: the same runs as Ray tasks, each asking for ``threads`` CPUs; ``ray.init()``
   starts a local instance unless an ``address`` names an existing cluster.
 
@@ -11,26 +11,19 @@ Interface: ``capacity`` (runs worth keeping in flight), ``in_flight``, ``submit(
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import importlib.util
 import multiprocessing as mp
+import multiprocessing.connection as mp_connection
 import os
-from concurrent.futures.process import BrokenProcessPool
+import signal
 
+from depthlab.config import check_int
 from depthlab.errors import ConfigError, InputError
 from depthlab.study.grid import RunSpec
-from depthlab.study.worker import Task, execute, start_worker
-from depthlab.train.distributed import omp_threads
+from depthlab.study.worker import Task, execute, serve
+from depthlab.train.distributed import available_cores, check_threads, omp_threads
 
 EXECUTORS = ("local", "ray")
-
-
-def available_cores() -> int:
-    """CPU cores this process may use (the affinity mask where the OS has one)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def default_workers() -> int:
@@ -47,56 +40,108 @@ def threads_per_worker(workers: int, cores: int | None = None) -> int:
 
 
 class LocalExecutor:
-    """A process pool; a pool broken by a dying worker is replaced on the next submit."""
+    """A pool of ``workers`` processes (spawned), each running one run at a time over its own pipe, so
+    the driver always knows which run is on which process: a worker that dies (SIGKILL, the OOM
+    killer) fails only the run it held, the others carry on, and a fresh worker takes its place."""
 
     def __init__(self, workers: int, threads: int, task: Task | None = None):
         self.workers, self.threads, self.task = workers, threads, task
         self.capacity = workers
-        self.pool = self._new_pool()
-        self.futures: dict[cf.Future, object] = {}
-
-    def _new_pool(self) -> cf.ProcessPoolExecutor:
-        return cf.ProcessPoolExecutor(
-            max_workers=self.workers,
-            mp_context=mp.get_context("spawn"),
-            initializer=start_worker,
-            initargs=(self.threads, os.getpid()),
-        )
+        self.ctx = mp.get_context("spawn")
+        self.pool: list[Worker] = []
 
     @property
     def in_flight(self) -> int:
-        return len(self.futures)
+        return sum(w.key is not None for w in self.pool)
 
     def submit(self, key, spec: RunSpec) -> None:
-        try:
-            fut = self.pool.submit(execute, self.task, spec, self.threads)
-        except BrokenProcessPool:
-            self.pool.shutdown(wait=False, cancel_futures=True)
-            self.pool = self._new_pool()
-            fut = self.pool.submit(execute, self.task, spec, self.threads)
-        self.futures[fut] = key
+        for _ in range(2):  # an idle worker found dead is replaced once
+            worker = next((w for w in self.pool if w.key is None), None)
+            if worker is None:
+                worker = Worker(self.ctx, self.threads, self.task)
+                self.pool.append(worker)
+            try:
+                worker.conn.send((key, spec))
+                worker.key = key
+                return
+            except (BrokenPipeError, ConnectionResetError, EOFError):
+                self._drop(worker)
+        raise RuntimeError("could not start a worker process")
 
     def next_done(self) -> tuple[object, dict]:
-        done, _ = cf.wait(list(self.futures), return_when=cf.FIRST_COMPLETED)
-        fut = next(iter(done))
-        key = self.futures.pop(fut)
-        try:
-            return key, fut.result()
-        except BrokenProcessPool:
-            return key, {"error": "the worker process died (killed, or out of memory) during this run"}
-        except Exception as e:  # e.g. a payload that could not be pickled back
-            return key, {"error": f"{type(e).__name__}: {e}"}
+        """The next finished run: (key, payload). A worker that dies without a result gives its own
+        run's key with an error payload; the runs on the other workers are not touched."""
+        while True:
+            busy = [w for w in self.pool if w.key is not None]
+            ready = set(mp_connection.wait([w.conn for w in busy] + [w.proc.sentinel for w in busy]))
+            for w in busy:
+                if w.conn in ready or w.conn.poll():
+                    try:
+                        key, payload = w.conn.recv()
+                    except (EOFError, OSError):  # it died while sending
+                        return self._died(w)
+                    w.key = None
+                    return key, payload
+            for w in busy:
+                if w.proc.sentinel in ready:
+                    return self._died(w)
+
+    def _died(self, worker: Worker) -> tuple[object, dict]:
+        key = worker.key
+        worker.proc.join(5)
+        self._drop(worker)
+        return key, {
+            "error": f"the worker process (pid {worker.proc.pid}) died during this run ({worker.how()})"
+        }
+
+    def _drop(self, worker: Worker) -> None:
+        worker.stop(wait=False)
+        self.pool.remove(worker)
 
     def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        for w in self.pool:
+            w.stop(wait=True)
+        self.pool = []
 
     def abort(self) -> None:
         """Stop at once (the driver was interrupted): end the workers mid-run; the driver puts their runs
-        back in the queue. concurrent.futures has no public call for this, hence ``_processes``."""
-        procs = getattr(self.pool, "_processes", None) or {}
-        for proc in list(procs.values()):
-            proc.terminate()
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        back in the queue."""
+        for w in self.pool:
+            w.proc.terminate()
+        self.close()
+
+
+class Worker:
+    """One worker process of a LocalExecutor and the driver's end of its pipe; ``key`` is the run it
+    holds (None when idle)."""
+
+    def __init__(self, ctx, threads: int, task: Task | None):
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=serve, args=(child, threads, os.getpid(), task), daemon=True)
+        self.proc.start()
+        child.close()
+        self.key = None
+
+    def how(self) -> str:
+        """How the process ended, in words."""
+        code = self.proc.exitcode
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+            return f"killed by {name}; out of memory, or killed by hand"
+        return f"exit code {code}"
+
+    def stop(self, wait: bool) -> None:
+        """Ask the process to exit (it finishes nothing more); with ``wait``, give it 5 s, then end it."""
+        try:
+            self.conn.send(None)
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+            pass
+        if wait:
+            self.proc.join(5)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(5)
+        self.conn.close()
 
 
 class RayExecutor:
@@ -127,24 +172,39 @@ class RayExecutor:
         key = self.refs.pop(ready[0])
         try:
             return key, self.ray.get(ready[0])
-        except Exception as e:  # a dead worker node, or a task Ray could not run
-            return key, {"error": f"ray task failed: {type(e).__name__}: {e}"}
+        except (
+            Exception
+        ) as e:  # its worker died (killed, out of memory), its node died, or Ray could not run it
+            return key, {"error": f"the Ray task of this run failed: {_first_line(e)}"}
 
     def close(self) -> None:
-        for ref in self.refs:
-            self.ray.cancel(ref, force=True)
+        refs, self.refs = list(self.refs), {}
+        for ref in refs:
+            try:
+                self.ray.cancel(ref, force=True)
+            except Exception:  # a task that already ended, or a cluster that is gone: nothing to stop
+                pass
         if self.started:
             self.ray.shutdown()
 
     abort = close  # close already cancels the running tasks by force
 
 
+def _first_line(e: Exception) -> str:
+    """``Name: the first line of the message`` (Ray's messages run to dozens of lines)."""
+    lines = str(e).strip().splitlines()
+    first = lines[0] if lines else ""
+    return f"{type(e).__name__}: {first[:200]}"
+
+
 def check_executor(kind: str, workers: int, address: str | None = None) -> None:
     """Refuse bad executor settings (ConfigError, InputError) before anything is stored or started."""
     if kind not in EXECUTORS:
         raise ConfigError("executor", kind, f"one of {', '.join(EXECUTORS)}")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ConfigError("workers", workers, "an integer >= 1")
+    if kind == "ray" and address:  # a cluster's size is its own: only the count's type is checked here
+        check_int("workers", workers)
+    else:  # processes on this machine: each needs at least one core's share
+        check_threads(workers, "workers")
     if address and kind != "ray":
         raise ConfigError("ray_address", address, "only with --executor ray")
     if kind == "ray" and importlib.util.find_spec("ray") is None:

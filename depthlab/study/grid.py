@@ -14,6 +14,11 @@ A grid (YAML file, preset, or dict) has this shape::
         - {wrap: post}                  # each applied together (so "pre without the attention
         - {wrap: pre, residual: [ffn, cross]}  # residual" is one value, not a cross product)
 
+``model: {hf: path/to/config.json}`` (or a folder saved by ``save_pretrained``) starts every run from
+a Hugging Face model of a family depthlab imports (:func:`depthlab.interop.hf.imported_config`); the
+other model fields, in the section or on an axis, change it ("my model, with DeepNorm"). ``hf`` may
+also be an axis (a list of paths).
+
 A field may be written ``model.x`` or ``train.x`` to be explicit. Every combination is built into a
 :class:`ModelConfig` and :class:`TrainConfig` by :meth:`StudyConfig.expand`, so a mistyped field or
 value raises :class:`depthlab.ConfigError` naming the field before the first run starts.
@@ -22,21 +27,28 @@ value raises :class:`depthlab.ConfigError` naming the field before the first run
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, replace
-
-import yaml
 
 from depthlab.config import ModelConfig, TrainConfig, current_name, field_types
 from depthlab.corpus import check_length, read_data_file, split
 from depthlab.errors import ConfigError, InputError
+from depthlab.interop.hf import imported_config
 from depthlab.jsonable import digest
+from depthlab.study.gridfile import read_grid_file
 from depthlab.train.tasks import check_task
 
-MODEL_FIELDS = {f.name for f in fields(ModelConfig)}
+HF_KEY = "hf"  # model.hf: a Hugging Face config to start from (not a ModelConfig field)
+MODEL_FIELDS = {f.name for f in fields(ModelConfig)} | {HF_KEY}
 TRAIN_FIELDS = {f.name for f in fields(TrainConfig)}
 TOP_KEYS = ("name", "description", "model", "train", "axes")
+# A study larger than this is refused unless its caller raises the limit (``--max-runs``): a typo such
+# as an axis of 1,000 values crossed with another of 1,000 must not queue a million runs unasked. The
+# full preset (1,296 runs) stays below it.
+MAX_RUNS = 10_000
 
 
 def run_hash(model: ModelConfig, train: TrainConfig, data_sha256: str | None = None) -> str:
@@ -57,14 +69,27 @@ def data_file_sha256(path: str, seq_len: int = 0) -> str:
     sha256 of the file's bytes, which ``train --resume`` compares). A missing, empty or unreadable file,
     or one too short for sequences of ``seq_len`` tokens, is an InputError of one line naming
     ``train.data``, before any run starts."""
+    info = data_file_info(path)
+    check_data_length(path, info, seq_len)
+    return info["sha256"]
+
+
+def data_file_info(path: str) -> dict:
+    """What :func:`depthlab.corpus.split` records of a user's data file (sha256, split sizes); an
+    InputError naming ``train.data`` when it cannot be read."""
     try:
-        data = read_data_file(path)
         info: dict = {}
-        split(data, info)
+        split(read_data_file(path), info)
+    except InputError as e:
+        raise InputError(f"train.data: {e}") from None
+    return info
+
+
+def check_data_length(path: str, info: dict, seq_len: int) -> None:
+    try:
         check_length(path, info, seq_len)
     except InputError as e:
         raise InputError(f"train.data: {e}") from None
-    return info["sha256"]
 
 
 @dataclass(frozen=True)
@@ -115,7 +140,8 @@ def route(name: str) -> tuple[str, str]:
     if isinstance(name, str) and "." in name:
         side, _, rest = name.partition(".")
         cls = {"model": ModelConfig, "train": TrainConfig}.get(side)
-        if cls is not None and current_name(cls, rest) in {f.name for f in fields(cls)}:
+        known = MODEL_FIELDS if side == "model" else TRAIN_FIELDS
+        if cls is not None and current_name(cls, rest) in known:
             return side, current_name(cls, rest)
     if isinstance(name, str) and current_name(ModelConfig, name) != name:
         return "model", current_name(ModelConfig, name)
@@ -130,6 +156,12 @@ def route(name: str) -> tuple[str, str]:
 
 def _coerce(cls, name: str, value):
     """YAML 1.1 reads ``1e-3`` as a string: turn numeric strings into floats for float-typed fields."""
+    if cls is ModelConfig and name == HF_KEY:
+        if not isinstance(value, str) or not value:
+            raise ConfigError(
+                "model.hf", value, "a path to a Hugging Face config.json or save_pretrained folder"
+            )
+        return value
     hint = field_types(cls)[name]
     floaty = hint is float or float in typing.get_args(hint)
     if floaty and isinstance(value, str):
@@ -202,7 +234,16 @@ class StudyConfig:
     description: str = ""
 
     @classmethod
-    def from_dict(cls, d: dict, default_name: str | None = None) -> StudyConfig:
+    def from_dict(
+        cls,
+        d: dict,
+        default_name: str | None = None,
+        *,
+        max_runs: int | None = MAX_RUNS,
+        validate: bool = True,
+    ) -> StudyConfig:
+        """The grid ``d``, its keys and axes checked and its run count held to ``max_runs``; with
+        ``validate`` every combination is built too (:meth:`expand`), so a bad value is refused now."""
         if not isinstance(d, dict):
             raise InputError(
                 f"a study grid must be a mapping with keys {', '.join(TOP_KEYS)}, got {type(d).__name__}"
@@ -223,21 +264,18 @@ class StudyConfig:
             axes={str(k): v for k, v in axes.items()},
             description=str(d.get("description") or ""),
         )
-        study.expand()  # refuse a bad grid now, with the field named, before anything runs
+        study.check_count(max_runs)  # from the axes' lengths, before any combination is built
+        if validate:
+            study.expand()  # refuse a bad grid now, with the field named, before anything runs
         return study
 
     @classmethod
-    def from_yaml(cls, path: str) -> StudyConfig:
-        try:
-            with open(path) as f:
-                d = yaml.safe_load(f)
-        except FileNotFoundError:
-            raise InputError(f"grid file not found: {path}") from None
-        except OSError as e:
-            raise InputError(f"cannot read grid file {path}: {e.strerror}") from None
-        except yaml.YAMLError as e:
-            raise InputError(f"grid file {path} is not valid YAML: {' '.join(str(e).split())}") from None
-        return cls.from_dict(d, default_name=os.path.splitext(os.path.basename(path))[0])
+    def from_yaml(cls, path: str, *, max_runs: int | None = MAX_RUNS, validate: bool = True) -> StudyConfig:
+        """The grid in the YAML file at ``path`` (read by :func:`depthlab.study.gridfile.read_grid_file`,
+        which refuses what is not a sound grid file), then as :meth:`from_dict`."""
+        d = read_grid_file(path)
+        name = os.path.splitext(os.path.basename(path))[0]
+        return cls.from_dict(d, default_name=name, max_runs=max_runs, validate=validate)
 
     def to_dict(self) -> dict:
         d = {"name": self.name, "model": dict(self.model), "train": dict(self.train), "axes": dict(self.axes)}
@@ -256,35 +294,57 @@ class StudyConfig:
             key = {"grid": key, "data_sha256": data}
         return digest(key)
 
+    def shape(self) -> list[int]:
+        """The number of values of each axis, in order (ConfigError for an axis that is not a list)."""
+        return [len(_axis_values(name, values)) for name, values in self.axes.items()]
+
+    def count(self) -> int:
+        """The number of combinations, from the axes' lengths alone (nothing is built); duplicates
+        among them are dropped by :meth:`expand`, so the runs are at most this many."""
+        return math.prod(self.shape())
+
+    def check_count(self, max_runs: int | None = MAX_RUNS) -> int:
+        """The combination count; InputError when it exceeds ``max_runs`` (``--max-runs`` raises it;
+        None: no limit, for a dry run that only lists the runs)."""
+        n = self.count()
+        if max_runs is not None and n > max_runs:
+            sizes = " x ".join(f"{k}" for k in self.shape())
+            raise InputError(
+                f"the grid has {n:,} runs ({sizes}), more than the limit of {max_runs:,}; "
+                f"pass --max-runs {n} to run them all (or max_runs={n})"
+            )
+        return n
+
     def expand(self) -> list[RunSpec]:
         """Every combination of the axes (first axis slowest), built and validated; duplicates dropped.
 
         Raises ConfigError (the field named, plus the combination) if any combination is invalid, and
         InputError if a ``train.data`` file cannot be read (its content hash is part of each run's key).
         """
+        return list(self.iter_specs())
+
+    def iter_specs(self) -> Iterator[RunSpec]:
+        """The runs of :meth:`expand`, built one at a time (a long grid streams; a bad combination
+        raises when it is reached)."""
         axes = [(name, _axis_values(name, values)) for name, values in self.axes.items()]
         _refuse_overlapping_axes(axes)
-        built = []
+        data: dict[str, dict] = {}  # each data file is read and hashed once, checked per run's seq_len
+        seen = set()
         for combo in itertools.product(*[vals for _, vals in axes]):
             labels = {name: label for (name, _), (label, _) in zip(axes, combo)}
             model, train = dict(self.model), dict(self.train)
             for _, over in combo:
                 model.update(over["model"])
                 train.update(over["train"])
-            built.append(_build(model, train, labels))
-        longest: dict[str, int] = {}  # each data file is read, checked and hashed once per expansion
-        for spec in built:
-            if spec.train.data is not None:
-                longest[spec.train.data] = max(longest.get(spec.train.data, 0), spec.train.seq_len)
-        digests = {path: data_file_sha256(path, n) for path, n in longest.items()}
-        runs, seen = [], set()
-        for spec in built:
-            if spec.train.data is not None:
-                spec = replace(spec, data_sha256=digests[spec.train.data])
+            spec = _build(model, train, labels)
+            path = spec.train.data
+            if path is not None:
+                info = data[path] if path in data else data.setdefault(path, data_file_info(path))
+                check_data_length(path, info, spec.train.seq_len)
+                spec = replace(spec, data_sha256=info["sha256"])
             if spec.hash not in seen:
                 seen.add(spec.hash)
-                runs.append(spec)
-        return runs
+                yield spec
 
 
 def _refuse_overlapping_axes(axes: list) -> None:
@@ -302,8 +362,12 @@ def _refuse_overlapping_axes(axes: list) -> None:
 
 
 def _build(model: dict, train: dict, labels: dict) -> RunSpec:
-    """Both configs from field values; a ConfigError keeps its field and gains the combination."""
+    """Both configs from field values (a ``model.hf`` config first, the other fields over it); a
+    ConfigError keeps its field and gains the combination."""
     try:
+        if HF_KEY in model:
+            model = dict(model)
+            model = {**imported_config(model.pop(HF_KEY))[0].to_dict(), **model}
         m, t = ModelConfig.from_dict(model), TrainConfig.from_dict(train)
         check_task(m, t)  # as training will check it, but before any run
     except ConfigError as e:
@@ -316,7 +380,7 @@ def _build(model: dict, train: dict, labels: dict) -> RunSpec:
 
 def field_help() -> str:
     """The fields a grid may set, with their defaults (for ``depthlab study --fields``)."""
-    lines = []
+    lines = ["model.hf: a Hugging Face config.json or save_pretrained folder to start from (optional)"]
     for side, cls in (("model", ModelConfig), ("train", TrainConfig)):
         lines.append(f"{side}:")
         for f in fields(cls):

@@ -13,15 +13,19 @@ import os
 import sys
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
+from depthlab.errors import InputError
+from depthlab.model.memory import USABLE, available_memory, gb
 from depthlab.study.executors import available_cores, check_executor, make_executor, threads_per_worker
-from depthlab.study.grid import RunSpec, StudyConfig
+from depthlab.study.grid import MAX_RUNS, RunSpec, StudyConfig
 from depthlab.study.store import DEFAULT_DB, Store, check_sqlite_header, owner_id
 from depthlab.study.tensorboard import StudyEvents
 from depthlab.study.worker import Task
+from depthlab.train.tasks import train_memory
 
 
 @dataclass
@@ -52,6 +56,8 @@ def run_study(
     progress: bool = True,
     out=None,
     tensorboard: bool = True,
+    max_runs: int = MAX_RUNS,
+    force_memory: bool = False,
 ) -> StudyOutcome:
     """Run every run of ``study`` not yet done in the store at ``db``; returns a StudyOutcome.
 
@@ -59,12 +65,17 @@ def run_study(
     (a module-level function) and return a payload dict (see ``depthlab.study.worker``).
     ``out`` receives the per-run lines (default stdout). ``tensorboard``: write each finished run's
     curves as TensorBoard events (``depthlab.study.tensorboard``: ``<db folder>/tensorboard/<study>/``).
+    Refused before the store is touched: bad executor settings, a grid of more than ``max_runs`` runs,
+    a bad combination, and runs that would not fit in free memory ``workers`` at a time (unless
+    ``force_memory``; not checked for a Ray cluster, whose memory is its own).
     """
     out = out or sys.stdout
-    check_executor(executor, workers, ray_address)  # before the store is created or touched
-    specs = study.expand()
+    specs = _checked(study, workers, executor, ray_address, max_runs, force_memory)
     threads = threads_per_worker(workers)
+    note = store_note(db)
     with Store(db) as store:
+        if note:
+            print(note, file=out, flush=True)
         sid = store.add_study(study.name, study.to_dict(), study.config_hash(specs), specs)
         status = {r["config_hash"]: r for r in store.runs(sid)}
         todo = [(status[s.hash]["id"], s) for s in specs if status[s.hash]["status"] != "done"]
@@ -84,20 +95,57 @@ def run_study(
     return res
 
 
-def plan(study: StudyConfig, db: str = DEFAULT_DB) -> list[tuple[RunSpec, str]]:
-    """Every run of ``study`` with what the store at ``db`` knows of it ("new" or its status); runs
-    nothing and creates no store (a folder or a non-SQLite file is refused as the real run refuses it)."""
+def _checked(study, workers, executor, ray_address, max_runs, force_memory) -> list[RunSpec]:
+    """The study's runs, once everything is checked that can be before the store is created or touched."""
+    if not isinstance(study, StudyConfig):
+        raise TypeError(f"study must be a depthlab.study.StudyConfig, not {type(study).__name__}")
+    check_executor(executor, workers, ray_address)
+    study.check_count(max_runs)  # from the axes' lengths, before anything is built
+    specs = study.expand()
+    if not (force_memory or (executor == "ray" and ray_address)):
+        check_study_memory(specs, workers)
+    return specs
+
+
+def plan(study: StudyConfig, db: str = DEFAULT_DB) -> Iterator[tuple[RunSpec, str]]:
+    """Every run of ``study`` with what the store at ``db`` knows of it ("new" or its status), one at a
+    time as the grid is expanded (a long grid streams); runs nothing and creates no store. The store is
+    read now: a folder, a non-SQLite or damaged file is refused as the real run refuses it."""
     check_sqlite_header(db)
     known = {}
     if os.path.isfile(db) and os.path.getsize(db) > 0:  # an empty file would become a new store
         with Store(db, create=False) as s:
             known = s.statuses()
-    return [(spec, known.get(spec.hash, "new")) for spec in study.expand()]
+    return ((spec, known.get(spec.hash, "new")) for spec in study.iter_specs())
+
+
+def store_note(db: str) -> str | None:
+    """The line that says an existing empty ``db`` file becomes a new store (None otherwise)."""
+    if os.path.isfile(db) and os.path.getsize(db) == 0:
+        return f"{db} is an empty file: it becomes a new study store"
+    return None
+
+
+def check_study_memory(specs: list[RunSpec], workers: int) -> None:
+    """InputError when the ``workers`` largest runs, trained at once, would not fit in free memory."""
+    free = available_memory()
+    if free is None or not specs:
+        return
+    estimates = sorted((train_memory(s.model, s.train) for s in specs), key=lambda e: -e.total)
+    at_once = estimates[:workers]
+    need = sum(e.total for e in at_once)
+    if need > USABLE * free:
+        n = len(at_once)
+        raise InputError(
+            f"{plural(n, 'run')} at once ({plural(workers, 'worker')}) need about {gb(need)}, the largest "
+            f"{estimates[0].describe()}, more than {USABLE:.0%} of the {gb(free)} free: use fewer "
+            "--workers or smaller runs, or --force-memory to try anyway"
+        )
 
 
 def plural(n: int, word: str) -> str:
-    """``1 worker``, ``2 workers``."""
-    return f"{n} {word}{'' if n == 1 else 's'}"
+    """``1 worker``, ``2 workers``, ``10,000 runs``."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
 def run_cost(spec: RunSpec) -> int:
@@ -151,9 +199,11 @@ def _drive(
         raise
     finally:
         bar.close()
-        ex.close()
-        store.release(owner)  # an interrupted driver puts its unfinished runs back in the queue
-        res.seconds = time.time() - start
+        try:
+            ex.close()
+        finally:  # even when stopping the executor fails
+            store.release(owner)  # an interrupted driver puts its unfinished runs back in the queue
+            res.seconds = time.time() - start
 
 
 def saved_seconds(spec: RunSpec, payload: dict) -> float:

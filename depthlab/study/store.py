@@ -16,10 +16,26 @@ import sqlite3
 import time
 
 from depthlab.errors import InputError
-from depthlab.study.schema import LAYER_COLUMNS, METRIC_COLUMNS, PROBE_LAYER_COLUMNS, migrate
+from depthlab.study.schema import (
+    LAYER_COLUMNS,
+    METRIC_COLUMNS,
+    PROBE_LAYER_COLUMNS,
+    SCHEMA_VERSION,
+    current_version,
+    migrate,
+)
+from depthlab.study.storefile import (
+    BUSY_TIMEOUT_S,
+    check_is_store,
+    check_quick,
+    check_sqlite_header,
+    connect,
+    open_error,
+    reads,
+    unwritable,
+)
 
 DEFAULT_DB = os.path.join("runs", "depthlab.sqlite")
-BUSY_TIMEOUT_S = 60.0
 
 
 def owner_id() -> str:
@@ -48,77 +64,53 @@ def owner_is_gone(owner: str | None) -> bool:
     return False
 
 
-SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite 3 database file
-
-
-def check_sqlite_header(path: str) -> None:
-    """Refuse (InputError) an existing, non-empty file that is not a SQLite database; reads 16 bytes."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(len(SQLITE_MAGIC))
-    except FileNotFoundError:
-        return  # a new store
-    except IsADirectoryError:
-        raise InputError(f"{path} is a folder, not a study store; choose another --db") from None
-    except OSError as e:
-        raise InputError(f"cannot open study store {path}: {e.strerror}") from None
-    if head and head != SQLITE_MAGIC:
-        raise InputError(f"{path} is not a depthlab store (it is not a SQLite database); choose another --db")
-
-
-def check_is_store(conn: sqlite3.Connection, path: str, create: bool) -> None:
-    """Refuse (InputError) a database that holds anything but a depthlab store, before it is changed.
-
-    A depthlab store has ``schema_version`` and, once migrated, ``studies`` and ``runs`` (a newer
-    depthlab's extra tables are allowed: :func:`migrate` then refuses it by version). A database with
-    no table at all is a new store when ``create``, and refused otherwise (a report never creates one).
-    Only reads ``sqlite_master``, so a user's database is left byte for byte as it was.
-    """
-    tables = {
-        r[0]
-        for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND substr(name, 1, 7) != 'sqlite_'"
-        )
-    }
-    if not tables:
-        if create:
-            return
-        raise InputError(f"{path} is not a depthlab store (it is empty); choose another --db")
-    if "schema_version" in tables and ({"studies", "runs"} <= tables or tables == {"schema_version"}):
-        return
-    shown = ", ".join(sorted(tables)[:8]) + (", ..." if len(tables) > 8 else "")
-    raise InputError(f"{path} is not a depthlab store (it holds tables: {shown}); choose another --db")
-
-
 class Store:
     """A study store at ``path``. ``create=False`` refuses a missing file (reports never create one).
 
-    An existing file that is not a depthlab store (another SQLite database, any other file) is refused
-    with an InputError before anything is written to it (:func:`check_is_store`)."""
+    A file that is not a usable store is refused with an InputError before anything is written to it
+    (:mod:`depthlab.study.storefile`): not a regular file, not SQLite, another database, damaged, or
+    read-only to a writer. A reader of a store it may not write reads it without writing anything.
+    """
 
     def __init__(self, path: str = DEFAULT_DB, create: bool = True):
         if not create and not os.path.isfile(path):
             raise InputError(f"no study store at {path}")
         check_sqlite_header(path)
-        self.path = path
+        why = unwritable(path)
+        if create and why:
+            raise InputError(
+                f"{why}; a study writes its results there: make it writable, or choose another --db"
+            )
+        self.path, self.read_only = path, why is not None
         try:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            self.conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            if create:
+                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self.conn = connect(path, self.read_only)
         except (sqlite3.DatabaseError, OSError) as e:
-            raise _open_error(path, e) from None
+            raise open_error(path, e) from None
         try:
             self.version = self._prepare(create)
         except BaseException as e:
             self.conn.close()
             if isinstance(e, (sqlite3.DatabaseError, OSError)):
-                raise _open_error(path, e) from None
+                raise open_error(path, e) from None
             raise
 
     def _prepare(self, create: bool) -> int:
-        """Check the file is a store (reading only), then set WAL mode and migrate; returns the version."""
+        """Check the file is a sound store (reading only), then set WAL mode and migrate; returns the
+        version. A read-only store is only read: it must already be at this depthlab's version."""
         self.conn.row_factory = sqlite3.Row
         self.conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         check_is_store(self.conn, self.path, create)  # before anything is written
+        check_quick(self.conn, self.path)
+        if self.read_only:
+            version = current_version(self.conn)
+            if version != SCHEMA_VERSION:
+                raise InputError(
+                    f"{self.path} is read-only and at schema version {version}, not {SCHEMA_VERSION}; "
+                    "make it writable once so that depthlab can bring it up to date"
+                )
+            return version
         self.conn.execute("PRAGMA journal_mode = WAL")
         self.conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: a killed process loses nothing
         self.conn.execute("PRAGMA foreign_keys = ON")
@@ -149,6 +141,8 @@ class Store:
         """Record a study and queue its runs (those already known by hash are shared, not duplicated).
 
         ``specs`` are RunSpec-like objects with ``hash``, ``config_dict()`` and ``axes``. Returns the id.
+        The study's runs are read back before the transaction commits: when one of them is damaged
+        (InputError), nothing is recorded and the file stays as it was.
         """
         now = time.time()
         with self.transaction() as c:
@@ -174,6 +168,7 @@ class Store:
                     "INSERT OR IGNORE INTO study_runs (study_id, run_id, position, axes_json) VALUES (?, ?, ?, ?)",
                     (sid, rid, pos, json.dumps(spec.axes, sort_keys=True, default=str)),
                 )
+            self.runs(sid)  # read back in the same transaction: a damaged row undoes all of the above
         return sid
 
     def claim(self, run_id: int, owner: str) -> bool:
@@ -243,6 +238,7 @@ class Store:
         return status
 
     # -- reading ------------------------------------------------------------------------------------
+    @reads
     def studies(self) -> list[dict]:
         """Every study, newest first: id, name, config_hash, config (dict), created_at, updated_at."""
         rows = self.conn.execute("SELECT * FROM studies ORDER BY updated_at DESC, id DESC").fetchall()
@@ -261,6 +257,7 @@ class Store:
         names = ", ".join(sorted({s["name"] for s in studies}))
         raise InputError(f"no study {which!r} in {self.path} (studies: {names})")
 
+    @reads
     def runs(self, study_id: int) -> list[dict]:
         """The study's runs in grid order: every runs column, "config" and "axes" as dicts, and the
         at-init probe's "probe_level"/"probe_codes" (None when no probe was recorded)."""
@@ -278,11 +275,13 @@ class Store:
             out.append(d)
         return out
 
+    @reads
     def metrics(self, run_id: int) -> list[dict]:
         """The run's logged steps in order: step plus METRIC_COLUMNS."""
         rows = self.conn.execute("SELECT * FROM metrics WHERE run_id = ? ORDER BY step", (run_id,)).fetchall()
         return [dict(r) for r in rows]
 
+    @reads
     def layer_metrics(self, run_id: int) -> list[dict]:
         """The run's telemetry, ordered by step then stream: step, layer plus LAYER_COLUMNS."""
         rows = self.conn.execute(
@@ -290,6 +289,7 @@ class Store:
         ).fetchall()
         return [dict(r) for r in rows]
 
+    @reads
     def probe_layers(self, run_id: int) -> list[dict]:
         """The at-init probe per stream: layer plus PROBE_LAYER_COLUMNS."""
         rows = self.conn.execute(
@@ -297,11 +297,13 @@ class Store:
         ).fetchall()
         return [dict(r) for r in rows]
 
+    @reads
     def probe(self, run_id: int) -> dict | None:
         """The stored probe JSON of a run (None if there is none)."""
         row = self.conn.execute("SELECT probe_json FROM probes WHERE run_id = ?", (run_id,)).fetchone()
         return json.loads(row[0]) if row and row[0] else None
 
+    @reads
     def statuses(self) -> dict[str, str]:
         """run hash -> status (queued|running|done|failed) of every run the store holds."""
         return {
@@ -311,13 +313,6 @@ class Store:
     def integrity(self) -> str:
         """``PRAGMA integrity_check``: "ok" for a sound file."""
         return self.conn.execute("PRAGMA integrity_check").fetchone()[0]
-
-
-def _open_error(path: str, e: Exception) -> InputError:
-    """The one-line InputError for a store that cannot be opened or read."""
-    if isinstance(e, OSError):
-        return InputError(f"cannot open study store {path}: {e.strerror or e}")
-    return InputError(f"{path} is not a usable study store: {e}")
 
 
 def _num(v):

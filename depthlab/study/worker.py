@@ -53,6 +53,29 @@ def limit_worker_threads(threads: int) -> None:
         pass
 
 
+def serve(conn, threads: int, driver_pid: int, task: Task | None) -> None:
+    """A local worker process: take ``(key, spec)`` from the driver's pipe, run it, send back ``(key,
+    payload)``, until the driver sends None or goes away."""
+    start_worker(threads, driver_pid)
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):  # the driver is gone
+            return
+        if message is None:
+            return
+        key, spec = message
+        payload = execute(task, spec, threads)
+        try:
+            conn.send((key, payload))
+        except OSError:  # the driver is gone
+            return
+        except (
+            Exception
+        ) as e:  # the payload does not pickle (nothing was sent): the run fails, not the worker
+            conn.send((key, {"error": f"the run's payload could not be sent back: {type(e).__name__}: {e}"}))
+
+
 def execute(task: Task | None, spec: RunSpec, threads: int | None = None) -> dict:
     """Run ``task(spec)`` (default :func:`probe_and_train`) and return its payload, never raising:
     an exception becomes ``payload["error"]`` (the run is then recorded as failed)."""

@@ -5,21 +5,39 @@ scheduler's state_dicts, the RNG states, the step (which is also the data positi
 function of the step), the outcome monitor's state and the running totals. No pickled objects, so a
 checkpoint from elsewhere cannot run code when loaded.
 
-Files: ``DIR/checkpoints/step-000050.pt``; the last ``KEEP`` are kept. Each is written to a temporary
-file and renamed into place, so a run killed while saving leaves the previous checkpoint intact.
+Files: ``DIR/checkpoints/step-000050.pt`` and, beside it, ``step-000050.pt.sha256`` (the SHA-256 of its
+bytes, as ``sha256sum`` writes it); the last ``KEEP`` are kept. Each is written to a temporary file,
+flushed to disk and renamed into place, its checksum first, so a run killed while saving leaves the
+previous checkpoint intact. A resumed run loads the newest checkpoint whose bytes match their checksum
+and which loads (:func:`newest_intact`): a checkpoint cut short, overwritten or flipped by a single byte
+is said on stderr and passed over, never trained on.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
+from depthlab.errors import InputError
+
 SUBDIR = "checkpoints"
 KEEP = 2
+SUM = ".sha256"
 _NAME = re.compile(r"^step-(\d+)\.pt$")
+_SUM_NAME = re.compile(r"^step-(\d+)\.pt\.sha256$")
+
+
+class DamagedCheckpoint(Exception):
+    """A checkpoint that must not be resumed from; ``reason`` says why."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
 
 
 def checkpoint_paths(out_dir: str) -> list[Path]:
@@ -31,22 +49,110 @@ def checkpoint_paths(out_dir: str) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def checksum_paths(out_dir: str) -> list[Path]:
+    """The checksum files of a run folder (also any whose checkpoint is gone)."""
+    folder = Path(out_dir) / SUBDIR
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if _SUM_NAME.match(p.name))
+
+
+def sum_path(path: Path) -> Path:
+    return path.with_name(path.name + SUM)
+
+
 def save(out_dir: str, step: int, state: dict) -> Path:
-    """Write ``state`` as the checkpoint of ``step`` (atomically) and drop all but the newest KEEP."""
+    """Write ``state`` as the checkpoint of ``step`` with its checksum (each atomically, the checksum
+    first) and drop all but the newest KEEP."""
     folder = Path(out_dir) / SUBDIR
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"step-{step:06d}.pt"
     tmp = folder / f".{path.name}.tmp"
     torch.save(state, tmp)
+    _flush(tmp)
+    _write_atomic(sum_path(path), f"{file_sha256(tmp)}  {path.name}\n".encode())
     os.replace(tmp, path)
     for old in checkpoint_paths(out_dir)[:-KEEP]:
         old.unlink(missing_ok=True)
+        sum_path(old).unlink(missing_ok=True)
     return path
 
 
+def _flush(path: Path) -> None:
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def load(path: str | Path) -> dict:
-    """A checkpoint's state, on the CPU, loaded without unpickling arbitrary objects."""
+    """A checkpoint's state, on the CPU, loaded without unpickling arbitrary objects (unverified: see
+    :func:`load_verified`)."""
     return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def load_verified(path: Path) -> dict:
+    """The state of the checkpoint at ``path`` once its bytes match the checksum beside it;
+    DamagedCheckpoint (with the reason) otherwise, or when it does not load."""
+    try:
+        recorded = sum_path(path).read_text().split()
+    except FileNotFoundError:
+        raise DamagedCheckpoint(f"no {SUM} checksum beside it") from None
+    except (OSError, UnicodeDecodeError):
+        raise DamagedCheckpoint(f"its {SUM} file cannot be read") from None
+    if not recorded or not re.fullmatch(r"[0-9a-f]{64}", recorded[0]):
+        raise DamagedCheckpoint(f"its {SUM} file holds no checksum")
+    try:
+        if file_sha256(path) != recorded[0]:
+            raise DamagedCheckpoint("its bytes do not match their checksum")
+        return load(path)
+    except DamagedCheckpoint:
+        raise
+    except Exception as e:  # OSError, or torch's reader on a file that checksums but does not load
+        raise DamagedCheckpoint(f"it does not load: {type(e).__name__}") from None
+
+
+def newest_intact(out_dir: str, use: Callable[[dict], None], note: Callable[[str], None]) -> Path | None:
+    """Give ``use`` the state of the newest checkpoint of ``out_dir`` that is intact and that ``use``
+    accepts (an exception from it means the state does not fit the run); returns its path, or None
+    when the folder holds no checkpoint. Each checkpoint passed over is said to ``note``; when every
+    one is, one InputError names them all (resuming would train on garbage or start over unasked)."""
+    paths, passed = checkpoint_paths(out_dir), []
+    for path in reversed(paths):
+        try:
+            state = load_verified(path)
+            try:
+                use(state)
+            except (KeyError, ValueError, RuntimeError, TypeError) as e:
+                why = " ".join(str(e).split())[:80]
+                raise DamagedCheckpoint(f"it does not fit this run: {why}") from None
+        except DamagedCheckpoint as e:
+            passed.append((path, e.reason))
+            continue
+        for damaged, reason in passed:
+            note(f"checkpoint {damaged} is damaged ({reason}); it is passed over")
+        return path
+    if paths:
+        raise InputError(
+            f"--resume: none of the {len(paths)} checkpoints in {Path(out_dir) / SUBDIR} is intact "
+            f"({'; '.join(f'{p.name}: {why}' for p, why in passed)}); --force starts the run over"
+        )
+    return None
 
 
 def rng_state() -> dict:

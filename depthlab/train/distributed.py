@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as tdist
 
+from depthlab.config import check_int
 from depthlab.errors import ConfigError
 
 
@@ -111,10 +112,36 @@ def omp_threads() -> int | None:
     return int(value) if value.isdigit() and int(value) >= 1 else None
 
 
+# More threads than this many per core only slow a run down; far more (100,000) crash the OpenMP
+# runtime outright (a segfault, before any message), so the count is refused above it.
+THREADS_PER_CORE_MAX = 4
+
+
+def available_cores() -> int:
+    """CPU cores this process may use (the affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def max_threads() -> int:
+    """The most torch threads (or processes of one study) depthlab starts: THREADS_PER_CORE_MAX x cores."""
+    return THREADS_PER_CORE_MAX * available_cores()
+
+
+def check_threads(n, name: str = "threads") -> int:
+    """ConfigError unless ``n`` is an integer in [1, :func:`max_threads`]; returns ``n``."""
+    check_int(name, n, 1, max_threads())
+    return n
+
+
 def set_torch_threads(n: int | None) -> int:
-    """Set torch's intra-op threads (``None`` = :func:`default_threads`); returns the number set."""
-    n = default_threads() if n is None else n
-    if n < 1:
-        raise ConfigError("threads", n, "an integer >= 1")
+    """Set torch's intra-op threads (``None`` = :func:`default_threads`); returns the number set.
+    ConfigError for a count outside [1, :func:`max_threads`] (an OMP_NUM_THREADS beyond it is named)."""
+    if n is None:
+        n = default_threads()
+        check_threads(n, "threads" if omp_threads() is None else "OMP_NUM_THREADS")
+    check_threads(n)
     torch.set_num_threads(n)
     return n

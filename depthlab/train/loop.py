@@ -38,7 +38,7 @@ from depthlab.train.outcome import Monitor
 from depthlab.train.result import RunResult
 from depthlab.train.rundir import RunDir, RunOutput
 from depthlab.train.schedules import make_optimizer, make_scheduler
-from depthlab.train.tasks import make_task
+from depthlab.train.tasks import check_train_memory, make_task
 from depthlab.watch import Watcher
 
 
@@ -51,20 +51,29 @@ def train(
     force: bool = False,
     progress: bool = False,
     on_log: Callable[[dict], None] | None = None,
+    force_memory: bool = False,
 ) -> RunResult:
     """Train ``model_cfg`` as ``train_cfg`` says; returns the RunResult (a diverged run is a result too).
 
     ``out_dir``: the run folder (depthlab.train.rundir), or None to write nothing. ``resume`` continues
     the run in ``out_dir`` from its last checkpoint (or returns its result if it finished); ``force``
     starts over in a used ``out_dir``. ``on_log(record)`` gets each metrics record. Under torchrun every
-    process calls this and trains its share of each batch.
+    process calls this and trains its share of each batch. Before anything is built, a run that would
+    not fit in free memory is refused (InputError with the estimate; ``force_memory`` runs it anyway).
     """
-    if resume and out_dir is None:
-        raise InputError("--resume needs --out DIR (the run to continue)")
+    for name, value, cls in (("model_cfg", model_cfg, ModelConfig), ("train_cfg", train_cfg, TrainConfig)):
+        if not isinstance(value, cls):
+            raise TypeError(f"{name} must be a depthlab.{cls.__name__}, not {type(value).__name__}")
+    if (resume or force) and out_dir is None:
+        flag = "--resume" if resume else "--force"
+        raise InputError(
+            f"{flag} needs --out DIR (the run folder to {'continue' if resume else 'start over'})"
+        )
     if out_dir is not None:
         RunDir(out_dir).check(resume, force)  # before the data is read and the model built
     dist = setup(train_cfg.device)
     try:
+        check_train_memory(model_cfg, train_cfg, dist.device, dist.world, force_memory)
         trainer = Trainer(model_cfg, train_cfg, out_dir, dist, on_log)
         return trainer.run(resume=resume, force=force, progress=progress)
     finally:

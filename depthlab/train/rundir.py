@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import platform
+import sys
 from pathlib import Path
 
 import torch
@@ -44,7 +45,7 @@ class RunDir:
         """The files a run writes: its JSON files, its checkpoints (step-N.pt only: anything else in
         checkpoints/ is the user's) and its TensorBoard event files."""
         fixed = [self.path / n for n in (CONFIG, METRICS, RESULT)]
-        ckpts = checkpoint.checkpoint_paths(str(self.path))
+        ckpts = checkpoint.checkpoint_paths(str(self.path)) + checkpoint.checksum_paths(str(self.path))
         return [p for p in fixed if p.is_file()] + ckpts + sorted(self.path.glob(EVENTS_GLOB))
 
     def check(self, resume: bool, force: bool) -> None:
@@ -168,9 +169,7 @@ class RunOutput:
             result = d.read_json(RESULT)
             if result is not None:
                 return RunResult.from_dict(result, d.read_metrics(), stored.get("data"))
-            paths = checkpoint.checkpoint_paths(str(d.path))
-            if paths:
-                t.load_state_dict(checkpoint.load(paths[-1]))
+            checkpoint.newest_intact(str(d.path), t.load_state_dict, self.note)
         t.metrics = d.read_metrics(upto_step=t.step) if resume else []
         t.dist.barrier()  # everyone has read before rank 0 writes
         if self.main:
@@ -201,6 +200,11 @@ class RunOutput:
         old_hash = stored.get("data", {}).get("sha256")
         if old_hash is not None and old_hash != mine["data"].get("sha256"):
             raise InputError(f"--resume: the data changed since {self.dir.path} was started (sha256 differs)")
+
+    def note(self, line: str) -> None:
+        """A line on stderr, from rank 0 (every rank reads the same checkpoints)."""
+        if self.main:
+            print(line, file=sys.stderr, flush=True)
 
     def log(self, record: dict, val: dict | None) -> None:
         self.dir.append_metrics(record)

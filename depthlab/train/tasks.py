@@ -9,13 +9,16 @@ architecture, sequence length); :func:`make_task` and study grids both call it.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.corpus import load_corpus, unigram_entropy
 from depthlab.errors import ConfigError
+from depthlab.model.memory import MemoryEstimate, available_memory, check_memory, estimate_memory
 from depthlab.train.batch import Batch, step_generator
-from depthlab.train.synthetic import SyntheticTask, check_synthetic
+from depthlab.train.synthetic import LAYOUT_TOKENS, SyntheticTask, check_synthetic
 
 
 class LMTask:
@@ -73,3 +76,42 @@ def make_task(model_cfg: ModelConfig, cfg: TrainConfig):
     """The task of ``cfg``, checked against the model (:func:`check_task`)."""
     check_task(model_cfg, cfg)
     return LMTask(cfg) if cfg.task == "lm" else SyntheticTask(model_cfg, cfg)
+
+
+def token_lengths(model_cfg: ModelConfig, cfg: TrainConfig) -> tuple[int, int]:
+    """(source length, input length) of the task's sequences: lm feeds ``seq_len`` tokens; the
+    synthetic tasks' layouts (:mod:`depthlab.train.synthetic`) feed an encoder-decoder ``seq_len``
+    source tokens and ``seq_len + 1`` target tokens, a decoder ``2 seq_len + 1``."""
+    if cfg.task == "lm":
+        return cfg.seq_len, cfg.seq_len
+    return cfg.seq_len, LAYOUT_TOKENS[model_cfg.arch](cfg.seq_len)
+
+
+def train_memory(model_cfg: ModelConfig, cfg: TrainConfig, world: int = 1) -> MemoryEstimate:
+    """What one of ``world`` processes needs to train ``model_cfg`` as ``cfg`` says
+    (:func:`depthlab.model.memory.estimate_memory`): its share of the batch; the data (a ``--data``
+    file is read, split and copied: about four bytes per byte) and the validation batches kept whole."""
+    src, tgt = token_lengths(model_cfg, cfg)
+    data = 16 * cfg.eval_batches * cfg.batch_size * (src + tgt + 1)  # int64 inputs and targets
+    if cfg.data is not None:
+        try:
+            data += 4 * os.path.getsize(cfg.data)
+        except OSError:  # a missing file is reported when it is read
+            pass
+    batch = max(1, cfg.batch_size // world)
+    return estimate_memory(model_cfg, "train", batch, tgt, src_len=src, data_bytes=data)
+
+
+def check_train_memory(
+    model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device, world: int = 1, force: bool = False
+) -> None:
+    """InputError, before anything is built, when a process's share of the run would not fit in the
+    memory free on ``device`` (CPU processes of one machine share it: LOCAL_WORLD_SIZE of them);
+    ``force`` skips the check."""
+    free = available_memory(device)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world)) if device.type == "cpu" else 1
+    hint = "a smaller --layers, --d-model, --batch-size or --seq-len"
+    if not model_cfg.activation_checkpointing:
+        hint += ", --checkpoint-activations"
+    estimate = train_memory(model_cfg, cfg, world)
+    check_memory(estimate, None if free is None else free // max(1, local), force, hint)

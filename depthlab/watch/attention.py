@@ -16,7 +16,10 @@ the query may see (Zhai et al. 2023: "entropy collapse" toward 0 comes with inst
 raw logit q.k * scale among them (Dehghani et al. 2023: attention-logit growth; Wortsman et al. 2023).
 The model's own call then runs unchanged. Between logged steps no mode is active.
 
-The recomputed scores are (B, heads, T, S) floats per layer, as large as eager attention's own.
+The scores are recomputed for the first ``ROWS`` sequences of the batch only (all of them when the
+batch is smaller): the entropy is a mean over queries and the largest logit a maximum, both well
+estimated from a few sequences, and the recomputation, as large as eager attention's own per sequence,
+is most of what a logged step costs beyond a plain one (benchmarks/telemetry_overhead.py).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from torch.overrides import TorchFunctionMode
 from depthlab.model.layers import Attention, Block
 
 _SOFTMAXES = (F.softmax, torch.softmax, torch.Tensor.softmax)
+ROWS = 4  # sequences of the batch whose attention scores are recomputed on a logged step
 
 
 def attention_module(block: nn.Module) -> nn.Module:
@@ -118,12 +122,31 @@ class AttentionTap(TorchFunctionMode):
 
     def _observe(self, j: int, func, args, kwargs) -> None:
         if func is F.scaled_dot_product_attention:
-            logits, allowed, shifted = sdpa_logits(*args, **kwargs)
+            logits, allowed, shifted = sdpa_logits(*_first_rows(args, kwargs))
             self.stats[j] = _stats(logits, shifted, allowed)
         elif func in _SOFTMAXES and _last_axis(args, kwargs) and args[0].ndim == 4:
-            x = args[0]
+            x = args[0][:ROWS]
             allowed = x > torch.finfo(x.dtype).min / 2  # HF's masked positions hold the dtype's minimum
             self.stats[j] = row_stats(x, allowed)
+
+
+def _first_rows(args, kwargs) -> list:
+    """sdpa's arguments (q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa) with q, k, v and a
+    per-sequence mask cut to the first ROWS sequences."""
+    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+    values = list(args) + [kwargs.get(n) for n in names[len(args) :]]
+    values += [None] * (len(names) - len(values))
+    n = values[0].shape[0] if values[0].ndim == 4 else None
+    for i in range(3):
+        if values[i] is not None and values[i].ndim == 4:
+            values[i] = values[i][:ROWS]
+    mask = values[3]
+    if mask is not None and mask.ndim == 4 and mask.shape[0] == n and n is not None and n > 1:
+        values[3] = mask[:ROWS]
+    values[4] = values[4] or 0.0
+    values[5] = bool(values[5])
+    values[7] = bool(values[7])
+    return values
 
 
 def _stats(logits: torch.Tensor, shifted: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:

@@ -21,29 +21,36 @@ def total_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 
 class LayerParams:
-    """The parameters of the watched stack, per layer and per sublayer kind, and of the whole model."""
+    """The parameters of the watched stack, per layer and per sublayer kind, and of the whole model.
+
+    The gradient norms of every group come from one batched norm over each parameter's gradient
+    (``torch._foreach_norm``) and one read-back: a group's squared norm is the sum of its members'.
+    """
 
     def __init__(self, model: nn.Module, stack: StackInfo):
         self.all = [p for p in model.parameters() if p.requires_grad]
         self.layers = stack.layer_params
         self.parts = [[group.get(kind, []) for kind in SUBLAYER_KINDS] for group in stack.groups]
+        self._index = {id(p): i for i, p in enumerate(self.all)}
 
     def grad_norms(self) -> tuple[float, list[tuple[float | None, ...]]]:
         """(||grad|| over all parameters, per layer the gradient norm of each kind of SUBLAYER_KINDS, None
         where the layer has no such sublayer). Read the gradients as they are now (call before clipping)."""
-        total = total_norm([p.grad for p in self.all if p.grad is not None])
-        norms = [
-            total_norm([p.grad for p in params if p.grad is not None])
-            for parts in self.parts
-            for params in parts
-        ]
-        values = torch.stack([total, *norms]).tolist()
-        k = len(SUBLAYER_KINDS)
+        present = [(i, p.grad) for i, p in enumerate(self.all) if p.grad is not None]
+        sq = [0.0] * len(self.all)
+        if present:
+            norms = torch._foreach_norm([g.float() if g.dtype != torch.float32 else g for _, g in present])
+            for (i, _), v in zip(present, torch.stack(norms).double().pow(2).tolist()):
+                sq[i] = v
+        total = sum(sq) ** 0.5
         per_layer = [
-            tuple(v if params else None for v, params in zip(values[1 + i * k : 1 + (i + 1) * k], parts))
-            for i, parts in enumerate(self.parts)
+            tuple(
+                sum(sq[self._index[id(p)]] for p in params if id(p) in self._index) ** 0.5 if params else None
+                for params in parts
+            )
+            for parts in self.parts
         ]
-        return values[0], per_layer
+        return total, per_layer
 
     def snapshot(self) -> list[list[torch.Tensor]]:
         """A copy of each layer's parameters (take it before the optimizer step)."""

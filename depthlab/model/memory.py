@@ -1,0 +1,214 @@
+"""How much memory a model needs, estimated from its config before anything is built, and the check of
+that estimate against the memory the machine has free.
+
+A config that cannot fit must be refused in a second with a number, not after minutes of swapping or an
+allocator error (a 100,000-layer stack needs 20 GB for its weights alone). The estimate, in bytes of
+float32, for ``mode``:
+
+| mode    | what runs                                   | parameters x bytes    | activations per layer and token |
+|---------|---------------------------------------------|-----------------------|---------------------------------|
+| build   | build_model (``explain``)                   | 4 (weights)           | none                            |
+| probe   | one forward and backward, hooks, perturbation | 12 (weights, their gradients, a saved copy) | A + 2 d |
+| train   | forward, backward, Adam step, telemetry     | 20 (weights, gradients, Adam's 2 moments, the update's temporaries) | A, or 9 d with activation checkpointing (plus one layer's A) |
+
+A = 10 d + the FFN's hidden activations (2 d_ff; 4 d_ff for SwiGLU), + 6 d for a decoder layer's
+cross-attention: what autograd keeps of one layer (norm inputs and outputs, q, k, v, the attention
+output, the FFN's hidden layer before and after its activation). Attention itself keeps no T x T
+scores: PyTorch's fused kernel recomputes them. Per token outside the layers: 3 d + 4 V (embeddings,
+logits, their softmax and gradient). Plus a fixed ``OVERHEAD`` (allocator, validation batches) and,
+for training, what its data takes (``depthlab.train.tasks.train_memory``: a ``--data`` file is read,
+split and copied, about four bytes per byte).
+
+Measured against peak RSS on CPU (``tests/test_memory.py``, and benchmarks/memory_depth.py's table in
+benchmarks/RESULTS.md): from 18% below to 30% above it from 6 to 384 layers, d_model 32 to 256, batch
+8 to 64 x 128 to 1,024 tokens, plain and checkpointed. Checkpointed runs keep more than the theory's
+one stream per layer (``9 d``, not ``d``): the allocator holds on to the recomputed blocks' memory; at
+1,000 layers it holds less, and the estimate is 1.7x the measured peak there (on the safe side).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from depthlab.config import ModelConfig
+from depthlab.errors import InputError
+
+try:
+    import resource  # POSIX only
+except ImportError:  # pragma: no cover (Windows)
+    resource = None
+
+BYTES = 4  # float32
+MODES = ("build", "probe", "train")
+PARAM_BYTES = {"build": 4, "probe": 12, "train": 20}
+PARAM_PART = {
+    "build": "weights",
+    "probe": "weights and their gradients",
+    "train": "weights and optimizer state",
+}
+OVERHEAD = {"build": 32 << 20, "probe": 64 << 20, "train": 128 << 20}
+CHECKPOINTED_PER_LAYER = 9  # floats per token and layer, in units of d_model (measured; see above)
+GB = 1e9
+# The share of free memory an estimate may claim: the estimate is within about 25% of the measured peak,
+# and the machine's other processes keep allocating while this one runs.
+USABLE = 0.8
+
+
+def param_count(cfg: ModelConfig) -> int:
+    """The parameters of ``build_model(cfg)``, counted from the config (nothing is built). Exact for the
+    matrices, embeddings and biases; the norms and the wrappings' scalars are counted at their most
+    (two norms of 2 d + 1 per sublayer, a gain of d), so it is never below the real count and within a
+    few percent above it (tests/test_memory.py compares it with built models)."""
+    d, f = cfg.d_model, cfg.ffn_dim
+    kv = cfg.kv_heads * cfg.head_dim
+    b = int(cfg.bias)
+    qk = 4 * cfg.head_dim if cfg.qk_norm else 0
+    attn = d * (d + 2 * kv) + b * (d + 2 * kv) + d * d + b * d + qk
+    cross = d * d + b * d + d * 2 * kv + b * 2 * kv + d * d + b * d + qk
+    hidden = 2 * f if cfg.activation == "swiglu" else f
+    ffn = d * hidden + b * hidden + f * d + b * d
+    extra = 2 * (2 * d + 1) + d  # per sublayer: its wrapping's norms and gains, at their most
+    enc = attn + ffn + 2 * extra
+    dec = enc + (cross + extra if cfg.arch == "encdec" else 0)
+    embed = cfg.vocab_size * d + (cfg.max_len * d if cfg.position == "learned" else 0) + 2 * d + 1
+    head = 0 if cfg.tie_embeddings else cfg.vocab_size * d
+    stacks = (cfg.enc_depth > 0) + (cfg.dec_depth > 0)
+    return cfg.enc_depth * enc + cfg.dec_depth * dec + embed + head + stacks * (2 * d + 1)
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """An estimate in bytes, by part (``parts``: weights and state, activations, data, overhead)."""
+
+    mode: str
+    params: int
+    parts: dict = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.parts.values())
+
+    def describe(self) -> str:
+        """``about 21.3 GB (parameters and their state 20.0 GB, activations 1.2 GB, ...)``."""
+        shown = ", ".join(f"{k} {gb(v)}" for k, v in self.parts.items() if v >= 0.05 * GB)
+        return f"about {gb(self.total)}" + (f" ({shown})" if shown else "")
+
+
+def gb(n: float) -> str:
+    return f"{n / GB:.1f} GB"
+
+
+def estimate_memory(
+    cfg: ModelConfig,
+    mode: str = "train",
+    batch_size: int = 0,
+    seq_len: int = 0,
+    src_len: int | None = None,
+    data_bytes: int = 0,
+) -> MemoryEstimate:
+    """The memory ``mode`` (build, probe, train) needs for ``cfg`` at ``batch_size`` sequences of
+    ``seq_len`` tokens (``src_len``: an encoder-decoder's source length, default ``seq_len``); see the
+    module docstring for the formula. ``data_bytes``: what the run's data takes (a data file, the
+    validation batches), in bytes."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    p = param_count(cfg)
+    parts = {PARAM_PART[mode]: PARAM_BYTES[mode] * p}
+    if mode != "build":
+        parts["activations"] = BYTES * batch_size * _floats(cfg, mode, seq_len, src_len or seq_len)
+    if data_bytes:
+        parts["data"] = data_bytes
+    parts["overhead"] = OVERHEAD[mode]
+    return MemoryEstimate(mode, p, parts)
+
+
+def _floats(cfg: ModelConfig, mode: str, tgt: int, src: int) -> int:
+    """Floats kept per sequence: every layer's activations over its tokens, and the embeddings and
+    logits of each token."""
+    d = cfg.d_model
+    hidden = (4 if cfg.activation == "swiglu" else 2) * cfg.ffn_dim
+    layer = 10 * d + hidden + (2 * d if mode == "probe" else 0)
+    cross = 6 * d if cfg.arch == "encdec" else 0
+    checkpointed = mode == "train" and cfg.activation_checkpointing
+    keep = CHECKPOINTED_PER_LAYER * d if checkpointed else layer
+    enc_tokens = src if cfg.arch == "encdec" else tgt
+    out = cfg.enc_depth * enc_tokens * keep + cfg.dec_depth * tgt * (keep + (0 if checkpointed else cross))
+    if checkpointed:  # the block being recomputed holds its plain activations
+        out += max(enc_tokens, tgt) * (layer + cross)
+    out += (enc_tokens if cfg.arch == "encdec" else 0) * 3 * d
+    return out + tgt * (3 * d + 4 * cfg.vocab_size)
+
+
+def available_memory(device: torch.device | str | None = None) -> int | None:
+    """Bytes that can still be allocated: free memory of a CUDA ``device``, else the least of the
+    kernel's MemAvailable, the cgroup's limit minus its usage and the address-space limit (``ulimit
+    -v``) minus this process's size. None when nothing says."""
+    device = torch.device(device) if device is not None else None
+    if device is not None and device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    found = [
+        _meminfo("/proc/meminfo", "MemAvailable:"),
+        _cgroup_room(),
+        _address_space_room(),
+    ]
+    found = [v for v in found if v is not None]
+    return min(found) if found else None
+
+
+def _meminfo(path: str, key: str) -> int | None:
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(key):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _cgroup_room() -> int | None:
+    """cgroup v2: memory.max - memory.current of this process's group (None without a limit)."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            rel = next((line.split(":", 2)[2].strip() for line in f if line.startswith("0::")), None)
+        if rel is None:
+            return None
+        base = os.path.join("/sys/fs/cgroup", rel.lstrip("/"))
+        with open(os.path.join(base, "memory.max")) as f:
+            limit = f.read().strip()
+        if limit == "max":
+            return None
+        with open(os.path.join(base, "memory.current")) as f:
+            return int(limit) - int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _address_space_room() -> int | None:
+    """RLIMIT_AS (``ulimit -v``) minus this process's virtual size (None without a limit)."""
+    if resource is None:
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    size = _meminfo("/proc/self/status", "VmSize:")
+    return soft - (size or 0)
+
+
+def check_memory(
+    estimate: MemoryEstimate, available: int | None, force: bool = False, hint: str = ""
+) -> None:
+    """InputError when ``estimate`` is more than USABLE of the ``available`` bytes (unknown: no check),
+    unless ``force``. The message gives the numbers and the ways on: a smaller shape (``hint`` names
+    the flags that shrink it), and ``--force-memory``."""
+    if force or available is None or estimate.total <= USABLE * available:
+        return
+    what = {"build": "building the model", "probe": "the probe", "train": "training"}[estimate.mode]
+    raise InputError(
+        f"{what} needs {estimate.describe()} with {estimate.params:,} parameters, more than "
+        f"{USABLE:.0%} of the {gb(available)} free: use {hint + ', or ' if hint else ''}--force-memory "
+        "to try anyway"
+    )

@@ -1,0 +1,123 @@
+"""What makes a file a usable study store, checked before SQLite writes a byte to it.
+
+A ``--db`` file is refused (InputError, one line, the file left byte for byte as it was, nothing made
+beside it) when it is not a regular file, not a SQLite database, a SQLite database that holds
+something else, damaged (``PRAGMA quick_check``), or, for a writer, read-only. A store this process
+may only read is opened without a journal, so that reading it leaves no -wal or -shm file behind.
+Rows that turn out damaged while they are read (text that is not UTF-8, JSON cut short) raise the
+same one-line error (:func:`reads`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sqlite3
+import urllib.parse
+
+from depthlab.errors import InputError
+from depthlab.paths import check_input_file
+
+SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite 3 database file
+BUSY_TIMEOUT_S = 60.0
+
+
+def check_sqlite_header(path: str) -> None:
+    """Refuse (InputError) an existing, non-empty file that is not a SQLite database (reads 16 bytes),
+    and anything that is not a regular file (a FIFO would block the read forever)."""
+    if os.path.isdir(path):
+        raise InputError(f"{path} is a folder, not a study store; choose another --db")
+    check_input_file(path, "--db", missing_ok=True)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_MAGIC))
+    except FileNotFoundError:
+        return  # a new store
+    except OSError as e:
+        raise InputError(f"cannot open study store {path}: {e.strerror}") from None
+    if head and head != SQLITE_MAGIC:
+        raise InputError(f"{path} is not a depthlab store (it is not a SQLite database); choose another --db")
+
+
+def check_is_store(conn: sqlite3.Connection, path: str, create: bool) -> None:
+    """Refuse (InputError) a database that holds anything but a depthlab store, before it is changed.
+
+    A depthlab store has ``schema_version`` and, once migrated, ``studies`` and ``runs`` (a newer
+    depthlab's extra tables are allowed: the migration then refuses it by version). A database with
+    no table at all is a new store when ``create``, and refused otherwise (a report never creates one).
+    Only reads ``sqlite_master``, so a user's database is left byte for byte as it was.
+    """
+    tables = {
+        r[0]
+        for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND substr(name, 1, 7) != 'sqlite_'"
+        )
+    }
+    if not tables:
+        if create:
+            return
+        raise InputError(f"{path} is not a depthlab store (it is empty); choose another --db")
+    if "schema_version" in tables and ({"studies", "runs"} <= tables or tables == {"schema_version"}):
+        return
+    shown = ", ".join(sorted(tables)[:8]) + (", ..." if len(tables) > 8 else "")
+    raise InputError(f"{path} is not a depthlab store (it holds tables: {shown}); choose another --db")
+
+
+def check_quick(conn: sqlite3.Connection, path: str) -> None:
+    """Refuse (InputError) a store whose pages are damaged: ``PRAGMA quick_check`` reads every table and
+    index page and checks its structure (not the values: SQLite keeps no checksum of a value)."""
+    problems = [r[0] for r in conn.execute("PRAGMA quick_check(3)")]
+    if problems != ["ok"]:
+        raise InputError(damaged(path, problems[0]))
+
+
+def damaged(path: str, why) -> str:
+    """The one line for a store that cannot be read as it is."""
+    text = " ".join(str(why).split())
+    text = text if len(text) <= 120 else text[:117] + "..."
+    return f"{path} is damaged ({text}); it was left as it was: restore a copy, or choose another --db"
+
+
+def unwritable(path: str) -> str | None:
+    """Why this process may not write the store at ``path`` (None when it may): the file is read-only,
+    or its folder is (SQLite keeps the -wal and -shm files beside the store)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return f"{path} is read-only"
+    if os.path.isdir(folder) and not os.access(folder, os.W_OK):
+        return f"the folder of {path} is read-only (SQLite keeps its -wal and -shm files beside the store)"
+    return None
+
+
+def connect(path: str, read_only: bool) -> sqlite3.Connection:
+    """A connection in autocommit mode. ``read_only``: opened so that nothing is written or made beside
+    the file (``immutable``, unless a -wal file already holds committed pages: then ``mode=ro``)."""
+    if not read_only:
+        return sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    how = "mode=ro" if os.path.exists(path + "-wal") else "immutable=1"
+    uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?{how}"
+    return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+
+
+def open_error(path: str, e: Exception) -> InputError:
+    """The one-line InputError for a store that cannot be opened or read."""
+    if isinstance(e, OSError):
+        return InputError(f"cannot open study store {path}: {e.strerror or e}")
+    if "locked" in str(e) or "busy" in str(e):
+        return InputError(f"{path} stayed locked by another process for {BUSY_TIMEOUT_S:.0f} s: {e}")
+    return InputError(damaged(path, e))
+
+
+def reads(method):
+    """A reading method of the Store whose damaged rows (text that is not UTF-8, JSON cut short, a
+    malformed page) raise one InputError naming the store, not a raw sqlite3 or decode error."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except (sqlite3.DatabaseError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise open_error(self.path, e) from None
+
+    return wrapper

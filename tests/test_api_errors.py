@@ -1,0 +1,138 @@
+"""The Python API raises depthlab's own errors for bad calls: ConfigError or InputError, or a TypeError
+or ValueError that names the argument and what it takes; never an AttributeError, an IndexError from
+inside torch, or an OverflowError."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from depthlab import ConfigError, InputError, ModelConfig, TrainConfig, build_model
+from depthlab.model.explain import explain
+from depthlab.model.stack import check_tokens
+from depthlab.probe import probe
+from depthlab.probe.compare import compare
+from depthlab.probe.run import probe_config
+from depthlab.study import run_study
+from depthlab.train import train
+
+CFG = ModelConfig(n_layers=2, d_model=16, n_heads=2, max_len=16)
+ENCDEC = CFG.replace(arch="encdec")
+
+
+@pytest.fixture(scope="module")
+def model():
+    return build_model(CFG)
+
+
+@pytest.mark.parametrize(
+    "bad, error, needle",
+    [
+        (None, TypeError, "cfg must be a depthlab.ModelConfig, not NoneType"),
+        ("x", TypeError, "not str"),
+        ({}, TypeError, "ModelConfig.from_dict"),
+    ],
+)
+def test_build_model_names_its_argument(bad, error, needle):
+    with pytest.raises(error, match=needle):
+        build_model(bad)
+    with pytest.raises(error, match=needle):
+        explain(bad)
+
+
+@pytest.mark.parametrize(
+    "tokens, error, needle",
+    [
+        (torch.full((2, 8), 256), ValueError, "ids from 256 to 256; the vocabulary is 0..255"),
+        (torch.tensor([[3, -1]]), ValueError, "ids from -1 to 3"),
+        (
+            torch.zeros(8, dtype=torch.long),
+            ValueError,
+            r"2-D \(batch, tokens\), not of shape \(8,\); one sequence",
+        ),
+        (torch.zeros(1, 2, 8, dtype=torch.long), ValueError, r"not of shape \(1, 2, 8\)"),
+        ([[1, 2]], TypeError, "must be a torch.Tensor of token ids"),
+        (None, TypeError, "not NoneType"),
+        (torch.zeros(2, 8), TypeError, "integer token ids"),
+        (torch.zeros(2, 8, dtype=torch.bool), TypeError, "integer token ids"),
+        (torch.zeros(0, 8, dtype=torch.long), ValueError, "tokens is empty"),
+    ],
+)
+def test_bad_tokens_are_named_not_an_indexerror_from_torch(model, tokens, error, needle):
+    with pytest.raises(error, match=needle):
+        model(tokens)
+
+
+def test_an_encoder_decoder_names_which_input_is_bad():
+    m = build_model(ENCDEC)
+    good = torch.zeros(2, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match="src holds ids"):
+        m(torch.full((2, 4), 999), good)
+    with pytest.raises(ValueError, match="tgt must be 2-D"):
+        m(good, torch.zeros(4, dtype=torch.long))
+
+
+def test_the_range_check_runs_where_it_is_cheap_and_on_request():
+    """CPU tensors are checked by default; check=False skips the check (a GPU's default, where reading
+    the ids would wait for the device); check=True checks anywhere."""
+    bad = torch.full((1, 3), 300)
+    with pytest.raises(ValueError):
+        check_tokens(bad, "tokens", 256)
+    check_tokens(bad, "tokens", 256, check=False)  # skipped: nothing raised
+    with pytest.raises(ValueError):
+        check_tokens(bad, "tokens", 256, check=True)
+    if torch.cuda.is_available():  # the default on a GPU is not to sync
+        check_tokens(bad.cuda(), "tokens", 256)
+        with pytest.raises(ValueError):
+            check_tokens(bad.cuda(), "tokens", 256, check=True)
+
+
+@pytest.mark.parametrize(
+    "batch, error, needle",
+    [
+        (torch.zeros(0, 8, dtype=torch.long), InputError, r"empty tensor of shape \(0, 8\)"),
+        (torch.zeros(2, 0, dtype=torch.long), InputError, "empty tensor"),
+        (None, TypeError, "batch must be a tensor"),
+        ([], TypeError, "batch holds no tensor"),
+    ],
+)
+def test_probe_on_an_empty_or_missing_batch(model, batch, error, needle):
+    with pytest.raises(error, match=needle):
+        probe(model, batch)
+
+
+def test_probe_arguments_are_named(model):
+    t = torch.randint(0, 256, (2, 8))
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        probe(None, t)
+    with pytest.raises(ConfigError, match="jacobian_probes=5000"):
+        probe(model, t, jacobian_probes=5000)
+    with pytest.raises(ConfigError, match="seed=-1"):
+        probe(model, t, seed=-1)
+    with pytest.raises(ConfigError, match="batch_size=0"):
+        probe_config(CFG, batch_size=0)
+    with pytest.raises(TypeError, match="configs must be a list"):
+        compare(None)
+    with pytest.raises(ValueError, match="at least one"):
+        compare([])
+
+
+def test_train_names_its_arguments():
+    with pytest.raises(TypeError, match="model_cfg must be a depthlab.ModelConfig, not NoneType"):
+        train(None, None)
+    with pytest.raises(TypeError, match="train_cfg must be a depthlab.TrainConfig, not dict"):
+        train(CFG, {"steps": 2})
+    with pytest.raises(InputError, match="--force needs --out"):
+        train(CFG, TrainConfig(steps=1), force=True)
+    with pytest.raises(TypeError, match="study must be a depthlab.study.StudyConfig"):
+        run_study(None)
+
+
+def test_config_values_beyond_what_torch_takes_are_config_errors():
+    with pytest.raises(ConfigError, match="seed"):
+        TrainConfig(seed=2**64)
+    with pytest.raises(ConfigError, match="JSON text"):
+        ModelConfig.from_json("{")
+    with pytest.raises(ConfigError, match="symbols"):
+        TrainConfig(task="lm", symbols=8)
+    assert TrainConfig(task="copy", symbols=8).symbols == 8

@@ -1,0 +1,74 @@
+"""Init conventions are explicit choices, named in the probe's header and in explain, and a verdict says
+whether it comes from the init or from the wiring (by probing the same wiring under depthlab's reference
+init: xavier, a tied head, embeddings x sqrt(d)).
+
+The shape below is Llama's wiring (pre-RMSNorm, SwiGLU, RoPE, no biases) at 8 layers x 128; as Hugging
+Face builds it (normal(0.02), untied, unscaled embeddings) its stream starts at rms 0.02 and the probe
+warns of stream growth, which the reference init does not get; sandwich also warns of exploding gradients.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from depthlab import ModelConfig
+from depthlab.cli import main
+from depthlab.model.explain import explain, init_summary
+from depthlab.probe.run import probe_config, reference_init
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+LLAMA = dict(
+    n_layers=8,
+    d_model=128,
+    n_heads=4,
+    d_ff=344,
+    norm="rmsnorm",
+    activation="swiglu",
+    position="rope",
+    bias=False,
+)
+HF_INIT = dict(init="normal", init_std=0.02, tie_embeddings=False, embed_scale=False)
+
+
+def _verdicts(r) -> dict:
+    return {v["code"]: (v["level"], v.get("cause")) for v in r.verdicts}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_llama_and_sandwich_flip_with_the_init_and_say_so(seed):
+    pre = probe_config(ModelConfig(**LLAMA, **HF_INIT), batch_size=2, seq_len=16, seed=seed)
+    assert _verdicts(pre)["stream-growth"] == ("warning", "init")
+    assert "[from the init: the same wiring under init xavier, tied head" in pre.verdicts[0]["message"]
+    assert pre.config["probe"]["reference_init"]["verdicts"][-1] == "ok ok"
+    sandwich = probe_config(
+        ModelConfig(**LLAMA, **HF_INIT, wrap="sandwich"), batch_size=2, seq_len=16, seed=seed
+    )
+    assert _verdicts(sandwich)["exploding-gradient"] == ("warning", "init")
+    ref = probe_config(ModelConfig(**LLAMA, wrap="sandwich"), batch_size=2, seq_len=16, seed=seed)
+    assert [v["level"] for v in ref.verdicts] == ["ok"] * len(ref.verdicts)  # the reference init: ok
+
+
+def test_a_verdict_the_reference_init_shares_is_the_wiring():
+    cfg = ModelConfig(n_layers=6, d_model=32, n_heads=4, wrap="pre", final_norm="off", **HF_INIT)
+    r = probe_config(cfg, batch_size=2, seq_len=16)
+    level, cause = _verdicts(r)["missing-final-norm"]
+    assert level in ("warning", "error") and cause == "wiring"
+    assert "[from the wiring" in next(v["message"] for v in r.verdicts if v["code"] == "missing-final-norm")
+
+
+def test_the_reference_init_is_not_probed_twice():
+    cfg = ModelConfig(n_layers=2, d_model=16, n_heads=2, final_norm="off")
+    assert reference_init(cfg) is None and reference_init(cfg.replace(init="gpt2")) is not None
+    r = probe_config(cfg, batch_size=2, seq_len=8)
+    assert "reference_init" not in r.config["probe"] and all("cause" not in v for v in r.verdicts)
+
+
+def test_init_is_named_in_explain_and_the_probe_header(capsys):
+    assert init_summary(ModelConfig(**HF_INIT)) == "normal(0.02), untied head, embeddings x 1"
+    assert explain(ModelConfig(n_layers=1))["init"] == "xavier, tied head, embeddings x sqrt(d)"
+    args = "probe --layers 2 --d-model 16 --heads 2 --seq-len 8 --batch-size 2 --init normal --init-std 0.05"
+    assert main([*args.split(), "--tie-embeddings", "off", "--embed-scale", "off"]) == 0
+    assert "init: normal(0.05), untied head, embeddings x 1" in capsys.readouterr().out
+    assert main(["explain", "--layers", "1", "--tie-embeddings", "maybe"]) == 2
+    assert "tie_embeddings='maybe'" in capsys.readouterr().err

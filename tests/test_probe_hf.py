@@ -1,0 +1,211 @@
+"""``probe --hf`` and ``explain --hf`` on the families people train today: as transformers builds them,
+re-wired ("my model, with DeepNorm"), what cannot be probed refused in one line, ignored flags named.
+
+Every model is a tiny config saved to a temporary folder (random weights; nothing is downloaded).
+"""
+
+from __future__ import annotations
+
+import json
+
+import hf_families as H
+import pytest
+
+from depthlab.cli import main
+
+tf = pytest.importorskip("transformers")
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SMALL = "--seq-len 16 --batch-size 2"
+# one saved config per imported family (and the shapes that make a family what it is)
+FAMILIES = {
+    "GPT-2": lambda: tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=H.VOCAB)),
+    "BERT": lambda: tf.BertModel(
+        tf.BertConfig(
+            num_hidden_layers=2,
+            hidden_size=32,
+            num_attention_heads=4,
+            intermediate_size=48,
+            vocab_size=H.VOCAB,
+        )
+    ),
+    "Llama": lambda: tf.LlamaForCausalLM(
+        tf.LlamaConfig(
+            num_hidden_layers=2,
+            hidden_size=32,
+            num_attention_heads=4,
+            intermediate_size=48,
+            vocab_size=H.VOCAB,
+        )
+    ),
+    "Mistral": H.mistral,
+    "Qwen2": H.qwen2,
+    "Qwen3": H.qwen3,
+    "OLMo 2": H.olmo2,
+    "Gemma 2": H.gemma2,
+    "Gemma 3": H.gemma3,
+    "GPT-NeoX": H.neox,
+    "GPT-J": H.gptj,
+    "Falcon": lambda: H.falcon(new_decoder_architecture=True, num_kv_heads=2),
+    "Phi": H.phi,
+    "OPT": lambda: H.opt(do_layer_norm_before=False, word_embed_proj_dim=16),
+    "BART": H.bart,
+    "Marian": H.marian,
+    "T5": H.t5,
+}
+
+
+def _save(tmp_path, name: str, config) -> str:
+    path = tmp_path / f"{name.replace(' ', '_')}.json"
+    config.to_json_file(path)
+    return str(path)
+
+
+def _probe(args: str, tmp_path, capsys) -> tuple[dict, str, str]:
+    out = tmp_path / "probe.json"
+    assert main([*args.split(), "--json", str(out)]) == 0
+    io = capsys.readouterr()
+    return json.loads(out.read_text()), io.out, io.err
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_each_family_is_probed_as_built_and_named(family, tmp_path, capsys):
+    path = _save(tmp_path, family, FAMILIES[family]().config)
+    d, _, _ = _probe(f"probe --hf {path} {SMALL}", tmp_path, capsys)
+    assert d["config"]["stack"]["wiring"].startswith(f"{family}: ")
+    assert "transformers' init" in d["config"]["stack"]["init"]
+    assert d["verdicts"] and len(d["layers"]) >= 3
+    main(f"probe --hf {path} {SMALL}".split())
+    out = capsys.readouterr().out
+    assert f"wiring: {family}: " in out and "grad_norm" in out
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_each_family_is_rewired_with_deepnorm(family, tmp_path, capsys):
+    config = FAMILIES[family]().config
+    path = _save(tmp_path, family, config)
+    d, _, _ = _probe(f"probe --hf {path} {SMALL} --wrap deepnorm", tmp_path, capsys)
+    model = d["config"]["model"]
+    assert model["wrap"] == "deepnorm" and d["config"]["stack"]["kind"] == "depthlab"
+    assert d["config"]["stack"]["stream_normalised"] is True  # DeepNorm renormalises: the wiring changed
+    assert "re-wired" in d["config"]["probe"]["source"]
+    assert model["vocab_size"] == H.VOCAB  # the shape is the family's, not the flags' defaults
+
+
+def test_the_header_names_the_wiring_in_depthlab_words(tmp_path, capsys):
+    path = _save(tmp_path, "gemma2", H.gemma2().config)
+    d, out, _ = _probe(f"probe --hf {path} {SMALL}", tmp_path, capsys)
+    wiring = d["config"]["stack"]["wiring"]
+    for words in (
+        "sandwich",
+        "rmsnorm (1 + w)",
+        "attention soft-cap 5",
+        "logit soft-cap 3",
+        "sliding window 4",
+    ):
+        assert words in wiring
+    olmo = _save(tmp_path, "olmo2", H.olmo2().config)
+    d, _, _ = _probe(f"probe --hf {olmo} {SMALL}", tmp_path, capsys)
+    assert (
+        d["config"]["stack"]["wiring"].startswith("OLMo 2: reorder")
+        and "whole projection" in d["config"]["stack"]["wiring"]
+    )
+
+
+def test_compare_rewires_the_same_shape(tmp_path, capsys):
+    path = _save(tmp_path, "neox", H.neox().config)
+    out = tmp_path / "cmp.json"
+    assert (
+        main([*f"probe --hf {path} {SMALL} --compare --wrap parallel,pre,post".split(), "--json", str(out)])
+        == 0
+    )
+    runs = json.loads(out.read_text())
+    assert [r["config"]["model"]["wrap"] for r in runs] == ["parallel", "pre", "post"]
+    assert {r["config"]["model"]["rope_dims"] for r in runs} == {4}  # GPT-NeoX's partial rotary kept
+    assert "wrap=post" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "make, says",
+    [
+        (
+            lambda: tf.ViTConfig(
+                hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64
+            ),
+            "pixel_values",
+        ),
+        (
+            lambda: tf.WhisperConfig(
+                d_model=32,
+                encoder_layers=1,
+                decoder_layers=1,
+                encoder_attention_heads=4,
+                decoder_attention_heads=4,
+                encoder_ffn_dim=64,
+                decoder_ffn_dim=64,
+            ),
+            "input_features",
+        ),
+        (lambda: tf.ResNetConfig(hidden_sizes=[8, 16], depths=[1, 1], embedding_size=8), "pixel_values"),
+        (
+            lambda: tf.MambaConfig(hidden_size=32, num_hidden_layers=2, vocab_size=300, state_size=4),
+            "no attention",
+        ),
+    ],
+)
+def test_what_cannot_be_probed_is_one_line_and_exit_2(make, says, tmp_path, capsys):
+    path = tmp_path / "config.json"
+    make().to_json_file(path)
+    assert main(["probe", "--hf", str(path), *SMALL.split()]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err and "Traceback" not in err
+
+
+def test_a_family_not_imported_is_probed_as_built_and_ignored_flags_are_named(tmp_path, capsys):
+    cfg = tf.MixtralConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=48, vocab_size=300, num_local_experts=2,
+    )  # fmt: skip
+    path = _save(tmp_path, "mixtral", cfg)
+    d, _, err = _probe(f"probe --hf {path} {SMALL} --layers 48 --wrap post", tmp_path, capsys)
+    assert "--layers, --wrap ignored" in err and len(d["layers"]) == 3  # 2 layers: as transformers built it
+    wiring = d["config"]["stack"]["wiring"]
+    assert wiring.startswith("mixtral (not imported") and "1 norm reads the stream" in wiring
+
+
+def test_phi3_is_probed_by_the_generic_path(tmp_path, capsys):
+    cfg = tf.Phi3Config(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=48, vocab_size=300, pad_token_id=0,
+    )  # fmt: skip
+    d, out, _ = _probe(f"probe --hf {_save(tmp_path, 'phi3', cfg)} {SMALL}", tmp_path, capsys)
+    assert "pre-LN style" in d["config"]["stack"]["wiring"] and d["verdicts"]
+
+
+def test_a_refused_variant_of_an_imported_family_is_still_probed_as_built(tmp_path, capsys):
+    rope = {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}
+    path = _save(tmp_path, "mistral", H.mistral(rope_parameters=rope).config)
+    d, _, _ = _probe(f"probe --hf {path} {SMALL}", tmp_path, capsys)
+    assert d["config"]["stack"]["wiring"].startswith("mistral (rope_type='linear' not imported; measured)")
+    assert main(["probe", "--hf", path, "--wrap", "post"]) == 2  # re-wiring needs the import
+    assert "rope_type" in capsys.readouterr().err
+
+
+def test_saved_weights_cannot_be_rewired(tmp_path, capsys):
+    folder = tmp_path / "qwen2"
+    H.qwen2().save_pretrained(folder)
+    assert main(["probe", "--hf", str(folder), "--hf-weights", "--wrap", "post"]) == 2
+    assert "--hf-weights" in capsys.readouterr().err
+
+
+def test_explain_hf_prints_the_family_and_what_the_flags_change(tmp_path, capsys):
+    path = _save(tmp_path, "t5", H.t5().config)
+    assert main(["explain", "--hf", path]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("T5 (model_type t5") and "relative position buckets (8, max distance 20)" in out
+    assert "imported exactly:" in out and "limits:" in out
+    js = tmp_path / "explain.json"
+    assert main(["explain", "--hf", path, "--wrap", "sandwich", "--json", str(js)]) == 0
+    info = json.loads(js.read_text())
+    assert info["family"]["changed"] == ["wrap=sandwich"] and info["config"]["wrap"] == "sandwich"
+    assert info["config"]["position"] == "relative" and info["init"] == "xavier, tied head, embeddings x 1"
