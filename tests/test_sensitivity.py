@@ -11,7 +11,15 @@ from test_study_fakes import UNIGRAM, fill_store, lr_task
 from depthlab.report import load, render, summary_table
 from depthlab.report.lr_tables import lr_summary
 from depthlab.study import StudyConfig
-from depthlab.study.sensitivity import Point, best_lr_slope, curves, mean_interval, recommend
+from depthlab.study.sensitivity import (
+    Point,
+    best_lr_slope,
+    curves,
+    mean_interval,
+    recommend,
+    setting_key,
+    setting_label,
+)
 
 LRS = [1e-4 * 10 ** (k / 2) for k in range(9)]  # 1e-4 .. 1e0, half decades
 
@@ -52,6 +60,7 @@ def test_sensitivity_by_hand(data):
         per_seed.append(sum(v - min(vals) for v in vals) / len(vals))
     m, lo, hi = c.sensitivity()
     assert m == pytest.approx(sum(per_seed) / 3) and lo < m < hi
+    assert list(c.per_seed_sensitivity().values()) == pytest.approx(per_seed)
     assert c.best()["lr"] == pytest.approx(1e-2, rel=1e-6) and not c.best()["at_edge"]
     assert c.best()["loss"][0] == pytest.approx(2.51)
     assert any(p.diverged(0) for p in c.points) and c.points[-1].capped(0, c.l0) == 5.5
@@ -69,6 +78,14 @@ def test_best_lr_falls_with_depth_at_the_built_slope(data):
     slopes = best_lr_slope(data.lr_curves)
     m, lo, hi = slopes["pre"]
     assert m == pytest.approx(-1.0, abs=0.05) and lo <= m <= hi
+    per_seed = best_lr_slope(data.lr_curves, per_seed=True)["pre"]
+    assert len(per_seed) == 3 and sum(per_seed) / 3 == pytest.approx(m)
+
+
+def test_a_setting_is_named_from_its_axes():
+    key = setting_key({"wrapping": {"wrap": "pre", "qk_norm": True, "residual": ["ffn"]}, "lr": 1e-3, "seed": 1})
+    assert key == {"wrap": "pre", "qk_norm": True, "residual": "ffn"}
+    assert setting_label(key) == "pre qk_norm=True residual=ffn" and setting_label({}) == "all runs"
 
 
 def test_recommendation_ranks_by_best_loss(data):

@@ -88,7 +88,7 @@ class Curve:
     @property
     def label(self) -> str:
         """The setting as the report's rows name it: ``pre``, ``pre qk_norm=True z_loss=0.0001``."""
-        return " ".join(str(v) if k == "wrap" else f"{k}={v}" for k, v in self.key.items()) or "all runs"
+        return setting_label(self.key)
 
     @property
     def seeds(self) -> list[int]:
@@ -100,13 +100,17 @@ class Curve:
         """Per learning rate, the seed average of min(l, l0) (diverged = l0)."""
         return [statistics.fmean(p.capped(s, self.l0) for s in self.seeds) for p in self.points]
 
-    def sensitivity(self) -> tuple[float, float, float]:
-        """Wortsman et al.'s LR sensitivity, per seed, as (mean, low, high) over seeds."""
-        per_seed = []
+    def per_seed_sensitivity(self) -> dict[int, float]:
+        """Wortsman et al.'s LR sensitivity of each seed's curve."""
+        out = {}
         for s in self.seeds:
             vals = [p.capped(s, self.l0) for p in self.points]
-            per_seed.append(statistics.fmean(v - min(vals) for v in vals))
-        return mean_interval(per_seed)
+            out[s] = statistics.fmean(v - min(vals) for v in vals)
+        return out
+
+    def sensitivity(self) -> tuple[float, float, float]:
+        """Wortsman et al.'s LR sensitivity, per seed, as (mean, low, high) over seeds."""
+        return mean_interval(list(self.per_seed_sensitivity().values()))
 
     def best(self) -> dict:
         """{"lr": the refined best learning rate, "lr_swept": the best swept one, "at_edge": whether it is
@@ -176,7 +180,7 @@ def curves(runs: list[dict]) -> list[Curve]:
         if r.get("status", "done") != "done":
             continue
         m, t = r["config"]["model"], r["config"]["train"]
-        key = _key(r.get("axes") or {})
+        key = setting_key(r.get("axes") or {})
         g = groups.setdefault((tuple(key.items()), m["n_layers"]), {"key": key, "points": {}, "l0": []})
         point = g["points"].setdefault(t["lr"], Point(t["lr"]))
         loss = r.get("val_loss")
@@ -195,7 +199,12 @@ def curves(runs: list[dict]) -> list[Curve]:
     return sorted(out, key=lambda c: (c.label, c.depth))
 
 
-def _key(axes: dict) -> dict:
+def setting_label(key: dict) -> str:
+    """A setting (:func:`setting_key`) as the report's rows name it: ``pre``, ``pre qk_norm=True``."""
+    return " ".join(str(v) if k == "wrap" else f"{k}={v}" for k, v in key.items()) or "all runs"
+
+
+def setting_key(axes: dict) -> dict:
     """A run's axis values other than lr, seed and depth, flattened to field=value pairs."""
     out = {}
     for name, value in axes.items():
@@ -212,9 +221,10 @@ def _show(v):
     return "+".join(map(str, v)) if isinstance(v, (list, tuple)) else v
 
 
-def best_lr_slope(curve_list: list[Curve]) -> dict[str, tuple[float, float, float]]:
+def best_lr_slope(curve_list: list[Curve], per_seed: bool = False) -> dict:
     """Per setting (label), the slope of log10(best lr) against log10(depth), fitted per seed over the
-    setting's depths, as (mean, low, high) over seeds; settings with fewer than two depths are left out."""
+    setting's depths, as (mean, low, high) over seeds (``per_seed``: the list of the seeds' slopes);
+    settings with fewer than two depths are left out."""
     by_label: dict[str, list[Curve]] = {}
     for c in curve_list:
         by_label.setdefault(c.label, []).append(c)
@@ -230,7 +240,7 @@ def best_lr_slope(curve_list: list[Curve]) -> dict[str, tuple[float, float, floa
             if slope is not None:
                 slopes.append(slope)
         if slopes:
-            out[label] = mean_interval(slopes)
+            out[label] = slopes if per_seed else mean_interval(slopes)
     return out
 
 
