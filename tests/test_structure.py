@@ -3,7 +3,7 @@ cycle, and sit at module top except the optional extras.
 
 Layers, bottom to top (a module may import its own layer and those below, never above):
 
-    foundation (errors, version, jsonable, fit, paths, config, corpus)
+    foundation (errors, version, jsonable, fit, intervals, paths, config, corpus)
     -> model -> interop -> probe -> train -> study -> report -> reproduce -> docs -> cli
 
 ``depthlab/__init__.py`` (the public API) and ``__main__`` sit above everything and are not imported
@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "depthlab"
 LAYERS = [
-    {"errors", "version", "jsonable", "fit", "paths", "config", "corpus"},
+    {"errors", "version", "jsonable", "fit", "intervals", "paths", "config", "corpus"},
     {"model"},
     {"interop"},
     {"probe"},
