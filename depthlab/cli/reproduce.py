@@ -10,6 +10,7 @@ from depthlab.docs.tour import check_written, write_tour
 from depthlab.errors import ConfigError, InputError
 from depthlab.paths import check_folder, check_output_file, write_json
 from depthlab.reproduce import REPRODUCTIONS
+from depthlab.reproduce.claim import SCALES, run_claim
 from depthlab.train.distributed import set_torch_threads
 
 DOCUMENTS = ("all", "tour")  # names that write a document instead of checking one claim
@@ -24,7 +25,17 @@ def add_parser(sub) -> None:
         f"{DEFAULT_DOC}; 'tour' regenerates docs/tour.md from the real output of every command it shows.",
     )
     p.add_argument("name", help="which reproduction (e.g. seeds, init-scaling), or list, all, tour")
-    p.add_argument("--quick", action="store_true", help="a smaller, faster version where one exists")
+    p.add_argument(
+        "--quick", action="store_true", help="a smaller, faster smoke version (not the registered regime)"
+    )
+    p.add_argument(
+        "--scale",
+        choices=SCALES,
+        default="small",
+        help="small (default: the registered small regime, minutes on a laptop) or large (d_model >= 256, "
+        ">= 2,000 steps: a GPU or a long CPU night; training claims only). The expected time is printed "
+        "before a training claim starts",
+    )
     p.add_argument("--out", default="runs/reproduce", help="folder for plots (default runs/reproduce)")
     p.add_argument(
         "--doc",
@@ -51,6 +62,12 @@ def run(args) -> int:
         raise ConfigError("NAME", args.name, f"one of {', '.join(sorted(REPRODUCTIONS))}, list, all, tour")
     if args.doc is not None and args.name != "all":
         raise InputError(f"--doc applies to 'all' only, not to {args.name}")
+    if args.scale != "small" and args.name in ("list", "tour"):
+        raise InputError(f"--scale applies to the reproductions, not to {args.name}")
+    if args.quick and args.scale != "small":
+        raise InputError(
+            "--quick is a smaller version of the small scale; it does not combine with --scale large"
+        )
     if args.name == "tour":
         results, path = write_tour()
         missing = check_written(results, path)
@@ -60,9 +77,9 @@ def run(args) -> int:
     check_folder(args.out, "--out")
     out_dir = os.path.join(args.out, args.name)
     if args.name == "all":
-        result = run_all(quick=args.quick, out_dir=out_dir, doc=args.doc)
+        result = run_all(quick=args.quick, out_dir=out_dir, doc=args.doc, scale=args.scale)
     else:
-        result = REPRODUCTIONS[args.name](quick=args.quick, out_dir=out_dir)
+        result = run_claim(args.name, quick=args.quick, out_dir=out_dir, scale=args.scale)
     if args.json == "-":
         write_json(result.to_dict(), "-")
     else:
