@@ -321,3 +321,57 @@ def test_claim_module_has_no_pyplot():
         "pyplot" not in getattr(sys.modules[m.__module__], "__dict__", {}) for m in REPRODUCTIONS.values()
     )
     assert claim_mod.SCALES == ("small", "large")
+
+
+def test_hutchinson_msv_whole_sequence_and_per_token():
+    """On maps with known Jacobians: 2x has MSV 4 either way; x + (x shifted by one token) has a
+    whole-sequence MSV of 2 (two unit entries per row) but a per-token MSV of 1 (its diagonal blocks are I)."""
+    from depthlab.reproduce.jacobian_setups import hutchinson_msv
+
+    x, gen = torch.randn(2, 6, 8), torch.Generator().manual_seed(0)
+    assert hutchinson_msv(lambda h: 2 * h, x, 64, gen) == pytest.approx(4.0, rel=0.05)
+    assert hutchinson_msv(lambda h: 2 * h, x, 64, gen, per_token=True) == pytest.approx(4.0, rel=0.1)
+    shift = lambda h: h + torch.roll(h, 1, dims=1)  # noqa: E731
+    assert hutchinson_msv(shift, x, 64, gen) == pytest.approx(2.0, rel=0.05)
+    assert hutchinson_msv(shift, x, 64, gen, per_token=True) == pytest.approx(1.0, rel=0.1)
+
+
+def test_jacobian_walks_from_the_notebook_setup_to_depthlabs(monkeypatch, tmp_path):
+    import depthlab.reproduce.jacobian as jac
+    from depthlab.reproduce.jacobian_setups import START, STEPS, setup_msv
+
+    assert setup_msv("rezero", 3, START, 0, 4) == pytest.approx(1.0, rel=0.1)  # a = 0: J = I
+    monkeypatch.setattr(jac, "QUICK", {"depth": 3, "probes": 2, "seeds": [0, 1], "walk_seeds": [0]})
+    result = jac.reproduce_jacobian(quick=True, out_dir=str(tmp_path))
+    assert len(result.checks) == 8 and [c.counted for c in result.checks].count(False) == 2  # ReZero rows
+    (table,) = result.data["tables"]
+    assert [row[1] for row in table["rows"]] == [label for label, _ in STEPS]
+    assert result.data["where_they_part"] in table["title"]
+    json.dumps(result.to_dict())
+
+
+def test_where_they_part_names_the_first_step_that_leaves_the_vanishing_regime():
+    from depthlab.reproduce.jacobian import where_they_part
+
+    rows = [{"step": s, "msv": {"post": [v]}} for s, v in (("a", 1e-3), ("b", 2e-3), ("c", 0.5), ("d", 7.0))]
+    assert where_they_part(rows, 1e-2) == "post-LN's MSV first reaches 0.01 or more at step 2: c"
+    assert "stays below" in where_they_part(rows[:2], 1e-2)
+    assert "even in the notebook's setup" in where_they_part(rows[2:], 1e-2)
+
+
+def test_stream_growth_tiny(monkeypatch, tmp_path):
+    import depthlab.reproduce.stream_growth as sg
+
+    monkeypatch.setattr(sg, "QUICK", {"depths": [2, 4], "d_model": 16, "n_heads": 2, "seeds": [0, 1]})
+    result = sg.reproduce_stream_growth(quick=True, out_dir=str(tmp_path))
+    assert len(result.checks) == 1  # the 96-layer bound needs the 96-layer stack: not in this regime
+    growth = result.data["growth"]
+    assert all(x["rms_ratio"] > 1 and x["correlated_ratio"] > 0 for g in growth.values() for x in g)
+    assert result.checks[0].verdict in VERDICTS and result.plots
+
+
+def test_jacobian_msv_is_one_for_rezero_at_init_and_grows_for_pre_ln():
+    from depthlab.reproduce.jacobian import msv
+
+    assert msv("rezero", 8, 4) == pytest.approx(1.0, rel=0.05)  # a = 0: every layer is the identity
+    assert msv("pre", 8, 4) > 1.5  # every pre-LN layer adds a branch to the identity path

@@ -70,6 +70,15 @@ REGISTRATION = Registration(
         ),
     ),
 )
+
+# What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
+# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+AT_SCALE = (
+    "May change: the registered training check compares two generalisation gaps (validation minus "
+    "training loss) of 2-layer models after 150 updates, where both gaps are small; longer training at width "
+    "256 (the large scale) gives BatchNorm's running statistics more room to part from the batch's."
+)
+
 QUICK = {"steps": 60, "seeds": [0]}
 BY_DEFINITION = "by construction: {what} (a check of depthlab's norms, not of the claim)"
 

@@ -100,6 +100,16 @@ REGISTRATION = Registration(
         "training loop's batches and the other seeds",
     ),
 )
+
+# What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
+# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+AT_SCALE = (
+    "May change: the trained profiles come from a short run (tens of updates), far from the regime in "
+    'which the texts place "representation collapse" (trained models of hundreds of layers). The init '
+    "slopes are sanity checks; the trained ones can move with longer training, which the large scale "
+    "provides."
+)
+
 QUICK = {"depths": [48, 384], "steps": 8, "seeds": [0]}
 # Activation checkpointing from this depth on: at 384 layers it cut the process's peak memory from
 # 710 MB to 509 MB (measured) at no visible cost in time (these tiny blocks are overhead-bound).

@@ -42,6 +42,11 @@ REGISTRATION = Registration(
         LARGE,
     ),
 )
+
+# What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
+# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+AT_SCALE = "At the small scale post-LN's rows cannot fail (sanity); at the large scale they are counted."
+
 QUICK = {"depths": [24], "seeds": [0]}
 # Post-LN's rows are sanity checks at small scale: before this claim was registered, 24-layer post-LN had
 # not left the unigram plateau in any setting tried in this regime (warmups of 50-133 steps, lr 3e-4 to

@@ -42,6 +42,15 @@ REGISTRATION = Registration(
         ),
     ),
 )
+
+# What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
+# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+AT_SCALE = (
+    "May change: Zhu et al. match LayerNorm with DyT at scale, with alpha_0 chosen per model; here it "
+    "is the default 0.5 on a width-32 model trained for 150 updates, an untuned setting. The large scale keeps "
+    "alpha_0 = 0.5, so a gap that remains there is about the default, not about width or length."
+)
+
 QUICK = {"depths": [6], "seeds": [0]}
 
 

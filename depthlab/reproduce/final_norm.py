@@ -65,6 +65,14 @@ REGISTRATION = Registration(
         ),
     ),
 )
+
+# What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
+# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+AT_SCALE = (
+    "May change: the cost of a missing final norm grows as the unembedding trains against a drifting "
+    "scale; short runs show less of it."
+)
+
 QUICK = {"train_depths": [24], "seeds": [0]}
 # Xiong et al. 2020, Lemma 2: a pre-LN block adds a branch of about the same size to the stream, so at
 # init E||x_l||^2 grows linearly in l: the growth with depth holds by construction of the wrapping.

@@ -46,6 +46,14 @@ STACKS = (  # (label, wrap, residual)
 )
 D_MODEL, HEADS, BATCH, SEQ = 32, 4, 4, 32
 SMALL = {"depths": [6, 12, 24, 48, 96, 192], "seeds": [0, 1, 2, 3, 4]}
+
+# What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
+# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+AT_SCALE = (
+    "Not a question of training scale: these are properties at initialisation; Xiong et al.'s bounds are "
+    "asymptotic in width, so wider models should fit them more closely, not differently."
+)
+
 QUICK = {"depths": [6, 12, 24, 48], "seeds": [0]}
 QUICK_DEPTHS = tuple(QUICK["depths"])
 GROWS_CLAIM = (

@@ -33,6 +33,13 @@ from depthlab.reproduce.registration import DECISION, Registration, Revision, to
 BATCH, SEQ = 2, 32
 STATED = {"post": 0.000, "pre": 66.3, "rezero": 2.14}
 SMALL = {"depth": 128, "probes": 8, "seeds": [0, 1, 2, 3, 4], "walk_seeds": [0, 1, 2]}
+
+# What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
+# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+AT_SCALE = (
+    "Not a question of training scale: the table above shows which factor of the setup moves the numbers."
+)
+
 QUICK = {"depth": 32, "probes": 4, "seeds": [0], "walk_seeds": [0]}
 NOTEBOOK_KNOWN = (
     "yes: one trial of the reconstructed setup (seed 0) was seen before this was registered: post-LN below "

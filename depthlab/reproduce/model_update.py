@@ -63,6 +63,16 @@ REGISTRATION = Registration(
         "loop); no for seeds 3, 4 and for the training loop's batches",
     ),
 )
+
+# What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
+# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+AT_SCALE = (
+    "Not expected to change with training length: the claim is about the first updates of DeepNet's own "
+    "64-128-2 models, which the small scale already uses; the large scale adds seeds only. A MISMATCH here "
+    "is about the claim's form in this decoder-only, byte-level setting (DeepNet used encoder-decoders on "
+    "translation)."
+)
+
 QUICK = {"depths": [6, 12, 24, 48], "seeds": [0]}
 SOURCED = {"post": "DeepNet", "deepnorm": "DeepNet", "pre": "depthlab's expectation, not in the paper"}
 

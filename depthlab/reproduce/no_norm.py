@@ -37,6 +37,14 @@ REGISTRATION = Registration(
     "norms (d_model 64, seed 0) printed a stream growth of about 5e9 and a non-finite gradient. No "
     "training run without norms had been seen.",
 )
+
+# What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
+# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+AT_SCALE = (
+    "The explosion at init is structural; whether training without norms ends worse can depend on the "
+    "learning rate and length of training."
+)
+
 QUICK = {"train_depth": 6, "seeds": [0]}
 
 

@@ -28,6 +28,11 @@ REGISTRATION = Registration(
     regimes={"small": SMALL, "large": LARGE},
     notes="Registered before any run without skips at these depths.",
 )
+
+# What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
+# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+AT_SCALE = "May change with longer training: deep plain stacks improve slowly rather than never."
+
 QUICK = {"depths": [2, 8], "seeds": [0]}
 SKIPS = {"without skips": (), "with skips": ("attn", "cross", "ffn")}
 

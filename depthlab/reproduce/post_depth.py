@@ -46,6 +46,15 @@ REGISTRATION = Registration(
     "24-layer post-LN stalled in every setting tried, 8-layer post-LN trained with a warmup at lr 3e-3 "
     "in most seeds, 12-layer did not within 150 updates (seed 0).",
 )
+
+# What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
+# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+AT_SCALE = (
+    "Expected to change: the depth at which post-LN stops training depends on how long it trains and how "
+    "wide it is, and Wang et al. 2019 trained large translation models for a long time; 150 updates at width "
+    "32 are far from that. The large scale uses 3,000 updates at width 256."
+)
+
 QUICK = {"depths": [4, 12], "lrs": [1e-3], "seeds": [0]}
 
 

@@ -26,6 +26,14 @@ REGISTRATION = Registration(
     notes="Registered before any run of this sweep; the lr 1e-3 row's outcome was known (the depth claim: "
     "24-layer post-LN stalled at 150 steps).",
 )
+
+# What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
+# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+AT_SCALE = (
+    "May change: divergence is a matter of update size relative to the weights, which grows with width; "
+    "the large scale repeats the sweep at width 256."
+)
+
 QUICK = {"lrs": [1e-3, 3e-2], "steps": 150, "seeds": [0]}
 
 

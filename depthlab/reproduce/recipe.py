@@ -85,6 +85,15 @@ REGISTRATION = Registration(
         ),
     ),
 )
+
+# What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
+# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+AT_SCALE = (
+    "May change: the beta2 half of the claim concerns the noise of Adam's second-moment estimate over "
+    "thousands of steps; in 150 updates beta2 0.98 and 0.999 differ little. The large scale trains 2,000 "
+    "updates at width 256."
+)
+
 QUICK = {"seeds": [0]}
 CONTROL = 1  # SETTINGS[CONTROL] is the full recipe: warmup and beta2 0.98
 

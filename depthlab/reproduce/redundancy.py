@@ -69,6 +69,15 @@ REGISTRATION = Registration(
         ),
     ),
 )
+
+# What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
+# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+AT_SCALE = (
+    "Expected to change: the redundancy of deep pre-LN layers is reported for trained LLMs with tens of "
+    "layers after billions of tokens; here models are tiny and briefly trained, and a comparison with a "
+    "model that did not train is inconclusive by rule. The large scale trains 3,000 updates at width 256."
+)
+
 QUICK = {"depths": [12], "eval_batches": 4, "seeds": [0]}
 
 

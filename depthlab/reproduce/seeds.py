@@ -58,6 +58,11 @@ REGISTRATION = Registration(
         Revision("2026-11-30", "expectation.nearly_doubled", None, [1.8, 2.2], TEXTS_OWN, KNOWN),
     ),
 )
+
+# What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
+# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+AT_SCALE = "Not a question of scale: these checks recompute the texts' own numbers and statements."
+
 SMALL_FACTOR = REGISTRATION.expectation["small_factor"]
 BY_ALGEBRA = (
     "by construction: the toy is linear, so the closed form is an identity (a check of the arithmetic)"

@@ -24,6 +24,14 @@ from depthlab.reproduce.figures import profiles
 from depthlab.reproduce.registration import Registration
 
 SMALL = {"depths": [6, 12, 24, 48, 96], "d_model": 64, "n_heads": 4, "seeds": [0, 1, 2, 3, 4]}
+
+# What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
+# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+AT_SCALE = (
+    "Measured at initialisation only: a trained 96-layer stack, where the texts' \"realistic positive "
+    'correlation" would develop, is beyond the small scale.'
+)
+
 QUICK = {"depths": [6, 24], "seeds": [0]}
 REGISTRATION = Registration(
     date="2026-11-30",
