@@ -375,3 +375,30 @@ def test_jacobian_msv_is_one_for_rezero_at_init_and_grows_for_pre_ln():
 
     assert msv("rezero", 8, 4) == pytest.approx(1.0, rel=0.05)  # a = 0: every layer is the identity
     assert msv("pre", 8, 4) > 1.5  # every pre-LN layer adds a branch to the identity path
+
+
+@pytest.mark.slow
+def test_the_gpu_script_launches_the_large_scale(shrunk, tmp_path, capsys):
+    """benchmarks/gpu.py --reproduce runs `reproduce all --scale large` (here one claim, its large regime
+    shrunk to a tiny size) and writes the large-scale document."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    shrunk.syspath_prepend(str(bench))
+    spec = importlib.util.spec_from_file_location("gpu_bench", bench / "gpu.py")
+    gpu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu)
+    reg = REGISTRATIONS["depth"]
+    shrunk.setitem(reg.regimes, "large", {**reg.regimes["large"], **TINY["depth"]})
+    doc = tmp_path / "reproductions-large.md"
+    assert gpu.reproduce_large("depth", str(doc), str(tmp_path / "runs")) == 0
+    text = doc.read_text()
+    assert "`depthlab reproduce all --scale large` (scale: large)" in text and "- regime (large):" in text
+    assert (
+        "![depth](img-large/depth-depth.png)" in text
+        and (tmp_path / "img-large" / "depth-depth.png").is_file()
+    )
+    assert "all:" in capsys.readouterr().out
+    sys.modules.pop("gpu_bench", None)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import glob
 import os
 import platform
 import shutil
@@ -169,10 +170,13 @@ def run_all(
 
 def copy_plots(parts: list[Reproduction], img_dir: str, rel: str = "img") -> dict[str, list[str]]:
     """Copy each reproduction's plots to img_dir as NAME-FILE.png; {name: [paths relative to the doc]}
-    (``rel``: img_dir's name beside the document)."""
+    (``rel``: img_dir's name beside the document). A reproduction's older plots there are removed first,
+    so that the folder holds only what this run drew."""
     out = {}
     for p in parts:
         out[p.name] = []
+        for stale in glob.glob(os.path.join(glob.escape(img_dir), f"{glob.escape(p.name)}-*.png")):
+            os.remove(stale)
         for src in p.plots:
             if not os.path.isfile(src):
                 continue

@@ -3,7 +3,9 @@
 A section is prose (Markdown) and the commands whose real output :mod:`depthlab.reproduce.tour` captures
 under it. ``{img}`` in a command is the folder of the tour's plots (docs/tour_img when the tour is
 written; ``--plot {img}/NAME.png`` or, for a reproduction, ``--out {img}``), and every plot a command
-reports on a ``plot: PATH`` line is shown under its output. Every command must be small (seconds on two cores): tests/test_tour.py runs them all.
+reports on a ``plot: PATH`` line is shown under its output. Every command must be small (seconds on two
+cores): tests/test_tour.py runs them all. Every figure or trend the prose states about an output is
+checked against that output (:mod:`depthlab.docs.tour_checks`).
 The seeds are cited by number: 000 "Encoder and Decoder Stacks", 002 the residual-stream chapter
 (the dabbawalas), 003 "Residual Connections Explained", 004 the interview answer on residuals.
 """
@@ -62,8 +64,11 @@ whispered along fifty people. `depthlab reproduce seeds` recomputes every number
 (including seed 000's `gradient_by_depth` toy and seed 002's worked variance example) and prints it
 beside the stated value; section 3 measures the same gradient, layer by layer, on a real stack.""",
         ("reproduce seeds --out {img}",),
-        "Every number the texts state, recomputed: seed 004's 48 tanh layers lose eleven orders of "
-        "magnitude of gradient without skips, seed 000's toy loses orders of magnitude without the `+`.",
+        "Every number the texts state, recomputed: the gradient at the input of seed 004's 48 tanh layers "
+        "is 2.24e-11 without skips against 2.50e+02 with them, and seed 000's toy loses orders of magnitude "
+        "without the `+`. Three of the texts' qualitative statements do not hold on their own numbers (the "
+        "MISMATCH rows): with the `+` the toy's values span far more than a small factor, the gradient "
+        "that 'arrives intact' with skips arrives amplified, and doubling a did not nearly double Var(x1).",
     ),
     Section(
         "3. Residual connections: a layer writes an edit",
@@ -80,8 +85,10 @@ and `probe --compare` lays the profiles side by side.""",
             "probe --compare --layers 48 --d-model 64 --heads 4 --no-residual none,attn,all "
             "--plot {img}/residuals.png",
         ),
-        "With both skips the gradient reaches the bottom within a small factor of the top; without the "
-        "attention skip alone the bottom layers are starved (seed 004), which the doctor reports as "
+        "With both skips nothing vanishes: the gradient at the bottom is larger than at the top (g0/gL "
+        "above 1; each pre-LN branch adds to what the identity path carries), not within a small factor of "
+        "it. Without the attention skip alone the position-varying gradient reaching the bottom collapses "
+        "(ctx0/ctxL far below 1e-3): the bottom layers are starved (seed 004), which the doctor reports as "
         "`vanishing-gradient`. Training that model is `depthlab reproduce skip-ablation`.",
     ),
     Section(
@@ -100,33 +107,43 @@ sublayer's input away from where its weights were initialised; `--norm none` sho
             "probe --compare --layers 48 --d-model 64 --heads 4 --norm layernorm,none "
             "--plot {img}/no_norm.png",
         ),
-        "LayerNorm and RMSNorm outputs do not move when the rest of the batch changes; BatchNorm's do, "
-        "and its train/eval gap shows in validation. Without a norm the stream rms climbs with depth.",
+        "LayerNorm and RMSNorm outputs do not move when the rest of the batch changes; BatchNorm's do "
+        "(rows that hold by the norms' definitions: sanity checks). Whether BatchNorm's train/eval mismatch "
+        "shows as a larger gap between validation and training loss is the one counted check; `--quick` "
+        "trains one seed, which decides nothing (inconclusive): the full reproduction runs five. Without "
+        "a norm the stream rms climbs with depth far faster than with one (`depthlab reproduce no-norm`).",
     ),
     Section(
         "5. Where the norm goes",
         """The original Transformer normalises after the addition, `x = LN(x + F(x))` (post-LN, the
 "Add & Norm" of its figure), and trains only with a careful recipe: 4000 warmup steps and Adam
-beta2 = 0.98 (seed 000). Xiong et al. (2020) showed why: with the norm on the sum, the gradient near
-the output at initialisation is large and grows with depth, so the first steps overshoot unless the
-learning rate starts small. Moving the norm into the branch, `x = x + F(LN(x))` (pre-LN, GPT-2 on),
+beta2 = 0.98 (seed 000). The texts explain it with Xiong et al. (2020): with the norm on the sum, the
+gradient near the output at initialisation is large "and grows with depth", so the first steps
+overshoot unless the learning rate starts small. Xiong et al.'s Theorem 1 says large but not growing:
+post-LN's last-layer gradient is bounded independently of the depth, while pre-LN's shrinks like
+L^-1/2; `reproduce init-scaling` below fits both against L and agrees with the theorem, not with the
+texts' "grows". Moving the norm into the branch, `x = x + F(LN(x))` (pre-LN, GPT-2 on),
 leaves the identity path unnormalised: the gradient passes through depth nearly unchanged and
 warmup becomes optional (seeds 000, 002, 004). Seed 002 calls "the placement is a detail" a
 misconception: the two are different computations. Two qualifications (seed 000): with tuned warmup,
 post-LN slightly beats pre-LN at 6 layers, because pre-LN's identity path lets adjacent layers stay
 similar and upper layers do less; and post-LN's instability is an engineering problem (section 7).
 The texts predict: post-LN without warmup fails, with warmup it trains, pre-LN trains without. At
-this tiny scale (8 layers of width 32, 150 updates) a missing warmup shows as a stall at the unigram
-loss; the window is narrow (`depthlab/reproduce/recipe.py` tabulates 6 to 24 layers).""",
+this tiny scale (8 layers of width 32, 150 updates, one seed each below) a missing warmup shows as a
+stall at the unigram loss; one seed is an anecdote, and `depthlab reproduce recipe` repeats it over
+five.""",
         (
             "probe --compare --wrap post,pre --layers 24 --d-model 64 --heads 4 --plot {img}/post_vs_pre.png",
+            "reproduce init-scaling --quick --out {img}",
             f"train --wrap post --warmup 0 {TRAIN_SMALL}",
             f"train --wrap post --warmup 50 {TRAIN_SMALL}",
             f"train --wrap pre --warmup 0 {TRAIN_SMALL}",
         ),
-        "Each run ends `trained`, `stalled` (still at the unigram level) or `diverged`. The whole "
-        "grid of the recipe, warmup x beta2 and the Noam schedule over three seeds with its verdicts, is "
-        "`depthlab reproduce recipe` (a few minutes; its last full run is in docs/reproductions.md).",
+        "In the init-scaling table, post-LN's `last_grad` slope is near 0 (flat in L) and pre-LN's near "
+        "-0.5; one seed with `--quick`, so its verdicts are inconclusive by rule (the full run has five). "
+        "Each training run ends `trained`, `stalled` (still at the unigram level) or `diverged`. The whole "
+        "grid of the recipe, warmup x beta2 and the Noam schedule over five seeds with its verdicts, is "
+        "`depthlab reproduce recipe` (its last full run is in docs/reproductions.md).",
     ),
     Section(
         "6. The final norm",
@@ -134,10 +151,12 @@ loss; the window is narrow (`depthlab/reproduce/recipe.py` tabulates 6 to 24 lay
 stream grows with depth. Seed 002 traces one block by hand: x0 = [1, -1, 2, -2] (variance 2.5) leaves
 with variance 4.3311, more than the 2.75 that independent contributions would give, because the
 block adds something correlated with what it read. With 96 layers each adding unit variance, the
-output's standard deviation would be sqrt(97) = 9.85 times the input's, and the real growth is
-faster. The unembedding was never trained on such a scale, so every pre-LN model ends with one more
-norm after the last block (GPT-2's `ln_f`; seed 002 Q6, seed 004). `--final-norm off` removes it and
-the doctor says so.""",
+output's standard deviation would be sqrt(97) = 9.85 times the input's, and seed 002 calls that a lower
+bound: "the true growth runs faster". The 96-layer stack below, at initialisation, grows by less than
+9.85 (the `stream-growth` verdict prints both); `depthlab reproduce stream-growth` checks both of the
+seed's statements over several seeds. Whatever the factor, the unembedding was never trained on such a
+scale, so every pre-LN model ends with one more norm after the last block (GPT-2's `ln_f`; seed 002
+Q6, seed 004). `--final-norm off` removes it and the doctor says so.""",
         ("probe --layers 96 --d-model 64 --heads 4 --final-norm off --plot {img}/final_norm_off.png",),
         "The stream rms column climbs over the 96 layers (the `stream-growth` verdict gives the fitted "
         "exponent) and `missing-final-norm` is reported.",
@@ -149,8 +168,9 @@ each late block changes it by a vanishing fraction, and the late blocks contribu
 to the early ones (seed 002). DeepNet (Wang et al. 2022) keeps the norm on the sum but scales the
 stream up before adding, `x = LN(alpha x + G(x))`, and scales the branch's initial weights down by
 beta; for a decoder of M layers alpha = (2M)^(1/4) and beta = (8M)^(-1/4), which at M = 64 is 3.36
-and 0.210. Each new layer's relative contribution is then about the same at every depth, and the
-authors trained 1,000 layers. Seed 000 makes the same point: a post-norm variant with depth-scaled
+and 0.210. DeepNet's argument is that each new layer's relative contribution is then about the same at
+every depth, and the authors trained 1,000 layers; `depthlab reproduce collapse` tests that claim on
+trained models (its verdicts are in reproductions.md). Seed 000 makes the same point: a post-norm variant with depth-scaled
 branches trains to hundreds of layers, so post-norm's trouble is engineering, not a barrier. At 384
 layers the probe puts the two side by side.""",
         (
@@ -158,11 +178,11 @@ layers the probe puts the two side by side.""",
             "probe --compare --wrap pre,deepnorm --layers 384 --d-model 16 --heads 2 "
             "--plot {img}/deepnorm_384.png",
         ),
-        "Pre-LN's stream rms climbs with the layer index, so each late block's write lands in an ever "
-        "larger stream; DeepNorm's stays at unit scale and its gradient is level in depth. The per-layer "
-        "update ratio ||x_l - x_(l-1)|| / ||x_(l-1)|| and the share of the final stream that the last "
-        "quarter of the layers wrote, at 48, 192 and 384 layers, at init and after training, are "
-        "`depthlab reproduce collapse` (about a minute with `--quick`).",
+        "At initialisation pre-LN's stream rms climbs with the layer index, so each late block's write "
+        "lands in an ever larger stream; DeepNorm's stays at unit scale and its gradient is level in depth "
+        "(rmsL/rms0 and g0/gL near 1). The per-layer update ratio ||x_l - x_(l-1)|| / ||x_(l-1)|| and the "
+        "share of the final stream that the last quarter of the layers wrote, at 48, 192 and 384 layers, "
+        "at init and after training, are `depthlab reproduce collapse`.",
     ),
     Section(
         "8. What to take away",

@@ -84,7 +84,7 @@ REGISTRATION = Registration(
             None,
             0.15,
             GROWS_CLAIM,
-            "yes for seed 0: slope +0.01",
+            "yes for seed 0 (the previous single-seed document's post-LN slope)",
         ),
     ),
 )

@@ -42,8 +42,8 @@ AT_SCALE = (
 
 QUICK = {"depth": 32, "probes": 4, "seeds": [0], "walk_seeds": [0]}
 NOTEBOOK_KNOWN = (
-    "yes: one trial of the reconstructed setup (seed 0) was seen before this was registered: post-LN below "
-    "0.01 in training mode and above it in eval mode, pre-LN about 7-11"
+    "yes: one exploratory trial of the reconstructed setup (seed 0, post-LN and pre-LN, with and without "
+    "dropout) was seen before these thresholds were registered"
 )
 REGISTRATION = Registration(
     date="2026-11-30 08:25 UTC",

@@ -34,8 +34,8 @@ REGISTRATION = Registration(
     },
     regimes={"small": SMALL, "large": LARGE},
     notes="Registered with one relevant result known: the tour's probe of a 48-layer pre-LN stack without "
-    "norms (d_model 64, seed 0) printed a stream growth of about 5e9 and a non-finite gradient. No "
-    "training run without norms had been seen.",
+    "norms (d_model 64, seed 0) had shown an exploding stream and a non-finite gradient. No training run "
+    "without norms had been seen.",
 )
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
