@@ -166,11 +166,11 @@ def section(p: Reproduction, fn, images: list[str], seconds: float, quick: bool,
         lines += [
             "Sanity checks (not counted):",
             "",
-            "| claim | expected | measured | holds | why not counted |",
+            "| claim | expected | measured | verdict | why not counted |",
             "|---|---|---|---|---|",
         ]
         lines += [
-            f"| {cell(c.claim)} | {cell(c.stated)} | {cell(c.measured)} | {'yes' if c.ok else '**no**'} | {cell(c.sanity)} |"
+            f"| {cell(c.claim)} | {cell(c.stated)} | {cell(c.measured)} | {c.verdict} | {cell(c.sanity)} |"
             for c in sanity
         ]
         lines.append("")

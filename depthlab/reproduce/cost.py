@@ -19,8 +19,8 @@ from depthlab.config import ModelConfig, TrainConfig
 from depthlab.model import build_model
 
 TIMED_STEPS = 3
-# telemetry's extra forward/backward on logged steps and the per-step bookkeeping of the loop, measured
-# as about 10-20% on the tiny regime (benchmarks/telemetry_overhead.py); an estimate, not a bound
+# the loop's work beyond the bare step (telemetry on logged steps, bookkeeping): a rough allowance,
+# not a measurement
 LOOP_OVERHEAD = 1.2
 _STEP: dict[tuple, tuple[float, float]] = {}
 
@@ -32,10 +32,15 @@ def device_for(tcfg: TrainConfig) -> torch.device:
     return torch.device("cuda")
 
 
-def _time_steps(mcfg: ModelConfig, tcfg: TrainConfig, n_layers: int, device: torch.device) -> float:
-    """Seconds per Adam step of ``mcfg`` with ``n_layers`` layers on random tokens (after a warm step)."""
+def _time_steps(
+    mcfg: ModelConfig, tcfg: TrainConfig, n_layers: int, device: torch.device
+) -> tuple[float, float]:
+    """(seconds to build, seconds per Adam step) of ``mcfg`` with ``n_layers`` layers on random tokens
+    (the step timed after a warm one)."""
+    start = time.perf_counter()
     with torch.random.fork_rng(devices=[]):
         model = build_model(mcfg.replace(n_layers=n_layers)).to(device)
+    built = time.perf_counter() - start
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     tokens = torch.randint(0, mcfg.vocab_size, (tcfg.batch_size, tcfg.seq_len + 1), device=device)
 
@@ -54,36 +59,31 @@ def _time_steps(mcfg: ModelConfig, tcfg: TrainConfig, n_layers: int, device: tor
         step()
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return (time.perf_counter() - start) / TIMED_STEPS
+    return built, (time.perf_counter() - start) / TIMED_STEPS
 
 
-def step_cost(mcfg: ModelConfig, tcfg: TrainConfig) -> tuple[float, float]:
-    """(fixed, per layer) seconds of one training step of this shape, measured once per process."""
+def step_cost(mcfg: ModelConfig, tcfg: TrainConfig) -> tuple[float, float, float]:
+    """(fixed, per layer) seconds of one training step of this shape, and seconds per layer to build the
+    model, measured once per process."""
     device = device_for(tcfg)
-    key = (
-        mcfg.arch,
-        mcfg.d_model,
-        mcfg.n_heads,
-        mcfg.ffn_dim,
-        mcfg.norm,
-        tcfg.batch_size,
-        tcfg.seq_len,
-        device.type,
-    )
+    key = (mcfg.arch, mcfg.d_model, mcfg.n_heads, mcfg.ffn_dim, mcfg.norm, tcfg.batch_size, tcfg.seq_len)
+    key += (device.type,)
     if key not in _STEP:
-        one, three = (_time_steps(mcfg, tcfg, n, device) for n in (1, 3))
+        (b1, one), (b3, three) = (_time_steps(mcfg, tcfg, n, device) for n in (1, 3))
         per_layer = max((three - one) / 2, 0.0)
-        _STEP[key] = (max(one - per_layer, 0.0), per_layer)
+        _STEP[key] = (max(one - per_layer, 0.0), per_layer, max((b3 - b1) / 2, 0.0))
     return _STEP[key]
 
 
 def run_seconds(mcfg: ModelConfig, tcfg: TrainConfig) -> float:
-    """The expected seconds of one training run: its steps, validation passes and telemetry."""
-    fixed, per_layer = step_cost(mcfg, tcfg)
-    step = fixed + per_layer * mcfg.n_layers
+    """The expected seconds of one training run: building the model, its steps (a third more with
+    activation checkpointing, which recomputes the forward pass), validation passes and telemetry."""
+    fixed, per_layer, build = step_cost(mcfg, tcfg)
+    step = (fixed + per_layer * mcfg.n_layers) * (4 / 3 if mcfg.activation_checkpointing else 1)
     evals = tcfg.steps // tcfg.eval_every + 1
     forward_only = step / 3  # a forward pass is about a third of forward + backward + update
-    return LOOP_OVERHEAD * step * tcfg.steps + evals * tcfg.eval_batches * forward_only
+    steps = LOOP_OVERHEAD * step * tcfg.steps + evals * tcfg.eval_batches * forward_only
+    return build * mcfg.n_layers + steps
 
 
 def announce(name: str, planned: list[tuple[ModelConfig, TrainConfig]], done) -> float:

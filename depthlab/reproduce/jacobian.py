@@ -27,7 +27,7 @@ from depthlab.model import build_model
 from depthlab.probe import measure
 from depthlab.reproduce.claim import Check, Reproduction, combined, register, resolve, seeded_check
 from depthlab.reproduce.figures import new_figure, save
-from depthlab.reproduce.jacobian_setups import START, STEPS, setup_msv, walk
+from depthlab.reproduce.jacobian_setups import STEPS, walk
 from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
 
 BATCH, SEQ = 2, 32
@@ -104,8 +104,8 @@ def reproduce_jacobian(quick: bool = False, out_dir: str | None = None, scale: s
     torch.set_num_threads(1)  # small matmuls: a second thread only waits (see init_scaling)
     try:
         values = {w: [msv(w, depth, r["probes"], s) for s in r["seeds"]] for w in STATED}
-        notebook = {w: [setup_msv(w, depth, START, s, r["probes"]) for s in r["walk_seeds"]] for w in STATED}
         rows = walk(list(STATED), depth, r["walk_seeds"], r["probes"])
+        notebook = rows[0]["msv"]  # the walk's first step is the notebook's setup
     finally:
         torch.set_num_threads(threads)
     checks = _checks(values, depth, "depthlab", e["vanish"], e["grows"])
