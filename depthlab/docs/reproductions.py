@@ -135,36 +135,29 @@ def run_all(
         parts.append(result)
     context["seconds"] = round(time.perf_counter() - start, 1)
     context["scale"] = scale
-    context["command"] = (
-        "depthlab reproduce all"
-        + (" --quick" if quick else "")
-        + (f" --scale {scale}" if scale != "small" else "")
-    )
+    context["command"] = "depthlab reproduce all" + (" --quick" if quick else "")
+    context["command"] += f" --scale {scale}" if scale != "small" else ""
     img = "img" if scale == "small" else f"img-{scale}"
     images = copy_plots(parts, os.path.join(os.path.dirname(doc) or ".", img), img)
     text = render(parts, registry, seconds, images, context, quick)
     os.makedirs(os.path.dirname(doc) or ".", exist_ok=True)
     with open(doc, "w", encoding="utf-8") as f:
         f.write(MARKER + "\n" + text)
+    return collect(parts, seconds, {**context, "doc": doc})
+
+
+def collect(parts: list[Reproduction], seconds: dict, context: dict) -> Collection:
+    """Every part's checks under one Reproduction, with the run's context and each part's counts."""
     checks = [
         Check(f"{p.name}: {c.claim}", c.stated, c.measured, c.verdict, c.sanity, c.interval)
         for p in parts
         for c in p.checks
     ]
-    data = {
-        **context,
-        "doc": doc,
-        "counts": counts(checks),
-        "reproductions": {
-            p.name: {
-                **p.to_dict(),
-                "ok": p.ok,
-                "counts": counts(p.checks),
-                "seconds": round(seconds[p.name], 1),
-            }
-            for p in parts
-        },
+    each = {
+        p.name: {**p.to_dict(), "ok": p.ok, "counts": counts(p.checks), "seconds": round(seconds[p.name], 1)}
+        for p in parts
     }
+    data = {**context, "counts": counts(checks), "reproductions": each}
     return Collection("all", data, checks, plots=[], source="every registered reproduction", parts=parts)
 
 

@@ -129,22 +129,55 @@ def check_rows(checks) -> list[str]:
     return lines + [""]
 
 
-def section(p: Reproduction, fn, images: list[str], seconds: float, quick: bool, scale: str) -> list[str]:
-    module = sys.modules.get(fn.__module__)
-    module_doc = plain(getattr(module, "__doc__", None))
-    command = (
-        f"depthlab reproduce {p.name}"
-        + (" --quick" if quick else "")
-        + (f" --scale {scale}" if scale != "small" else "")
-    )
-    n = counts(p.checks)
+def result_line(checks) -> str:
+    """'**Result:** N of M counted checks agree (k MISMATCH, j inconclusive); s sanity checks apart.'"""
+    n = counts(checks)
     counted_n = n[AGREE] + n[MISMATCH] + n[INCONCLUSIVE]
     result = f"**Result:** {n[AGREE]} of {counted_n} counted checks agree"
     extra = [f"{n[k]} {k}" for k in (MISMATCH, INCONCLUSIVE) if n[k]]
-    result += (f" ({', '.join(extra)})" if extra else "") + (
-        f"; {n['sanity']} sanity checks apart." if n["sanity"] else "."
-    )
-    lines = [f"## {p.name}", "", f"**The claim:** {cell(plain(fn.__doc__))}", "", result, ""]
+    result += f" ({', '.join(extra)})" if extra else ""
+    return result + (f"; {n['sanity']} sanity checks apart." if n["sanity"] else ".")
+
+
+def sanity_rows(checks) -> list[str]:
+    """The checks not counted, with their verdict and why they are not counted (empty if none)."""
+    if not checks:
+        return []
+    lines = [
+        "Sanity checks (not counted):",
+        "",
+        "| claim | expected | measured | verdict | why not counted |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {cell(c.claim)} | {cell(c.stated)} | {cell(c.measured)} | {c.verdict} | {cell(c.sanity)} |"
+        for c in checks
+    ]
+    return lines + [""]
+
+
+def measured_tables(tables: list[dict]) -> list[str]:
+    """A reproduction's measured tables ({"title", "columns", "rows"}) as Markdown."""
+    lines = []
+    for table in tables:
+        lines += [
+            table["title"],
+            "",
+            "| " + " | ".join(table["columns"]) + " |",
+            "|" + "---|" * len(table["columns"]),
+        ]
+        lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table["rows"]]
+        lines.append("")
+    return lines
+
+
+def section(p: Reproduction, fn, images: list[str], seconds: float, quick: bool, scale: str) -> list[str]:
+    """One reproduction's section: claim, result, source, command, registration, method, checks, plots."""
+    module = sys.modules.get(fn.__module__)
+    module_doc = plain(getattr(module, "__doc__", None))
+    command = f"depthlab reproduce {p.name}" + (" --quick" if quick else "")
+    command += f" --scale {scale}" if scale != "small" else ""
+    lines = [f"## {p.name}", "", f"**The claim:** {cell(plain(fn.__doc__))}", "", result_line(p.checks), ""]
     if p.source:
         lines.append(f"Source: {p.source}. ")
     lines += [f"Command: `{command}` ({seconds:.0f} s).", ""]
@@ -159,30 +192,11 @@ def section(p: Reproduction, fn, images: list[str], seconds: float, quick: bool,
             "",
         ]
     counted = [c for c in p.checks if c.counted]
-    sanity = [c for c in p.checks if not c.counted]
     if counted:
         lines += check_rows(counted)
-    if sanity:
-        lines += [
-            "Sanity checks (not counted):",
-            "",
-            "| claim | expected | measured | verdict | why not counted |",
-            "|---|---|---|---|---|",
-        ]
-        lines += [
-            f"| {cell(c.claim)} | {cell(c.stated)} | {cell(c.measured)} | {c.verdict} | {cell(c.sanity)} |"
-            for c in sanity
-        ]
-        lines.append("")
-    for table in p.data.get("tables", []):
-        lines += [
-            table["title"],
-            "",
-            "| " + " | ".join(table["columns"]) + " |",
-            "|" + "---|" * len(table["columns"]),
-        ]
-        lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table["rows"]]
-        lines.append("")
+    lines += sanity_rows([c for c in p.checks if not c.counted])
+    lines += measured_tables(p.data.get("tables", []))
+    n = counts(p.checks)
     at_scale = getattr(module, "AT_SCALE", "")
     if at_scale and (n[MISMATCH] or n[INCONCLUSIVE]):
         lines += [f"*At a larger scale:* {at_scale}", ""]

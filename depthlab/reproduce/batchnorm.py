@@ -200,7 +200,21 @@ def reproduce_batchnorm(
     return Reproduction("batchnorm", data, _checks(data), source="seed 000; Ba et al. 2016")
 
 
+def _norm_row(data: dict, where: str, name: str) -> Check:
+    """One norm's batch dependence, on the norm alone or in a model: a sanity check by its definition."""
+    e, s = REGISTRATION.expectation, data[where][name]
+    if name == "batchnorm":
+        stated, ok = f"depends on the batch (>= {e['different']:g})", min(s.values()) >= e["different"]
+        why = "BatchNorm in training mode normalises with the batch's statistics"
+    else:
+        stated, ok = f"independent of the batch (<= {e['same']:g})", max(s.values()) <= e["same"]
+        why = f"{name}'s statistics are one token's features"
+    measured = ", ".join(f"{k} {v:.2g}" for k, v in s.items())
+    return Check(f"{name} ({where.replace('_', ' ')})", stated, measured, ok, BY_DEFINITION.format(what=why))
+
+
 def _checks(data: dict) -> list[Check]:
+    """The registered training check, the norms' rows, and the two checks added after it failed."""
     e, checks = REGISTRATION.expectation, []
     ln, bn = data["training"]["layernorm"], data["training"]["batchnorm"]
     checks.append(
@@ -216,28 +230,7 @@ def _checks(data: dict) -> list[Check]:
             + "/".join(f"{a['val_minus_train']:+.2f}" for a in ln),
         )
     )
-    for where in ("norm_alone", "model"):
-        for name in NORMS:
-            s = data[where][name]
-            if name == "batchnorm":
-                stated, ok = (
-                    f"depends on the batch (>= {e['different']:g})",
-                    min(s.values()) >= e["different"],
-                )
-                why = "BatchNorm in training mode normalises with the batch's statistics"
-            else:
-                stated, ok = f"independent of the batch (<= {e['same']:g})", max(s.values()) <= e["same"]
-                why = f"{name}'s statistics are one token's features"
-            measured = ", ".join(f"{k} {v:.2g}" for k, v in s.items())
-            checks.append(
-                Check(
-                    f"{name} ({where.replace('_', ' ')})",
-                    stated,
-                    measured,
-                    ok,
-                    BY_DEFINITION.format(what=why),
-                )
-            )
+    checks += [_norm_row(data, where, name) for where in ("norm_alone", "model") for name in NORMS]
     worst_ln = max(a["mismatch"] for a in ln)
     checks.append(
         Check(

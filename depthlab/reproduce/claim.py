@@ -114,6 +114,15 @@ def unanimous_check(
     return Check(claim, stated, measured, verdict, sanity)
 
 
+def unless_control(check: Check, control: str, note: str) -> Check:
+    """``check``, made inconclusive with ``note`` appended when its control's verdict is not agree: a
+    failure that the control was meant to make meaningful says nothing if the control failed too."""
+    if control != AGREE:
+        check.verdict = INCONCLUSIVE
+        check.measured += f"; {note}"
+    return check
+
+
 def combined(verdicts: Sequence[str]) -> str:
     """One verdict from several that must all hold: MISMATCH if any is, agree if all are, else inconclusive."""
     if MISMATCH in verdicts:

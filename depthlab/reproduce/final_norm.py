@@ -20,7 +20,16 @@ from depthlab.model import build_model
 from depthlab.probe.stats import stream_rms
 from depthlab.reproduce.claim import Check, Reproduction, register, resolve, seeded_check
 from depthlab.reproduce.figures import loss_curves, profiles
-from depthlab.reproduce.lm_runs import TINY_MODEL, Run, announce, base, final_loss, lm_batches, train_seeds
+from depthlab.reproduce.lm_runs import (
+    TINY_MODEL,
+    Run,
+    announce,
+    base,
+    final_loss,
+    lm_batches,
+    paired_outcomes,
+    train_seeds,
+)
 from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
 
 SMALL = {
@@ -121,6 +130,24 @@ def reproduce_final_norm(
         (d, fn): train_seeds(f"pre {d}L, final norm {fn}", m, train, r["seeds"], scale)
         for (d, fn), m in models.items()
     }
+    checks = _checks(growth, runs, r)
+    plots = _plots(growth, {k: rs[0] for k, rs in runs.items()}, out_dir)
+    data = {
+        "scale": scale,
+        "regime": r,
+        "init_rms_ratio": {str(d): v for d, v in growth.items()},
+        "trained_top_rms": {
+            f"{d}L final norm {fn}": [_top_rms(x) for x in rs] for (d, fn), rs in runs.items()
+        },
+        "runs": [x.to_dict() for rs in runs.values() for x in rs],
+    }
+    return Reproduction(
+        "final-norm", data, checks, plots, source="seed 002 (Q6, A6); Xiong et al. 2020, Lemma 2"
+    )
+
+
+def _checks(growth: dict, runs: dict, r: dict) -> list[Check]:
+    """Growth at init (a sanity check), then per trained depth the head's input scale and the loss gap."""
     ratios = [growth[d] for d in r["init_depths"]]
     checks = [
         Check(
@@ -150,25 +177,10 @@ def reproduce_final_norm(
                 [final_loss(a) - final_loss(b) for a, b in zip(off, on, strict=True)],
                 at_least=e["tolerance"],
                 fmt="+.3f",
-                context="outcomes without "
-                + "/".join(x.outcome for x in off)
-                + ", with "
-                + "/".join(x.outcome for x in on),
+                context=paired_outcomes(off, on),
             )
         )
-    plots = _plots(growth, {k: rs[0] for k, rs in runs.items()}, out_dir)
-    data = {
-        "scale": scale,
-        "regime": r,
-        "init_rms_ratio": {str(d): v for d, v in growth.items()},
-        "trained_top_rms": {
-            f"{d}L final norm {fn}": [_top_rms(x) for x in rs] for (d, fn), rs in runs.items()
-        },
-        "runs": [x.to_dict() for rs in runs.values() for x in rs],
-    }
-    return Reproduction(
-        "final-norm", data, checks, plots, source="seed 002 (Q6, A6); Xiong et al. 2020, Lemma 2"
-    )
+    return checks
 
 
 def _plots(growth: dict, runs: dict, out_dir: str | None) -> list[str]:

@@ -132,70 +132,74 @@ def run_grid(depths, seed: int = 0) -> tuple[list[dict], dict]:
     return rows, slopes
 
 
+# (claim, stack, quantity, expectation key, sanity key or ""): slopes that should match a prediction
+SLOPE_CHECKS = (
+    (
+        "post-LN last-layer gradient vs L: log-log slope (Xiong Thm 1: flat)",
+        "post",
+        "last_grad",
+        "post_last_grad",
+        "",
+    ),
+    ("pre-LN last-layer gradient ~ L^-1/2 (Xiong Thm 1): slope", "pre", "last_grad", "pre_last_grad", ""),
+    (
+        "pre-LN stream energy linear in L: rms ~ L^1/2 (Xiong Lemma 2): slope",
+        "pre",
+        "final_rms",
+        "pre_final_rms",
+        "",
+    ),
+    (
+        "post-LN stream is renormalised: rms flat in L: slope",
+        "post",
+        "final_rms",
+        "post_final_rms",
+        "post_rms",
+    ),
+)
+
+
+def _slopes(grids: list, label: str, q: str) -> list[float]:
+    """One fitted slope per seed (NaN where the fit had no value)."""
+    return [math.nan if g[1][label][q] is None else g[1][label][q] for g in grids]
+
+
+def _slope_check(grids: list, claim: str, label: str, q: str, key: str, sanity: str) -> Check:
+    """The slope over seeds within the tolerance of the registered prediction."""
+    e = REGISTRATION.expectation
+    target, tol = e[key], e["slope_tolerance"]
+    return seeded_check(
+        claim,
+        f"{target:+g} +- {tol:g}",
+        _slopes(grids, label, q),
+        at_least=target - tol,
+        at_most=target + tol,
+        fmt="+.2f",
+        sanity=BY_CONSTRUCTION[sanity] if sanity else "",
+    )
+
+
 def checks_for(grids: list[tuple[list[dict], dict]]) -> list[Check]:
     """Xiong et al.'s predictions, the texts' reading, and the rank-collapse expectation, decided over seeds.
 
     ``grids``: one (rows, slopes) of :func:`run_grid` per seed.
     """
-    e, tol = REGISTRATION.expectation, REGISTRATION.expectation["slope_tolerance"]
-
-    def slopes(label, q):
-        return [math.nan if g[1][label][q] is None else g[1][label][q] for g in grids]
-
-    def near(claim, stated, label, q, target, sanity=""):
-        return seeded_check(
-            claim,
-            stated,
-            slopes(label, q),
-            at_least=target - tol,
-            at_most=target + tol,
-            fmt="+.2f",
-            sanity=sanity,
-        )
-
+    e = REGISTRATION.expectation
+    checks = [_slope_check(grids, *spec) for spec in SLOPE_CHECKS]
+    grows = seeded_check(
+        "post-LN gradient near the output grows with depth (seeds 000, 002): log-log slope",
+        f">= {e['post_grows_slope_at_least']:+g}",
+        _slopes(grids, "post", "last_grad"),
+        at_least=e["post_grows_slope_at_least"],
+        fmt="+.2f",
+    )
     deepest = max(r["L"] for r in grids[0][0])
     nores = [
         next(r["ctx_ratio"] for r in g[0] if r["stack"] == "pre, no residual" and r["L"] == deepest)
         for g in grids
     ]
     pre_min = [min(r["ctx_ratio"] for r in g[0] if r["stack"] == "pre") for g in grids]
-    return [
-        near(
-            "post-LN last-layer gradient vs L: log-log slope (Xiong Thm 1: flat)",
-            f"{e['post_last_grad']:+g} +- {tol:g}",
-            "post",
-            "last_grad",
-            e["post_last_grad"],
-        ),
-        seeded_check(
-            "post-LN gradient near the output grows with depth (seeds 000, 002): log-log slope",
-            f">= {e['post_grows_slope_at_least']:+g}",
-            slopes("post", "last_grad"),
-            at_least=e["post_grows_slope_at_least"],
-            fmt="+.2f",
-        ),
-        near(
-            "pre-LN last-layer gradient ~ L^-1/2 (Xiong Thm 1): slope",
-            f"{e['pre_last_grad']:+g} +- {tol:g}",
-            "pre",
-            "last_grad",
-            e["pre_last_grad"],
-        ),
-        near(
-            "pre-LN stream energy linear in L: rms ~ L^1/2 (Xiong Lemma 2): slope",
-            f"{e['pre_final_rms']:+g} +- {tol:g}",
-            "pre",
-            "final_rms",
-            e["pre_final_rms"],
-        ),
-        near(
-            "post-LN stream is renormalised: rms flat in L: slope",
-            f"{e['post_final_rms']:+g} +- {tol:g}",
-            "post",
-            "final_rms",
-            e["post_final_rms"],
-            BY_CONSTRUCTION["post_rms"],
-        ),
+    context = [
         seeded_check(
             f"no skips: the position-varying gradient reaching layer 1, over the top's (L = {deepest})",
             f"< {e['no_skip_context_below']:g} (collapses)",
@@ -212,6 +216,7 @@ def checks_for(grids: list[tuple[list[dict], dict]]) -> list[Check]:
             sanity=BY_CONSTRUCTION["pre_context"],
         ),
     ]
+    return [checks[0], grows, *checks[1:], *context]
 
 
 @register("init-scaling", REGISTRATION)

@@ -241,6 +241,12 @@ def outcomes(runs: list[Run]) -> str:
     return "outcomes " + "/".join(r.outcome for r in runs)
 
 
+def paired_outcomes(without: list[Run], with_: list[Run]) -> str:
+    """Two settings' outcome labels, e.g. 'outcomes without stalled/stalled, with trained/trained'."""
+    labels = ("/".join(r.outcome for r in runs) for runs in (without, with_))
+    return "outcomes without {}, with {}".format(*labels)
+
+
 # The train package's stall level: a run "trained" when its loss ends more than this share below the
 # unigram loss. The claims decide "trains" / "fails" on this level over seeds.
 STALL_SHARE = STALL_MARGIN

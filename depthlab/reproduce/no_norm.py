@@ -19,7 +19,7 @@ from depthlab.model import build_model
 from depthlab.probe.stats import stream_rms
 from depthlab.reproduce.claim import Reproduction, register, resolve, seeded_check
 from depthlab.reproduce.figures import loss_curves
-from depthlab.reproduce.lm_runs import announce, base, final_loss, train_seeds
+from depthlab.reproduce.lm_runs import announce, base, final_loss, paired_outcomes, train_seeds
 from depthlab.reproduce.registration import Registration
 
 SMALL = {"init_depth": 48, "train_depth": 12, "lr": 1e-3, "steps": 150, "seeds": [0, 1, 2, 3, 4]}
@@ -87,10 +87,7 @@ def reproduce_no_norm(quick: bool = False, out_dir: str | None = None, scale: st
             [final_loss(a) - final_loss(b) for a, b in zip(runs["none"], runs["layernorm"], strict=True)],
             at_least=e["worse_by"],
             fmt="+.3f",
-            context="outcomes without "
-            + "/".join(x.outcome for x in runs["none"])
-            + ", with "
-            + "/".join(x.outcome for x in runs["layernorm"]),
+            context=paired_outcomes(runs["none"], runs["layernorm"]),
         ),
     ]
     plot = loss_curves(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from depthlab.reproduce.claim import AGREE, INCONCLUSIVE, Reproduction, register, resolve, seeded_check
+from depthlab.reproduce.claim import Reproduction, register, resolve, seeded_check, unless_control
 from depthlab.reproduce.figures import loss_curves
 from depthlab.reproduce.lm_runs import STALL_SHARE, announce, outcomes, relative_to_unigram, train_seeds
 from depthlab.reproduce.registration import Registration
@@ -99,17 +99,10 @@ def reproduce_original_shape(
         fmt="+.3f",
         context=outcomes(runs["no warmup"]),
     )
-    if control.verdict != AGREE:
-        check.verdict = INCONCLUSIVE
-        check.measured += "; the control did not clearly train, so this failure is not evidence"
-    first = {k: rs[0] for k, rs in runs.items()}
-    plot = loss_curves(
-        {"post-LN, 6 layers": list(first.values())},
-        out_dir,
-        "original_shape",
-        f"d_model {r['d_model']}, the original schedule with and without warmup (first seed)",
-        first["warmup"].unigram_loss,
+    unless_control(
+        check, control.verdict, "the control did not clearly train, so this failure is not evidence"
     )
+    plot = _plot({k: rs[0] for k, rs in runs.items()}, r["d_model"], out_dir)
     data = {
         "scale": scale,
         "regime": r,
@@ -122,4 +115,16 @@ def reproduce_original_shape(
         [check, control],
         [p for p in [plot] if p],
         source="seed 000; Vaswani et al. 2017",
+    )
+
+
+def _plot(first: dict, d_model: int, out_dir: str | None) -> str | None:
+    """The first seed's training-loss curves, with and without the warmup."""
+    title = f"d_model {d_model}, the original schedule with and without warmup (first seed)"
+    return loss_curves(
+        {"post-LN, 6 layers": list(first.values())},
+        out_dir,
+        "original_shape",
+        title,
+        first["warmup"].unigram_loss,
     )

@@ -86,26 +86,7 @@ def reproduce_post_depth(
         deepest_trained(levels, r["depths"], r["lrs"], i, e["trained_share_below_unigram"])
         for i in range(len(r["seeds"]))
     ]
-    lo, hi = e["stops_training_between"]
-    checks = [
-        seeded_check(
-            "post-LN: the deepest depth that trains at any of the learning rates",
-            f"about 20: in [{lo}, {hi}]",
-            deepest,
-            at_least=lo,
-            at_most=hi,
-            fmt=".0f",
-            context=_table(levels, r["depths"], r["lrs"]),
-        ),
-        seeded_check(
-            f"pre-LN at {r['pre_depth']} layers, lr {mid:g}: final loss / unigram - 1",
-            f"trains: <= -{e['trained_share_below_unigram']:.2f}",
-            [relative_to_unigram(x) for x in pre_runs],
-            at_most=-e["trained_share_below_unigram"],
-            fmt="+.3f",
-            context=outcomes(pre_runs),
-        ),
-    ]
+    checks = _checks(r, levels, deepest, pre_runs, mid)
     series = {
         f"post, lr {lr:g}": [sum(levels[(d, lr)]) / len(levels[(d, lr)]) for d in r["depths"]]
         for lr in r["lrs"]
@@ -129,6 +110,31 @@ def reproduce_post_depth(
     return Reproduction(
         "post-depth", data, checks, [p for p in [plot] if p], source="seed 000; Wang et al. 2019"
     )
+
+
+def _checks(r: dict, levels: dict, deepest: list[int], pre_runs: list, mid: float) -> list:
+    """Where post-LN stops training (over seeds), and pre-LN at the deepest depth."""
+    e = REGISTRATION.expectation
+    lo, hi = e["stops_training_between"]
+    return [
+        seeded_check(
+            "post-LN: the deepest depth that trains at any of the learning rates",
+            f"about 20: in [{lo}, {hi}]",
+            deepest,
+            at_least=lo,
+            at_most=hi,
+            fmt=".0f",
+            context=_table(levels, r["depths"], r["lrs"]),
+        ),
+        seeded_check(
+            f"pre-LN at {r['pre_depth']} layers, lr {mid:g}: final loss / unigram - 1",
+            f"trains: <= -{e['trained_share_below_unigram']:.2f}",
+            [relative_to_unigram(x) for x in pre_runs],
+            at_most=-e["trained_share_below_unigram"],
+            fmt="+.3f",
+            context=outcomes(pre_runs),
+        ),
+    ]
 
 
 def deepest_trained(levels: dict, depths, lrs, seed_index: int, share: float) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from depthlab.reproduce.claim import Reproduction, register, resolve, seeded_check
 from depthlab.reproduce.figures import loss_curves
-from depthlab.reproduce.lm_runs import announce, final_loss, train_seeds
+from depthlab.reproduce.lm_runs import announce, final_loss, paired_outcomes, train_seeds
 from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
 
 # (layers, learning rate) settings; each is run with and without warmup, for post-LN and pre-LN. Seeds
@@ -117,7 +117,7 @@ def reproduce_warmup(quick: bool = False, out_dir: str | None = None, scale: str
                 _gaps(*post, failed_counts=e["failed_run_counts_as_worse"]),
                 at_least=e["clear"],
                 fmt="+.2f",
-                context=_outcomes(*post) + _later_rule(*post),
+                context=paired_outcomes(*post) + _later_rule(*post),
             )
         )
         checks.append(
@@ -127,7 +127,7 @@ def reproduce_warmup(quick: bool = False, out_dir: str | None = None, scale: str
                 _gaps(*pre, failed_counts=False),
                 at_most=e["close"],
                 fmt="+.2f",
-                context=_outcomes(*pre),
+                context=paired_outcomes(*pre),
             )
         )
     panels = {
@@ -158,15 +158,6 @@ def _gaps(no_warmup: list, warmup: list, failed_counts: bool) -> list[float]:
             gap = max(gap, REGISTRATION.expectation["clear"])
         gaps.append(gap)
     return gaps
-
-
-def _outcomes(no_warmup: list, warmup: list) -> str:
-    return (
-        "outcomes without "
-        + "/".join(r.outcome for r in no_warmup)
-        + ", with "
-        + "/".join(r.outcome for r in warmup)
-    )
 
 
 def _later_rule(no_warmup: list, warmup: list) -> str:
