@@ -184,7 +184,7 @@ def test_recipe_failure_counts_only_when_the_full_recipe_trains():
 def test_recipe_states_the_seed_claim_before_running():
     expected = {s.label: s.expect_trains for s in recipe.SETTINGS}
     post = {k: v for k, v in expected.items() if k.startswith("post")}
-    assert sum(post.values()) == 2  # only warmup + beta2 0.98 (linear or Noam) train, per seed 000
+    assert sum(post.values()) == 2  # only warmup + beta2 0.98 (linear or Noam) train (Vaswani et al. 2017)
     assert all(v for k, v in expected.items() if k.startswith("pre"))
 
 

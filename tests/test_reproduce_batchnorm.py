@@ -1,4 +1,4 @@
-"""reproduce batchnorm (seed 000): LN/RMSNorm do not depend on the batch or the mode; BN does."""
+"""reproduce batchnorm (Ba et al. 2016): LN/RMSNorm do not depend on the batch or the mode; BN does."""
 
 import torch
 

@@ -60,14 +60,14 @@ def test_stated_numbers(seeds_json):
 
 def test_every_stated_number_holds_and_three_qualitative_statements_do_not(seeds_json):
     """Every stated number reproduces. Three of the texts' qualitative statements do not, on their own
-    numbers: seed 000's "within a small factor with the +" (the residual profile spans ~100x: it grows
-    toward the input, nothing vanishes), seed 004's "arrives intact" (250 at the input against 22.6 at
-    the output: amplified 11x), and seed 002's "nearly doubled" (6.6623 / 4.3311 = 1.54)."""
+    numbers: the stacks article's "within a small factor with the +" (the residual profile spans ~100x: it grows
+    toward the input, nothing vanishes), the interview answer's "arrives intact" (250 at the input against 22.6 at
+    the output: amplified 11x), and the stream chapter's "nearly doubled" (6.6623 / 4.3311 = 1.54)."""
     failing = [c for c in seeds_json["checks"] if not c["ok"]]
     assert [c["claim"].split(":")[0] + ":" + c["claim"].split(":")[1][:25] for c in failing] == [
-        "004: with skips the gradient ",
-        "000: with the +, the values s",
-        "002: doubling a (0.5 -> 1.0) ",
+        "interview answer: with skips the gradient ",
+        "stacks article: with the +, the values s",
+        "stream chapter: doubling a (0.5 -> 1.0) ",
     ]
     assert failing[1]["measured"].startswith("max/min = 101x") and "= 11.1" in failing[0]["measured"]
     assert "= 1.538" in failing[2]["measured"]

@@ -132,9 +132,10 @@ def render(results: list[Ran], seconds: float) -> str:
 
 _HEADER = """# A guided tour of depth: the four source texts, command by command
 
-depthlab was founded on four texts about why Transformers can be stacked deep (the seeds: 000
-"Encoder and Decoder Stacks", 002 the residual-stream chapter, 003 "Residual Connections Explained",
-004 an interview answer on residuals). This page follows their argument section by section and, under
+depthlab was founded on four texts about why Transformers can be stacked deep (described in
+[sources.md](sources.md): the stacks article, "Encoder and Decoder Stacks"; the stream chapter, a
+book chapter on the residual stream; "Residual Connections Explained"; and the interview answer, on
+residual connections). This page follows their argument section by section and, under
 each step, runs the depthlab command that shows it. The prose says what the texts claim and predict;
 every output below was produced by the command above it when this page was generated, and every figure
 or trend the prose states about an output is checked against that output before the page is written.

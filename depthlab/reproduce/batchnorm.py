@@ -1,4 +1,4 @@
-"""Seed 000: LayerNorm's statistics come from one token's features, BatchNorm's from the batch.
+"""Ba et al. 2016 (Layer Normalization): LayerNorm's statistics come from one token's features, BatchNorm's from the batch.
 
 "The mean and variance come from the features of that single vector for that single example ... batch
 normalization estimates statistics across the batch, so it behaves differently at different batch sizes
@@ -183,7 +183,7 @@ def _train_gap(norm: str, r: dict, seed: int) -> dict:
 def reproduce_batchnorm(
     quick: bool = False, out_dir: str | None = None, scale: str = "small"
 ) -> Reproduction:
-    """LayerNorm vs BatchNorm (seed 000): batch dependence, train/eval mismatch, and its effect on training."""
+    """LayerNorm vs BatchNorm (Ba et al. 2016): batch dependence, train/eval mismatch, and its effect on training."""
     r = resolve(REGISTRATION, scale, quick, QUICK)
     planned = [_train_config(n, r, seed) for n in ("layernorm", "batchnorm") for seed in r["seeds"]]
     cost.announce("batchnorm", planned, lambda m, t: False)
@@ -197,7 +197,7 @@ def reproduce_batchnorm(
         data["model"][name] = sensitivity(_model_fn(name, d, seed=0), tokens, other_tokens)
     for name in ("layernorm", "batchnorm"):
         data["training"][name] = [_train_gap(name, r, seed) for seed in r["seeds"]]
-    return Reproduction("batchnorm", data, _checks(data), source="seed 000; Ba et al. 2016")
+    return Reproduction("batchnorm", data, _checks(data), source="Ba et al. 2016, Layer Normalization")
 
 
 def _norm_row(data: dict, where: str, name: str) -> Check:

@@ -1,9 +1,9 @@
-"""Seed 002: past a few hundred layers, pre-LN's stream growth makes the late blocks' contribution vanish.
+"""Wang et al. 2022 (DeepNet): past a few hundred layers, pre-LN's stream growth makes the late blocks' contribution vanish.
 
 "Past a few hundred layers, the residual stream's growth becomes large enough that gradients through
 the final blocks become vanishingly informative relative to gradients through the early blocks ...
 [DeepNorm's] net effect is to hold the relative contribution of each new layer roughly constant
-regardless of how many layers came before it." (seed 002, on Wang et al. 2022, DeepNet.)
+regardless of how many layers came before it." (the residual-stream chapter, on Wang et al. 2022, DeepNet: Scaling Transformers to 1,000 Layers.)
 
 Measured for pre-LN and DeepNorm decoders at L in {48, 192, 384} (activation checkpointing from 192
 layers) at init and after a short run of depthlab's training loop (Adam, byte-level LM on the default
@@ -188,7 +188,7 @@ def measure(mcfg: ModelConfig, tcfg: TrainConfig, tokens: torch.Tensor) -> dict:
 
 @register("collapse", REGISTRATION)
 def reproduce_collapse(quick: bool = False, out_dir: str | None = None, scale: str = "small") -> Reproduction:
-    """Pre-LN at hundreds of layers: late layers' contribution vanishes; DeepNorm's stays (seed 002)."""
+    """Pre-LN at hundreds of layers: late layers' contribution vanishes; DeepNorm's stays (Wang et al. 2022, DeepNet)."""
     r = resolve(REGISTRATION, scale, quick, QUICK)
     plan = {(w, L, s): configs(w, L, r, s, scale) for w in WRAPS for L in r["depths"] for s in r["seeds"]}
     cost.announce("collapse", list(plan.values()), lambda m, t: False)
@@ -203,7 +203,13 @@ def reproduce_collapse(quick: bool = False, out_dir: str | None = None, scale: s
     }
     data["runs"] = {w: {str(L): [runs[(w, L, s)] for s in r["seeds"]] for L in r["depths"]} for w in WRAPS}
     plots = [plot_collapse(data, out_dir)] if out_dir is not None else []
-    return Reproduction("collapse", data, _checks(data), plots, source="seed 002; Wang et al. 2022")
+    return Reproduction(
+        "collapse",
+        data,
+        _checks(data),
+        plots,
+        source="Wang et al. 2022, DeepNet: Scaling Transformers to 1,000 Layers",
+    )
 
 
 def _fmt(values: list[float]) -> str:

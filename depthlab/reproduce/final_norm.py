@@ -1,6 +1,6 @@
-"""Pre-LN needs a final norm: its stream's scale grows with depth (seed 002, Q6 and A6).
+"""Pre-LN needs a final norm: its stream's scale grows with depth (Xiong et al. 2020, Lemma 2).
 
-Seed 002: "because each pre-LN block adds a positively-correlated contribution back onto the stream it
+The residual-stream chapter (Q6, A6): "because each pre-LN block adds a positively-correlated contribution back onto the stream it
 just read from, the stream's norm grows monotonically with depth ... This is exactly why every pre-LN
 model ... appends one final LayerNorm after the last block and before the output projection ... the
 unembedding matrix was never trained to see anything but a normalized input."
@@ -142,7 +142,11 @@ def reproduce_final_norm(
         "runs": [x.to_dict() for rs in runs.values() for x in rs],
     }
     return Reproduction(
-        "final-norm", data, checks, plots, source="seed 002 (Q6, A6); Xiong et al. 2020, Lemma 2"
+        "final-norm",
+        data,
+        checks,
+        plots,
+        source="Xiong et al. 2020, On Layer Normalization in the Transformer Architecture (Lemma 2); the residual-stream chapter (Q6, A6)",
     )
 
 

@@ -13,7 +13,7 @@ LM loss, for five seeds (each its own initial weights and batch), the probe meas
   (:mod:`depthlab.probe.probe`): how much of the signal that teaches context reaches the bottom.
 
 Log-log slopes against L are fitted by least squares, one per seed; the verdicts are decided on the
-mean slope over seeds with its interval. The texts (seeds 000 and 002) read Xiong et al. as saying that
+mean slope over seeds with its interval. The texts (the stacks article and the stream chapter) read Xiong et al. as saying that
 post-LN's gradient near the output "grows with depth"; Theorem 1 bounds it independently of L. Both
 readings are checked against the measured slope. Whole parameter sets are used
 (not only W^{2,L}) so that ReZero, whose branch weights get exactly zero gradient at init (a = 0),
@@ -57,7 +57,7 @@ AT_SCALE = (
 QUICK = {"depths": [6, 12, 24, 48], "seeds": [0]}
 QUICK_DEPTHS = tuple(QUICK["depths"])
 GROWS_CLAIM = (
-    "the texts' own words (seeds 000, 002: the gradient near the output 'grows with depth'), not "
+    "the texts' own words (the stacks article, the stream chapter: the gradient near the output 'grows with depth'), not "
     "tested before"
 )
 REGISTRATION = Registration(
@@ -187,7 +187,7 @@ def checks_for(grids: list[tuple[list[dict], dict]]) -> list[Check]:
     e = REGISTRATION.expectation
     checks = [_slope_check(grids, *spec) for spec in SLOPE_CHECKS]
     grows = seeded_check(
-        "post-LN gradient near the output grows with depth (seeds 000, 002): log-log slope",
+        "post-LN gradient near the output grows with depth (the stacks article, the stream chapter): log-log slope",
         f">= {e['post_grows_slope_at_least']:+g}",
         _slopes(grids, "post", "last_grad"),
         at_least=e["post_grows_slope_at_least"],

@@ -32,7 +32,7 @@ TINY_MODEL = dict(TINY_LM_MODEL)
 TINY_TRAIN = {**TINY_LM_TRAIN, "lr": 1e-3}
 LARGE_MODEL = dict(LARGE_LM_MODEL)
 LARGE_TRAIN = {**LARGE_LM_TRAIN, "lr": 1e-3}
-NO_ATTN_SKIP = ("cross", "ffn")  # seed 004: the attention sublayer's skip removed
+NO_ATTN_SKIP = ("cross", "ffn")  # the 48-layer skip ablation: the attention sublayer's skip removed
 
 
 def base(scale: str) -> tuple[dict, dict]:

@@ -1,4 +1,4 @@
-"""Why a pre-LN block cannot simply drop its norm (seed 002, Q5 and A5: without LayerNorm "the sublayer
+"""Why a pre-LN block cannot simply drop its norm (the residual-stream chapter, Q5 and A5: without LayerNorm "the sublayer
 would receive an input whose variance keeps growing across the stack ... which causes vanishing or
 exploding activations independent of the gradient-flow benefit the residual connection provides").
 
@@ -60,7 +60,7 @@ def init_growth(norm: str, depth: int, seed: int, model: dict) -> float:
 
 @register("no-norm", REGISTRATION)
 def reproduce_no_norm(quick: bool = False, out_dir: str | None = None, scale: str = "small") -> Reproduction:
-    """Dropping the norm from pre-LN: the stream explodes at init and training ends worse (seed 002, Q5)."""
+    """Dropping the norm from pre-LN: the stream explodes at init and training ends worse (the residual-stream chapter, Q5)."""
     r = resolve(REGISTRATION, scale, quick, QUICK)
     e, depth = REGISTRATION.expectation, r["train_depth"]
     train = {"lr": r["lr"], "warmup": 0, "steps": r["steps"]}
@@ -103,4 +103,10 @@ def reproduce_no_norm(quick: bool = False, out_dir: str | None = None, scale: st
         "init_growth": ratios,
         "runs": [x.to_dict() for rs in runs.values() for x in rs],
     }
-    return Reproduction("no-norm", data, checks, [p for p in [plot] if p], source="seed 002 (Q5, A5)")
+    return Reproduction(
+        "no-norm",
+        data,
+        checks,
+        [p for p in [plot] if p],
+        source="the residual-stream chapter (Q5, A5): pre-LN without its norm",
+    )

@@ -1,4 +1,4 @@
-"""Without residual connections extra layers make results worse (seed 003: "Lacking residual
+"""Without residual connections extra layers make results worse (Residual Connections Explained: "Lacking residual
 connections, deep networks are hard to optimize, gradients vanish more readily, information gradually
 drains away, and extra layers often make results worse").
 
@@ -41,7 +41,7 @@ SKIPS = {"without skips": (), "with skips": ("attn", "cross", "ffn")}
 def reproduce_no_residual(
     quick: bool = False, out_dir: str | None = None, scale: str = "small"
 ) -> Reproduction:
-    """Without skips, extra layers make the result worse; with them they do not (seed 003)."""
+    """Without skips, extra layers make the result worse; with them they do not (Residual Connections Explained)."""
     r = resolve(REGISTRATION, scale, quick, QUICK)
     e, lo, hi = REGISTRATION.expectation, r["depths"][0], r["depths"][-1]
     train = {"lr": r["lr"], "warmup": 0, "steps": r["steps"]}
@@ -88,4 +88,10 @@ def reproduce_no_residual(
         x=list(r["depths"]),
     )
     data = {"scale": scale, "regime": r, "runs": [x.to_dict() for rs in runs.values() for x in rs]}
-    return Reproduction("no-residual", data, checks, [p for p in [plot] if p], source="seed 003")
+    return Reproduction(
+        "no-residual",
+        data,
+        checks,
+        [p for p in [plot] if p],
+        source="Residual Connections Explained: depth without skips",
+    )

@@ -1,5 +1,5 @@
 """How deep post-LN trains: a sweep over depths 4-32 at several learning rates, against "30-layer
-pre-norm encoders trained stably where post-norm versions diverged around 20 layers" (seed 000, on
+pre-norm encoders trained stably where post-norm versions diverged around 20 layers" (the stacks article, on
 Wang et al. 2019, "Learning Deep Transformer Models for Machine Translation").
 
 Post-LN decoders at 4, 8, 12, 16, 24 and 32 layers are trained on the byte-level task
@@ -108,7 +108,11 @@ def reproduce_post_depth(
     }
     data["runs"] = [x.to_dict() for rs in [*runs.values(), pre_runs] for x in rs]
     return Reproduction(
-        "post-depth", data, checks, [p for p in [plot] if p], source="seed 000; Wang et al. 2019"
+        "post-depth",
+        data,
+        checks,
+        [p for p in [plot] if p],
+        source="Wang et al. 2019, Learning Deep Transformer Models for Machine Translation",
     )
 
 

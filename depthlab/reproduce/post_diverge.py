@@ -1,5 +1,5 @@
 """Does deep post-LN without warmup diverge in its first few hundred steps, or stall? And at which
-learning rates (seed 002, on Xiong et al. 2020: "skip the warm-up on a deep post-LN stack and training
+learning rates (Xiong et al. 2020, On Layer Normalization in the Transformer Architecture: "skip the warm-up on a deep post-LN stack and training
 diverges in the first few hundred steps").
 
 In the small regime a 24-layer post-LN model without warmup ends at the unigram loss at lr 1e-3: it
@@ -41,7 +41,7 @@ QUICK = {"lrs": [1e-3, 3e-2], "steps": 150, "seeds": [0]}
 def reproduce_post_diverge(
     quick: bool = False, out_dir: str | None = None, scale: str = "small"
 ) -> Reproduction:
-    """Deep post-LN without warmup diverges in its first few hundred steps (seed 002)? Swept over learning rates."""
+    """Deep post-LN without warmup diverges in its first few hundred steps (Xiong et al. 2020)? Swept over learning rates."""
     r = resolve(REGISTRATION, scale, quick, QUICK)
     e, depth = REGISTRATION.expectation, r["depth"]
     specs = {
@@ -80,7 +80,11 @@ def reproduce_post_diverge(
         f"{lr:g}": [{"outcome": x.outcome, "step": _step(x)} for x in rs] for lr, rs in runs.items()
     }
     return Reproduction(
-        "post-diverge", data, checks, [p for p in [plot] if p], source="seed 002; Xiong et al. 2020"
+        "post-diverge",
+        data,
+        checks,
+        [p for p in [plot] if p],
+        source="Xiong et al. 2020, On Layer Normalization in the Transformer Architecture",
     )
 
 

@@ -1,4 +1,4 @@
-"""Seed 000: the original post-LN recipe needs both the warmup and Adam beta2 = 0.98.
+"""Vaswani et al. 2017: the original post-LN recipe needs both the warmup and Adam beta2 = 0.98.
 
 "The original model uses a learning-rate warmup of 4000 steps and Adam with beta2 = 0.98; skip either
 and the 6-layer base model fails to converge." At small scale (the tiny regime of
@@ -116,10 +116,10 @@ class Setting:
 
 # (registration key, wrap, warmup?, beta2, why): the grid; the key names the setting's expectation
 GRID = (
-    ("post, no warmup, beta2 0.98", "post", False, 0.98, "seed 000: needs warmup"),
+    ("post, no warmup, beta2 0.98", "post", False, 0.98, "Vaswani et al. 2017: needs warmup"),
     ("post, warmup, beta2 0.98", "post", True, 0.98, "the recipe"),
-    ("post, warmup, beta2 0.999", "post", True, 0.999, "seed 000: needs beta2 0.98"),
-    ("post, no warmup, beta2 0.999", "post", False, 0.999, "seed 000: needs both"),
+    ("post, warmup, beta2 0.999", "post", True, 0.999, "Vaswani et al. 2017: needs beta2 0.98"),
+    ("post, no warmup, beta2 0.999", "post", False, 0.999, "Vaswani et al. 2017: needs both"),
     ("post, Noam", "post", True, 0.98, "the original schedule"),
     ("pre, no warmup, beta2 0.98", "pre", False, 0.98, "Xiong et al.: no warmup"),
     ("pre, no warmup, beta2 0.999", "pre", False, 0.999, "pre-LN needs neither"),
@@ -145,7 +145,7 @@ SETTINGS = settings(WARMUP, LR, TINY_MODEL["d_model"])
 
 @register("recipe", REGISTRATION)
 def reproduce_recipe(quick: bool = False, out_dir: str | None = None, scale: str = "small") -> Reproduction:
-    """Post-LN needs the warmup AND Adam beta2 0.98 (seed 000, Vaswani et al. 2017); pre-LN needs neither."""
+    """Post-LN needs the warmup AND Adam beta2 0.98 (Vaswani et al. 2017, Attention Is All You Need); pre-LN needs neither."""
     r = resolve(REGISTRATION, scale, quick, QUICK)
     grid = settings(r["warmup"], r["lr"], base(scale)[0]["d_model"])
     model = {"n_layers": r["n_layers"]}
@@ -160,7 +160,11 @@ def reproduce_recipe(quick: bool = False, out_dir: str | None = None, scale: str
     data["settings"] = [{"label": s.label, "runs": [x.to_dict() for x in runs[s.label]]} for s in grid]
     plots = _plot({label: rs[0] for label, rs in runs.items()}, out_dir, r["n_layers"])
     return Reproduction(
-        "recipe", data, checks, plots, source="seed 000; Vaswani et al. 2017; Xiong et al. 2020"
+        "recipe",
+        data,
+        checks,
+        plots,
+        source="Vaswani et al. 2017, Attention Is All You Need; Xiong et al. 2020, On Layer Normalization in the Transformer Architecture",
     )
 
 
@@ -204,6 +208,6 @@ def _plot(first_seed: dict, out_dir: str | None, n_layers: int) -> list[str]:
         f"pre-LN, {n_layers} layers": [r for k, r in first_seed.items() if k.startswith("pre")],
     }
     unigram = next(iter(first_seed.values())).unigram_loss
-    title = "The original recipe at small scale: warmup and Adam beta2 (seed 000; first seed)"
+    title = "The original recipe at small scale: warmup and Adam beta2 (Vaswani et al. 2017; first seed)"
     path = loss_curves(panels, out_dir, "recipe", title, unigram=unigram)
     return [path] if path else []

@@ -1,6 +1,7 @@
-"""A 48-layer model with the attention skip removed stalls, its bottom layers starved (seed 004).
+"""A 48-layer model with the attention skip removed stalls, its bottom layers starved (the residual-connections
+interview answer).
 
-Seed 004: "an engineer writes a custom block with the attention output passed straight into the FFN,
+The interview answer: "an engineer writes a custom block with the attention output passed straight into the FFN,
 dropping the first skip connection. Training loss falls for the first few hundred steps, then stalls
 near the level of a model that predicts only common tokens ... Gradient-norm logs show the bottom 20
 layers receiving almost no gradient. Restoring x = x + attn(norm(x)) fixed training immediately."
@@ -118,7 +119,7 @@ def falls_then_stalls(curve: list) -> dict:
 def reproduce_skip_ablation(
     quick: bool = False, out_dir: str | None = None, scale: str = "small"
 ) -> Reproduction:
-    """48 layers without the attention skip: stalls near unigram, bottom 20 layers starved (seed 004)."""
+    """48 layers without the attention skip: stalls near unigram, bottom 20 layers starved (the interview answer's 48-layer model)."""
     r = resolve(REGISTRATION, scale, quick, QUICK)
     depth, bottom = r["depth"], r["bottom"]
     train = {"lr": r["lr"], "warmup": 0, "steps": r["steps"]}
@@ -139,7 +140,13 @@ def reproduce_skip_ablation(
         "grad_by_stream_last": {"no_attn_skip": _grads(cut[0]), "all_skips": _grads(full[0])},
         "runs": [x.to_dict() for x in cut + full],
     }
-    return Reproduction("skip-ablation", data, checks, plots, source="seed 004")
+    return Reproduction(
+        "skip-ablation",
+        data,
+        checks,
+        plots,
+        source="the residual-connections interview answer: the 48-layer skip ablation",
+    )
 
 
 def _checks_without_skip(cut: list, ratio_cut: list, shape: list, bottom: int) -> list:

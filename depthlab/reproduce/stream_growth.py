@@ -1,5 +1,5 @@
 """Pre-LN's stream grows faster than independent additions would make it, and sqrt(97) = 9.85 is a lower
-bound for 96 layers (seed 002: "the true growth (with realistic positive correlation) runs faster than
+bound for 96 layers (the residual-stream chapter: "the true growth (with realistic positive correlation) runs faster than
 that independence assumption ... 9.85x is a lower bound on how much the stream's scale can drift").
 
 Measured at initialisation on pre-LN decoders (d_model 64, 4 heads: the tour's probe shape) at 6 to 96
@@ -65,7 +65,7 @@ def growth(depth: int, r: dict, seed: int) -> dict:
 def reproduce_stream_growth(
     quick: bool = False, out_dir: str | None = None, scale: str = "small"
 ) -> Reproduction:
-    """Pre-LN's stream grows faster than independent additions, and sqrt(97) = 9.85 bounds 96 layers from below (seed 002)."""
+    """Pre-LN's stream grows faster than independent additions, and sqrt(97) = 9.85 bounds 96 layers from below (the residual-stream chapter)."""
     r = resolve(REGISTRATION, scale, quick, QUICK)
     e = REGISTRATION.expectation
     g = {d: [growth(d, r, s) for s in r["seeds"]] for d in r["depths"]}
@@ -100,4 +100,10 @@ def reproduce_stream_growth(
         "rms(x_L) / rms(x_0)", x=list(means),
     )  # fmt: skip
     data = {"scale": scale, "regime": r, "growth": {str(d): v for d, v in g.items()}}
-    return Reproduction("stream-growth", data, checks, [p for p in [plot] if p], source="seed 002")
+    return Reproduction(
+        "stream-growth",
+        data,
+        checks,
+        [p for p in [plot] if p],
+        source="the residual-stream chapter: pre-LN stream growth",
+    )
