@@ -6,7 +6,13 @@ warm-up; tokens/s from the median step (CUDA-synchronised). MFU is model FLOPs/s
 nominal dense bf16 peak (and over a measured bf16 ``torch.mm`` peak). ``--compile`` adds
 ``torch.compile``d copies of both. Without a GPU it prints so and exits 0: nothing is assumed.
 
+``--reproduce`` instead launches the reproductions' large scale on the GPU (``depthlab reproduce all
+--scale large``: d_model >= 256, >= 2,000 steps, several seeds per claim; each claim prints its expected
+time before it starts) and writes docs/reproductions-large.md.
+
     python benchmarks/gpu.py                 # on a machine with CUDA
+    python benchmarks/gpu.py --reproduce     # the reproductions' large scale (hours on one GPU)
+    python benchmarks/gpu.py --reproduce depth,warmup --doc runs/large.md   # some claims only
     python benchmarks/gpu.py --device cpu --shape 32x2x2x16 --batch 2 --rounds 2   # a smoke test
 """
 
@@ -19,6 +25,8 @@ import time
 import torch
 from common import THREADS, median, pin_threads, time_alternating
 from peers import Shape, build, check_param_counts, train_flops, train_step
+
+from depthlab.docs.reproductions import run_all
 
 # Dense (no sparsity) bf16 tensor-core peaks from the vendors' data sheets, FLOP/s.
 NOMINAL_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12, "L4": 121e12}
@@ -36,6 +44,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--compile", action="store_true", help="also time torch.compile'd copies")
     p.add_argument("--peak-n", type=int, default=8192, help="matrix size of the bf16 matmul peak")
+    p.add_argument(
+        "--reproduce",
+        nargs="?",
+        const="all",
+        metavar="NAMES",
+        help="run the reproductions' large scale instead (comma-separated claims; default all)",
+    )
+    p.add_argument("--doc", help="with --reproduce: the Markdown file (default docs/reproductions-large.md)")
+    p.add_argument("--out", default="runs/reproduce-large", help="with --reproduce: folder for the plots")
     a = p.parse_args(argv)
     d, L, h, t = (int(v) for v in a.shape.split("x"))
     a.s = Shape(d=d, layers=L, heads=h, seq=t, batch=a.batch)
@@ -93,12 +110,24 @@ def _synced(step, device: str):
     return run
 
 
+def reproduce_large(names: str, doc: str | None, out: str) -> int:
+    """``depthlab reproduce all --scale large`` (or the named claims), on whatever device training picks
+    (CUDA when available); prints the counts and where the document is."""
+    chosen = None if names == "all" else names.split(",")
+    result = run_all(out_dir=out, doc=doc, names=chosen, scale="large")
+    print(result.format().splitlines()[-1])
+    return 0
+
+
 def main(argv=None) -> int:
     a = parse_args(argv)
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         print("No GPU: torch.cuda.is_available() is False on this machine, so nothing was measured.")
-        print("No GPU was lent to this task; run `python benchmarks/gpu.py` where one is (about 5 min).")
+        what = "python benchmarks/gpu.py" + (" --reproduce" if a.reproduce else "")
+        print(f"No GPU was lent to this task; run `{what}` where one is.")
         return 0
+    if a.reproduce:
+        return reproduce_large(a.reproduce, a.doc, a.out)
     pin_threads(THREADS)  # only matters with --device cpu (the smoke test)
     torch.backends.cuda.matmul.allow_tf32 = True  # as nanoGPT's train.py sets
     gpu, nominal = nominal_peak(a.device)

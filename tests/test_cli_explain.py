@@ -10,7 +10,7 @@ from depthlab.cli import main
 
 
 def test_explain_bert_base_ffn_weights(capsys):
-    """Seed 002: one BERT-base FFN sublayer has 2 x 768 x 3072 = 4,718,592 weights."""
+    """The residual-stream chapter: one BERT-base FFN sublayer has 2 x 768 x 3072 = 4,718,592 weights."""
     rc = main("explain --arch encoder --layers 12 --d-model 768 --heads 12 --d-ff 3072 --json -".split())
     assert rc == 0
     info = json.loads(capsys.readouterr().out)

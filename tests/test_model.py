@@ -53,7 +53,7 @@ def test_every_combination_runs_forward_and_backward_finite(arch, wrap, norm, de
     logits, states = run(model, cfg, T=4)
     assert logits.shape[-1] == 11 and torch.isfinite(logits).all()
     assert len(states) == depth + 1
-    assert all(s.shape[-1] == d for s in states)  # each sublayer keeps width d_model (seed 000)
+    assert all(s.shape[-1] == d for s in states)  # each sublayer keeps width d_model (Vaswani et al. 2017)
     parallel = wrap in ("parallel", "parallel_shared")
     if (
         norm == "none"
@@ -61,8 +61,9 @@ def test_every_combination_runs_forward_and_backward_finite(arch, wrap, norm, de
         and depth == 48
         and (arch != "encdec" or parallel)
     ):
-        # no norm anywhere: nothing resets the scale (seed 002, Q5). The stream explodes (~1e9 rms here),
-        # so attention scores overflow in backward; that is the lesson, not a bug. Check the explosion.
+        # no norm anywhere: nothing resets the scale (the residual-stream chapter, Q5). The stream explodes (~1e9
+        # rms here), so attention scores overflow in backward; that is the lesson, not a bug. Check the
+        # explosion.
         # (A parallel encdec decoder adds three unnormalised branches per layer: it explodes too.)
         assert states[-1].pow(2).mean().sqrt() > 1e6 * states[0].pow(2).mean().sqrt()
         return
@@ -178,7 +179,7 @@ def test_encdec_ignores_padded_source_and_is_causal_in_target():
 
 
 def test_residual_off_removes_the_identity_path():
-    """With every skip off and F zeroed, nothing reaches the output: the stream is F's alone (seed 003)."""
+    """With every skip off and F zeroed, nothing reaches the output: the stream is F's alone (Residual Connections Explained)."""
     for residual in [("attn", "ffn"), ()]:
         cfg = ModelConfig(n_layers=2, d_model=8, n_heads=2, wrap="pre", residual=residual, final_norm="off")
         model = build_model(cfg)

@@ -139,7 +139,7 @@ def test_known_good_stacks_have_no_error_or_warning(wrap, one_thread):
 
 
 def test_seed_004_toy_without_skips_vanishes(one_thread):
-    """Seed 004's 48 tanh layers without skips: the probe says vanishing, with the starved layers counted."""
+    """The interview answer's 48 tanh layers without skips: the probe says vanishing, with the starved layers counted."""
     from depthlab.probe.toys import TanhBlock, ToyStack
 
     torch.manual_seed(0)

@@ -31,6 +31,7 @@ def test_shape(seeds_json):
         "gradient_by_depth",
         "variance_example",
         "bert_base_ffn_weights",
+        "bert_base_attn_weights",
         "gpt3_std_ratio",
         "checks",
     ]
@@ -40,7 +41,9 @@ def test_shape(seeds_json):
     assert set(d["variance_example"]) == {"0.5", "1.0"}
     assert all(len(e["x1"]) == 4 and isinstance(e["var"], float) for e in d["variance_example"].values())
     assert isinstance(d["bert_base_ffn_weights"], int) and isinstance(d["gpt3_std_ratio"], float)
-    assert all(set(c) == {"claim", "stated", "measured", "ok"} for c in d["checks"])
+    keys = {"claim", "stated", "measured", "verdict", "ok", "counted"}
+    assert all(set(c) - {"sanity"} == keys for c in d["checks"])
+    assert all(c["verdict"] in ("agree", "MISMATCH") for c in d["checks"])  # deterministic: never undecided
 
 
 def test_stated_numbers(seeds_json):
@@ -55,15 +58,28 @@ def test_stated_numbers(seeds_json):
     assert nores[0] / nores[-1] < 1e-8 and res[0] > res[-1]
 
 
-def test_checks_all_hold_but_the_small_factor_claim(seeds_json):
-    """Every stated number reproduces. Seed 000's "within a small factor with the +" does not: with the
-    text's own defaults the residual profile spans ~100x (it grows toward the input; nothing vanishes)."""
+def test_every_stated_number_holds_and_three_qualitative_statements_do_not(seeds_json):
+    """Every stated number reproduces. Three of the texts' qualitative statements do not, on their own
+    numbers: the stacks article's "within a small factor with the +" (the residual profile spans ~100x: it grows
+    toward the input, nothing vanishes), the interview answer's "arrives intact" (250 at the input against 22.6 at
+    the output: amplified 11x), and the stream chapter's "nearly doubled" (6.6623 / 4.3311 = 1.54)."""
     failing = [c for c in seeds_json["checks"] if not c["ok"]]
-    assert [c["claim"] for c in failing] == [
-        "000: with the +, the values stay within a small factor (<= 10x) of each other"
+    assert [c["claim"].split(":")[0] + ":" + c["claim"].split(":")[1][:25] for c in failing] == [
+        "interview answer: with skips the gradient ",
+        "stacks article: with the +, the values s",
+        "stream chapter: doubling a (0.5 -> 1.0) ",
     ]
-    assert failing[0]["measured"].startswith("max/min = 101x")
-    assert len(seeds_json["checks"]) >= 20
+    assert failing[1]["measured"].startswith("max/min = 101x") and "= 11.1" in failing[0]["measured"]
+    assert "= 1.538" in failing[2]["measured"]
+    sanity = [c["claim"] for c in seeds_json["checks"] if not c["counted"]]
+    assert len(sanity) == 3 and all("closed form is exact" in c or "simulation" in c for c in sanity)
+    assert len(seeds_json["checks"]) >= 25
+
+
+def test_ffn_outnumbers_attention(seeds_json):
+    assert seeds_json["bert_base_attn_weights"] == 4 * 768 * 768
+    check = next(c for c in seeds_json["checks"] if "outnumbers" in c["claim"])
+    assert check["ok"] and "x2.00" in check["measured"]
 
 
 def test_stated_match_reads_the_written_precision():

@@ -86,6 +86,7 @@ def test_a_setting_is_named_from_its_axes():
     key = setting_key({"wrapping": {"wrap": "pre", "qk_norm": True, "residual": ["ffn"]}, "lr": 1e-3, "seed": 1})
     assert key == {"wrap": "pre", "qk_norm": True, "residual": "ffn"}
     assert setting_label(key) == "pre qk_norm=True residual=ffn" and setting_label({}) == "all runs"
+    assert setting_label({"qk_norm": True, "wrap": "pre"}) == "pre qk_norm=True"  # the store sorts keys
 
 
 def test_recommendation_ranks_by_best_loss(data):

@@ -3,7 +3,7 @@ cycle, and sit at module top except the optional extras.
 
 Layers, bottom to top (a module may import its own layer and those below, never above):
 
-    foundation (errors, version, jsonable, fit, paths, config_base, config, corpus, display, frames)
+    foundation (errors, version, jsonable, fit, intervals, paths, config_base, config, corpus, display, frames)
     -> model -> interop -> probe -> watch -> train -> integrations -> study -> report -> reproduce
     -> docs -> cli
 
@@ -21,7 +21,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "depthlab"
 LAYERS = [
-    {"errors", "version", "jsonable", "fit", "paths", "config_base", "config", "corpus", "display", "frames"},
+    {
+        "errors",
+        "version",
+        "jsonable",
+        "fit",
+        "intervals",
+        "paths",
+        "config_base",
+        "config",
+        "corpus",
+        "display",
+        "frames",
+    },
     {"model"},
     {"interop"},
     {"probe"},

@@ -35,7 +35,7 @@ def final_loss(spec: RunSpec) -> float:
 
 def fake_records(spec: RunSpec) -> list[dict]:
     """on_log records: loss decaying to final_loss; per stream, a gradient that shrinks toward the
-    bottom for a failing run (the seed-004 picture) and stays flat otherwise."""
+    bottom for a failing run (the interview answer's starved-bottom picture) and stays flat otherwise."""
     L, steps, every = spec.model.n_layers, spec.train.steps, spec.train.log_every
     out = []
     for step in range(0, steps + 1, every):

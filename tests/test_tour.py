@@ -7,10 +7,22 @@ The slow test runs each tour command in a fresh process, exactly as ``depthlab r
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
-from depthlab.docs.tour import IMG, Ran, excerpt, plots_in, render, repo_root, run_command, tour_commands
+from depthlab.docs.tour import (
+    IMG,
+    Ran,
+    excerpt,
+    outputs_in,
+    plots_in,
+    render,
+    repo_root,
+    run_command,
+    tour_commands,
+)
+from depthlab.docs.tour_checks import PROSE_CHECKS, contradicted
 from depthlab.docs.tour_text import SECTIONS
 from depthlab.reproduce import load_all
 
@@ -102,3 +114,25 @@ def test_tour_command_runs(command, tmp_path):
         assert written, "the command names the tour's plot folder but reported no plot"
         for path in written:
             assert os.path.getsize(tmp_path / path[len(IMG) + 1 :]) > 5_000
+
+
+def test_prose_is_borne_out_by_the_outputs_beside_it():
+    """Every figure or trend the prose states about an output holds in the committed docs/tour.md."""
+    text = (repo_root() / "docs" / "tour.md").read_text()
+    outputs = outputs_in(text)
+    assert len(outputs) == len(tour_commands())
+    assert contradicted(outputs) == []
+    assert {(c.section, c.command) for c in PROSE_CHECKS} <= set(outputs)
+
+
+def test_a_contradicting_output_is_caught():
+    text = (repo_root() / "docs" / "tour.md").read_text()
+    outputs = outputs_in(text)
+    key = next((c.section, c.command) for c in PROSE_CHECKS if "without warmup stalls" in c.statement)
+    broken = {**outputs, key: outputs[key].replace("stalled", "trained", 1)}
+    assert contradicted(broken) == [f"section {key[0]}, command {key[1]}: post-LN without warmup stalls"]
+    growth = next((c.section, c.command) for c in PROSE_CHECKS if "less than 9.85" in c.statement)
+    faster = {**outputs, growth: re.sub(r"\(x[0-9.]+\)", "(x10.2)", outputs[growth], count=1)}
+    assert any("less than 9.85" in w for w in contradicted(faster))
+    unreadable = {**outputs, growth: "nothing here"}
+    assert any("could not read it" in w for w in contradicted(unreadable))

@@ -13,6 +13,7 @@ from depthlab.docs.tour import check_written, write_tour
 from depthlab.errors import ConfigError, InputError
 from depthlab.paths import check_folder, check_output_file, write_json
 from depthlab.reproduce import REPRODUCTIONS
+from depthlab.reproduce.claim import SCALES, run_claim
 from depthlab.study.scoring import format_score
 from depthlab.train.distributed import set_torch_threads
 
@@ -30,7 +31,17 @@ def add_parser(sub) -> None:
         "runs (or resumes) the doctor's tuning and held-out grids and writes docs/doctor.md with its score.",
     )
     p.add_argument("name", help="which reproduction (e.g. seeds, init-scaling), or list, all, tour, doctor")
-    p.add_argument("--quick", action="store_true", help="a smaller, faster version where one exists")
+    p.add_argument(
+        "--quick", action="store_true", help="a smaller, faster smoke version (not the registered regime)"
+    )
+    p.add_argument(
+        "--scale",
+        choices=SCALES,
+        default="small",
+        help="small (default: the registered small regime, minutes on a laptop) or large (d_model >= 256, "
+        ">= 2,000 steps: a GPU or a long CPU night; training claims only). The expected time is printed "
+        "before a training claim starts",
+    )
     p.add_argument("--out", help=f"folder for plots (default {OUT})")
     p.add_argument(
         "--doc",
@@ -62,6 +73,12 @@ def run(args) -> int:
         )
     if args.doc is not None and args.name not in ("all", "doctor"):
         raise InputError(f"--doc applies to 'all' and 'doctor' only, not to {args.name}")
+    if args.scale != "small" and args.name in ("list", "tour", "doctor"):
+        raise InputError(f"--scale applies to the reproductions, not to {args.name}")
+    if args.quick and args.scale != "small":
+        raise InputError(
+            "--quick is a smaller version of the small scale; it does not combine with --scale large"
+        )
     if args.name == "doctor":
         print(
             "the doctor's grids: 340 tiny training runs, about 45 minutes on two idle cores (runs already "
@@ -81,9 +98,9 @@ def run(args) -> int:
     check_folder(args.out or OUT, "--out")
     out_dir = os.path.join(args.out or OUT, args.name)
     if args.name == "all":
-        result = run_all(quick=args.quick, out_dir=out_dir, doc=args.doc)
+        result = run_all(quick=args.quick, out_dir=out_dir, doc=args.doc, scale=args.scale)
     else:
-        result = REPRODUCTIONS[args.name](quick=args.quick, out_dir=out_dir)
+        result = run_claim(args.name, quick=args.quick, out_dir=out_dir, scale=args.scale)
     if args.json == "-":
         write_json(result.to_dict(), "-")
     else:

@@ -2,17 +2,20 @@
 
 A document generator, not a claim: it is not in the reproductions' registry.
 
-The document holds, per reproduction, its source, what it checks, a claim / expected / measured /
-verdict table and its plots (copied to ``img/`` beside the document), with the command, the machine,
-the date and the time taken. Everything in it comes from the run: the expected outcomes are the
-constants in each reproduction's code, the verdicts are computed. A reproduction that raises is
-recorded as a failed check with its error, and the others still run.
+The document holds, per reproduction, its source, its registration (expectation and regime with the
+date they were fixed), what it checks, the counted checks and the sanity checks apart, any measured
+tables and its plots (copied to ``img/`` beside the document), then every revision of every
+registration, with the command, the machine, the date and the time taken. Every measured number in it
+comes from the run; the expectations are the registrations, the verdicts are computed. A reproduction
+that raises is recorded as a failed check with its error, and the others still run. ``--scale large``
+runs the claims that have a large scale and writes docs/reproductions-large.md.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import glob
 import os
 import platform
 import shutil
@@ -25,16 +28,23 @@ import torch
 from depthlab.docs.reproductions_text import render
 from depthlab.errors import ConfigError, InputError
 from depthlab.reproduce import Check, Reproduction, load_all
+from depthlab.reproduce.claim import counts, format_counts, run_claim, supports
 
 # The order of the document: the seeds' numbers first, then the papers' claims; any other registered
 # reproduction follows in alphabetical order.
 ORDER = (
     "seeds",
     "init-scaling",
+    "stream-growth",
     "batchnorm",
+    "no-norm",
+    "no-residual",
     "recipe",
+    "original-shape",
     "warmup",
     "shallow-post",
+    "post-depth",
+    "post-diverge",
     "depth",
     "model-update",
     "jacobian",
@@ -46,6 +56,7 @@ ORDER = (
 )
 MARKER = "<!-- written by `depthlab reproduce all`: regenerate it rather than editing it -->"
 DEFAULT_DOC = os.path.join("docs", "reproductions.md")
+LARGE_DOC = os.path.join("docs", "reproductions-large.md")
 
 
 @dataclass
@@ -56,19 +67,20 @@ class Collection(Reproduction):
 
     def format(self) -> str:
         tables = [p.format() for p in self.parts]
-        passed = sum(c.ok for c in self.checks)
-        tables.append(f"{passed}/{len(self.checks)} checks agree; document: {self.data.get('doc')}")
+        tables.append(f"all: {format_counts(self.checks)}; document: {self.data.get('doc')}")
         return "\n\n".join(tables)
 
 
-def names_to_run(registry: dict, names: list[str] | None = None) -> list[str]:
-    """The reproductions to run, in document order (``names`` restricts them; unknown names refused)."""
+def names_to_run(registry: dict, names: list[str] | None = None, scale: str = "small") -> list[str]:
+    """The reproductions to run, in document order (``names`` restricts them; unknown names refused).
+    At a scale other than small, only the claims registered at that scale."""
     known = list(registry)
     if names:
         for n in names:
             if n not in known:
                 raise ConfigError("name", n, f"one of {', '.join(sorted(known))}")
         known = names
+    known = [n for n in known if n not in registry or supports(n, scale)]
     return [n for n in ORDER if n in known] + sorted(n for n in known if n not in ORDER)
 
 
@@ -85,13 +97,13 @@ def check_doc_path(doc: str) -> None:
             )
 
 
-def run_one(fn, name: str, quick: bool, out_dir: str | None) -> tuple[Reproduction, float]:
+def run_one(name: str, quick: bool, out_dir: str | None, scale: str = "small") -> tuple[Reproduction, float]:
     """Run one reproduction; an exception becomes a failed check carrying the error. Returns (it, seconds)."""
     start = time.perf_counter()
     try:
         # whatever a reproduction prints while it runs is progress: keep stdout for the tables (or JSON)
         with contextlib.redirect_stdout(sys.stderr):
-            result = fn(quick=quick, out_dir=os.path.join(out_dir, name) if out_dir else None)
+            result = run_claim(name, quick, os.path.join(out_dir, name) if out_dir else None, scale)
     except (InputError, ConfigError):
         raise
     except Exception as e:  # noqa: BLE001 -- recorded in the document, the other reproductions still run
@@ -101,52 +113,70 @@ def run_one(fn, name: str, quick: bool, out_dir: str | None) -> tuple[Reproducti
 
 
 def run_all(
-    quick: bool = False, out_dir: str | None = None, doc: str | None = None, names: list[str] | None = None
+    quick: bool = False,
+    out_dir: str | None = None,
+    doc: str | None = None,
+    names: list[str] | None = None,
+    scale: str = "small",
 ) -> Reproduction:
-    """Every reproduction, one after the other; writes docs/reproductions.md and its plots."""
-    doc = doc or DEFAULT_DOC
+    """Every reproduction, one after the other; writes docs/reproductions.md (or, at ``scale`` large,
+    docs/reproductions-large.md) and its plots."""
+    doc = doc or (DEFAULT_DOC if scale == "small" else LARGE_DOC)
     check_doc_path(doc)
     registry = load_all()
-    todo = names_to_run(registry, names)
+    todo = names_to_run(registry, names, scale)
     context = machine()
     start = time.perf_counter()
     parts, seconds = [], {}
     for i, name in enumerate(todo, 1):
         _log(f"[{i}/{len(todo)}] {name} ...")
-        result, seconds[name] = run_one(registry[name], name, quick, out_dir)
-        passed = sum(c.ok for c in result.checks)
-        _log(f"[{i}/{len(todo)}] {name}: {passed}/{len(result.checks)} checks agree, {seconds[name]:.0f} s")
+        result, seconds[name] = run_one(name, quick, out_dir, scale)
+        _log(f"[{i}/{len(todo)}] {name}: {format_counts(result.checks)}, {seconds[name]:.0f} s")
         parts.append(result)
     context["seconds"] = round(time.perf_counter() - start, 1)
+    context["scale"] = scale
     context["command"] = "depthlab reproduce all" + (" --quick" if quick else "")
-    images = copy_plots(parts, os.path.join(os.path.dirname(doc) or ".", "img"))
+    context["command"] += f" --scale {scale}" if scale != "small" else ""
+    img = "img" if scale == "small" else f"img-{scale}"
+    images = copy_plots(parts, os.path.join(os.path.dirname(doc) or ".", img), img)
     text = render(parts, registry, seconds, images, context, quick)
     os.makedirs(os.path.dirname(doc) or ".", exist_ok=True)
     with open(doc, "w", encoding="utf-8") as f:
         f.write(MARKER + "\n" + text)
-    checks = [Check(f"{p.name}: {c.claim}", c.stated, c.measured, c.ok) for p in parts for c in p.checks]
-    data = {
-        **context,
-        "doc": doc,
-        "reproductions": {
-            p.name: {**p.to_dict(), "ok": p.ok, "seconds": round(seconds[p.name], 1)} for p in parts
-        },
+    return collect(parts, seconds, {**context, "doc": doc})
+
+
+def collect(parts: list[Reproduction], seconds: dict, context: dict) -> Collection:
+    """Every part's checks under one Reproduction, with the run's context and each part's counts."""
+    checks = [
+        Check(f"{p.name}: {c.claim}", c.stated, c.measured, c.verdict, c.sanity, c.interval)
+        for p in parts
+        for c in p.checks
+    ]
+    each = {
+        p.name: {**p.to_dict(), "ok": p.ok, "counts": counts(p.checks), "seconds": round(seconds[p.name], 1)}
+        for p in parts
     }
+    data = {**context, "counts": counts(checks), "reproductions": each}
     return Collection("all", data, checks, plots=[], source="every registered reproduction", parts=parts)
 
 
-def copy_plots(parts: list[Reproduction], img_dir: str) -> dict[str, list[str]]:
-    """Copy each reproduction's plots to img_dir as NAME-FILE.png; {name: [paths relative to the doc]}."""
+def copy_plots(parts: list[Reproduction], img_dir: str, rel: str = "img") -> dict[str, list[str]]:
+    """Copy each reproduction's plots to img_dir as NAME-FILE.png; {name: [paths relative to the doc]}
+    (``rel``: img_dir's name beside the document). A reproduction's older plots there are removed first,
+    so that the folder holds only what this run drew."""
     out = {}
     for p in parts:
         out[p.name] = []
+        for stale in glob.glob(os.path.join(glob.escape(img_dir), f"{glob.escape(p.name)}-*.png")):
+            os.remove(stale)
         for src in p.plots:
             if not os.path.isfile(src):
                 continue
             os.makedirs(img_dir, exist_ok=True)
             base = f"{p.name}-{os.path.basename(src)}"
             shutil.copyfile(src, os.path.join(img_dir, base))
-            out[p.name].append(f"img/{base}")
+            out[p.name].append(f"{rel}/{base}")
     return out
 
 

@@ -2,22 +2,34 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 
-from depthlab.reproduce.claim import Reproduction
+from depthlab.intervals import AGREE, INCONCLUSIVE, METHOD, MISMATCH
+from depthlab.reproduce.claim import REGISTRATIONS, Reproduction, counts
 
 INTRO = """\
 # Reproductions
 
 What depthlab measured for each number of the source texts (the seeds) and each published claim they
-rest on (docs/references.md, "Published results"), at small scale on the machine below. Each claim's
-expected outcome is a constant in its module under `depthlab/reproduce/`, written before anything ran;
-each verdict is computed from the measurement. Each section opens with the claim as its source states
-it, then how many of its checks agree: the claim is what was tested, not what was found. **MISMATCH**
-is a result, not an error: the claim did not reproduce at this scale (or, where the measured column
-says so, the runs it needed did not train, so no comparison could be made), and the measured value
-says by how much.
+rest on (docs/references.md, "Published results"), on the machine below. Each claim's expectation and
+regime were registered, with a date, before the runs that test them (a `Registration` in its module
+under `depthlab/reproduce/`); every later change is a revision listed at the end, with the old and new
+value, the reason, and whether results were known when it was made. Each section opens with the claim as
+its source states it, then its counts: the claim is what was tested, not what was found.
+
+**Verdicts.** A measurement over seeds is decided on its mean with a 95% interval ({method}, see
+`depthlab/intervals.py` for why a t-interval and not a bootstrap at 3-5 seeds): **agree** when the whole
+interval is on the expected side of the registered threshold, **MISMATCH** when all of it is on the other
+side, **inconclusive** when it straddles the threshold; one seed alone is always inconclusive. Per-seed
+values are shown beside every mean. A MISMATCH or an inconclusive verdict is a result, not an error.
+
+**Counts.** A check that holds by construction, cannot fail in its regime, or was added after the
+results were known is a *sanity* check: it still guards against bugs and is shown apart, but it is not
+counted. "N of M agree" counts only checks that could have failed.
+
+Every measured number below comes from the run this page records; the stated numbers are the sources'.
 """
 
 
@@ -40,8 +52,8 @@ def plain(doc: str | None) -> str:
 def header(context: dict) -> list[str]:
     load = context.get("load_at_start")
     return [
-        INTRO,
-        f"- command: `{context['command']}`",
+        INTRO.format(method=METHOD),
+        f"- command: `{context['command']}` (scale: {context.get('scale', 'small')})",
         f"- machine: {context['host']}, {context['cpu']}, {context['cores']} cores"
         + (f" (load average {load} at the start: the machine was shared)" if load else ""),
         f"- software: torch {context['torch']} (torch threads: {context['torch_threads']}), Python {context['python']}",
@@ -51,28 +63,125 @@ def header(context: dict) -> list[str]:
 
 
 def summary(parts: list[Reproduction], seconds: dict) -> list[str]:
-    lines = ["## Summary", "", "| reproduction | source | checks that agree | time |", "|---|---|---|---|"]
+    lines = [
+        "## Summary",
+        "",
+        "| reproduction | source | registered | agree | MISMATCH | inconclusive | sanity (not counted) | time |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    total = {AGREE: 0, MISMATCH: 0, INCONCLUSIVE: 0, "sanity": 0}
     for p in parts:
-        passed = sum(c.ok for c in p.checks)
+        n = counts(p.checks)
+        total = {k: total[k] + n[k] for k in total}
+        reg = REGISTRATIONS.get(p.name)
         lines.append(
-            f"| [{p.name}](#{p.name}) | {cell(p.source)} | {passed} / {len(p.checks)} | {seconds[p.name]:.0f} s |"
+            f"| [{p.name}](#{p.name}) | {cell(p.source)} | {reg.date if reg else '-'} | {n[AGREE]} | {n[MISMATCH]} "
+            f"| {n[INCONCLUSIVE]} | {n['sanity']} | {seconds[p.name]:.0f} s |"
         )
+    counted = total[AGREE] + total[MISMATCH] + total[INCONCLUSIVE]
+    lines.append(
+        f"| **all** | | | **{total[AGREE]}** | **{total[MISMATCH]}** | **{total[INCONCLUSIVE]}** "
+        f"| **{total['sanity']}** | {sum(seconds.values()) / 60:.0f} min |"
+    )
+    lines += [
+        "",
+        f"{total[AGREE]} of {counted} counted checks agree; {total['sanity']} sanity checks are shown apart.",
+        "",
+    ]
+    return lines
+
+
+def _value(v) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    return json.dumps(v) if isinstance(v, (list, dict)) else str(v)
+
+
+def registration_block(name: str, scale: str) -> list[str]:
+    """The claim's registration: date, expectation, the regime that ran, notes, and a pointer to revisions."""
+    reg = REGISTRATIONS.get(name)
+    if reg is None:
+        return []
+    lines = [
+        f"**Registered** {reg.date}"
+        + (f" ({len(reg.revisions)} revisions, listed at the end)." if reg.revisions else "."),
+        "",
+    ]
+    exp = "; ".join(f"`{k}` = {_value(v)}" for k, v in reg.expectation.items() if k != "decision")
+    lines += [f"- expectation: {exp}" if exp else "- expectation: as stated in the checks"]
+    if scale in reg.regimes:
+        lines.append(
+            f"- regime ({scale}): " + "; ".join(f"`{k}` = {_value(v)}" for k, v in reg.regimes[scale].items())
+        )
+    others = [s for s in reg.regimes if s != scale]
+    if others:
+        lines.append("- also registered: " + ", ".join(f"`--scale {s}`" for s in others))
+    if reg.notes:
+        lines.append(f"- how the regime was chosen: {reg.notes}")
     return lines + [""]
 
 
-def section(p: Reproduction, fn, images: list[str], seconds: float, quick: bool) -> list[str]:
-    module_doc = plain(getattr(sys.modules.get(fn.__module__), "__doc__", None))
-    command = f"depthlab reproduce {p.name}" + (" --quick" if quick else "")
-    agree = sum(c.ok for c in p.checks)
-    lines = [f"## {p.name}", "", f"**The claim:** {cell(plain(fn.__doc__))}", ""]
-    lines += [
-        f"**Result:** {agree} of {len(p.checks)} checks agree"
-        + (" (see MISMATCH rows)." if agree < len(p.checks) else "."),
+def check_rows(checks) -> list[str]:
+    lines = ["| claim | expected | measured | verdict |", "|---|---|---|---|"]
+    for c in checks:
+        verdict = {AGREE: "agree", MISMATCH: "**MISMATCH**", INCONCLUSIVE: "*inconclusive*"}[c.verdict]
+        lines.append(f"| {cell(c.claim)} | {cell(c.stated)} | {cell(c.measured)} | {verdict} |")
+    return lines + [""]
+
+
+def result_line(checks) -> str:
+    """'**Result:** N of M counted checks agree (k MISMATCH, j inconclusive); s sanity checks apart.'"""
+    n = counts(checks)
+    counted_n = n[AGREE] + n[MISMATCH] + n[INCONCLUSIVE]
+    result = f"**Result:** {n[AGREE]} of {counted_n} counted checks agree"
+    extra = [f"{n[k]} {k}" for k in (MISMATCH, INCONCLUSIVE) if n[k]]
+    result += f" ({', '.join(extra)})" if extra else ""
+    return result + (f"; {n['sanity']} sanity checks apart." if n["sanity"] else ".")
+
+
+def sanity_rows(checks) -> list[str]:
+    """The checks not counted, with their verdict and why they are not counted (empty if none)."""
+    if not checks:
+        return []
+    lines = [
+        "Sanity checks (not counted):",
         "",
+        "| claim | expected | measured | verdict | why not counted |",
+        "|---|---|---|---|---|",
     ]
+    lines += [
+        f"| {cell(c.claim)} | {cell(c.stated)} | {cell(c.measured)} | {c.verdict} | {cell(c.sanity)} |"
+        for c in checks
+    ]
+    return lines + [""]
+
+
+def measured_tables(tables: list[dict]) -> list[str]:
+    """A reproduction's measured tables ({"title", "columns", "rows"}) as Markdown."""
+    lines = []
+    for table in tables:
+        lines += [
+            table["title"],
+            "",
+            "| " + " | ".join(table["columns"]) + " |",
+            "|" + "---|" * len(table["columns"]),
+        ]
+        lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table["rows"]]
+        lines.append("")
+    return lines
+
+
+def section(p: Reproduction, fn, images: list[str], seconds: float, quick: bool, scale: str) -> list[str]:
+    """One reproduction's section: claim, result, source, command, registration, method, checks, plots."""
+    module = sys.modules.get(fn.__module__)
+    module_doc = plain(getattr(module, "__doc__", None))
+    command = f"depthlab reproduce {p.name}" + (" --quick" if quick else "")
+    command += f" --scale {scale}" if scale != "small" else ""
+    lines = [f"## {p.name}", "", f"**The claim:** {cell(plain(fn.__doc__))}", "", result_line(p.checks), ""]
     if p.source:
         lines.append(f"Source: {p.source}. ")
     lines += [f"Command: `{command}` ({seconds:.0f} s).", ""]
+    lines += registration_block(p.name, scale)
     if module_doc:
         lines += [
             "<details><summary>What is measured, and how</summary>",
@@ -82,23 +191,49 @@ def section(p: Reproduction, fn, images: list[str], seconds: float, quick: bool)
             "</details>",
             "",
         ]
-    if "regime" in p.data:
-        lines += [f"Regime: {p.data['regime']}", ""]
-    lines += ["| claim | expected | measured | verdict |", "|---|---|---|---|"]
-    for c in p.checks:
-        verdict = "ok" if c.ok else "**MISMATCH**"
-        lines.append(f"| {cell(c.claim)} | {cell(c.stated)} | {cell(c.measured)} | {verdict} |")
-    lines.append("")
+    counted = [c for c in p.checks if c.counted]
+    if counted:
+        lines += check_rows(counted)
+    lines += sanity_rows([c for c in p.checks if not c.counted])
+    lines += measured_tables(p.data.get("tables", []))
+    n = counts(p.checks)
+    at_scale = getattr(module, "AT_SCALE", "")
+    if at_scale and (n[MISMATCH] or n[INCONCLUSIVE]):
+        lines += [f"*At a larger scale:* {at_scale}", ""]
     for img in images:
         lines += [f"![{p.name}]({img})", ""]
     return lines
+
+
+def revisions(parts: list[Reproduction]) -> list[str]:
+    """Every revision of every registration shown above, oldest first within each claim."""
+    lines = [
+        "## Revisions",
+        "",
+        "Every change to a registered expectation or regime after its registration. A revision made with the "
+        "results known cannot count as a prediction; the column says which results were known.",
+        "",
+        "| reproduction | date | value | old | new | reason | results known |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for p in parts:
+        reg = REGISTRATIONS.get(p.name)
+        for r in reg.revisions if reg else ():
+            old = "(none)" if r.old is None else _value(r.old)
+            new = "(removed)" if r.new is None else _value(r.new)
+            lines.append(
+                f"| {p.name} | {r.date} | `{r.key}` | {cell(old)} | {cell(new)} | {cell(r.reason)} | {cell(r.results_known)} |"
+            )
+    return lines + [""]
 
 
 def render(
     parts: list[Reproduction], registry: dict, seconds: dict, images: dict, context: dict, quick: bool
 ) -> str:
     """The whole document (without the marker line)."""
+    scale = context.get("scale", "small")
     lines = header(context) + summary(parts, seconds)
     for p in parts:
-        lines += section(p, registry[p.name], images.get(p.name, []), seconds[p.name], quick)
+        lines += section(p, registry[p.name], images.get(p.name, []), seconds[p.name], quick, scale)
+    lines += revisions(parts)
     return "\n".join(lines).rstrip() + "\n"

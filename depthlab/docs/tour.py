@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from depthlab.docs.tour_checks import contradicted
 from depthlab.docs.tour_text import SECTIONS
 from depthlab.errors import InputError
 
@@ -56,6 +58,17 @@ def repo_root() -> Path:
 def tour_commands() -> list[str]:
     """Every command the tour shows, in order, as typed after ``depthlab`` (with ``{img}`` unfilled)."""
     return [c for s in SECTIONS for c in s.commands]
+
+
+def command_keys() -> list[tuple[int, int]]:
+    """(section number from 1, command index in the section) of every command, in tour order."""
+    return [(i, j) for i, s in enumerate(SECTIONS, 1) for j in range(len(s.commands))]
+
+
+def outputs_in(text: str) -> dict[tuple[int, int], str]:
+    """The outputs a tour document shows, by (section number, command index): each console block's body."""
+    blocks = re.findall(r"```console\n\$ depthlab [^\n]*\n(.*?)```", text, flags=re.S)
+    return dict(zip(command_keys(), blocks))
 
 
 def run_command(command: str, img_dir: str, cwd: str | Path) -> Ran:
@@ -119,13 +132,16 @@ def render(results: list[Ran], seconds: float) -> str:
 
 _HEADER = """# A guided tour of depth: the four source texts, command by command
 
-depthlab was founded on four texts about why Transformers can be stacked deep (the seeds: 000
-"Encoder and Decoder Stacks", 002 the residual-stream chapter, 003 "Residual Connections Explained",
-004 an interview answer on residuals). This page follows their argument section by section and, under
+depthlab was founded on four texts about why Transformers can be stacked deep (described in
+[sources.md](sources.md): the stacks article, "Encoder and Decoder Stacks"; the stream chapter, a
+book chapter on the residual stream; "Residual Connections Explained"; and the interview answer, on
+residual connections). This page follows their argument section by section and, under
 each step, runs the depthlab command that shows it. The prose says what the texts claim and predict;
-every output below was produced by the command above it when this page was generated, so where the
-two disagree, the output is what depthlab measures. The reproductions with stated and measured
-values side by side are in [reproductions.md](reproductions.md).
+every output below was produced by the command above it when this page was generated, and every figure
+or trend the prose states about an output is checked against that output before the page is written.
+Where the texts and the outputs disagree, the prose says so. The reproductions with registered
+expectations, several seeds and stated and measured values side by side are in
+[reproductions.md](reproductions.md).
 """
 
 
@@ -148,6 +164,9 @@ def write_tour(root: Path | None = None) -> tuple[list[Ran], Path]:
                 raise RuntimeError(f"`{ran.command}` exited {ran.returncode}: {ran.stderr.strip()[-500:]}")
             print(f"  {ran.seconds:5.1f} s  {ran.command}", file=sys.stderr, flush=True)
             results.append(ran)
+        wrong = contradicted(dict(zip(command_keys(), (r.stdout for r in results))))
+        if wrong:  # the prose would state what its own output contradicts: change the prose first
+            raise RuntimeError("the tour's prose is contradicted by its outputs: " + "; ".join(wrong))
         text = render(results, time.perf_counter() - start)
         docs.mkdir(exist_ok=True)
         shutil.rmtree(docs / IMG, ignore_errors=True)

@@ -31,7 +31,7 @@ class ToyStack(nn.Module):
 
 
 class TanhBlock(nn.Module):
-    """Seed 004: x + tanh(f(x)) with the skip, tanh(f(x)) without."""
+    """The interview answer's block: x + tanh(f(x)) with the skip, tanh(f(x)) without."""
 
     def __init__(self, f: nn.Linear, residual: bool):
         super().__init__()
@@ -42,7 +42,7 @@ class TanhBlock(nn.Module):
 
 
 class ReluUpdateBlock(nn.Module):
-    """Seed 000: update = 0.5 * relu(x @ w); x + update with the skip, update without."""
+    """The stacks article's toy: update = 0.5 * relu(x @ w); x + update with the skip, update without."""
 
     def __init__(self, w: torch.Tensor, residual: bool):
         super().__init__()
@@ -54,7 +54,7 @@ class ReluUpdateBlock(nn.Module):
 
 
 def tanh_stack_gradients(seed: int = 0, d: int = 64, depth: int = 48) -> dict[bool, list[float]]:
-    """Seed 004: {residual: ||d sum(out) / d x_i|| for i = 0..depth}; [0] is the gradient at the input.
+    """The interview answer's tanh stack: {residual: ||d sum(out) / d x_i|| for i = 0..depth}; [0] is the gradient at the input.
 
     The text's order: manual_seed, build the ``depth`` Linear layers, then for residual in (False,
     True) draw x = randn(8, d) and backpropagate sum(run(x)).
@@ -72,14 +72,14 @@ def tanh_stack_gradients(seed: int = 0, d: int = 64, depth: int = 48) -> dict[bo
 
 
 def _draw_gradient_by_depth(n_layers: int, d: int, seed: int) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """Seed 000's draws in its order: the weights, then h (batch 8, 16 tokens, d features)."""
+    """The stacks article's draws in its order: the weights, then h (batch 8, 16 tokens, d features)."""
     torch.manual_seed(seed)
     weights = [torch.randn(d, d) * d**-0.5 for _ in range(n_layers)]
     return weights, torch.randn(8, 16, d)
 
 
 def gradient_by_depth(n_layers=24, d=256, residual=True, seed=0, via: str = "probe") -> list[float]:
-    """Seed 000's ``gradient_by_depth``: the gradient norm reaching each of the n_layers + 1 states.
+    """The stacks article's ``gradient_by_depth``: the gradient norm reaching each of the n_layers + 1 states.
 
     via "probe": depthlab.probe on a ToyStack; via "retain_grad": the text's code with
     ``retain_grad()`` on every state, which it needs (PyTorch keeps ``.grad`` for leaves only).
@@ -100,7 +100,7 @@ def gradient_by_depth(n_layers=24, d=256, residual=True, seed=0, via: str = "pro
 
 
 def gradient_by_depth_as_printed(n_layers=24, d=256, residual=True, seed=0) -> str:
-    """Run seed 000's code exactly as printed; returns the error it raises, or "no error"."""
+    """Run the stacks article's code exactly as printed; returns the error it raises, or "no error"."""
     with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # PyTorch warns when .grad of a non-leaf is read
         torch.manual_seed(seed)
@@ -120,7 +120,7 @@ def gradient_by_depth_as_printed(n_layers=24, d=256, residual=True, seed=0) -> s
 
 @torch.no_grad()
 def variance_example() -> dict[str, dict]:
-    """Seed 002's worked example x1 = x0 + a LN(x0) + 1 for a = 0.5 and 1.0, with depthlab's LayerNorm.
+    """The stream chapter's worked example x1 = x0 + a LN(x0) + 1 for a = 0.5 and 1.0, with depthlab's LayerNorm.
 
     Per a: ln, f (= a LN(x0) + 1), x1 (4 floats each); mean, var (population) of x1; var_f, cov
     (Cov(x0, f)); closed_rounded = (1.5811 + a)^2 (the text's rounded std0); closed_exact = (std0 + a)^2.

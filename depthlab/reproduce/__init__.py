@@ -18,15 +18,22 @@ from depthlab.reproduce import (  # noqa: F401  (imported for their registration
     final_norm,
     init_scaling,
     jacobian,
+    lr_sensitivity,
     model_update,
+    no_norm,
+    no_residual,
+    original_shape,
+    post_depth,
+    post_diverge,
     recipe,
     redundancy,
     seeds,
     shallow_post,
     skip_ablation,
+    stream_growth,
     warmup,
 )
-from depthlab.reproduce.claim import REPRODUCTIONS, Check, Reproduction, register
+from depthlab.reproduce.claim import REGISTRATIONS, REPRODUCTIONS, Check, Reproduction, register
 
 
 def load_all() -> dict[str, Callable[..., Reproduction]]:
@@ -34,4 +41,4 @@ def load_all() -> dict[str, Callable[..., Reproduction]]:
     return REPRODUCTIONS
 
 
-__all__ = ["REPRODUCTIONS", "Check", "Reproduction", "load_all", "register"]
+__all__ = ["REGISTRATIONS", "REPRODUCTIONS", "Check", "Reproduction", "load_all", "register"]

@@ -1,31 +1,177 @@
 """A claim and its reproduction: what was stated, what depthlab measured, and whether they agree.
 
-A reproduction is a function ``fn(quick: bool = False, out_dir: str | None = None) -> Reproduction``,
-registered by name with :func:`register`; ``depthlab reproduce NAME`` runs it.
+A reproduction is a function ``fn(quick=False, out_dir=None, scale="small") -> Reproduction``,
+registered by name with :func:`register` together with its :class:`Registration` (the expectation and
+regime fixed before it runs); ``depthlab reproduce NAME`` runs it.
+
+A check's verdict is ``agree``, ``MISMATCH`` or ``inconclusive`` (:mod:`depthlab.intervals`: a
+measurement over seeds is decided on its mean and interval). A check that holds by construction, cannot
+fail in the regime, or was added after the results were known is a *sanity* check: it still guards
+against bugs and is shown, but it is not counted in "N of M agree".
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
+from depthlab.errors import ConfigError
+from depthlab.intervals import AGREE, INCONCLUSIVE, MISMATCH, VERDICTS, Interval, decide, mean_interval
+from depthlab.reproduce.registration import Registration
+
+SCALES = ("small", "large")
 
 
 @dataclass
 class Check:
-    """One claim: what the source states (or expects), what depthlab measured, and whether they agree."""
+    """One claim: what the source states (or expects), what depthlab measured, and the verdict.
+
+    ``verdict``: agree / MISMATCH / inconclusive (True and False stand for agree and MISMATCH).
+    ``sanity``: empty for a check that could have failed; otherwise why it is not counted.
+    ``interval``: the mean and interval over seeds the verdict was decided on, if any.
+    """
 
     claim: str
     stated: str
     measured: str
-    ok: bool
+    verdict: str | bool
+    sanity: str = ""
+    interval: Interval | None = None
+
+    def __post_init__(self):
+        if isinstance(self.verdict, bool):
+            self.verdict = AGREE if self.verdict else MISMATCH
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict {self.verdict!r} is not one of {VERDICTS}")
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == AGREE
+
+    @property
+    def counted(self) -> bool:
+        """Whether the check could have failed (it counts in "N of M agree")."""
+        return not self.sanity
 
     def to_dict(self) -> dict:
-        return {"claim": self.claim, "stated": self.stated, "measured": self.measured, "ok": bool(self.ok)}
+        d = {
+            "claim": self.claim,
+            "stated": self.stated,
+            "measured": self.measured,
+            "verdict": self.verdict,
+            "ok": self.ok,
+            "counted": self.counted,
+        }
+        if self.sanity:
+            d["sanity"] = self.sanity
+        if self.interval is not None:
+            d["interval"] = self.interval.to_dict()
+        return d
+
+
+def seeded_check(
+    claim: str,
+    stated: str,
+    values: Sequence[float],
+    *,
+    at_least: float | None = None,
+    at_most: float | None = None,
+    fmt: str = ".3g",
+    context: str = "",
+    sanity: str = "",
+) -> Check:
+    """A check decided on the mean over seeds of ``values`` (one per seed) and its 95% t-interval.
+
+    ``measured`` shows the mean, the interval and every seed's value, then ``context``.
+    """
+    seeds = "/".join(format(v, fmt) for v in values)
+    tail = f"; {context}" if context else ""
+    if not values or not all(math.isfinite(v) for v in values):  # a seed measured nothing: no mean
+        return Check(
+            claim,
+            stated,
+            f"per seed {seeds or 'none'} (not every seed gave a value){tail}",
+            INCONCLUSIVE,
+            sanity,
+        )
+    interval = mean_interval(values)
+    verdict = decide(interval, at_least=at_least, at_most=at_most) if interval.n > 1 else INCONCLUSIVE
+    return Check(
+        claim, stated, f"mean {interval.format(fmt)}; per seed {seeds}{tail}", verdict, sanity, interval
+    )
+
+
+def unanimous_check(
+    claim: str, stated: str, outcomes: Sequence[bool], measured: str, sanity: str = ""
+) -> Check:
+    """A check on a yes/no outcome per seed: agree if every seed shows it, MISMATCH if none does,
+    inconclusive if the seeds split (one seed alone is inconclusive)."""
+    if len(outcomes) < 2:
+        verdict = INCONCLUSIVE
+    else:
+        verdict = AGREE if all(outcomes) else MISMATCH if not any(outcomes) else INCONCLUSIVE
+    return Check(claim, stated, measured, verdict, sanity)
+
+
+def unless_control(check: Check, control: str, note: str) -> Check:
+    """``check``, made inconclusive with ``note`` appended when its control's verdict is not agree: a
+    failure that the control was meant to make meaningful says nothing if the control failed too."""
+    if control != AGREE:
+        check.verdict = INCONCLUSIVE
+        check.measured += f"; {note}"
+    return check
+
+
+def combined(verdicts: Sequence[str]) -> str:
+    """One verdict from several that must all hold: MISMATCH if any is, agree if all are, else inconclusive."""
+    if MISMATCH in verdicts:
+        return MISMATCH
+    return AGREE if all(v == AGREE for v in verdicts) else INCONCLUSIVE
+
+
+def resolve(
+    registration: Registration, scale: str, quick: bool = False, quick_changes: dict | None = None
+) -> dict:
+    """The regime a claim runs: the registered one of ``scale``. ``quick`` (small scale only) applies
+    ``quick_changes``, a smaller smoke version that is not registered: its verdicts are not the claim's."""
+    if scale not in registration.regimes:
+        raise ConfigError(
+            "scale", scale, " or ".join(registration.regimes) or "no scale (not a training claim)"
+        )
+    if quick and scale != "small":
+        raise ConfigError("quick", True, "only with --scale small (the large scale has no quick version)")
+    return {**registration.regimes[scale], **((quick_changes or {}) if quick else {})}
+
+
+def counts(checks: Sequence[Check]) -> dict[str, int]:
+    """{agree, MISMATCH, inconclusive}: counted checks by verdict; sanity: the checks not counted."""
+    out = {AGREE: 0, MISMATCH: 0, INCONCLUSIVE: 0, "sanity": 0}
+    for c in checks:
+        out[c.verdict if c.counted else "sanity"] += 1
+    return out
+
+
+def format_counts(checks: Sequence[Check]) -> str:
+    """e.g. '3 of 5 agree (1 MISMATCH, 1 inconclusive); 2 sanity checks'."""
+    n = counts(checks)
+    counted = n[AGREE] + n[MISMATCH] + n[INCONCLUSIVE]
+    text = f"{n[AGREE]} of {counted} agree"
+    others = [f"{n[k]} {k}" for k in (MISMATCH, INCONCLUSIVE) if n[k]]
+    if others:
+        text += f" ({', '.join(others)})"
+    if n["sanity"]:
+        text += f"; {n['sanity']} sanity check{'s' if n['sanity'] > 1 else ''} not counted"
+    return text
 
 
 @dataclass
 class Reproduction:
-    """The measured data (a JSON-able dict), the checks, and the paths of any plots written."""
+    """The measured data (a JSON-able dict), the checks, and the paths of any plots written.
+
+    ``data["tables"]``, if present, holds measured tables shown after the checks: each
+    {"title": str, "columns": [str], "rows": [[str]]}.
+    """
 
     name: str
     data: dict
@@ -35,36 +181,67 @@ class Reproduction:
 
     @property
     def ok(self) -> bool:
-        return all(c.ok for c in self.checks)
+        """Every counted check agrees."""
+        return all(c.ok for c in self.checks if c.counted)
 
     def to_dict(self) -> dict:
         return {**self.data, "checks": [c.to_dict() for c in self.checks]}
 
     def format(self) -> str:
-        """A claim / stated / measured / verdict table."""
-        w1 = max([len(c.claim) for c in self.checks] + [5])
-        w2 = max([len(c.stated) for c in self.checks] + [6])
-        w3 = max([len(c.measured) for c in self.checks] + [8])
+        """A claim / stated / measured / verdict table, sanity checks marked, then the counts."""
+        rows = [
+            (c.claim, c.stated, c.measured, c.verdict + ("" if c.counted else " (sanity)"))
+            for c in self.checks
+        ]
+        widths = [
+            max([len(r[i]) for r in rows] + [len(h)]) for i, h in enumerate(("claim", "stated", "measured"))
+        ]
         lines = [
             f"{self.name}" + (f"  ({self.source})" if self.source else ""),
-            f"  {'claim':<{w1}}  {'stated':<{w2}}  {'measured':<{w3}}  verdict",
+            "  "
+            + "  ".join(f"{h:<{w}}" for h, w in zip(("claim", "stated", "measured"), widths))
+            + "  verdict",
         ]
-        for c in self.checks:
-            lines.append(
-                f"  {c.claim:<{w1}}  {c.stated:<{w2}}  {c.measured:<{w3}}  {'ok' if c.ok else 'MISMATCH'}"
-            )
+        for r in rows:
+            lines.append("  " + "  ".join(f"{v:<{w}}" for v, w in zip(r[:3], widths)) + f"  {r[3]}")
+        lines.append(f"  {format_counts(self.checks)}")
+        for table in self.data.get("tables", []):
+            lines += ["", f"  {table['title']}", "  " + " | ".join(table["columns"])]
+            lines += ["  " + " | ".join(map(str, row)) for row in table["rows"]]
         lines += [f"  plot: {p}" for p in self.plots]
         return "\n".join(lines)
 
 
 REPRODUCTIONS: dict[str, Callable[..., Reproduction]] = {}
+REGISTRATIONS: dict[str, Registration] = {}
 
 
-def register(name: str):
-    """Decorator: add a reproduction function under ``name``."""
+def register(name: str, registration: Registration | None = None):
+    """Decorator: add a reproduction function under ``name``, with its registration."""
 
     def deco(fn):
         REPRODUCTIONS[name] = fn
+        if registration is not None:
+            REGISTRATIONS[name] = registration
         return fn
 
     return deco
+
+
+def supports(name: str, scale: str) -> bool:
+    """Whether reproduction ``name`` has a regime at ``scale`` (every claim runs at "small")."""
+    registration = REGISTRATIONS.get(name)
+    return scale == "small" or (registration is not None and scale in registration.regimes)
+
+
+def run_claim(
+    name: str, quick: bool = False, out_dir: str | None = None, scale: str = "small"
+) -> Reproduction:
+    """Run reproduction ``name`` at ``scale``; ConfigError for an unknown name or a scale it does not have."""
+    if name not in REPRODUCTIONS:
+        raise ConfigError("NAME", name, f"one of {', '.join(sorted(REPRODUCTIONS))}")
+    if scale not in SCALES:
+        raise ConfigError("scale", scale, " or ".join(SCALES))
+    if not supports(name, scale):
+        raise ConfigError("scale", scale, f"small: {name} trains nothing, so it has no {scale} scale")
+    return REPRODUCTIONS[name](quick=quick, out_dir=out_dir, scale=scale)

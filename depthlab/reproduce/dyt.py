@@ -3,53 +3,102 @@ Normalization").
 
 Zhu et al. replace every norm layer of pre-LN Transformers with DyT(x) = gamma * tanh(alpha x) + beta
 (alpha_0 = 0.5 for most models) and match LayerNorm's results across vision, speech and language.
-Reproduced with pre-LN decoders at 6 and 12 layers in the tiny byte-level regime
+Reproduced with pre-LN decoders at 6 and 12 layers on the byte-level task
 (:mod:`depthlab.reproduce.lm_runs`), lr 1e-3, no warmup: every norm (inside each branch and the final
-one) is LayerNorm or DyT, nothing else differs.
+one) is LayerNorm or DyT, nothing else differs. Each seed trains both, so each gives one paired
+difference, DyT's final loss minus LayerNorm's.
 """
 
 from __future__ import annotations
 
-import time
-
-from depthlab.reproduce.claim import Check, Reproduction, register
+from depthlab.reproduce.claim import Check, Reproduction, combined, register, resolve, seeded_check
 from depthlab.reproduce.figures import loss_curves
-from depthlab.reproduce.lm_runs import fmt_loss, train_run
+from depthlab.reproduce.lm_runs import announce, below_unigram, final_loss, outcomes, train_seeds
+from depthlab.reproduce.registration import (
+    DECISION,
+    Registration,
+    to_seeds,
+)
 
-DEPTHS, DEPTHS_QUICK = (6, 12), (6,)
-LR = 1e-3
-STEPS = STEPS_QUICK = 150
+SMALL = {"depths": [6, 12], "lr": 1e-3, "steps": 150, "seeds": [0, 1, 2, 3, 4]}
+LARGE = {"depths": [6, 12], "lr": 1e-3, "steps": 2000, "seeds": [0, 1, 2]}
+REGISTRATION = Registration(
+    date="2026-11-30 05:23 UTC",
+    expectation={
+        # "comparably": DyT trains and its final loss is within this many nats of LayerNorm's
+        "close": 0.10,
+        # "trains": DyT's final loss below the stall level, 5% under the unigram loss (depthlab.train.outcome)
+        "trained_share_below_unigram": 0.05,
+        "decision": DECISION,
+    },
+    regimes={"small": SMALL, "large": LARGE},
+    revisions=(
+        *to_seeds(
+            "2026-11-30",
+            "one seed: DyT's outcome label 'trained' and the loss gap",
+            {"regime.small.seeds": ([0], SMALL["seeds"])},
+            LARGE,
+            level=True,
+        ),
+    ),
+)
 
-# Expected outcome, stated before the run: "comparably" = DyT's run is labelled trained and its
-# validation loss is within CLOSE nats of LayerNorm's (about 4% of the loss at this scale).
-CLOSE = 0.10
+# What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
+# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+AT_SCALE = (
+    "May change: Zhu et al. match LayerNorm with DyT at scale, with alpha_0 chosen per model; here it "
+    "is the default 0.5 on a width-32 model trained for 150 updates, an untuned setting. The large scale keeps "
+    "alpha_0 = 0.5, so a gap that remains there is about the default, not about width or length."
+)
+
+QUICK = {"depths": [6], "seeds": [0]}
 
 
-@register("dyt")
-def reproduce_dyt(quick: bool = False, out_dir: str | None = None) -> Reproduction:
+@register("dyt", REGISTRATION)
+def reproduce_dyt(quick: bool = False, out_dir: str | None = None, scale: str = "small") -> Reproduction:
     """DyT instead of LayerNorm in pre-LN trains comparably at small scale (Zhu et al. 2025)."""
-    start = time.perf_counter()
-    train = {"lr": LR, "warmup": 0, "steps": STEPS_QUICK if quick else STEPS}
-    runs, checks = {}, []
-    for depth in DEPTHS_QUICK if quick else DEPTHS:
-        ln = train_run(f"pre {depth}L, LayerNorm", {"wrap": "pre", "n_layers": depth}, train)
-        dyt = train_run(f"pre {depth}L, DyT", {"wrap": "pre", "n_layers": depth, "norm": "dyt"}, train)
-        runs[depth] = (ln, dyt)
-        gap = dyt.val_loss - ln.val_loss
-        checks.append(
-            Check(
-                f"{depth}L pre-LN: DyT trains comparably to LayerNorm",
-                f"trained, |DyT - LN| <= {CLOSE:.2f} nats",
-                f"DyT {fmt_loss(dyt.val_loss)} ({dyt.outcome}), LN {fmt_loss(ln.val_loss)}: {gap:+.3f}",
-                dyt.outcome == "trained" and abs(gap) <= CLOSE,
-            )
-        )
-    panels = {f"{d} layers": list(pair) for d, pair in runs.items()}
-    unigram = runs[min(runs)][0].unigram_loss
-    plot = loss_curves(panels, out_dir, "dyt", f"Pre-LN with LayerNorm vs DyT, lr {LR:g}", unigram)
-    data = {
-        "lr": LR,
-        "runs": [r.to_dict() for pair in runs.values() for r in pair],
-        "seconds": round(time.perf_counter() - start, 1),
+    r = resolve(REGISTRATION, scale, quick, QUICK)
+    train = {"lr": r["lr"], "warmup": 0, "steps": r["steps"]}
+    models = {
+        (d, n): {"wrap": "pre", "n_layers": d, **({"norm": "dyt"} if n == "dyt" else {})}
+        for d in r["depths"]
+        for n in ("layernorm", "dyt")
     }
+    announce("dyt", [(m, train) for m in models.values()], r["seeds"], scale)
+    runs = {
+        (d, n): train_seeds(f"pre {d}L, {n}", m, train, r["seeds"], scale) for (d, n), m in models.items()
+    }
+    checks = [_check(d, runs[(d, "layernorm")], runs[(d, "dyt")]) for d in r["depths"]]
+    panels = {f"{d} layers": [runs[(d, "layernorm")][0], runs[(d, "dyt")][0]] for d in r["depths"]}
+    unigram = runs[(r["depths"][0], "layernorm")][0].unigram_loss
+    plot = loss_curves(
+        panels, out_dir, "dyt", f"Pre-LN with LayerNorm vs DyT, lr {r['lr']:g} (first seed)", unigram
+    )
+    data = {"scale": scale, "regime": r, "runs": [x.to_dict() for rs in runs.values() for x in rs]}
     return Reproduction("dyt", data, checks, [p for p in [plot] if p], source="Zhu et al. 2025 (DyT)")
+
+
+def _check(depth: int, ln: list, dyt: list) -> Check:
+    """Both halves of "trains comparably" must hold: DyT below the stall level, and within CLOSE of LN."""
+    e = REGISTRATION.expectation
+    gap = seeded_check(
+        "gap",
+        "",
+        [final_loss(a) - final_loss(b) for a, b in zip(dyt, ln, strict=True)],
+        at_least=-e["close"],
+        at_most=e["close"],
+    )
+    level = [below_unigram(x) / x.unigram_loss for x in dyt]
+    trains = seeded_check("trains", "", level, at_most=-e["trained_share_below_unigram"])
+    measured = (
+        f"DyT - LN {gap.measured}; DyT (loss / unigram - 1) {trains.measured.removeprefix('mean ')}; "
+        + outcomes(dyt)
+    )
+    stated = f"trains (loss/unigram - 1 <= -{e['trained_share_below_unigram']:.2f}), |DyT - LN| <= {e['close']:.2f} nats"
+    return Check(
+        f"{depth}L pre-LN: DyT trains comparably to LayerNorm",
+        stated,
+        measured,
+        combined([gap.verdict, trains.verdict]),
+        interval=gap.interval,
+    )

@@ -2,7 +2,7 @@
 
 For post, pre, sandwich, deepnorm, admin, rezero and pre-LN without any skip, at L in {6, 12, 24, 48,
 96, 192} (``--quick``: up to 48), d_model 32, 4 heads, one batch of 4 x 32 bytes of the default corpus,
-LM loss, seed 0, the probe measures:
+LM loss, for five seeds (each its own initial weights and batch), the probe measures:
 
 - ``last_grad``: ||d loss / d theta|| over every parameter of layer L (Xiong et al. 2020, Theorem 1,
   bound the last layer's FFN weights: O(d sqrt(ln d)) for post-LN, O(d sqrt(ln d / L)) for pre-LN);
@@ -12,13 +12,17 @@ LM loss, seed 0, the probe measures:
 - ``ctx_ratio``: the position-varying gradient at layer 1's output over its value at the top
   (:mod:`depthlab.probe.probe`): how much of the signal that teaches context reaches the bottom.
 
-Log-log slopes against L are fitted by least squares. The expected outcomes below are written
-before the run; the verdicts compare them with what is measured. Whole parameter sets are used
+Log-log slopes against L are fitted by least squares, one per seed; the verdicts are decided on the
+mean slope over seeds with its interval. The texts (the stacks article and the stream chapter) read Xiong et al. as saying that
+post-LN's gradient near the output "grows with depth"; Theorem 1 bounds it independently of L. Both
+readings are checked against the measured slope. Whole parameter sets are used
 (not only W^{2,L}) so that ReZero, whose branch weights get exactly zero gradient at init (a = 0),
 still has a value: the gradient of its a.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -27,11 +31,10 @@ from depthlab.corpus import text_batch
 from depthlab.fit import loglog_slope
 from depthlab.model import build_model
 from depthlab.probe import measure
-from depthlab.reproduce.claim import Check, Reproduction, register
+from depthlab.reproduce.claim import Check, Reproduction, register, resolve, seeded_check
 from depthlab.reproduce.figures import new_figure, save
+from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
 
-DEPTHS = (6, 12, 24, 48, 96, 192)
-QUICK_DEPTHS = (6, 12, 24, 48)
 STACKS = (  # (label, wrap, residual)
     ("post", "post", ("attn", "cross", "ffn")),
     ("pre", "pre", ("attn", "cross", "ffn")),
@@ -42,7 +45,53 @@ STACKS = (  # (label, wrap, residual)
     ("pre, no residual", "pre", ()),
 )
 D_MODEL, HEADS, BATCH, SEQ = 32, 4, 4, 32
-SLOPE_TOL = 0.15  # a fitted exponent "matches" a predicted one within +-0.15
+SMALL = {"depths": [6, 12, 24, 48, 96, 192], "seeds": [0, 1, 2, 3, 4]}
+
+# What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
+# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+AT_SCALE = (
+    "Not a question of training scale: these are properties at initialisation; Xiong et al.'s bounds are "
+    "asymptotic in width, so wider models should fit them more closely, not differently."
+)
+
+QUICK = {"depths": [6, 12, 24, 48], "seeds": [0]}
+QUICK_DEPTHS = tuple(QUICK["depths"])
+GROWS_CLAIM = (
+    "the texts' own words (the stacks article, the stream chapter: the gradient near the output 'grows with depth'), not "
+    "tested before"
+)
+REGISTRATION = Registration(
+    date="2026-11-30 04:22 UTC",
+    expectation={
+        "slope_tolerance": 0.15,  # a fitted exponent "matches" a predicted one within +-0.15
+        "post_last_grad": 0.0,  # Xiong et al. Theorem 1: flat in L
+        "pre_last_grad": -0.5,  # Theorem 1: ~ L^-1/2
+        "pre_final_rms": 0.5,  # Lemma 2: E||x_L||^2 linear in L
+        "post_final_rms": 0.0,  # renormalised (by construction)
+        "post_grows_slope_at_least": 0.15,  # "grows with depth": a slope above the tolerance
+        "no_skip_context_below": 1e-3,  # the position-varying gradient reaching layer 1, vs the top
+        "pre_context_at_least": 0.1,
+        "decision": DECISION,
+    },
+    regimes={"small": SMALL},
+    revisions=(
+        *to_seeds(
+            "2026-11-30", "one seed: the fitted slopes", {"regime.small.seeds": ([0], SMALL["seeds"])}, {}
+        )[:2],
+        Revision(
+            "2026-11-30",
+            "expectation.post_grows_slope_at_least",
+            None,
+            0.15,
+            GROWS_CLAIM,
+            "yes for seed 0 (the previous single-seed document's post-LN slope)",
+        ),
+    ),
+)
+BY_CONSTRUCTION = {
+    "post_rms": "by construction at init: x_L is a LayerNorm's output with gain 1 (a check of the wiring)",
+    "pre_context": "cannot fail: pre-LN's identity path brings at least the top's gradient to layer 1",
+}
 
 
 def measure_point(wrap: str, residual: tuple, n_layers: int, tokens: torch.Tensor, seed: int = 0) -> dict:
@@ -62,10 +111,10 @@ def measure_point(wrap: str, residual: tuple, n_layers: int, tokens: torch.Tenso
     }
 
 
-def run_grid(depths) -> tuple[list[dict], dict]:
-    """(rows: one per stack and depth, slopes: {label: {quantity: slope}})."""
+def run_grid(depths, seed: int = 0) -> tuple[list[dict], dict]:
+    """(rows: one per stack and depth, slopes: {label: {quantity: slope}}) for one seed (weights, batch)."""
 
-    tokens = text_batch(BATCH, SEQ, 256, seed=0)
+    tokens = text_batch(BATCH, SEQ, 256, seed=seed)
     rows, slopes = [], {}
     threads = torch.get_num_threads()
     # d_model 32 matmuls are too small to split across threads; on a shared machine the threads'
@@ -73,7 +122,7 @@ def run_grid(depths) -> tuple[list[dict], dict]:
     torch.set_num_threads(1)
     try:
         for label, wrap, residual in STACKS:
-            pts = [{"stack": label, "L": L, **measure_point(wrap, residual, L, tokens)} for L in depths]
+            pts = [{"stack": label, "L": L, **measure_point(wrap, residual, L, tokens, seed)} for L in depths]
             rows += pts
             slopes[label] = {
                 q: loglog_slope(depths, [p[q] for p in pts]) for q in ("last_grad", "first_grad", "final_rms")
@@ -83,74 +132,111 @@ def run_grid(depths) -> tuple[list[dict], dict]:
     return rows, slopes
 
 
-def checks_for(rows: list[dict], slopes: dict) -> list[Check]:
-    """Xiong et al.'s predictions and the rank-collapse expectation, each against the fitted values."""
+# (claim, stack, quantity, expectation key, sanity key or ""): slopes that should match a prediction
+SLOPE_CHECKS = (
+    (
+        "post-LN last-layer gradient vs L: log-log slope (Xiong Thm 1: flat)",
+        "post",
+        "last_grad",
+        "post_last_grad",
+        "",
+    ),
+    ("pre-LN last-layer gradient ~ L^-1/2 (Xiong Thm 1): slope", "pre", "last_grad", "pre_last_grad", ""),
+    (
+        "pre-LN stream energy linear in L: rms ~ L^1/2 (Xiong Lemma 2): slope",
+        "pre",
+        "final_rms",
+        "pre_final_rms",
+        "",
+    ),
+    (
+        "post-LN stream is renormalised: rms flat in L: slope",
+        "post",
+        "final_rms",
+        "post_final_rms",
+        "post_rms",
+    ),
+)
 
-    def near(value, target):
-        return value is not None and abs(value - target) <= SLOPE_TOL
 
-    def s(label, q):
-        v = slopes[label][q]
-        return "n/a" if v is None else f"{v:+.2f}"
+def _slopes(grids: list, label: str, q: str) -> list[float]:
+    """One fitted slope per seed (NaN where the fit had no value)."""
+    return [math.nan if g[1][label][q] is None else g[1][label][q] for g in grids]
 
-    deepest = max(r["L"] for r in rows)
-    nores = next(r for r in rows if r["stack"] == "pre, no residual" and r["L"] == deepest)
-    pre_min = min(r["ctx_ratio"] for r in rows if r["stack"] == "pre")
-    return [
-        Check(
-            "post-LN last-layer gradient is flat in L (Xiong Thm 1)",
-            "slope 0",
-            s("post", "last_grad"),
-            near(slopes["post"]["last_grad"], 0.0),
+
+def _slope_check(grids: list, claim: str, label: str, q: str, key: str, sanity: str) -> Check:
+    """The slope over seeds within the tolerance of the registered prediction."""
+    e = REGISTRATION.expectation
+    target, tol = e[key], e["slope_tolerance"]
+    return seeded_check(
+        claim,
+        f"{target:+g} +- {tol:g}",
+        _slopes(grids, label, q),
+        at_least=target - tol,
+        at_most=target + tol,
+        fmt="+.2f",
+        sanity=BY_CONSTRUCTION[sanity] if sanity else "",
+    )
+
+
+def checks_for(grids: list[tuple[list[dict], dict]]) -> list[Check]:
+    """Xiong et al.'s predictions, the texts' reading, and the rank-collapse expectation, decided over seeds.
+
+    ``grids``: one (rows, slopes) of :func:`run_grid` per seed.
+    """
+    e = REGISTRATION.expectation
+    checks = [_slope_check(grids, *spec) for spec in SLOPE_CHECKS]
+    grows = seeded_check(
+        "post-LN gradient near the output grows with depth (the stacks article, the stream chapter): log-log slope",
+        f">= {e['post_grows_slope_at_least']:+g}",
+        _slopes(grids, "post", "last_grad"),
+        at_least=e["post_grows_slope_at_least"],
+        fmt="+.2f",
+    )
+    deepest = max(r["L"] for r in grids[0][0])
+    nores = [
+        next(r["ctx_ratio"] for r in g[0] if r["stack"] == "pre, no residual" and r["L"] == deepest)
+        for g in grids
+    ]
+    pre_min = [min(r["ctx_ratio"] for r in g[0] if r["stack"] == "pre") for g in grids]
+    context = [
+        seeded_check(
+            f"no skips: the position-varying gradient reaching layer 1, over the top's (L = {deepest})",
+            f"< {e['no_skip_context_below']:g} (collapses)",
+            nores,
+            at_most=e["no_skip_context_below"],
+            fmt=".1e",
         ),
-        Check(
-            "pre-LN last-layer gradient ~ L^-1/2 (Xiong Thm 1)",
-            "slope -0.5",
-            s("pre", "last_grad"),
-            near(slopes["pre"]["last_grad"], -0.5),
-        ),
-        Check(
-            "pre-LN stream energy linear in L: rms ~ L^1/2 (Xiong Lemma 2)",
-            "slope +0.5",
-            s("pre", "final_rms"),
-            near(slopes["pre"]["final_rms"], 0.5),
-        ),
-        Check(
-            "post-LN stream is renormalised: rms flat in L (by construction at init: x_L is a "
-            "LayerNorm's output with gain 1; a check of the wiring, not a finding)",
-            "slope 0",
-            s("post", "final_rms"),
-            near(slopes["post"]["final_rms"], 0.0),
-        ),
-        Check(
-            f"no skips: the position-varying gradient reaching layer 1 collapses (L = {deepest})",
-            "< 1e-3 of the top; pre-LN >= 0.1",
-            f"{nores['ctx_ratio']:.1e}; pre-LN min {pre_min:.2f}",
-            nores["ctx_ratio"] < 1e-3 and pre_min >= 0.1,
+        seeded_check(
+            "pre-LN: the same ratio, smallest over depths",
+            f">= {e['pre_context_at_least']:g}",
+            pre_min,
+            at_least=e["pre_context_at_least"],
+            fmt=".2f",
+            sanity=BY_CONSTRUCTION["pre_context"],
         ),
     ]
+    return [checks[0], grows, *checks[1:], *context]
 
 
-@register("init-scaling")
-def init_scaling(quick: bool = False, out_dir: str | None = None) -> Reproduction:
+@register("init-scaling", REGISTRATION)
+def init_scaling(quick: bool = False, out_dir: str | None = None, scale: str = "small") -> Reproduction:
     """Gradient and stream scale at init vs depth for seven wrappings; slopes vs Xiong et al. 2020."""
-    depths = QUICK_DEPTHS if quick else DEPTHS
-    rows, slopes = run_grid(depths)
+    r = resolve(REGISTRATION, scale, quick, QUICK)
+    grids = [run_grid(r["depths"], seed) for seed in r["seeds"]]
+    rows, slopes = grids[0]
     data = {
-        "depths": list(depths),
+        "scale": scale,
+        "regime": r,
+        "depths": list(r["depths"]),
         "d_model": D_MODEL,
         "batch": [BATCH, SEQ],
         "rows": rows,
         "slopes": slopes,
-        "expected": {
-            "post": {"last_grad": 0.0, "final_rms": 0.0},
-            "pre": {"last_grad": -0.5, "final_rms": 0.5},
-        },
+        "slopes_by_seed": [g[1] for g in grids],
     }
-    plots = [plot_scaling(rows, depths, out_dir)] if out_dir else []
-    return ScalingReproduction(
-        "init-scaling", data, checks_for(rows, slopes), plots, source="Xiong et al. 2020"
-    )
+    plots = [plot_scaling(rows, r["depths"], out_dir)] if out_dir else []
+    return ScalingReproduction("init-scaling", data, checks_for(grids), plots, source="Xiong et al. 2020")
 
 
 class ScalingReproduction(Reproduction):
@@ -158,6 +244,7 @@ class ScalingReproduction(Reproduction):
 
     def format(self) -> str:
         table = format_table(self.data["rows"], self.data["slopes"], self.data["depths"])
+        table = f"the first seed's measurements:\n{table}"
         return f"{table}\n\n{super().format()}"
 
 

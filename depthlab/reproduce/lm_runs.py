@@ -1,8 +1,10 @@
-"""The claim reproductions' training runs: the tiny regime (:mod:`depthlab.train.regimes`) at lr 1e-3,
-and a cached way to train in it.
+"""The claim reproductions' training runs: the regime of each scale, a cached way to train in it, and
+the per-seed numbers the verdicts are decided on.
 
-In this regime a 24-layer post-LN model without warmup ends at the unigram loss at lr 1e-3 while pre-LN
-trains: small enough to run in seconds on two cores and deep enough to show the published effects.
+Scales: ``small`` is the tiny regime (:mod:`depthlab.train.regimes`) at lr 1e-3: in it a 24-layer post-LN
+model without warmup ends at the unigram loss while pre-LN trains, in seconds on two cores. ``large``
+is the d_model 256 regime of the same module, for a GPU or a long CPU night. Each claim overrides what
+its source varies (wrapping, depth, warmup, learning rate, steps, seed).
 
 ``train_run`` memoises on the resolved configs, so that ``depthlab reproduce all`` trains a
 configuration that two claims share only once (training is deterministic for a given seed).
@@ -19,14 +21,26 @@ import torch
 
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.corpus import load_corpus
+from depthlab.errors import ConfigError
+from depthlab.reproduce import cost
 from depthlab.train import train as run_training
-from depthlab.train.regimes import TINY_LM_MODEL, TINY_LM_TRAIN
+from depthlab.train.outcome import STALL_MARGIN
+from depthlab.train.regimes import LARGE_LM_MODEL, LARGE_LM_TRAIN, TINY_LM_MODEL, TINY_LM_TRAIN
 
-# The shared regime (depthlab.train.regimes) at lr 1e-3; each claim overrides what its source varies
-# (wrapping, depth, warmup, lr, norm). Copies, so that a claim or a test may change them.
+# The shared regimes at lr 1e-3; copies, so that a claim or a test may change them.
 TINY_MODEL = dict(TINY_LM_MODEL)
 TINY_TRAIN = {**TINY_LM_TRAIN, "lr": 1e-3}
-NO_ATTN_SKIP = ("cross", "ffn")  # seed 004: the attention sublayer's skip removed
+LARGE_MODEL = dict(LARGE_LM_MODEL)
+LARGE_TRAIN = {**LARGE_LM_TRAIN, "lr": 1e-3}
+NO_ATTN_SKIP = ("cross", "ffn")  # the 48-layer skip ablation: the attention sublayer's skip removed
+
+
+def base(scale: str) -> tuple[dict, dict]:
+    """(model fields, train fields) of ``scale``: "small" (the tiny regime) or "large"."""
+    bases = {"small": (TINY_MODEL, TINY_TRAIN), "large": (LARGE_MODEL, LARGE_TRAIN)}
+    if scale not in bases:
+        raise ConfigError("scale", scale, "small or large")
+    return bases[scale]
 
 
 @dataclass
@@ -53,10 +67,20 @@ class Run:
     layers_last: list = field(default_factory=list)
     grad_by_step: list = field(default_factory=list)
     model: torch.nn.Module | None = None
+    step: int | None = None  # the update at which it was found stalled or diverged (None: trained)
 
     def to_dict(self) -> dict:
         """The JSON-able summary (no model, no per-step gradients)."""
-        keys = ("label", "outcome", "reason", "val_loss", "final_train_loss", "unigram_loss", "seconds")
+        keys = (
+            "label",
+            "outcome",
+            "reason",
+            "step",
+            "val_loss",
+            "final_train_loss",
+            "unigram_loss",
+            "seconds",
+        )
         d = {k: _num(getattr(self, k)) for k in keys}
         d["curve"] = [[s, _num(v)] for s, v in self.curve]
         d["config"] = {"model": self.model_cfg, "train": self.train_cfg}
@@ -66,6 +90,10 @@ class Run:
     def n_layers(self) -> int:
         return self.model_cfg["n_layers"]
 
+    @property
+    def seed(self) -> int:
+        return self.train_cfg.get("seed", 0)
+
     def short(self) -> str:
         """e.g. '2.74 trained' (validation loss in nats, then the outcome)."""
         return f"{fmt_loss(self.val_loss)} {self.outcome}"
@@ -74,20 +102,26 @@ class Run:
 _CACHE: dict[tuple[str, str], Run] = {}
 
 
-def configs(label_model: dict, label_train: dict) -> tuple[ModelConfig, TrainConfig]:
-    """The tiny regime with the given overrides, validated."""
-    mcfg = ModelConfig(**{**TINY_MODEL, **label_model})
-    tcfg = TrainConfig(**{**TINY_TRAIN, **label_train})
-    return mcfg, tcfg
+def configs(label_model: dict, label_train: dict, scale: str = "small") -> tuple[ModelConfig, TrainConfig]:
+    """The regime of ``scale`` with the given overrides, validated."""
+    model, train = base(scale)
+    return ModelConfig(**{**model, **label_model}), TrainConfig(**{**train, **label_train})
 
 
-def train_run(label: str, model: dict, train: dict | None = None, quiet: bool = False) -> Run:
-    """Train the tiny regime with these overrides once per process; returns the :class:`Run`.
+def is_cached(mcfg: ModelConfig, tcfg: TrainConfig) -> bool:
+    """Whether this process already trained (mcfg, tcfg)."""
+    return (mcfg.config_hash(), tcfg.config_hash()) in _CACHE
+
+
+def train_run(
+    label: str, model: dict, train: dict | None = None, quiet: bool = False, scale: str = "small"
+) -> Run:
+    """Train the regime of ``scale`` with these overrides once per process; returns the :class:`Run`.
 
     ``model`` / ``train`` are ModelConfig / TrainConfig field overrides.
     """
 
-    mcfg, tcfg = configs(model, train or {})
+    mcfg, tcfg = configs(model, train or {}, scale)
     key = (mcfg.config_hash(), tcfg.config_hash())
     if key in _CACHE:
         cached = _CACHE[key]
@@ -97,8 +131,26 @@ def train_run(label: str, model: dict, train: dict | None = None, quiet: bool = 
     run = _summarise(label, mcfg, tcfg, result, time.perf_counter() - start)
     _CACHE[key] = run
     if not quiet:
-        _log(f"  {label:34} {run.short():18} {run.seconds:5.1f} s")
+        _log(f"  {label:44} {run.short():18} {run.seconds:5.1f} s")
     return run
+
+
+def train_seeds(label: str, model: dict, train: dict, seeds, scale: str = "small") -> list[Run]:
+    """One :class:`Run` per seed (the TrainConfig seed: initial weights and batch order)."""
+    return [train_run(f"{label} (seed {s})", model, {**train, "seed": s}, scale=scale) for s in seeds]
+
+
+def final_loss(run: Run) -> float:
+    """The run's validation loss; a run that ended without one (non-finite: diverged) counts as the loss
+    of a uniform prediction over the vocabulary, ln V, the level of a model that learned nothing."""
+    if math.isfinite(run.val_loss):
+        return run.val_loss
+    return math.log(run.model_cfg.get("vocab_size", 256))
+
+
+def below_unigram(run: Run) -> float:
+    """final_loss - unigram loss, nats: negative once the model learned more than byte frequencies."""
+    return final_loss(run) - (run.unigram_loss if run.unigram_loss is not None else math.nan)
 
 
 def _summarise(label: str, mcfg: ModelConfig, tcfg: TrainConfig, result, seconds: float) -> Run:
@@ -119,26 +171,13 @@ def _summarise(label: str, mcfg: ModelConfig, tcfg: TrainConfig, result, seconds
         layers_last=with_layers[-1]["layers"] if with_layers else [],
         grad_by_step=[(r["step"], [row.get("grad_norm") for row in r["layers"]]) for r in with_layers],
         model=getattr(result, "model", None),
+        step=result.step,
     )
 
 
 def clear_cache() -> None:
     """Forget every memoised run (tests use it to measure a fresh run)."""
     _CACHE.clear()
-
-
-def ended_at_unigram(run: Run, margin: float) -> bool:
-    """Stalled or diverged, or a validation loss no more than ``margin`` nats below the unigram level."""
-    if run.outcome in ("stalled", "diverged") or not math.isfinite(run.val_loss):
-        return True
-    return run.unigram_loss is not None and run.val_loss >= run.unigram_loss - margin
-
-
-def trained_below_unigram(run: Run, margin: float) -> bool:
-    """Outcome 'trained' and a validation loss at least ``margin`` nats below the unigram level."""
-    if run.outcome != "trained" or not math.isfinite(run.val_loss):
-        return False
-    return run.unigram_loss is None or run.val_loss <= run.unigram_loss - margin
 
 
 @torch.no_grad()
@@ -188,3 +227,31 @@ def _num(v):
 def _log(msg: str) -> None:
 
     print(msg, file=sys.stderr, flush=True)
+
+
+def announce(name: str, specs, seeds, scale: str = "small") -> float:
+    """Print the expected time of training ``specs`` [(model overrides, train overrides)], each with every
+    seed of ``seeds``, at ``scale`` before it starts (:mod:`depthlab.reproduce.cost`); returns the seconds."""
+    planned = [configs(m, {**t, "seed": s}, scale) for m, t in specs for s in seeds]
+    return cost.announce(name, planned, is_cached)
+
+
+def outcomes(runs: list[Run]) -> str:
+    """The runs' outcome labels, e.g. 'outcomes trained/stalled/trained'."""
+    return "outcomes " + "/".join(r.outcome for r in runs)
+
+
+def paired_outcomes(without: list[Run], with_: list[Run]) -> str:
+    """Two settings' outcome labels, e.g. 'outcomes without stalled/stalled, with trained/trained'."""
+    labels = ("/".join(r.outcome for r in runs) for runs in (without, with_))
+    return "outcomes without {}, with {}".format(*labels)
+
+
+# The train package's stall level: a run "trained" when its loss ends more than this share below the
+# unigram loss. The claims decide "trains" / "fails" on this level over seeds.
+STALL_SHARE = STALL_MARGIN
+
+
+def relative_to_unigram(run: Run) -> float:
+    """final_loss / unigram loss - 1: below -STALL_SHARE the run learned more than byte frequencies."""
+    return final_loss(run) / run.unigram_loss - 1

@@ -2,71 +2,95 @@
 Difficulty of Training Transformers").
 
 Liu et al.: on WMT14 En-De with 6 layers, post-LN 27.80 BLEU vs pre-LN 27.27; pre-LN's easier training
-costs some of the model's potential. Reproduced at 6 layers in the tiny byte-level regime
-(:mod:`depthlab.reproduce.lm_runs`), each wrapping at its best warmup among a few (a tuned warmup, as
-the claim says). This is a soft claim at this scale (a few hundred steps of a tiny model): it is
-reported either way.
+costs some of the model's potential. Reproduced at 6 layers on the byte-level task
+(:mod:`depthlab.reproduce.lm_runs`), each wrapping at its best warmup among a few (a tuned warmup, as the
+claim says): the warmup with the lowest mean final loss over seeds is chosen per wrapping, then each
+seed gives one paired difference, post-LN's final loss minus pre-LN's. This is a soft claim at this
+scale (a few hundred steps of a tiny model): it is reported either way.
 """
 
 from __future__ import annotations
 
-import time
+import statistics
 
-from depthlab.reproduce.claim import Check, Reproduction, register
+from depthlab.reproduce.claim import Reproduction, register, resolve, seeded_check
 from depthlab.reproduce.figures import loss_curves
-from depthlab.reproduce.lm_runs import Run, fmt_loss, train_run
+from depthlab.reproduce.lm_runs import announce, final_loss, train_seeds
+from depthlab.reproduce.registration import DECISION, Registration, to_seeds
 
-DEPTH = 6
-LR = 1e-3
-STEPS, STEPS_QUICK = 300, 150
-WARMUPS = (0, 30, 100)  # at STEPS; scaled down with the steps in the quick version
-WARMUPS_QUICK = (0, 50)
+SMALL = {"depth": 6, "lr": 1e-3, "steps": 300, "warmups": [0, 30, 100], "seeds": [0, 1, 2, 3, 4]}
+LARGE = {"depth": 6, "lr": 1e-3, "steps": 3000, "warmups": [0, 300, 1000], "seeds": [0, 1, 2]}
+REGISTRATION = Registration(
+    date="2026-11-30 05:23 UTC",
+    expectation={
+        # post-LN's best final loss at most this many nats above pre-LN's best (seed-to-seed noise)
+        "tolerance": 0.02,
+        "decision": DECISION,
+    },
+    regimes={"small": SMALL, "large": LARGE},
+    revisions=to_seeds(
+        "2026-11-30",
+        "one seed: the best run of each wrapping",
+        {"regime.small.seeds": ([0], SMALL["seeds"])},
+        LARGE,
+    ),
+)
 
-# Expected outcome, stated before the run: post-LN's best validation loss is no higher than pre-LN's
-# best plus TOL nats (TOL: the size of seed-to-seed noise at this scale).
-TOL = 0.02
+# What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
+# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+AT_SCALE = (
+    "Expected to change: Liu et al.'s advantage of post-LN is small (half a BLEU point) and appears after "
+    "full convergence; a few hundred updates of a width-32 model end before either wrapping converges, and "
+    "pre-LN's faster start dominates. The large scale trains ten times longer at width 256."
+)
+
+QUICK = {"steps": 150, "warmups": [0, 50], "seeds": [0]}
 
 
-def _runs(quick: bool) -> dict[tuple[str, int], Run]:
-    steps, warmups = (STEPS_QUICK, WARMUPS_QUICK) if quick else (STEPS, WARMUPS)
-    runs = {}
-    for wrap in ("post", "pre"):
-        for w in warmups:
-            label = f"{wrap} {DEPTH}L, " + (f"warmup {w}" if w else "no warmup")
-            runs[(wrap, w)] = train_run(
-                label, {"wrap": wrap, "n_layers": DEPTH}, {"lr": LR, "warmup": w, "steps": steps}
-            )
-    return runs
-
-
-def best(runs: dict[tuple[str, int], Run], wrap: str) -> Run:
-    """The run of ``wrap`` with the lowest validation loss (NaN counts as worst)."""
-    mine = [r for (w, _), r in runs.items() if w == wrap]
-    return min(mine, key=lambda r: r.val_loss if r.val_loss == r.val_loss else float("inf"))
-
-
-@register("shallow-post")
-def reproduce_shallow_post(quick: bool = False, out_dir: str | None = None) -> Reproduction:
+@register("shallow-post", REGISTRATION)
+def reproduce_shallow_post(
+    quick: bool = False, out_dir: str | None = None, scale: str = "small"
+) -> Reproduction:
     """At 6 layers with a tuned warmup, post-LN ends at least as good as pre-LN (Liu et al. 2020; soft)."""
-    start = time.perf_counter()
-    runs = _runs(quick)
-    post, pre = best(runs, "post"), best(runs, "pre")
-    gap = post.val_loss - pre.val_loss
-    check = Check(
-        f"{DEPTH}L, best warmup each: post-LN at least as good as pre-LN (soft)",
-        f"post <= pre + {TOL:.2f} nats",
-        f"post {fmt_loss(post.val_loss)} ({post.label}), pre {fmt_loss(pre.val_loss)} ({pre.label}): {gap:+.3f}",
-        gap <= TOL,
+    r = resolve(REGISTRATION, scale, quick, QUICK)
+    specs = {
+        (wrap, w): ({"wrap": wrap, "n_layers": r["depth"]}, {"lr": r["lr"], "warmup": w, "steps": r["steps"]})
+        for wrap in ("post", "pre")
+        for w in r["warmups"]
+    }
+    announce("shallow-post", specs.values(), r["seeds"], scale)
+    runs = {
+        (wrap, w): train_seeds(
+            f"{wrap} {r['depth']}L, " + (f"warmup {w}" if w else "no warmup"), m, t, r["seeds"], scale
+        )
+        for (wrap, w), (m, t) in specs.items()
+    }
+    best = {wrap: best_warmup(runs, wrap) for wrap in ("post", "pre")}
+    post, pre = runs[("post", best["post"])], runs[("pre", best["pre"])]
+    tol = REGISTRATION.expectation["tolerance"]
+    check = seeded_check(
+        f"{r['depth']}L, best warmup each: post-LN's final loss - pre-LN's (nats; soft)",
+        f"<= +{tol:.2f}",
+        [final_loss(a) - final_loss(b) for a, b in zip(post, pre, strict=True)],
+        at_most=tol,
+        fmt="+.3f",
+        context=f"best warmup: post {best['post']}, pre {best['pre']}",
     )
-    unigram = post.unigram_loss
-    panels = {"post-LN": [r for (w, _), r in runs.items() if w == "post"]}
-    panels["pre-LN"] = [r for (w, _), r in runs.items() if w == "pre"]
-    plot = loss_curves(panels, out_dir, "shallow_post", f"{DEPTH} layers, lr {LR:g}, warmup tuned", unigram)
+    panels = {w: [rs[0] for (wrap, _), rs in runs.items() if wrap == w] for w in ("post", "pre")}
+    title = f"{r['depth']} layers, lr {r['lr']:g}, warmup tuned (first seed)"
+    plot = loss_curves(panels, out_dir, "shallow_post", title, post[0].unigram_loss)
     data = {
-        "lr": LR,
-        "depth": DEPTH,
-        "best": {"post": post.label, "pre": pre.label},
-        "runs": [r.to_dict() for r in runs.values()],
-        "seconds": round(time.perf_counter() - start, 1),
+        "scale": scale,
+        "regime": r,
+        "best_warmup": best,
+        "runs": [x.to_dict() for rs in runs.values() for x in rs],
     }
     return Reproduction("shallow-post", data, [check], [p for p in [plot] if p], source="Liu et al. 2020")
+
+
+def best_warmup(runs: dict, wrap: str) -> int:
+    """The warmup of ``wrap`` with the lowest mean final loss over seeds (a diverged run counts as ln V)."""
+    return min(
+        (w for (w2, w) in runs if w2 == wrap),
+        key=lambda w: statistics.fmean(final_loss(x) for x in runs[(wrap, w)]),
+    )

@@ -1,6 +1,7 @@
-"""A 48-layer model with the attention skip removed stalls, its bottom layers starved (seed 004).
+"""A 48-layer model with the attention skip removed stalls, its bottom layers starved (the residual-connections
+interview answer).
 
-Seed 004: "an engineer writes a custom block with the attention output passed straight into the FFN,
+The interview answer: "an engineer writes a custom block with the attention output passed straight into the FFN,
 dropping the first skip connection. Training loss falls for the first few hundred steps, then stalls
 near the level of a model that predicts only common tokens ... Gradient-norm logs show the bottom 20
 layers receiving almost no gradient. Restoring x = x + attn(norm(x)) fixed training immediately."
@@ -13,108 +14,218 @@ every logged step.
 
 from __future__ import annotations
 
+import math
 import statistics
-import time
 
-from depthlab.reproduce.claim import Check, Reproduction, register
+from depthlab.reproduce.claim import Reproduction, register, resolve, seeded_check
 from depthlab.reproduce.figures import loss_curves, profiles
-from depthlab.reproduce.lm_runs import NO_ATTN_SKIP, Run, ended_at_unigram, train_run, trained_below_unigram
+from depthlab.reproduce.lm_runs import NO_ATTN_SKIP, Run, announce, below_unigram, outcomes, train_seeds
+from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
 
-DEPTH = 48
-BOTTOM = 20  # "the bottom 20 layers": streams 0..19, the inputs of layers 1..20
-STEPS, STEPS_QUICK = 300, 150  # seed 004: "falls for the first few hundred steps, then stalls"
-LR = 1e-3
+SMALL = {"depth": 48, "bottom": 20, "lr": 1e-3, "steps": 300, "seeds": [0, 1, 2]}
+LARGE = {"depth": 48, "bottom": 20, "lr": 1e-3, "steps": 3000, "seeds": [0, 1, 2]}
+NEW_CLAIMS = "the source's own words, not tested before: 'loss falls first, then stalls' and 'arrives intact'"
+CURVE_KNOWN = (
+    "partly: seed 0's loss curves were in the previous document's figure; no threshold was read off it"
+)
+REGISTRATION = Registration(
+    date="2026-11-30 05:23 UTC",
+    expectation={
+        # "stalls near the unigram level": the final loss is within this many nats of it, or above
+        "stall_within": 0.10,
+        # "almost no gradient": the largest ||g_i|| / ||g_top|| over the bottom streams below this
+        # (median over logged steps)
+        "starved_below": 1e-2,
+        # "fixed": with the skip, the final loss at least this many nats below the unigram loss
+        "trains_below": 0.15,
+        # the old check "with it, min ||g_bottom|| / ||g_top|| >= 0.1" (shown as a sanity check)
+        "fed_at_least": 0.1,
+        # "arrives intact": with the skip, at every logged step every bottom stream's gradient is within
+        # this many orders of magnitude of the top's
+        "intact_within_orders": 1.0,
+        # "falls first": the logged training loss drops at least this many nats below its first value
+        # within the first third of the run
+        "falls_by": 0.5,
+        # "then stalls": the mean logged loss of the last quarter of the run is at most this many nats
+        # below that of the second quarter
+        "stalls_within": 0.05,
+        "decision": DECISION,
+    },
+    regimes={"small": SMALL, "large": LARGE},
+    revisions=(
+        *to_seeds(
+            "2026-11-30",
+            "one seed: the runs' labels and losses, the gradient ratios' medians over logged steps",
+            {"regime.small.seeds": ([0], SMALL["seeds"])},
+            LARGE,
+        ),
+        Revision("2026-11-30", "expectation.intact_within_orders", None, 1.0, NEW_CLAIMS, CURVE_KNOWN),
+        Revision("2026-11-30", "expectation.falls_by", None, 0.5, NEW_CLAIMS, CURVE_KNOWN),
+        Revision("2026-11-30", "expectation.stalls_within", None, 0.05, NEW_CLAIMS, CURVE_KNOWN),
+    ),
+)
 
-# Expected outcomes, stated before the run. "Stalls near the unigram level": labelled stalled (or
-# diverged), or within STALL nats of the unigram loss. "Almost no gradient": the largest gradient among
-# the bottom 20 streams is below STARVED of the gradient at the top stream (median over logged steps).
-# "Fixed": with the skip the run trains at least TRAIN nats below the unigram level and every bottom
-# stream gets at least FED of the top stream's gradient.
-STALL = 0.10
-STARVED = 1e-2
-TRAIN = 0.15
-FED = 0.1
+# What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
+# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+AT_SCALE = (
+    'The starving of the bottom layers is structural and not expected to change; "arrives intact" is '
+    "measured on a pre-LN stack whose gradient grows toward the bottom by construction, which no scale "
+    "changes."
+)
+
+QUICK = {"steps": 150, "seeds": [0]}
+# pre-LN's identity path carries the top's gradient to every stream and each branch adds to it, so at
+# every stream the gradient is at least about the top's: the lower bound cannot fail with the skip in place
+FED_SANITY = "cannot fail: pre-LN's identity path brings at least the top's gradient to every stream"
 
 
-def bottom_to_top(grad_by_step: list, bottom: int = BOTTOM) -> dict:
-    """Per logged step, max and min over streams 0..bottom-1 of ||g_i|| / ||g_L||; their medians over steps.
+def bottom_to_top(grad_by_step: list, bottom: int) -> dict:
+    """Per logged step, max and min over streams 0..bottom-1 of ||g_i|| / ||g_L||; their medians over
+    steps, and the largest departure |log10(ratio)| over every stream and step ("orders").
 
-    ``grad_by_step``: [(step, [||g_0||, ..., ||g_L||])]. Returns {"max": float, "min": float}.
+    ``grad_by_step``: [(step, [||g_0||, ..., ||g_L||])]. Returns {"max", "min", "orders"}.
     """
-    highs, lows = [], []
+    highs, lows, orders = [], [], []
     for _, grads in grad_by_step:
         top = grads[-1]
-        if not top or any(g is None for g in grads[:bottom]):
+        if not top or any(g is None or g <= 0 for g in grads[:bottom]):
             continue
         ratios = [g / top for g in grads[:bottom]]
         highs.append(max(ratios))
         lows.append(min(ratios))
+        orders.append(max(abs(math.log10(x)) for x in ratios))
     if not highs:
-        return {"max": float("nan"), "min": float("nan")}
-    return {"max": statistics.median(highs), "min": statistics.median(lows)}
+        return {"max": math.nan, "min": math.nan, "orders": math.nan}
+    return {"max": statistics.median(highs), "min": statistics.median(lows), "orders": max(orders)}
 
 
-@register("skip-ablation")
-def reproduce_skip_ablation(quick: bool = False, out_dir: str | None = None) -> Reproduction:
-    """48 layers without the attention skip: stalls near unigram, bottom 20 layers starved (seed 004)."""
-    start = time.perf_counter()
-    train = {"lr": LR, "warmup": 0, "steps": STEPS_QUICK if quick else STEPS}
-    cut = train_run(f"pre {DEPTH}L, no attention skip", {"n_layers": DEPTH, "residual": NO_ATTN_SKIP}, train)
-    full = train_run(f"pre {DEPTH}L, all skips", {"n_layers": DEPTH}, train)
-    ratio_cut, ratio_full = bottom_to_top(cut.grad_by_step), bottom_to_top(full.grad_by_step)
-    at_start = bottom_to_top(cut.grad_by_step[:1])  # the first step: before training shaped the weights
-    checks = [
-        Check(
-            "without the attention skip: stalls near the unigram loss",
-            f"stalled, or within {STALL:.2f} nats of unigram",
-            f"{cut.short()} (unigram {cut.unigram_loss:.2f})",
-            ended_at_unigram(cut, STALL),
+def falls_then_stalls(curve: list) -> dict:
+    """From [(step, logged train loss)]: how far the loss fell below its first value within the first
+    third of the run ("falls"), and how much lower the last quarter's mean is than the second quarter's
+    ("progress" after the fall: near 0 for a stall)."""
+    pts = [(s, v) for s, v in curve if math.isfinite(v)]
+    if len(pts) < 4:
+        return {"falls": math.nan, "progress": math.nan}
+    last = pts[-1][0]
+    first_third = [v for s, v in pts if s <= last / 3]
+    second_q = [v for s, v in pts if last / 4 < s <= last / 2]
+    last_q = [v for s, v in pts if s > 3 * last / 4]
+    falls = pts[0][1] - min(first_third)
+    progress = statistics.fmean(second_q) - statistics.fmean(last_q) if second_q and last_q else math.nan
+    return {"falls": falls, "progress": progress}
+
+
+@register("skip-ablation", REGISTRATION)
+def reproduce_skip_ablation(
+    quick: bool = False, out_dir: str | None = None, scale: str = "small"
+) -> Reproduction:
+    """48 layers without the attention skip: stalls near unigram, bottom 20 layers starved (the interview answer's 48-layer model)."""
+    r = resolve(REGISTRATION, scale, quick, QUICK)
+    depth, bottom = r["depth"], r["bottom"]
+    train = {"lr": r["lr"], "warmup": 0, "steps": r["steps"]}
+    models = {"cut": {"n_layers": depth, "residual": NO_ATTN_SKIP}, "full": {"n_layers": depth}}
+    announce("skip-ablation", [(m, train) for m in models.values()], r["seeds"], scale)
+    cut = train_seeds(f"pre {depth}L, no attention skip", models["cut"], train, r["seeds"], scale)
+    full = train_seeds(f"pre {depth}L, all skips", models["full"], train, r["seeds"], scale)
+    ratio_cut = [bottom_to_top(x.grad_by_step, bottom) for x in cut]
+    ratio_full = [bottom_to_top(x.grad_by_step, bottom) for x in full]
+    shape = [falls_then_stalls(x.curve) for x in cut]
+    checks = _checks_without_skip(cut, ratio_cut, shape, bottom) + _checks_with_skip(full, ratio_full, bottom)
+    plots = _plots(cut[0], full[0], out_dir, depth)
+    data = {
+        "scale": scale,
+        "regime": r,
+        "bottom_to_top": {"no_attn_skip": ratio_cut, "all_skips": ratio_full},
+        "falls_then_stalls": shape,
+        "grad_by_stream_last": {"no_attn_skip": _grads(cut[0]), "all_skips": _grads(full[0])},
+        "runs": [x.to_dict() for x in cut + full],
+    }
+    return Reproduction(
+        "skip-ablation",
+        data,
+        checks,
+        plots,
+        source="the residual-connections interview answer: the 48-layer skip ablation",
+    )
+
+
+def _checks_without_skip(cut: list, ratio_cut: list, shape: list, bottom: int) -> list:
+    """Without the attention skip: it stalls, the bottom starves, the loss falls first then stalls."""
+    e = REGISTRATION.expectation
+    return [
+        seeded_check(
+            "without the attention skip: final loss - unigram loss (nats)",
+            f"stalls near it: >= -{e['stall_within']:.2f}",
+            [below_unigram(x) for x in cut],
+            at_least=-e["stall_within"],
+            fmt=".2f",
+            context=outcomes(cut),
         ),
-        Check(
-            f"without it: bottom {BOTTOM} layers get almost no gradient",
-            f"max ||g_bottom|| / ||g_top|| < {STARVED:g}",
-            f"{ratio_cut['max']:.2e} (median over logged steps; {at_start['max']:.2g} at step 1)",
-            ratio_cut["max"] < STARVED,
+        seeded_check(
+            f"without it: max ||g_bottom|| / ||g_top|| over the bottom {bottom} streams (median over steps)",
+            f"< {e['starved_below']:g} (almost no gradient)",
+            [x["max"] for x in ratio_cut],
+            at_most=e["starved_below"],
+            fmt=".2e",
         ),
-        Check(
-            "restoring the skip fixes training",
-            f"trained, >= {TRAIN:.2f} nats below unigram",
-            full.short(),
-            trained_below_unigram(full, TRAIN),
+        seeded_check(
+            "without it, per step: the training loss falls first (nats below its first value, first third)",
+            f">= {e['falls_by']:g}",
+            [x["falls"] for x in shape],
+            at_least=e["falls_by"],
+            fmt=".2f",
         ),
-        Check(
-            f"with it: the bottom {BOTTOM} layers get gradient",
-            f"min ||g_bottom|| / ||g_top|| >= {FED:g}",
-            f"{ratio_full['min']:.2e} (median over logged steps)",
-            ratio_full["min"] >= FED,
+        seeded_check(
+            "without it, per step: then stalls (second quarter's mean loss - last quarter's, nats)",
+            f"<= {e['stalls_within']:g}",
+            [x["progress"] for x in shape],
+            at_most=e["stalls_within"],
+            fmt="+.3f",
         ),
     ]
-    plots = _plots(cut, full, out_dir)
-    data = {
-        "depth": DEPTH,
-        "lr": LR,
-        "bottom_to_top": {
-            "no_attn_skip": ratio_cut,
-            "all_skips": ratio_full,
-            "no_attn_skip_step_1": at_start,
-        },
-        "grad_by_stream_last": {"no_attn_skip": _grads(cut), "all_skips": _grads(full)},
-        "runs": [cut.to_dict(), full.to_dict()],
-        "seconds": round(time.perf_counter() - start, 1),
-    }
-    return Reproduction("skip-ablation", data, checks, plots, source="seed 004")
+
+
+def _checks_with_skip(full: list, ratio_full: list, bottom: int) -> list:
+    """With the skip restored: it trains, the gradient arrives intact, the bottom is fed (sanity)."""
+    e = REGISTRATION.expectation
+    return [
+        seeded_check(
+            "restoring the skip: final loss - unigram loss (nats)",
+            f"trains: <= -{e['trains_below']:.2f}",
+            [below_unigram(x) for x in full],
+            at_most=-e["trains_below"],
+            fmt=".2f",
+            context=outcomes(full),
+        ),
+        seeded_check(
+            f"with it, per step: the gradient arrives intact (largest |log10 ||g_i|| / ||g_top|| | over the "
+            f"bottom {bottom} streams and every logged step)",
+            f"<= {e['intact_within_orders']:g} (within one order of magnitude of the top's)",
+            [x["orders"] for x in ratio_full],
+            at_most=e["intact_within_orders"],
+            fmt=".2f",
+        ),
+        seeded_check(
+            f"with it: min ||g_bottom|| / ||g_top|| over the bottom {bottom} streams (median over steps)",
+            f">= {e['fed_at_least']:g}",
+            [x["min"] for x in ratio_full],
+            at_least=e["fed_at_least"],
+            fmt=".2e",
+            sanity=FED_SANITY,
+        ),
+    ]
 
 
 def _grads(run: Run) -> list:
     return [row.get("grad_norm") for row in run.layers_last]
 
 
-def _plots(cut: Run, full: Run, out_dir: str | None) -> list[str]:
+def _plots(cut: Run, full: Run, out_dir: str | None, depth: int) -> list[str]:
     curves = loss_curves(
         {"training loss": [cut, full]},
         out_dir,
         "skip_ablation_loss",
-        f"{DEPTH} layers, pre-LN",
+        f"{depth} layers, pre-LN (first seed)",
         cut.unigram_loss,
     )
     series = {}

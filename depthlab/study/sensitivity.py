@@ -200,8 +200,10 @@ def curves(runs: list[dict]) -> list[Curve]:
 
 
 def setting_label(key: dict) -> str:
-    """A setting (:func:`setting_key`) as the report's rows name it: ``pre``, ``pre qk_norm=True``."""
-    return " ".join(str(v) if k == "wrap" else f"{k}={v}" for k, v in key.items()) or "all runs"
+    """A setting (:func:`setting_key`) as the report's rows name it, the wrapping first: ``pre``,
+    ``pre qk_norm=True``."""
+    first = [str(key["wrap"])] if "wrap" in key else []
+    return " ".join(first + [f"{k}={v}" for k, v in key.items() if k != "wrap"]) or "all runs"
 
 
 def setting_key(axes: dict) -> dict:

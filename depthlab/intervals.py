@@ -1,0 +1,169 @@
+"""Several seeds, one number: the mean, an interval around it, and a three-way verdict against a threshold.
+
+One training run is an anecdote: its seed decides the initial weights and the order of the batches, and
+at small scale that can move a final loss by a few hundredths of a nat or turn "stalled" into "trained".
+A claim is decided here on the mean over seeds with an interval, and the verdict has three values:
+
+- ``agree``: the whole interval lies on the expected side of the threshold;
+- ``MISMATCH``: the whole interval lies on the other side;
+- ``inconclusive``: the interval straddles the threshold. That is a result too: more seeds (or a larger
+  effect) would be needed to decide.
+
+The interval is Student's t-interval for the mean, mean +- t_{n-1, (1+level)/2} * s / sqrt(n), with s the
+sample standard deviation over seeds. Why t and not a bootstrap: with 3 to 5 seeds a percentile bootstrap
+has only a handful of distinct resampled means (10 for 3 seeds) and its interval is too narrow (it omits
+the sqrt(n / (n - 1)) small-sample correction and the t quantile's heavier tail), so it would declare
+"agree" on evidence that does not support it. The t-interval is exact when the seed-to-seed values are
+normally distributed and is the standard, conservative choice at small n; its price is width: with 3
+seeds the multiplier is t_2 = 4.30, so many claims end "inconclusive", which is the honest outcome.
+
+Values must be finite: what a failed measurement (a diverged run's NaN loss) counts as is the caller's
+decision, stated where the caller makes it. This module knows nothing about training or reproductions;
+anything with seeds (learning-rate curves, probes at init) can use it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+AGREE, MISMATCH, INCONCLUSIVE = "agree", "MISMATCH", "inconclusive"
+VERDICTS = (AGREE, MISMATCH, INCONCLUSIVE)
+METHOD = "Student's t-interval for the mean over seeds"
+
+
+@dataclass(frozen=True)
+class Interval:
+    """The mean of ``values`` and a two-sided ``level`` interval around it (``method`` says which)."""
+
+    mean: float
+    low: float
+    high: float
+    level: float
+    values: tuple[float, ...]
+    method: str = METHOD
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    def format(self, fmt: str = ".3g") -> str:
+        """e.g. '2.45 [2.40, 2.50]'; one value alone: '2.45 (one seed: no interval)'."""
+        if self.n == 1:
+            return f"{self.mean:{fmt}} (one seed: no interval)"
+        return f"{self.mean:{fmt}} [{self.low:{fmt}}, {self.high:{fmt}}]"
+
+    def to_dict(self) -> dict:
+        """JSON-able: mean, low, high, level, n, values, method (an infinite bound becomes None)."""
+
+        def num(v):
+            return v if math.isfinite(v) else None
+
+        return {
+            "mean": self.mean,
+            "low": num(self.low),
+            "high": num(self.high),
+            "level": self.level,
+            "n": self.n,
+            "values": list(self.values),
+            "method": self.method,
+        }
+
+
+def mean_interval(values: Sequence[float], level: float = 0.95) -> Interval:
+    """Student's t-interval for the mean of ``values`` (one per seed); see the module docstring.
+
+    One value gives the interval (-inf, inf): nothing can be decided from it. Identical values give a
+    zero-width interval. Raises ValueError on an empty list, a non-finite value or a level outside (0, 1).
+    """
+    xs = [float(v) for v in values]
+    if not xs:
+        raise ValueError("mean_interval needs at least one value")
+    if not all(math.isfinite(v) for v in xs):
+        raise ValueError(f"mean_interval needs finite values, got {xs}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    mean = statistics.fmean(xs)
+    if len(xs) == 1:
+        return Interval(mean, -math.inf, math.inf, level, tuple(xs))
+    half = t_quantile((1 + level) / 2, len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
+    return Interval(mean, mean - half, mean + half, level, tuple(xs))
+
+
+def decide(interval: Interval, *, at_least: float | None = None, at_most: float | None = None) -> str:
+    """The verdict of an expectation "value >= at_least" and/or "value <= at_most" on ``interval``.
+
+    agree: every value of the interval satisfies the expectation; MISMATCH: none does; inconclusive:
+    the interval straddles a bound. Both bounds together express "within [at_least, at_most]".
+    """
+    if at_least is None and at_most is None:
+        raise ValueError("decide needs at_least, at_most or both")
+    lo, hi = interval.low, interval.high
+    if (at_least is not None and hi < at_least) or (at_most is not None and lo > at_most):
+        return MISMATCH
+    if (at_least is None or lo >= at_least) and (at_most is None or hi <= at_most):
+        return AGREE
+    return INCONCLUSIVE
+
+
+def t_cdf(x: float, df: int) -> float:
+    """P(T <= x) for Student's t with ``df`` degrees of freedom (via the regularised incomplete beta)."""
+    if df < 1:
+        raise ValueError(f"df must be >= 1, got {df}")
+    if x == 0:
+        return 0.5
+    tail = 0.5 * _betainc(df / 2, 0.5, df / (df + x * x))  # P(T > |x|)
+    return 1 - tail if x > 0 else tail
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (bisection on :func:`t_cdf`)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must be in (0, 1), got {p}")
+    if p < 0.5:
+        return -t_quantile(1 - p, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_cdf(mid, df) < p else (lo, mid)
+        if hi - lo < 1e-12 * max(1.0, hi):
+            break
+    return (lo + hi) / 2
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function I_x(a, b) (continued fraction, Numerical Recipes 6.4)."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1) / (a + b + 2):
+        return math.exp(log_front) * _betacf(a, b, x) / a
+    return 1 - math.exp(log_front) * _betacf(b, a, 1 - x) / b
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """The continued fraction of the incomplete beta function (modified Lentz's method)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1, a - 1
+    c, d = 1.0, 1 - qab * x / qap
+    d = 1 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        for num in (
+            m * (b - m) * x / ((qam + m2) * (a + m2)),
+            -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2)),
+        ):
+            d = 1 + num * d
+            d = 1 / (d if abs(d) > tiny else tiny)
+            c = 1 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1) < 1e-15:
+            break
+    return h

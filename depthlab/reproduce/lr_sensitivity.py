@@ -1,0 +1,347 @@
+"""Learning-rate sensitivity across depth, and what lowers it (Wortsman et al. 2023, "Small-scale proxies
+for large-scale Transformer training instabilities"; Dehghani et al. 2023 on attention-logit growth).
+
+Wortsman et al. judge a configuration by its whole curve of final loss against learning rate, summarised
+as LR sensitivity (:mod:`depthlab.study.sensitivity`: the mean over the swept learning rates of how far
+each ends above the best, a diverged run counting as the loss at initialisation). They show that the
+instabilities of large models appear in small ones at high learning rates: without qk-layernorm the
+attention logits grow and the attention entropy collapses, and without z-loss the output logits drift;
+qk-layernorm, z-loss and warmup each lower the sensitivity. Reproduced on the byte-level task with the
+``lr-sensitivity`` study preset (five settings at 2, 6 and 24 layers over eight learning rates from 1e-4
+to 3e-1, three seeds) and a control study at 6 layers (post-LN and pre-LN without warmup; pre-LN with
+qk-layernorm alone and with z-loss alone). Both are studies in the SQLite store, so a preset already
+run is reused and an interrupted reproduction resumes.
+
+Every measurement is made per seed (the sensitivity of one seed's curve, the logits of one seed's runs)
+and decided on the mean over seeds with its t-interval. The best learning rate's slope against depth is
+compared, as information, with Jelassi et al. 2023 (-3/2, for muP ReLU networks) and with depth-wise
+parametrisations such as CompleteP (0): depthlab's stacks use the standard parametrisation, to which
+neither applies directly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+
+from depthlab.intervals import INCONCLUSIVE
+from depthlab.paths import save_figure
+from depthlab.report.data import load
+from depthlab.report.lr_plots import lr_curves
+from depthlab.reproduce import cost
+from depthlab.reproduce.claim import Reproduction, register, resolve, seeded_check
+from depthlab.reproduce.registration import DECISION, Registration
+from depthlab.study.executors import default_workers
+from depthlab.study.grid import StudyConfig
+from depthlab.study.presets import PRESETS
+from depthlab.study.runner import plan, run_study
+from depthlab.study.sensitivity import Curve, best_lr_slope, curves, setting_key, setting_label
+from depthlab.study.store import DEFAULT_DB
+
+SMALL = {
+    "depths": [2, 6, 24],
+    "lrs": [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1],
+    "seeds": [0, 1, 2],
+    "steps": 150,
+    "warmup": 15,
+    "control_depth": 6,  # the depth of the warmup, qk-layernorm and z-loss comparisons
+    "high_lr": 1e-1,  # "a high learning rate" for the attention and output logits
+    "moderate_lr": 1e-3,  # the learning rate the high one is compared with
+    "z_loss": 1e-4,  # Wortsman et al.'s coefficient
+}
+# The large scale: the width and length of the other claims' large regimes (a GPU or a long CPU night).
+LARGE = {**SMALL, "d_model": 256, "steps": 2000, "warmup": 200}
+QUICK = {"depths": [1, 2], "lrs": [1e-3, 1e-1], "seeds": [0, 1], "steps": 20, "warmup": 2, "control_depth": 2}
+REGISTRATION = Registration(
+    date="2026-11-30 16:58 UTC",
+    expectation={
+        # (a) per seed: [S_post(deepest) - S_post(shallowest)] - [S_pre(deepest) - S_pre(shallowest)] (nats)
+        "depth_growth_post_minus_pre": 0.0,
+        # (b) per seed at control_depth: S(no warmup) - S(warmup) (nats), for post-LN and for pre-LN
+        "warmup_lowers": 0.0,
+        # (c) pre-LN at control_depth: log10 of the largest attention logit at high_lr over moderate_lr,
+        # and without qk-layernorm over with it; the mean attention entropy with qk-layernorm minus
+        # without, and at moderate_lr minus at high_lr (nats); S(pre) - S(pre + qk-layernorm) (nats)
+        "logit_growth_log10": 0.0,
+        "entropy_drop": 0.0,
+        "qk_norm_lowers": 0.0,
+        # (d) pre-LN at control_depth, high_lr: log10 |log Z| without z-loss over with it; and
+        # S(pre) - S(pre + z-loss) (nats)
+        "z_loss_log10": 0.0,
+        "z_loss_lowers": 0.0,
+        # (e) per setting: the slope of log10(best lr) against log10(depth) is below this; inconclusive
+        # where the best learning rate is at an edge of the sweep at some depth
+        "best_lr_slope": 0.0,
+        "edge_is_inconclusive": True,
+        "slope_information": {"Jelassi et al. 2023 (muP)": -1.5, "CompleteP (Dey et al. 2025)": 0.0},
+        "decision": DECISION,
+    },
+    regimes={"small": SMALL, "large": LARGE},
+    notes="Registered before any run of the registered regime was seen (two 24-layer post-LN runs of the "
+    "preset at lr 1e-4 had finished, undertrained; the quick smoke version had been run once to test the "
+    "code, which showed that a best learning rate at the sweep's edge gives a meaningless slope). The "
+    "preset's regime (width 32, 150 steps, "
+    "cosine schedule with 15 warmup steps) was fixed when the preset was written, to finish on 2 cores.",
+)
+
+
+@register("lr-sensitivity", REGISTRATION)
+def reproduce_lr_sensitivity(
+    quick: bool = False, out_dir: str | None = None, scale: str = "small"
+) -> Reproduction:
+    """LR sensitivity grows with depth faster for post-LN; warmup, qk-layernorm and z-loss lower it; the
+    best learning rate falls with depth (Wortsman et al. 2023)."""
+    regime = resolve(REGISTRATION, scale, quick, QUICK)
+    preset, controls = _studies(regime, scale, quick)
+    db = _store(preset.name, out_dir)
+    _announce([preset, controls], db)
+    main, ctrl = _run(preset, db), _run(controls, db)
+    by = _index(curves(main) + curves(ctrl))
+    r, e = regime, REGISTRATION.expectation
+    deep, shallow, d = max(r["depths"]), min(r["depths"]), r["control_depth"]
+    checks = [_depth_growth(by, shallow, deep, e)]
+    for wrap in ("post", "pre"):
+        checks.append(
+            _lower(
+                f"{d}L {wrap}-LN: warmup lowers LR sensitivity",
+                by[(f"{wrap} warmup=0", d)],
+                by[(wrap, d)],
+                e["warmup_lowers"],
+                "no warmup - warmup",
+            )  # fmt: skip
+        )
+    checks += _attention_checks(main + ctrl, by, r, d, e)
+    checks += _z_loss_checks(main + ctrl, by, r, d, e)
+    checks += _slope_checks(curves(main), e)
+    plot = _plot(db, preset.name, out_dir)
+    data = {
+        "scale": scale,
+        "regime": regime,
+        "store": db,
+        "tables": [_table(curves(main) + curves(ctrl))],
+    }
+    return Reproduction(
+        "lr-sensitivity", data, checks, [p for p in [plot] if p], source="Wortsman et al. 2023"
+    )
+
+
+def _store(regime_name: str, out_dir: str | None) -> str:
+    """The registered small regime shares the default store (the ``lr-sensitivity`` preset's runs there
+    are reused); any other (the quick smoke version, the large scale) writes a store in ``out_dir``."""
+    if regime_name == "lr-sensitivity":
+        return DEFAULT_DB
+    folder = out_dir or tempfile.mkdtemp(prefix="depthlab-lr-sensitivity-")
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, f"{regime_name}.sqlite")
+
+
+def _studies(r: dict, scale: str, quick: bool):
+    """The preset's study (the small regime is the ``lr-sensitivity`` preset itself; another regime
+    changes its width, steps, depths, learning rates and seeds) and the controls' study."""
+    spec = PRESETS["lr-sensitivity"]
+    model = {**spec["model"], "d_model": r.get("d_model", spec["model"]["d_model"])}
+    train = {**spec["train"], "steps": r["steps"], "warmup": r["warmup"]}
+    axes = {**spec["axes"], "n_layers": r["depths"], "lr": r["lrs"], "seed": r["seeds"]}
+    name = "lr-sensitivity" + ("-quick" if quick else "" if scale == "small" else f"-{scale}")
+    preset = StudyConfig.from_dict({**spec, "name": name, "model": model, "train": train, "axes": axes})
+    settings = [
+        {"wrap": "post", "warmup": 0},
+        {"wrap": "pre", "warmup": 0},
+        {"wrap": "pre", "qk_norm": True},
+        {"wrap": "pre", "z_loss": r["z_loss"]},
+    ]
+    control_axes = {
+        "wrapping": settings,
+        "n_layers": [r["control_depth"]],
+        "lr": r["lrs"],
+        "seed": r["seeds"],
+    }
+    controls = StudyConfig.from_dict(
+        {**spec, "name": f"{name}-controls", "model": model, "train": train, "axes": control_axes}
+    )
+    return preset, controls
+
+
+def _announce(studies, db: str) -> None:
+    """Print the expected time of the runs not yet done in ``db`` (serial compute: two workers share it)."""
+    done = {
+        (spec.model, spec.train): status == "done" for study in studies for spec, status in plan(study, db)
+    }
+    cost.announce("lr-sensitivity", list(done), lambda m, t: done[(m, t)])
+
+
+def _run(study, db: str) -> list[dict]:
+    """Run (or resume) ``study`` in ``db`` with two workers; its runs with their metrics and telemetry."""
+    print(f"lr-sensitivity: study {study.name!r} in {db} (already-done runs are reused)", flush=True)
+    run_study(study, db=db, workers=default_workers(), tensorboard=False)
+    return load(db, study.name).runs
+
+
+def _index(curve_list: list[Curve]) -> dict[tuple[str, int], Curve]:
+    return {(c.label, c.depth): c for c in curve_list}
+
+
+def _growth(by: dict, label: str, shallow: int, deep: int) -> dict[int, float]:
+    """Per seed: the LR sensitivity of ``label`` at ``deep`` minus at ``shallow`` layers."""
+    a, b = by[(label, deep)].per_seed_sensitivity(), by[(label, shallow)].per_seed_sensitivity()
+    return {s: a[s] - b[s] for s in sorted(set(a) & set(b))}
+
+
+def _depth_growth(by: dict, shallow: int, deep: int, e: dict):
+    post, pre = _growth(by, "post", shallow, deep), _growth(by, "pre", shallow, deep)
+    seeds = sorted(set(post) & set(pre))
+    return seeded_check(
+        f"LR sensitivity grows from {shallow} to {deep} layers faster for post-LN than for pre-LN "
+        "(growth of post - growth of pre, nats)",
+        f"> {e['depth_growth_post_minus_pre']:g}",
+        [post[s] - pre[s] for s in seeds],
+        at_least=e["depth_growth_post_minus_pre"],
+        fmt="+.3f",
+        context=f"post-LN grew {_mean(post.values()):+.3f}, pre-LN {_mean(pre.values()):+.3f}",
+    )
+
+
+def _lower(claim: str, without: Curve, with_: Curve, threshold: float, what: str):
+    """A check that ``with_`` has the lower sensitivity, per seed (``without`` - ``with_``)."""
+    a, b = without.per_seed_sensitivity(), with_.per_seed_sensitivity()
+    seeds = sorted(set(a) & set(b))
+    return seeded_check(
+        f"{claim} ({what}, nats)",
+        f"> {threshold:g}",
+        [a[s] - b[s] for s in seeds],
+        at_least=threshold,
+        fmt="+.3f",
+        context=f"S {_mean(a.values()):.3f} vs {_mean(b.values()):.3f}",
+    )
+
+
+def _runs_at(runs: list[dict], label: str, depth: int, lr: float) -> dict[int, dict]:
+    """Per seed, the run of setting ``label`` at ``depth`` and ``lr``."""
+    out = {}
+    for r in runs:
+        m, t = r["config"]["model"], r["config"]["train"]
+        same = m["n_layers"] == depth and math.isclose(t["lr"], lr)
+        if r.get("status") == "done" and same and setting_label(setting_key(r.get("axes") or {})) == label:
+            out[t["seed"]] = r
+    return out
+
+
+def _attention(run: dict) -> tuple[float, float]:
+    """(largest attention logit over layers, mean attention entropy over layers) at the run's last logged
+    step with finite values."""
+    rows = [
+        x
+        for x in run.get("layers") or []
+        if _finite(x.get("attn_logit_max")) and _finite(x.get("attn_entropy"))
+    ]
+    if not rows:
+        return math.nan, math.nan
+    last = max(x["step"] for x in rows)
+    at = [x for x in rows if x["step"] == last]
+    return max(x["attn_logit_max"] for x in at), _mean(x["attn_entropy"] for x in at)
+
+
+def _lse(run: dict) -> float:
+    """|log Z| (the mean log-partition of the output logits) at the run's last logged step with a value."""
+    for m in reversed(run.get("metrics") or []):
+        extra = json.loads(m.get("extra_json") or "{}")
+        if _finite(extra.get("logit_lse")):
+            return abs(extra["logit_lse"])
+    return math.nan
+
+
+def _attention_checks(runs: list[dict], by: dict, r: dict, d: int, e: dict):
+    hi, mid = r["high_lr"], r["moderate_lr"]
+    pre_hi, pre_mid = _runs_at(runs, "pre", d, hi), _runs_at(runs, "pre", d, mid)
+    qk_hi = _runs_at(runs, "pre qk_norm=True", d, hi)
+    a = {s: _attention(x) for s, x in pre_hi.items()}
+    b = {s: _attention(x) for s, x in pre_mid.items()}
+    q = {s: _attention(x) for s, x in qk_hi.items()}
+    growth = [math.log10(a[s][0] / b[s][0]) for s in sorted(set(a) & set(b))]
+    vs_qk = [math.log10(a[s][0] / q[s][0]) for s in sorted(set(a) & set(q))]
+    drop = [b[s][1] - a[s][1] for s in sorted(set(a) & set(b))]
+    drop_qk = [q[s][1] - a[s][1] for s in sorted(set(a) & set(q))]
+    g, t = e["logit_growth_log10"], e["entropy_drop"]
+    where = f"{d}L pre-LN"
+    return [
+        seeded_check(f"{where}: the largest attention logit grows at lr {hi:g} (log10 of it at lr {hi:g} / at "
+                     f"lr {mid:g})", f"> {g:g}", growth, at_least=g, fmt="+.2f",
+                     context=f"logit {_mean(v[0] for v in a.values()):.1f} vs {_mean(v[0] for v in b.values()):.1f}"),
+        seeded_check(f"{where}, lr {hi:g}: qk-layernorm keeps the attention logits small (log10 of the largest "
+                     "without / with)", f"> {g:g}", vs_qk, at_least=g, fmt="+.2f",
+                     context=f"with qk-layernorm {_mean(v[0] for v in q.values()):.1f}"),
+        seeded_check(f"{where}: attention entropy collapses at lr {hi:g} (mean entropy at lr {mid:g} - at lr "
+                     f"{hi:g}, nats)", f"> {t:g}", drop, at_least=t, fmt="+.3f",
+                     context=f"entropy {_mean(v[1] for v in a.values()):.3f} vs {_mean(v[1] for v in b.values()):.3f}"),
+        seeded_check(f"{where}, lr {hi:g}: qk-layernorm prevents the collapse (entropy with - without, nats)",
+                     f"> {t:g}", drop_qk, at_least=t, fmt="+.3f",
+                     context=f"with qk-layernorm {_mean(v[1] for v in q.values()):.3f}"),
+        _lower(f"{d}L: qk-layernorm lowers pre-LN's LR sensitivity", by[("pre", d)], by[("pre qk_norm=True", d)],
+               e["qk_norm_lowers"], "pre - pre with qk-layernorm"),
+    ]  # fmt: skip
+
+
+def _z_loss_checks(runs: list[dict], by: dict, r: dict, d: int, e: dict):
+    hi, z = r["high_lr"], r["z_loss"]
+    label = setting_label({"wrap": "pre", "z_loss": z})
+    plain, with_z = _runs_at(runs, "pre", d, hi), _runs_at(runs, label, d, hi)
+    seeds = sorted(set(plain) & set(with_z))
+    ratio = [math.log10(_lse(plain[s]) / _lse(with_z[s])) for s in seeds]
+    return [
+        seeded_check(f"{d}L pre-LN, lr {hi:g}: z-loss keeps the output log-partition near 0 (log10 |log Z| "
+                     "without / with)", f"> {e['z_loss_log10']:g}", ratio, at_least=e["z_loss_log10"], fmt="+.2f",
+                     context=f"|log Z| {_mean(_lse(x) for x in plain.values()):.2f} vs "
+                     f"{_mean(_lse(x) for x in with_z.values()):.2f}"),
+        _lower(f"{d}L: z-loss lowers pre-LN's LR sensitivity", by[("pre", d)], by[(label, d)],
+               e["z_loss_lowers"], "pre - pre with z-loss"),
+    ]  # fmt: skip
+
+
+def _slope_checks(curve_list: list[Curve], e: dict):
+    """Per setting, the best learning rate's slope against depth; inconclusive where the best learning
+    rate sits at an edge of the sweep at some depth (the sweep did not locate it)."""
+    info = ", ".join(f"{k}: {v:+g}" for k, v in e["slope_information"].items())
+    checks = []
+    for label, seeds in best_lr_slope(curve_list, per_seed=True).items():
+        check = seeded_check(
+            f"{label}: the best learning rate falls with depth (slope of log10 lr against log10 depth)",
+            f"< {e['best_lr_slope']:g} (for information: {info})",
+            seeds,
+            at_most=e["best_lr_slope"],
+            fmt="+.2f",
+        )
+        edges = [c.depth for c in curve_list if c.label == label and c.best()["at_edge"]]
+        if edges and e["edge_is_inconclusive"]:
+            check.verdict = INCONCLUSIVE
+            check.measured += f"; the best learning rate is at an edge of the sweep at {edges} layers"
+        checks.append(check)
+    return checks
+
+
+def _table(curve_list: list[Curve]) -> dict:
+    rows = []
+    for c in curve_list:
+        s, best = c.sensitivity(), c.best()
+        rows.append([c.label, str(c.depth), f"{s[0]:.3f} [{s[1]:.3f}, {s[2]:.3f}]", f"{best['lr']:.2g}",
+                     f"{best['loss'][0]:.3f}"])  # fmt: skip
+    return {"title": "LR sensitivity per setting and depth (mean [95% interval] over seeds)",
+            "columns": ["setting", "layers", "LR sensitivity (nats)", "best lr", "its loss"], "rows": rows}  # fmt: skip
+
+
+def _plot(db: str, name: str, out_dir: str | None) -> str | None:
+    """The preset's final loss against learning rate (the report's figure) in ``out_dir``."""
+    if out_dir is None:
+        return None
+    fig = lr_curves(load(db, name))
+    return save_figure(fig, os.path.join(out_dir, "lr-sensitivity.png")) if fig is not None else None
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _mean(values) -> float:
+    vals = [v for v in values if _finite(v)]
+    return sum(vals) / len(vals) if vals else math.nan

@@ -1,0 +1,93 @@
+"""Does deep post-LN without warmup diverge in its first few hundred steps, or stall? And at which
+learning rates (Xiong et al. 2020, On Layer Normalization in the Transformer Architecture: "skip the warm-up on a deep post-LN stack and training
+diverges in the first few hundred steps").
+
+In the small regime a 24-layer post-LN model without warmup ends at the unigram loss at lr 1e-3: it
+stalls rather than diverges (the depth claim). Here the same model is trained without warmup at four
+learning rates for the first few hundred steps, several seeds each; a run has diverged when the train
+package says so (a non-finite loss or gradient, or the smoothed loss far above its minimum:
+:mod:`depthlab.train.outcome`). Each learning rate is one check: every seed diverged (agree), none did
+(MISMATCH), or the seeds split (inconclusive).
+"""
+
+from __future__ import annotations
+
+from depthlab.reproduce.claim import Reproduction, register, resolve, unanimous_check
+from depthlab.reproduce.figures import loss_curves
+from depthlab.reproduce.lm_runs import announce, train_seeds
+from depthlab.reproduce.registration import Registration
+
+SMALL = {"depth": 24, "lrs": [1e-3, 3e-3, 1e-2, 3e-2], "steps": 300, "seeds": [0, 1, 2]}
+LARGE = {"depth": 24, "lrs": [1e-3, 3e-3, 1e-2, 3e-2], "steps": 2000, "seeds": [0, 1, 2]}
+REGISTRATION = Registration(
+    date="2026-11-30",
+    expectation={"outcome": "diverged", "within_steps": 300},
+    regimes={"small": SMALL, "large": LARGE},
+    notes="Registered before any run of this sweep; the lr 1e-3 row's outcome was known (the depth claim: "
+    "24-layer post-LN stalled at 150 steps).",
+)
+
+# What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
+# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+AT_SCALE = (
+    "May change: divergence is a matter of update size relative to the weights, which grows with width; "
+    "the large scale repeats the sweep at width 256."
+)
+
+QUICK = {"lrs": [1e-3, 3e-2], "steps": 150, "seeds": [0]}
+
+
+@register("post-diverge", REGISTRATION)
+def reproduce_post_diverge(
+    quick: bool = False, out_dir: str | None = None, scale: str = "small"
+) -> Reproduction:
+    """Deep post-LN without warmup diverges in its first few hundred steps (Xiong et al. 2020)? Swept over learning rates."""
+    r = resolve(REGISTRATION, scale, quick, QUICK)
+    e, depth = REGISTRATION.expectation, r["depth"]
+    specs = {
+        lr: ({"wrap": "post", "n_layers": depth}, {"lr": lr, "warmup": 0, "steps": r["steps"]})
+        for lr in r["lrs"]
+    }
+    announce("post-diverge", specs.values(), r["seeds"], scale)
+    runs = {
+        lr: train_seeds(f"post {depth}L lr {lr:g}, no warmup", m, t, r["seeds"], scale)
+        for lr, (m, t) in specs.items()
+    }
+    checks = []
+    for lr, rs in runs.items():
+        diverged = [x.outcome == "diverged" and _step(x) <= e["within_steps"] for x in rs]
+        measured = "; ".join(
+            f"{x.outcome}" + (f" at step {_step(x)}" if x.outcome != "trained" else "") for x in rs
+        )
+        checks.append(
+            unanimous_check(
+                f"{depth}L post-LN, lr {lr:g}, no warmup: diverges",
+                f"diverged within {e['within_steps']} steps, every seed",
+                diverged,
+                measured,
+            )
+        )
+    panels = {f"lr {lr:g}": [rs[0]] for lr, rs in runs.items()}
+    plot = loss_curves(
+        panels,
+        out_dir,
+        "post_diverge",
+        f"{depth}-layer post-LN without warmup (first seed)",
+        runs[r["lrs"][0]][0].unigram_loss,
+    )
+    data = {"scale": scale, "regime": r, "runs": [x.to_dict() for rs in runs.values() for x in rs]}
+    data["outcomes"] = {
+        f"{lr:g}": [{"outcome": x.outcome, "step": _step(x)} for x in rs] for lr, rs in runs.items()
+    }
+    return Reproduction(
+        "post-diverge",
+        data,
+        checks,
+        [p for p in [plot] if p],
+        source="Xiong et al. 2020, On Layer Normalization in the Transformer Architecture",
+    )
+
+
+def _step(run) -> int:
+    """The step at which the run was found stalled or diverged (its last step if it trained)."""
+    return run.step if run.step is not None else run.train_cfg.get("steps", 0)

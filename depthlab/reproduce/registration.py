@@ -1,0 +1,184 @@
+"""A claim's registration: its expectation and regime, fixed with a date before the claim is run.
+
+An expectation (thresholds, expected directions, the decision rule) and a regime (sizes, steps, learning
+rates, seeds, per scale) are written down before the runs that test them. Changing one afterwards is a
+:class:`Revision`: the old value, the new value, the reason, and whether the results were known when it
+was made. docs/reproductions.md shows every registration with its date and every revision, and
+tests/test_reproduce_registration.py replays the revisions on the values first registered
+(tests/registered_expectations.json): a value changed without a revision fails it (:func:`replay`).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One change to a registered value, made visibly.
+
+    ``key`` names the value as :meth:`Registration.values` does ("expectation.clear",
+    "regime.small.seeds"); a key that names a whole regime ("regime.large") replaces every value under it,
+    with ``old`` and ``new`` the regime's dicts.
+    ``old`` is None when the value is new. ``results_known`` says whether (and which) results had been
+    seen when the change was made: a revision made with results known cannot count as a prediction.
+    """
+
+    date: str
+    key: str
+    old: object
+    new: object
+    reason: str
+    results_known: str
+
+    def to_dict(self) -> dict:
+        return {
+            "date": self.date,
+            "key": self.key,
+            "old": self.old,
+            "new": self.new,
+            "reason": self.reason,
+            "results_known": self.results_known,
+        }
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What a claim expects and under which regime, as registered on ``date``.
+
+    ``expectation``: named thresholds and expected outcomes (JSON-able values). ``regimes``: per scale
+    ("small", "large"), the sizes, steps, learning rates and seeds that the claim runs. ``notes``: how the
+    regime was chosen (say so when pilot results were known). ``revisions``: every change since ``date``,
+    oldest first. The claim's code reads its values from here, so what runs is what is registered.
+    """
+
+    date: str
+    expectation: dict
+    regimes: dict = field(default_factory=dict)
+    notes: str = ""
+    revisions: tuple[Revision, ...] = ()
+
+    def regime(self, scale: str) -> dict:
+        """The regime of ``scale`` (KeyError names the scales registered)."""
+        if scale not in self.regimes:
+            raise KeyError(f"scale {scale!r} is not registered; one of {', '.join(self.regimes)}")
+        return self.regimes[scale]
+
+    def values(self) -> dict:
+        """Every registered value under a dotted key: expectation.NAME and regime.SCALE.NAME."""
+        out = {f"expectation.{k}": v for k, v in self.expectation.items()}
+        for scale, regime in self.regimes.items():
+            out.update({f"regime.{scale}.{k}": v for k, v in regime.items()})
+        return _plain(out)
+
+    def to_dict(self) -> dict:
+        return {
+            "date": self.date,
+            "expectation": _plain(self.expectation),
+            "regimes": _plain(self.regimes),
+            "notes": self.notes,
+            "revisions": [r.to_dict() for r in self.revisions],
+        }
+
+
+def replay(first: dict, revisions: tuple[Revision, ...] | list[Revision]) -> tuple[dict, list[str]]:
+    """Apply ``revisions`` in order to the values first registered; returns (values, problems).
+
+    A problem is a revision whose ``old`` is not the value it replaces (or names a value that does not
+    exist, or adds one that does): the chain from the first registration to today is broken there.
+    """
+    values, problems = copy.deepcopy(_plain(first)), []
+    for r in revisions:
+        prefix = r.key + "."
+        group = {k: v for k, v in values.items() if k.startswith(prefix)}
+        if is_regime(r.key):
+            old = {k[len(prefix) :]: v for k, v in group.items()} or None
+            if _plain(r.old) != old:
+                problems.append(f"{r.date} {r.key}: old {r.old!r} but the registered value is {old!r}")
+            for k in group:
+                del values[k]
+            values.update({prefix + k: v for k, v in _plain(r.new or {}).items()})
+            continue
+        current = values.get(r.key)
+        if _plain(r.old) != current:
+            problems.append(f"{r.date} {r.key}: old {r.old!r} but the registered value is {current!r}")
+        if r.new is None:
+            values.pop(r.key, None)
+        else:
+            values[r.key] = _plain(r.new)
+    return values, problems
+
+
+def is_regime(key: str) -> bool:
+    """Whether ``key`` names a whole regime ("regime.large") rather than one value."""
+    parts = key.split(".")
+    return len(parts) == 2 and parts[0] == "regime"
+
+
+def unrevised_changes(first: dict, registration: Registration) -> list[str]:
+    """The differences between ``registration`` and its first values that no revision accounts for.
+
+    Empty when the revisions lead from ``first`` (the values as first registered) to today's values.
+    """
+    replayed, problems = replay(first, registration.revisions)
+    now = registration.values()
+    for key in sorted(set(replayed) | set(now)):
+        if replayed.get(key, "<absent>") != now.get(key, "<absent>"):
+            problems.append(
+                f"{key}: registered {replayed.get(key, '<absent>')!r}, now {now.get(key, '<absent>')!r} "
+                "with no revision entry (old, new, reason, results known)"
+            )
+    return problems
+
+
+def _plain(v):
+    """Tuples as lists, recursively: the JSON form the pins are stored in."""
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
+# The decision rule every claim with seeds uses, and the standard revisions that moved a claim first
+# registered with one seed onto it and added its large scale.
+DECISION = (
+    "mean over seeds with a 95% Student t-interval (depthlab.intervals): agree when the whole interval is "
+    "on the expected side of the threshold, MISMATCH when all of it is on the other side, inconclusive "
+    "when it straddles the threshold"
+)
+SEEDS_REASON = "one seed is an anecdote: the verdict is decided on the mean over seeds with an interval"
+SEEDS_KNOWN = "yes for seed 0 (the single-seed run of 2026-11-30 08:25 UTC); no for the other seeds"
+LABEL_AS_LEVEL = (
+    "one run's outcome label becomes a level decided over seeds: the train package's stall level, a final "
+    "loss 5% below the unigram loss (depthlab.train.outcome)"
+)
+LARGE_REASON = "a scale at which claims that are undecided or fail at small scale can be decided"
+
+
+def to_seeds(
+    date: str,
+    old_decision: str,
+    seeds: dict,
+    large: dict | None,
+    known: str = SEEDS_KNOWN,
+    level: bool = False,
+) -> tuple[Revision, ...]:
+    """The revisions that moved a single-seed claim to seeds and intervals and, unless ``large`` is None,
+    added its large scale. ``level``: the claim's "trained" label became the stall level over seeds
+    (expectation "trained_share_below_unigram", 0.05).
+
+    ``seeds``: {regime key: (old seeds, new seeds)}, e.g. {"regime.small.seeds": ([0], [0, 1, 2])}.
+    """
+    out = [Revision(date, "expectation.decision", old_decision, DECISION, SEEDS_REASON, known)]
+    if level:
+        out.append(
+            Revision(date, "expectation.trained_share_below_unigram", None, 0.05, LABEL_AS_LEVEL, SEEDS_KNOWN)
+        )
+    out += [Revision(date, key, old, new, SEEDS_REASON, known) for key, (old, new) in seeds.items()]
+    if large is not None:
+        out.append(
+            Revision(date, "regime.large", None, large, LARGE_REASON, "no: not run before it was registered")
+        )
+    return tuple(out)
