@@ -95,6 +95,41 @@ def imported_config(path: str) -> tuple[ModelConfig, Family]:
         raise ConfigError(e.field, e.value, f"{e.allowed}; in the {family.name} config at {path}") from None
 
 
+# The fields that give each stack of an encoder-decoder its own depth: a family's config sets them
+# (BART's encoder_layers and decoder_layers), and they win over n_layers.
+STACK_DEPTHS = ("enc_layers", "dec_layers")
+
+
+def rewire(base: ModelConfig, changes: dict) -> dict:
+    """``changes`` (ModelConfig field -> value) to an imported config ``base``, completed so that each
+    takes effect: a new depth (``n_layers``) or another ``arch`` resets the family's per-stack depths
+    (``enc_layers``, ``dec_layers``) to None unless ``changes`` sets them too, and a one-stack arch drops
+    the decoder's own embeddings (``side_embeddings``: BART, Marian). Without this, n_layers would change
+    nothing in an encoder-decoder family (its stacks keep their own depths) and a one-stack arch would be
+    refused for fields only two stacks have."""
+    out = dict(changes)
+    new_arch = "arch" in out and out["arch"] != base.arch
+    if "n_layers" in out or new_arch:
+        for f in STACK_DEPTHS:
+            out.setdefault(f, None)
+    if new_arch and out["arch"] != "encdec":  # one stack: no decoder with positions of its own
+        out.setdefault("side_embeddings", False)
+    return out
+
+
+def rewired_config(path: str, changes: dict) -> ModelConfig:
+    """The imported config of the HF config at ``path`` (:func:`imported_config`) with ``changes``
+    applied as :func:`rewire` completes them (``explain/probe/train --hf`` with model flags, a grid's
+    ``hf:`` key with other model fields). A ConfigError names the field and the family."""
+    base, family = imported_config(path)
+    try:
+        return base.replace(**rewire(base, changes))
+    except ConfigError as e:
+        raise ConfigError(
+            e.field, e.value, f"{e.allowed}; changing the {family.name} config at {path}"
+        ) from None
+
+
 def family_info(path: str, changed: list[str] | None = None) -> dict:
     """What ``explain --hf`` says of the imported config at ``path``: {"name", "model_type", "path",
     "exact", "approximated", "changed"} (``changed``: the fields the user changed, "wrap=deepnorm")."""
