@@ -367,7 +367,7 @@ def _build(model: dict, train: dict, labels: dict) -> RunSpec:
     try:
         if HF_KEY in model:
             model = dict(model)
-            base = imported_config(model.pop(HF_KEY))[0]
+            base = imported_config(model.pop(HF_KEY), flag="model.hf")[0]
             model = {**base.to_dict(), **rewire(base, model)}  # n_layers or arch: the stacks' own depths go
         m, t = ModelConfig.from_dict(model), TrainConfig.from_dict(train)
         check_task(m, t)  # as training will check it, but before any run
