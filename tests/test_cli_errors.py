@@ -165,4 +165,4 @@ def test_hf_unknown_model_type_is_one_short_line(tmp_path, capsys):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"model_type": "no-such-model", "hidden_size": 8}))
     err = _refused(capsys, ["probe", "--hf", tmp_path], "'no-such-model'", "gpt2, bert, llama")
-    assert len(err) <= 220
+    assert len(err) <= 300  # depthlab's own types named (transformers' message lists its hundreds)

@@ -82,3 +82,28 @@ def test_the_probe_counts_the_norms_that_read_the_entering_stream(wrap, reads, n
     assert (
         r.config["stack"]["norms_on_input"] == reads and r.config["stack"]["stream_normalised"] is normalised
     )
+
+
+def _sides(capsys) -> dict:
+    """Layers per side in the explain JSON printed last."""
+    layers = json.loads(capsys.readouterr().out)["layers"]
+    return {side: sum(x["side"] == side for x in layers) for side in ("encoder", "decoder")}
+
+
+@pytest.mark.parametrize("family", ["bart", "marian", "t5"])
+def test_layers_and_arch_rewire_an_encoder_decoder_family(family, tmp_path, capsys):
+    """The family's own per-stack depths (2 and 3 layers here) give way to --layers and --arch, unless
+    --enc-layers / --dec-layers are given too; the same in a grid's hf: key."""
+    path = tmp_path / f"{family}.json"
+    getattr(H, family)().config.to_json_file(path)
+    explain = ["explain", "--hf", str(path), "--json", "-"]
+    assert main(explain) == 0 and _sides(capsys) == {"encoder": 2, "decoder": 3}
+    assert main([*explain, "--layers", "5"]) == 0 and _sides(capsys) == {"encoder": 5, "decoder": 5}
+    assert main([*explain, "--layers", "4", "--dec-layers", "1"]) == 0
+    assert _sides(capsys) == {"encoder": 4, "decoder": 1}
+    assert main([*explain, "--arch", "decoder"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["config"]["arch"] == "decoder" and not out.err
+    grid = {"name": "deeper", "train": {"task": "copy", "steps": 2, "seq_len": 16}}
+    (run,) = StudyConfig.from_dict({**grid, "model": {"hf": str(path), "n_layers": 6}}).expand()
+    assert (run.model.n_layers, run.model.enc_layers, run.model.dec_layers) == (6, None, None)

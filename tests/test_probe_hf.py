@@ -11,6 +11,7 @@ import json
 import hf_families as H
 import pytest
 
+import depthlab
 from depthlab.cli import main
 
 tf = pytest.importorskip("transformers")
@@ -149,6 +150,10 @@ def test_compare_rewires_the_same_shape(tmp_path, capsys):
         (lambda: tf.ResNetConfig(hidden_sizes=[8, 16], depths=[1, 1], embedding_size=8), "pixel_values"),
         (
             lambda: tf.MambaConfig(hidden_size=32, num_hidden_layers=2, vocab_size=300, state_size=4),
+            "recurrent",
+        ),
+        (
+            lambda: tf.FNetConfig(hidden_size=32, num_hidden_layers=2, intermediate_size=64, vocab_size=64),
             "no attention",
         ),
     ],
@@ -159,6 +164,78 @@ def test_what_cannot_be_probed_is_one_line_and_exit_2(make, says, tmp_path, caps
     assert main(["probe", "--hf", str(path), *SMALL.split()]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and says in err and "Traceback" not in err
+
+
+TINY_TOWER = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
+GPT2 = {"model_type": "gpt2", "n_embd": 32, "n_head": 4, "n_layer": 2, "vocab_size": 64, "n_positions": 32}
+RECURRENT = {"hidden_size": 32, "num_hidden_layers": 2, "vocab_size": 64}
+# configs as a user might save them (written as JSON: the config classes would refuse to make some):
+# what probe --hf says, and what explain / train / probe with model flags say where it differs
+BAD_CONFIGS = {
+    "gpt2-width-30": (
+        {**GPT2, "n_embd": 30},
+        ["transformers cannot build a model from this config", "divisible"],
+        ["d_model=30 is not allowed: a multiple of n_heads=4", "GPT-2 config"],
+    ),
+    "llama-5-heads": (
+        {"model_type": "llama", **TINY_TOWER, "num_attention_heads": 5, "vocab_size": 64},
+        ["transformers refuses this config", "not a multiple of the number of attention heads (5)"],
+        None,
+    ),
+    "gpt2-layers-four": (
+        {**GPT2, "n_layer": "four"},
+        ["transformers refuses this config", "'n_layer' expected int"],
+        None,
+    ),
+    "rwkv": (
+        {"model_type": "rwkv", **RECURRENT, "attention_hidden_size": 32, "intermediate_size": 64},
+        ["a rwkv model is recurrent", "not a Transformer"],
+        None,
+    ),
+    "mamba": ({"model_type": "mamba", **RECURRENT, "state_size": 4}, ["a mamba model is recurrent"], None),
+    "clip": (
+        {
+            "model_type": "clip",
+            "text_config": {**TINY_TOWER, "vocab_size": 64},
+            "vision_config": {**TINY_TOWER, "image_size": 32, "patch_size": 8},
+        },
+        ["no vocab_size at its top level", "text_config"],
+        ["depthlab does not import model_type 'clip'"],
+    ),  # fmt: skip
+}
+
+
+@pytest.mark.parametrize("name", BAD_CONFIGS)
+def test_a_bad_or_odd_config_is_one_line_and_exit_2(name, tmp_path, capsys):
+    """Each refusal is one line on stderr and exit 2, whichever command reads the folder: the probe as
+    built, and the commands that import the family (explain, train, probe with model flags)."""
+    raw, probe_says, import_says = BAD_CONFIGS[name]
+    folder = tmp_path / name  # a save_pretrained folder: its config.json
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(raw))
+    commands = {
+        "probe": ["probe", *SMALL.split()],
+        "probe --layers": ["probe", "--layers", "3", *SMALL.split()],
+        "explain --layers": ["explain", "--layers", "2"],
+        "train --layers": ["train", "--layers", "2", "--steps", "1", "--out", str(tmp_path / "run")],
+    }
+    imported = "clip" not in name  # clip: probe --layers probes it as built (its flags ignored), and refuses
+    for label, command in commands.items():
+        code = main([*command, "--hf", str(folder)])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, (label, err)
+        assert err.startswith(f"depthlab {command[0]}: error: "), (label, err)
+        as_built = label == "probe" or (label == "probe --layers" and not imported)
+        says = probe_says if as_built or import_says is None else import_says
+        assert all(s in err for s in says), (label, err)
+    assert not (tmp_path / "run").exists()
+
+
+def test_xlnet_has_no_position_limit_and_is_probed(tmp_path, capsys):
+    """XLNet's max_position_embeddings is -1: no limit, not a limit of -1."""
+    cfg = tf.XLNetConfig(d_model=32, n_layer=2, n_head=4, d_inner=64, vocab_size=64)
+    d, _, _ = _probe(f"probe --hf {_save(tmp_path, 'xlnet', cfg)} {SMALL}", tmp_path, capsys)
+    assert len(d["layers"]) == 3 and d["config"]["stack"]["wiring"].startswith("xlnet (not imported")
 
 
 def test_a_family_not_imported_is_probed_as_built_and_ignored_flags_are_named(tmp_path, capsys):
@@ -209,3 +286,30 @@ def test_explain_hf_prints_the_family_and_what_the_flags_change(tmp_path, capsys
     info = json.loads(js.read_text())
     assert info["family"]["changed"] == ["wrap=sandwich"] and info["config"]["wrap"] == "sandwich"
     assert info["config"]["position"] == "relative" and info["init"] == "xavier, tied head, embeddings x 1"
+
+
+def test_refusals_name_the_imported_families_in_the_terms_of_where_the_path_was_given(tmp_path, capsys):
+    """--hf messages speak of probe --hf; a grid's hf: key speaks of the grid, never of a flag its
+    user did not type; an unknown model_type names the types depthlab imports."""
+    from depthlab.study.grid import StudyConfig
+
+    xlnet = _save(tmp_path, "xlnet", tf.XLNetConfig(d_model=32, n_layer=2, n_head=4, vocab_size=64))
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text('{"model_type": "no-such-type"}')
+    for path in (xlnet, str(unknown)):
+        assert main(["explain", "--hf", path]) == 2
+        err = capsys.readouterr().err
+        hint = " (probe --hf without model flags probes a token Transformer of any type as transformers builds it)"
+        # a type transformers knows can still be probed as built; one it does not know cannot
+        assert "gpt2, bert, llama" in err and err.rstrip().endswith("t5" + hint * (path == xlnet))
+        assert "README" not in err
+        with pytest.raises(depthlab.InputError) as grid_error:
+            StudyConfig.from_dict({"name": "g", "model": {"hf": path}, "train": {"steps": 2}})
+        said = str(grid_error.value)
+        assert said.startswith(f"model.hf {path}:" if path == xlnet else "model.hf: model_type")
+        assert "--hf" not in said and "gpt2, bert, llama" in said
+        assert ("a study trains depthlab's own model" in said) == (path == xlnet)
+    mamba = _save(tmp_path, "mamba", tf.MambaConfig(hidden_size=32, num_hidden_layers=2, vocab_size=64))
+    with pytest.raises(depthlab.InputError) as grid_error:
+        StudyConfig.from_dict({"name": "g", "model": {"hf": mamba}, "train": {"steps": 2}})
+    assert str(grid_error.value).startswith(f"model.hf {mamba}: a mamba model is recurrent")

@@ -49,8 +49,9 @@ LAYERS = [
 ]
 # Imported inside the function that needs them, so that depthlab imports without them (optional
 # extras) or does not pay their import time on every command (tensorboard).
-LAZY_OK = ("transformers", "ray", "tensorboard", "torch.utils.tensorboard", "lightning", "pytorch_lightning",
-           "pandas", "accelerate", "IPython", "nbclient", "nbformat")  # fmt: skip
+# huggingface_hub: what transformers is built on (its config validation errors), installed with it
+LAZY_OK = ("transformers", "huggingface_hub", "ray", "tensorboard", "torch.utils.tensorboard", "lightning",
+           "pytorch_lightning", "pandas", "accelerate", "IPython", "nbclient", "nbformat")  # fmt: skip
 
 
 def _modules() -> dict[str, Path]:

@@ -3,8 +3,6 @@ retain_grad, sdpa and eager attention), the HF Trainer callback, the Lightning c
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
@@ -75,19 +73,29 @@ def test_hf_gpt2_in_a_plain_loop_matches_hooks_and_retain_grad(attn):
     assert w.stack.path == "transformer.h" and rec["logit_lse"] > 0
 
 
-def test_hf_trainer_callback(tmp_path):
+def _hf_trainer(tmp_path, callbacks, **args):
     pytest.importorskip("accelerate")
+    data = [{"input_ids": _tokens(i)[0], "labels": _tokens(i)[0]} for i in range(64)]
+    kw = dict(max_steps=6, per_device_train_batch_size=4, logging_steps=2, save_strategy="no")
+    kw.update(args)
+    targs = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "hf"),
+        report_to=[],
+        use_cpu=True,
+        learning_rate=1e-3,
+        disable_tqdm=True,
+        **kw,
+    )
+    return transformers.Trainer(model=_gpt2("sdpa"), args=targs, train_dataset=data, callbacks=callbacks)
+
+
+def test_hf_trainer_callback(tmp_path):
     from depthlab.integrations.hf import DepthlabCallback
 
-    model = _gpt2("sdpa")
-    data = [{"input_ids": _tokens(i)[0], "labels": _tokens(i)[0]} for i in range(24)]
-    args = transformers.TrainingArguments(
-        output_dir=str(tmp_path / "hf"), max_steps=6, per_device_train_batch_size=4, logging_steps=2,
-        report_to=[], use_cpu=True, save_strategy="no", learning_rate=1e-3, disable_tqdm=True,
-    )  # fmt: skip
     cb = DepthlabCallback(out=str(tmp_path / "watched"), echo=None)
+    trainer = _hf_trainer(tmp_path, [cb])
+    model = trainer.model
     before = {k: dict(m._forward_hooks) for k, m in model.named_modules()}
-    trainer = transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=[cb])
     trainer.train()
     w = cb.watcher
     assert [r["step"] for r in w.records] == [1, 2, 4, 6] and w.closed
@@ -98,31 +106,123 @@ def test_hf_trainer_callback(tmp_path):
     assert {k: dict(m._forward_hooks) for k, m in model.named_modules()} == before
 
 
-def test_lightning_callback(tmp_path):
+class _Logs(transformers.TrainerCallback):
+    """Keeps every ``logs`` dict as the callbacks after depthlab's see it (log_history holds a copy taken
+    before on_log)."""
+
+    def __init__(self):
+        self.seen = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.seen.append({**logs, "step": state.global_step})
+
+
+def test_hf_trainer_under_gradient_accumulation_records_the_loss_the_trainer_logs(tmp_path):
+    """4 micro-batches per step: the Trainer passes num_items_in_batch, each micro-batch's .loss is a
+    quarter-share of the step's; the record holds their sum, the Trainer's logged loss, on that step."""
+    from depthlab.integrations.hf import DepthlabCallback
+
+    cb, logs = DepthlabCallback(echo=None), _Logs()
+    trainer = _hf_trainer(
+        tmp_path, [cb, logs], max_steps=3, per_device_train_batch_size=2, gradient_accumulation_steps=4,
+        logging_steps=1,
+    )  # fmt: skip
+    trainer.train()
+    logged = {h["step"]: h["loss"] for h in trainer.state.log_history if "loss" in h}
+    assert [r["step"] for r in cb.watcher.records] == [1, 2, 3] and sorted(logged) == [1, 2, 3]
+    assert [r["loss"] for r in cb.watcher.records] == pytest.approx([logged[t] for t in (1, 2, 3)], rel=1e-5)
+    assert min(logged.values()) > 3.0  # the step's whole loss (about log 64), not a share of it
+    # on_log at step N carries step N's record, not the one before
+    steps = [x for x in logs.seen if "loss" in x]
+    assert [x["depthlab/loss"] for x in steps] == pytest.approx([x["loss"] for x in steps], rel=1e-5)
+    by_step = {r["step"]: r for r in cb.watcher.records}
+    assert [x["depthlab/grad_norm"] for x in steps] == [by_step[x["step"]]["grad_norm"] for x in steps]
+
+
+def test_hf_callback_every_from_a_fractional_logging_steps_and_resume(tmp_path):
+    """logging_steps 0.5 of 4 steps logs every 2nd; a run resumed at step 2 counts on from 3."""
+    from depthlab.integrations.hf import DepthlabCallback
+
+    cb = DepthlabCallback(echo=None)
+    _hf_trainer(tmp_path, [cb], max_steps=4, logging_steps=0.5).train()
+    assert cb.watcher.every == 2 and [r["step"] for r in cb.watcher.records] == [1, 2, 4]
+
+    first = DepthlabCallback(every=1, echo=None)
+    _hf_trainer(tmp_path / "a", [first], max_steps=4, save_strategy="steps", save_steps=2).train()
+    again = DepthlabCallback(every=1, echo=None)
+    trainer = _hf_trainer(tmp_path / "a", [again], max_steps=4)
+    trainer.train(resume_from_checkpoint=str(tmp_path / "a" / "hf" / "checkpoint-2"))
+    assert [r["step"] for r in again.watcher.records] == [3, 4] and again.watcher.t == 5
+    logged = {h["step"]: h["loss"] for h in trainer.state.log_history if "loss" in h}
+    mean = sum(r["loss"] for r in again.watcher.records) / 2  # the Trainer logs steps 3-4 at step 4
+    assert mean == pytest.approx(logged[4], rel=1e-5)
+
+
+def _pl_module():
+    """A depthlab stack in a LightningModule; its ``seen`` keeps training_step's own losses."""
     L = pytest.importorskip("lightning.pytorch")
-    from depthlab.integrations.lightning import DepthlabCallback
 
     class Module(L.LightningModule):
         def __init__(self):
             super().__init__()
+            torch.manual_seed(0)
             self.model = build_model(ModelConfig(n_layers=2, d_model=32, n_heads=4, max_len=32))
+            self.seen: list[float] = []
 
         def training_step(self, batch, idx):
             logits = self.model(batch)
-            return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), batch[:, 1:].flatten())
+            loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), batch[:, 1:].flatten())
+            self.seen.append(loss.item())
+            return loss
 
         def configure_optimizers(self):
             return torch.optim.Adam(self.parameters(), lr=1e-3)
 
-    data = torch.utils.data.DataLoader([_tokens(i)[0] for i in range(20)], batch_size=4)
-    cb = DepthlabCallback(every=2, out=str(tmp_path / "pl"), echo=None)
+    return Module()
+
+
+def _pl_fit(cb, module, max_steps, ckpt_path=None, **kw):
+    L = pytest.importorskip("lightning.pytorch")
+    data = torch.utils.data.DataLoader([_tokens(i)[0] for i in range(40)], batch_size=2)
     trainer = L.Trainer(
-        max_steps=5, callbacks=[cb], logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, accelerator="cpu",
+        max_steps=max_steps, callbacks=[cb], logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", **kw,
     )  # fmt: skip
-    trainer.fit(Module(), data)
+    trainer.fit(module, data, ckpt_path=ckpt_path)
+    return trainer
+
+
+def test_lightning_callback(tmp_path):
+    pytest.importorskip("lightning.pytorch")
+    from depthlab.integrations.lightning import DepthlabCallback
+
+    cb, module = DepthlabCallback(every=2, out=str(tmp_path / "pl"), echo=None), _pl_module()
+    _pl_fit(cb, module, 5)
     w = cb.watcher
     assert [r["step"] for r in w.records] == [1, 2, 4] and w.t - 1 == 5  # 5 optimizer steps counted
-    assert all(math.isfinite(r["loss"]) and len(r["layers"]) == 3 for r in w.records)
+    seen = module.seen  # one training_step per optimizer step; a record holds the mean since the last
+    assert [r["loss"] for r in w.records] == pytest.approx(
+        [seen[0], seen[1], (seen[2] + seen[3]) / 2], rel=1e-5
+    )
+    assert all(len(r["layers"]) == 3 for r in w.records)
     assert all(r["layers"][1]["param_update"] > 0 and r["layers"][1]["attn_entropy"] > 0 for r in w.records)
     assert w.closed and (tmp_path / "pl" / "watch.json").exists()
+
+
+def test_lightning_callback_under_gradient_accumulation_and_resume(tmp_path):
+    """accumulate_grad_batches 4: each record's loss is the mean of its 4 training_step losses (Lightning
+    hands the callback each divided by 4); a fit resumed from step 3's checkpoint counts on from 4."""
+    pytest.importorskip("lightning.pytorch")
+    from depthlab.integrations.lightning import DepthlabCallback
+
+    cb, module = DepthlabCallback(every=1, echo=None), _pl_module()
+    trainer = _pl_fit(cb, module, 3, accumulate_grad_batches=4)
+    seen = module.seen
+    assert len(seen) == 12 and [r["step"] for r in cb.watcher.records] == [1, 2, 3]
+    means = [sum(seen[i : i + 4]) / 4 for i in (0, 4, 8)]
+    assert [r["loss"] for r in cb.watcher.records] == pytest.approx(means, rel=1e-5)
+
+    trainer.save_checkpoint(tmp_path / "at3.ckpt")
+    again = DepthlabCallback(every=1, echo=None)
+    _pl_fit(again, _pl_module(), 5, ckpt_path=str(tmp_path / "at3.ckpt"), accumulate_grad_batches=4)
+    assert [r["step"] for r in again.watcher.records] == [4, 5] and again.watcher.t == 6

@@ -16,7 +16,7 @@ from depthlab.config import (
     wrap_names,
 )
 from depthlab.errors import ConfigError, InputError
-from depthlab.interop.hf import imported_config
+from depthlab.interop.hf import imported_config, rewired_config
 
 
 class _Given(argparse.Action):
@@ -184,8 +184,9 @@ def given_model_flags(args: argparse.Namespace) -> list[str]:
 def model_config_from_args(args: argparse.Namespace, **overrides) -> ModelConfig:
     """A validated ModelConfig from the model flags; ``overrides`` replace single flag values.
 
-    With --hf: the imported family's config (:func:`depthlab.interop.hf.imported_config`), changed by
-    the model flags given (and ``overrides``) only."""
+    With --hf: the imported family's config changed by the model flags given (and ``overrides``) only
+    (:func:`depthlab.interop.hf.rewired_config`: --layers or --arch also reset an encoder-decoder
+    family's own per-stack depths unless --enc-layers / --dec-layers are given)."""
     if not getattr(args, "hf", None):
         values = {field: flag_value(args, flag, args.arch) for flag, field in FIELD_OF_FLAG.items()}
         return ModelConfig(**{**values, **overrides})
@@ -194,7 +195,7 @@ def model_config_from_args(args: argparse.Namespace, **overrides) -> ModelConfig
     changes = {FIELD_OF_FLAG[f]: flag_value(args, f, arch) for f in given_model_flags(args)}
     if changes.get("bias") is False:
         changes["biases"] = None  # --no-bias: none anywhere, whatever sites the family had
-    return base.replace(**changes, **overrides)
+    return rewired_config(args.hf, {**changes, **overrides})
 
 
 def flag_value(args: argparse.Namespace, flag: str, arch: str):

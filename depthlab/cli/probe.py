@@ -99,7 +99,8 @@ def run(args) -> int:
     refuse_flags(
         args, "needs --hf (it loads that folder's saved weights)", hf_weights=args.hf_weights and not args.hf
     )
-    as_built = bool(args.hf) and not args.compare and not _rewired(args)
+    rewired, ignored = _rewired(args) if args.hf and not args.compare else (True, None)
+    as_built = bool(args.hf) and not rewired
     if args.hf_weights and not as_built:
         raise InputError(
             "--hf-weights probes the saved model as it is; the model flags and --compare re-wire it from "
@@ -136,6 +137,8 @@ def run(args) -> int:
     }
     if as_built:
         result = probe_hf(args.hf, weights=args.hf_weights, **options)
+        if ignored:
+            print(ignored, file=sys.stderr)
         runs = Comparison(
             [(f"hf {result.config['model'].get('hf', {}).get('model_type', '')}".strip(), result)]
         )
@@ -148,22 +151,22 @@ def run(args) -> int:
     return 0
 
 
-def _rewired(args) -> bool:
-    """Whether model flags were given with --hf (they re-wire the imported family; a family depthlab does
-    not import is probed as built, with a warning naming the flags it ignores)."""
+def _rewired(args) -> tuple[bool, str | None]:
+    """(whether model flags were given with --hf, the warning to print once the model is probed). The
+    flags re-wire an imported family; a family depthlab does not import is probed as built, and the
+    warning names the flags it ignores. The warning waits for the probe: a model the probe refuses gets
+    its one line and nothing before it."""
     given = given_model_flags(args)
     if not given:
-        return False
+        return False, None
     _, family = _family(args.hf)
     if family is not None:
-        return True
+        return True, None
     flags = ", ".join("--" + f.replace("_", "-") for f in given)
-    print(
-        f"warning: {flags} ignored: depthlab re-wires only the families it imports, so this model is probed "
-        "as transformers builds it",
-        file=sys.stderr,
+    return False, (
+        f"warning: {flags} ignored: depthlab re-wires only the families it imports, so this model was probed "
+        "as transformers builds it"
     )
-    return False
 
 
 def _family(path: str):

@@ -4,18 +4,36 @@
 
 At ``on_train_begin`` a :class:`depthlab.watch.Watcher` is attached to the model and to the torch
 optimizer inside the Trainer's (``AcceleratedOptimizer.optimizer``), so steps are counted as the
-Trainer counts them (``state.global_step``); the loss is read from the model's output (``.loss``, each
-micro-batch's under gradient accumulation), and the gradient norms at the end of each backward pass,
-before the Trainer clips them. ``every`` defaults to ``args.logging_steps``. On ``on_log`` the last
-record's headline numbers join the Trainer's logs (``depthlab/...``); ``on_train_end`` closes the
-watcher, removing every hook. Under DDP every process watches and rank 0 writes ``out``.
+Trainer counts them: from ``state.global_step`` + 1 (a resumed run goes on from its checkpoint's
+step). The loss is read from the model's output (``.loss``); under gradient accumulation the Trainer
+passes ``num_items_in_batch`` to a model that takes it, each micro-batch's loss is then a share of the
+step's, and the watcher adds the shares, so a step's loss is the one the Trainer logs (a model that
+does not take it returns each micro-batch's mean, and the step's loss is their mean, as the Trainer's
+is). The gradient norms are read at the end of each backward pass, before the Trainer clips them.
+``every`` defaults to the Trainer's logging interval (``state.logging_steps``: ``args.logging_steps``,
+or that share of ``max_steps`` when it is below 1). At ``on_step_end`` the step's record is finished,
+so ``on_log`` at the same step adds that step's headline numbers to the Trainer's logs
+(``depthlab/...``); ``on_train_end`` closes the watcher, removing every hook. Under DDP every process
+watches and rank 0 writes ``out``: its loss is its own micro-batches' (with the Trainer's
+``average_tokens_across_devices``, their share of the loss over all processes' tokens).
 """
 
 from __future__ import annotations
 
+import math
+
 from transformers import TrainerCallback
 
 from depthlab.watch import Watcher
+
+
+def logging_interval(args, state) -> int:
+    """The Trainer's logging interval in steps: ``state.logging_steps`` (which the Trainer computes from
+    a fractional ``args.logging_steps`` and ``max_steps``), else computed here the same way."""
+    steps = getattr(state, "logging_steps", None) or args.logging_steps
+    if steps < 1:
+        steps = math.ceil(state.max_steps * steps)
+    return max(1, int(steps))
 
 
 class DepthlabCallback(TrainerCallback):
@@ -28,17 +46,23 @@ class DepthlabCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         inner = getattr(optimizer, "optimizer", optimizer)
-        every = self.every or max(1, int(args.logging_steps))
+        every = self.every or logging_interval(args, state)
         self.watcher = Watcher(model, inner, every, self.out, **self.options)
+        self.watcher.t = state.global_step + 1
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.watcher is not None:
+            self.watcher.flush()
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if self.watcher is None or logs is None or not self.watcher.records:
+        w = self.watcher
+        if w is None or logs is None or not w.records or w.records[-1]["step"] != state.global_step:
             return
-        last = self.watcher.records[-1]
-        for key in ("grad_norm", "logit_lse"):
+        last = w.records[-1]
+        for key in ("loss", "grad_norm", "logit_lse"):
             if last.get(key) is not None:
                 logs[f"depthlab/{key}"] = last[key]
-        logs["depthlab/warnings"] = len(self.watcher.warnings)
+        logs["depthlab/warnings"] = len(w.warnings)
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.watcher is not None:

@@ -5,9 +5,13 @@
 At ``on_fit_start`` a :class:`depthlab.watch.Watcher` is attached to the model and to the first
 optimizer: ``model`` if given, else the LightningModule's ``model`` attribute when it has one (the usual
 LightningModule wrapping a network it calls in ``training_step``), else the LightningModule itself.
-Lightning runs the forward and backward inside ``optimizer.step(closure)``; the watcher's hooks see them
-there, and ``on_train_batch_end`` hands it the step's loss (``outputs["loss"]``). ``on_fit_end``
-closes the watcher. Rank 0 writes ``out``.
+At ``on_train_start`` (after a checkpoint's loops are restored) its step count is set to
+``trainer.global_step`` + 1, so a resumed run goes on from its checkpoint's step. Lightning runs the
+forward and backward inside ``optimizer.step(closure)``; the watcher's hooks see them there. The loss
+comes from ``on_train_batch_end``'s ``outputs["loss"]``: under ``accumulate_grad_batches`` = k Lightning
+has divided each micro-batch's loss by k, so the callback multiplies it back and gives the watcher,
+when the optimizer step has run, the mean of the step's micro-batch losses (``training_step``'s own
+values). ``on_fit_end`` closes the watcher. Rank 0 writes ``out``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ try:
 except ImportError:  # the standalone package of the same library
     from pytorch_lightning import Callback
 
+import torch
 from torch import nn
 
 from depthlab.watch import Watcher
@@ -29,6 +34,8 @@ class DepthlabCallback(Callback):
     def __init__(self, every: int = 10, out: str | None = None, model: nn.Module | None = None, **options):
         self.every, self.out, self.model, self.options = every, out, model, options
         self.watcher: Watcher | None = None
+        self._micro: list[torch.Tensor] = []  # the optimizer step in progress: its micro-batches' losses
+        self._stepped = 0  # trainer.global_step when the last optimizer step was handed to the watcher
 
     def on_fit_start(self, trainer, pl_module):
         inner = getattr(pl_module, "model", None)
@@ -36,11 +43,23 @@ class DepthlabCallback(Callback):
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
         self.watcher = Watcher(model, optimizer, self.every, self.out, **self.options)
 
+    def on_train_start(self, trainer, pl_module):
+        if self.watcher is not None:
+            self.watcher.t = trainer.global_step + 1
+            self._stepped, self._micro = trainer.global_step, []
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if self.watcher is None:
             return
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        self.watcher.step(loss)
+        if isinstance(loss, torch.Tensor):
+            k = trainer.accumulate_grad_batches if pl_module.automatic_optimization else 1
+            self._micro.append(loss.detach().float() * k)
+        if trainer.global_step == self._stepped:
+            return  # a micro-batch whose optimizer step is still to come
+        self._stepped = trainer.global_step
+        micro, self._micro = self._micro, []
+        self.watcher.step(torch.stack(micro).mean() if micro else None)
 
     def on_fit_end(self, trainer, pl_module):
         if self.watcher is not None:

@@ -9,8 +9,11 @@ encoders, CausalLM for decoders), then the config's own ``architectures``, then 
 The probe says what it found: for a family depthlab imports, its wiring in depthlab's words (the
 family's config through :func:`depthlab.interop.hf.config_from_hf`); for any other, what the forward
 pass showed (does a norm read the stream entering each block, does each block end in a norm). What it
-cannot probe meaningfully it refuses in one line: a model that reads images or audio instead of token
-ids (ViT, ResNet, Whisper), a stack whose blocks have no attention (Mamba: not a Transformer).
+cannot probe meaningfully it refuses in one line, before anything is built where the config tells: a
+recurrent model (RWKV, Mamba, RecurrentGemma, xLSTM: a state carried along the sequence, not attention
+over it), a model that reads images or audio instead of token ids (ViT, ResNet, Whisper), a config
+whose token vocabulary sits in a nested part (CLIP's text_config), a config transformers cannot build a
+model from, and after the build a stack whose blocks have no attention.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import torch
 from depthlab.corpus import text_batch
 from depthlab.errors import ConfigError, InputError
 from depthlab.interop.hf import config_from_hf, family_for
-from depthlab.interop.hf.load import config_path, read_config, transformers_module
+from depthlab.interop.hf.load import config_errors, config_path, one_line, read_config, transformers_module
 from depthlab.model.explain import wiring_summary
 from depthlab.probe.locate import locate_stack
 from depthlab.probe.probe import probe
@@ -45,16 +48,16 @@ def probe_hf(
     For an imported family the header names its wiring, and a verdict that the same wiring under
     depthlab's reference init does not get is marked as coming from the init (see
     :func:`depthlab.probe.run.attribute_to_init`)."""
-    config = read_config(path)
+    config = read_config(path)  # a recurrent model type is refused here, from the config
     transformers = transformers_module()
     cls = _model_class(transformers, config, want_lm=loss == "lm")
     check_reads_tokens(cls.target(config), config)
+    limit = max_positions(config)
+    if limit is not None and seq_len > limit:
+        raise ConfigError("seq_len", seq_len, f"<= {limit}, the model's max positions")
     torch.manual_seed(seed)
     model = load_hf_model(path, cls, weights=weights)
     check_has_attention(model, config)
-    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    if limit and seq_len > limit:
-        raise ConfigError("seq_len", seq_len, f"<= {limit}, the model's max positions")
     tokens = text_batch(batch_size, seq_len, config.vocab_size, seed)
     batch = {"input_ids": tokens, "decoder_input_ids": tokens} if config.is_encoder_decoder else tokens
     result = probe(model, batch, loss, seed=seed, **options)
@@ -89,10 +92,26 @@ def name_wiring(result: ProbeResult, config, class_name: str, weights: bool):
     return cfg
 
 
+def max_positions(config) -> int | None:
+    """The longest sequence the config allows, or None for no limit (XLNet's -1, a missing field)."""
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value if value > 0 else None
+    return None
+
+
 def check_reads_tokens(model_class, config) -> None:
     """InputError, one line, unless the class reads token ids (checked before anything is built)."""
     reads = getattr(model_class, "main_input_name", "input_ids")
-    if reads != "input_ids" or getattr(config, "vocab_size", None) is None:
+    if reads == "input_ids" and getattr(config, "vocab_size", None) is None:
+        nested = [k for k, v in vars(config).items() if getattr(v, "vocab_size", None) is not None]
+        where = f" (it is in {', '.join(nested)})" if nested else ""
+        raise InputError(
+            f"--hf: a {config.model_type} config has no vocab_size at its top level{where}: a model of "
+            "several parts; depthlab probes one token Transformer, so save that part's config on its own"
+        )
+    if reads != "input_ids":
         raise InputError(
             f"--hf: a {config.model_type} model reads {reads}, not token ids (an image or audio model); "
             "depthlab probes Transformer stacks over tokens"
@@ -105,7 +124,8 @@ def check_has_attention(model, config) -> None:
     if "attn" not in stack.group_names:
         raise InputError(
             f"--hf: the blocks of a {config.model_type} model ({stack.path}) have no attention: it is not a "
-            "Transformer (a state-space or convolutional stack); depthlab probes Transformer stacks"
+            "Transformer (its blocks mix positions another way: a Fourier transform, a convolution, a "
+            "state-space scan); depthlab probes Transformer stacks"
         )
 
 
@@ -125,16 +145,25 @@ def measured_wiring(model_type: str, result: ProbeResult) -> str:
 
 def load_hf_model(path: str, cls, weights: bool = False):
     """The model of class ``cls`` (see :func:`_model_class`) in float32: random weights from the
-    config at ``path``, or the weights saved in the folder ``path``."""
+    config at ``path``, or the weights saved in the folder ``path``. InputError, one line, when
+    transformers cannot build the model (a width its attention cannot split into the heads, ...)."""
+    folder = None
     if weights:
         _, folder = config_path(path)
         if folder is None:
             raise InputError(f"--hf {path}: weights need a save_pretrained folder, not a config file")
-        try:
+    try:
+        if folder is not None:
             return cls.from_pretrained(folder, local_files_only=True).float()
-        except OSError as e:
-            raise InputError(f"--hf {path}: cannot load the saved weights: {e}") from None
-    return cls.from_config(read_config(path)).float()
+        return cls.from_config(read_config(path)).float()
+    except OSError as e:
+        if folder is None:
+            raise
+        raise InputError(f"--hf {path}: cannot load the saved weights: {one_line(e)}") from None
+    except config_errors() as e:
+        raise InputError(
+            f"--hf {path}: transformers cannot build a model from this config: {one_line(e)}"
+        ) from None
 
 
 def _model_class(transformers, config, want_lm: bool):

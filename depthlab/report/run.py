@@ -25,6 +25,7 @@ from matplotlib.figure import Figure as MplFigure
 from depthlab.display import esc
 from depthlab.display import table as _table
 from depthlab.errors import InputError
+from depthlab.paths import check_path
 from depthlab.report.figures import DPI, PageFigure
 from depthlab.report.html import CSS
 from depthlab.report.plots import finish, panel_axes, title_of
@@ -32,12 +33,17 @@ from depthlab.report.plots import finish, panel_axes, title_of
 
 def load_run(folder: str) -> dict:
     """{"records", "summary", "result", "config"} of a run folder (InputError without metrics.jsonl)."""
+    check_path(folder, "--run")
     path = Path(folder)
     metrics = path / "metrics.jsonl"
-    if not metrics.is_file():
+    try:
+        text = metrics.read_text(errors="replace") if metrics.is_file() else None
+    except OSError as e:
+        raise InputError(f"--run {folder}: metrics.jsonl cannot be read ({e.strerror or e})") from None
+    if text is None:
         raise InputError(f"--run {folder}: no metrics.jsonl (not a depthlab train or watch folder)")
     records = []
-    for line in metrics.read_text().splitlines():
+    for line in text.splitlines():
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError:  # a line cut short by a kill

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, fields, replace
 from depthlab.config import ModelConfig, TrainConfig, current_name, field_types
 from depthlab.corpus import check_length, read_data_file, split
 from depthlab.errors import ConfigError, InputError
-from depthlab.interop.hf import imported_config
+from depthlab.interop.hf import imported_config, rewire
 from depthlab.jsonable import digest
 from depthlab.study.gridfile import read_grid_file
 from depthlab.train.tasks import check_task
@@ -367,7 +367,8 @@ def _build(model: dict, train: dict, labels: dict) -> RunSpec:
     try:
         if HF_KEY in model:
             model = dict(model)
-            model = {**imported_config(model.pop(HF_KEY))[0].to_dict(), **model}
+            base = imported_config(model.pop(HF_KEY), flag="model.hf")[0]
+            model = {**base.to_dict(), **rewire(base, model)}  # n_layers or arch: the stacks' own depths go
         m, t = ModelConfig.from_dict(model), TrainConfig.from_dict(train)
         check_task(m, t)  # as training will check it, but before any run
     except ConfigError as e:

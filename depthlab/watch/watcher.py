@@ -22,6 +22,11 @@ A logged step's record (depthlab.watch.keys) is finished when the step ends and 
 of depthlab.watch.rules, to ``out`` (rank 0 only), to ``on_record`` and to ``watcher.records``.
 Other steps only keep their loss, as a tensor (reading it would synchronise a GPU every step); the
 losses are read and checked at the next logged step. ``close()`` removes every hook it added.
+
+A step's loss read from the outputs of several forwards (gradient accumulation) is their mean, unless
+a forward was given ``num_items_in_batch`` (Hugging Face's convention, which its ``Trainer`` follows):
+each micro-batch's loss is then its summed token losses over the step's whole token count, a share of
+the step's loss, and the step's loss is their sum.
 """
 
 from __future__ import annotations
@@ -98,7 +103,7 @@ class Watcher:
         self.closed = False
 
     def _reset_step(self) -> None:
-        self._forwards, self._losses, self._explicit = 0, [], None
+        self._forwards, self._losses, self._explicit, self._shares = 0, [], None, False
         self._force, self._snapshot, self._grads, self._lse, self._lr = False, None, None, None, None
         self._queued = self._requeued = False
 
@@ -121,6 +126,8 @@ class Watcher:
         if self._pending is not None and self._forwards == 0:
             self._emit()
         self._forwards += 1
+        if kwargs.get("num_items_in_batch") is not None:  # the output's loss is a share of the step's
+            self._shares = True
         if self.measuring():
             if self._snapshot is None:
                 self._snapshot = self.params.snapshot()
@@ -214,6 +221,8 @@ class Watcher:
 
     def _end_step(self, applied: bool) -> None:
         loss = self._explicit if self._explicit is not None else (self._losses or None)
+        if isinstance(loss, list) and self._shares:  # the micro-batches' shares add up to the step's loss
+            loss = torch.stack([v.float() for v in loss]).sum()
         grad, self._given_grad = self._given_grad, None
         self._window.append([self.t, loss, grad])
         if self._force or self.logged(self.t):
@@ -288,6 +297,11 @@ class Watcher:
         if self.on_record is not None and self.is_main:
             self.on_record(record)
         return record
+
+    def flush(self) -> dict | None:
+        """Finish the pending record now, for a loop that gives no loss by :meth:`step` after the update
+        (the Hugging Face callback, at ``on_step_end``). Returns it, or None when none was pending."""
+        return self._emit() if self._pending is not None else None
 
     def _read_window(self) -> list[tuple[int, float | None, float | None]]:
         """(step, loss, gradient norm) of each update since the last record, read now; the window empties."""

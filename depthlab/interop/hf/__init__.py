@@ -25,7 +25,7 @@ from torch import nn
 from depthlab.errors import InputError
 from depthlab.interop.hf import bert, gpt2, opt, parallel_decoders, rope_decoders, seq2seq, t5  # noqa: F401 (registration)
 from depthlab.interop.hf.family import FAMILIES, Family, config_from_hf, family_for, model_types
-from depthlab.interop.hf.load import family_info, imported_config, read_config
+from depthlab.interop.hf.load import family_info, imported_config, read_config, rewire, rewired_config
 from depthlab.model import build_model
 
 __all__ = [
@@ -37,6 +37,8 @@ __all__ = [
     "from_hf",
     "imported_config",
     "read_config",
+    "rewire",
+    "rewired_config",
 ]
 
 _ORDER = ("GPT-2", "BERT", "Llama", "Mistral", "Qwen2", "Qwen3", "OLMo 2", "Gemma 2", "Gemma 3", "GPT-NeoX",
