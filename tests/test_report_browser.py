@@ -18,9 +18,10 @@ import shutil
 import subprocess
 
 import pytest
-from test_study_fakes import fake_study, fill_store
+from test_study_fakes import fake_study, fill_store, lr_task
 
 from depthlab.report import write_report
+from depthlab.study import StudyConfig
 
 OPT_OUT = "DEPTHLAB_SKIP_BROWSER"
 
@@ -143,3 +144,31 @@ def test_run_page_renders_offline_with_every_image(tmp_path):
     assert all(x["code"] in html for x in w.warnings)
     result, console = render_in_chromium(browser, _instrumented_copy(index), str(tmp_path / "profile"))
     assert result == {"images": 3, "broken": [], "errors": []} and console == []
+
+
+def test_a_learning_rate_study_renders_its_curves_and_tables(tmp_path):
+    """A study with a learning-rate axis: the final loss against learning rate (one panel per wrapping,
+    a line per depth), the sensitivity table, the slope and the recommendation, all loaded in chromium."""
+    browser = chromium()
+    db = str(tmp_path / "s.sqlite")
+    study = StudyConfig.from_dict(
+        {
+            "name": "lr",
+            "model": {"d_model": 16, "n_heads": 2, "max_len": 16},
+            "train": {"steps": 20, "log_every": 5, "seq_len": 16, "batch_size": 2},
+            "axes": {
+                "wrap": ["post", "pre"],
+                "n_layers": [2, 8],
+                "lr": [1e-4, 1e-3, 1e-2, 1e-1, 1.0],
+                "seed": [0, 1],
+            },
+        }
+    )
+    fill_store(db, study, task=lr_task)
+    index = write_report(db, str(tmp_path / "report"))
+    html = open(index, encoding="utf-8").read()
+    assert 'src="lr_curves.png"' in html
+    for heading in ("Learning-rate sensitivity", "Best learning rate against depth", "Recommendation"):
+        assert heading in html, heading
+    result, console = render_in_chromium(browser, _instrumented_copy(index), str(tmp_path / "profile"))
+    assert result == {"images": html.count("<img "), "broken": [], "errors": []} and console == []
