@@ -144,6 +144,15 @@ def test_large_regimes_are_large():
         assert len(seeds) >= 3, name
 
 
+def test_lr_sensitivity_small_regime_is_the_preset():
+    """The registered small regime runs the lr-sensitivity preset itself, so a preset run is reused."""
+    from depthlab.reproduce import lr_sensitivity
+    from depthlab.study.presets import preset
+
+    ours, _ = lr_sensitivity._studies(lr_sensitivity.SMALL, "small", quick=False)
+    assert ours.to_dict() == preset("lr-sensitivity").to_dict()
+
+
 def test_small_regimes_have_enough_seeds():
     for name, reg in REGISTRATIONS.items():
         seeds = reg.regimes.get("small", {}).get("seeds")

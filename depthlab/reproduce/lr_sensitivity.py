@@ -110,7 +110,7 @@ def reproduce_lr_sensitivity(
                 by[(wrap, d)],
                 e["warmup_lowers"],
                 "no warmup - warmup",
-            )  # fmt: skip
+            )
         )
     checks += _attention_checks(main + ctrl, by, r, d, e)
     checks += _z_loss_checks(main + ctrl, by, r, d, e)
@@ -158,9 +158,12 @@ def _studies(r: dict, scale: str, quick: bool):
         "lr": r["lrs"],
         "seed": r["seeds"],
     }
+    what = "Controls of the lr-sensitivity reproduction: post-LN and pre-LN without warmup, pre-LN with "
+    what += "qk-layernorm alone and with z-loss alone, at one depth over the preset's learning rates."
     controls = StudyConfig.from_dict(
-        {**spec, "name": f"{name}-controls", "model": model, "train": train, "axes": control_axes}
-    )
+        {**spec, "name": f"{name}-controls", "description": what, "model": model, "train": train,
+         "axes": control_axes}
+    )  # fmt: skip
     return preset, controls
 
 
