@@ -7,8 +7,8 @@ each ends above the best, a diverged run counting as the loss at initialisation)
 instabilities of large models appear in small ones at high learning rates: without qk-layernorm the
 attention logits grow and the attention entropy collapses, and without z-loss the output logits drift;
 qk-layernorm, z-loss and warmup each lower the sensitivity. Reproduced on the byte-level task with the
-``lr-sensitivity`` study preset (five settings at 2, 6 and 24 layers over eight learning rates from 1e-4
-to 3e-1, three seeds) and a control study at 6 layers (post-LN and pre-LN without warmup; pre-LN with
+``lr-sensitivity`` study preset (five settings at 2, 6 and 24 layers over nine learning rates from 1e-4
+to 1, three seeds) and a control study at 6 layers (post-LN and pre-LN without warmup; pre-LN with
 qk-layernorm alone and with z-loss alone). Both are studies in the SQLite store, so a preset already
 run is reused and an interrupted reproduction resumes.
 
@@ -32,7 +32,7 @@ from depthlab.report.data import load
 from depthlab.report.lr_plots import lr_curves
 from depthlab.reproduce import cost
 from depthlab.reproduce.claim import Reproduction, register, resolve, seeded_check
-from depthlab.reproduce.registration import DECISION, Registration
+from depthlab.reproduce.registration import DECISION, Registration, Revision
 from depthlab.study.executors import default_workers
 from depthlab.study.grid import StudyConfig
 from depthlab.study.presets import PRESETS
@@ -42,7 +42,7 @@ from depthlab.study.store import DEFAULT_DB
 
 SMALL = {
     "depths": [2, 6, 24],
-    "lrs": [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1],
+    "lrs": [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0],
     "seeds": [0, 1, 2],
     "steps": 150,
     "warmup": 15,
@@ -79,6 +79,24 @@ REGISTRATION = Registration(
         "decision": DECISION,
     },
     regimes={"small": SMALL, "large": LARGE},
+    revisions=(
+        Revision(
+            "2026-11-30 16:50 UTC",
+            "regime.small.lrs",
+            [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1],
+            SMALL["lrs"],
+            "the preset must sweep until every wrapping fails, and sandwich still trained at 3e-1 at 24 layers",
+            "yes: the preset's 24-layer runs (outcomes only; no check had been computed)",
+        ),
+        Revision(
+            "2026-11-30 16:50 UTC",
+            "regime.large.lrs",
+            [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1],
+            LARGE["lrs"],
+            "the large scale sweeps what the small one does",
+            "yes: as above",
+        ),
+    ),
     notes="Registered before any run of the registered regime was seen (two 24-layer post-LN runs of the "
     "preset at lr 1e-4 had finished, undertrained; the quick smoke version had been run once to test the "
     "code, which showed that a best learning rate at the sweep's edge gives a meaningless slope). The "

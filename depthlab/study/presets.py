@@ -41,7 +41,9 @@ LR_WRAPPINGS = [
     {"wrap": "deepnorm"},
     {"wrap": "pre", "qk_norm": True, "z_loss": 1e-4},
 ]
-LR_SWEEP = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1]
+# 1e-4 .. 1 in half decades: up to 3e-1 was registered first; sandwich still trained at 3e-1 and 24
+# layers, so the sweep was extended to 1 (the preset must reach every wrapping's failure).
+LR_SWEEP = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0]
 
 PRESETS: dict[str, dict] = {
     "default": {
@@ -54,7 +56,7 @@ PRESETS: dict[str, dict] = {
     },
     "lr-sensitivity": {
         "name": "lr-sensitivity",
-        "description": "Final loss against learning rate (1e-4 to 3e-1, half-decade steps) for post-LN, "
+        "description": "Final loss against learning rate (1e-4 to 1, half-decade steps) for post-LN, "
         "pre-LN, sandwich, DeepNorm and pre-LN with qk-layernorm and z-loss, at 2, 6 and 24 layers, 3 seeds: "
         "LR sensitivity as Wortsman et al. 2023 define it, the best learning rate by depth.",
         "model": TINY_LM_MODEL,
