@@ -57,6 +57,19 @@ def test_residual_variants_and_seeds_in_the_layout():
     assert tie.state == "stalled" and tie.label() == "3.00\n1/2 stalled"  # a tie shows the worse state
 
 
+def test_a_wrapping_axis_names_the_wrapping_first():
+    """The store keeps an axis value's keys sorted ({"qk_norm": .., "wrap": ..}): the row still reads
+    "pre qk_norm=True", the way the grid was written."""
+    run = {
+        "config": {"model": {"wrap": "pre", "qk_norm": True, "n_layers": 2}, "train": {"seed": 0}},
+        "axes": {"n_layers": 2, "wrapping": {"qk_norm": True, "wrap": "pre"}},
+        "status": "done",
+        "outcome": "trained",
+        "val_loss": 2.5,
+    }
+    assert layout([run], ["wrapping", "n_layers"]).row(run) == "pre qk_norm=True"
+
+
 def test_verdict_prediction_rule():
     run = lambda warmup: {"config": {"train": {"warmup": warmup}}}  # noqa: E731
     warm = {"verdicts": [{"level": "warning", "code": "warmup-required"}]}

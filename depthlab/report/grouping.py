@@ -71,6 +71,7 @@ def _value(field: str, v, model: dict) -> str:
 def _axis_label(name: str, value, model: dict) -> str:
     """An axis value as a person reads it: ``pre no attn skip``, ``pre qk_norm=True``, ``warmup=50``."""
     items = value.items() if isinstance(value, dict) else [(name, value)]
+    items = sorted(items, key=lambda fv: fv[0] != "wrap")  # the wrapping first (the store sorts keys)
     parts = [str(v) if f == "wrap" else _value(f, v, model) for f, v in items]
     return " ".join(p for p in parts if p)
 
