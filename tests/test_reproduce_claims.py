@@ -153,6 +153,25 @@ def test_lr_sensitivity_small_regime_is_the_preset():
     assert ours.to_dict() == preset("lr-sensitivity").to_dict()
 
 
+def test_lr_sensitivity_compares_like_with_like():
+    """Attention values of two runs read at different steps (one stopped early) are not compared; a
+    setting with no curve gives an empty one (inconclusive checks), not a KeyError."""
+    from depthlab.reproduce import lr_sensitivity as lrs
+
+    rows = [
+        {"step": s, "layer": i, "attn_logit_max": 5.0 * s, "attn_entropy": 2.0}
+        for s in (10, 20)
+        for i in (0, 1, 2)
+    ]
+    rows += [{"step": 30, "layer": 1, "attn_logit_max": None, "attn_entropy": None}]
+    rows = [r if r["layer"] else {**r, "attn_logit_max": None, "attn_entropy": None} for r in rows]
+    assert lrs._attention({"layers": rows}) == (100.0, 2.0, 20)  # step 30 has a non-finite layer
+    x, y = {0: (100.0, 2.0, 20), 1: (50.0, 2.0, 10)}, {0: (10.0, 2.5, 20), 1: (10.0, 2.5, 20)}
+    values = lrs._paired(x, y, lambda u, v: lrs._log_ratio(u[0], v[0]))
+    assert values[0] == pytest.approx(1.0) and math.isnan(values[1])
+    assert math.isnan(lrs._log_ratio(0.0, 1.0)) and lrs._index([])[("pre", 6)].per_seed_sensitivity() == {}
+
+
 def test_small_regimes_have_enough_seeds():
     for name, reg in REGISTRATIONS.items():
         seeds = reg.regimes.get("small", {}).get("seeds")

@@ -83,7 +83,9 @@ def test_best_lr_falls_with_depth_at_the_built_slope(data):
 
 
 def test_a_setting_is_named_from_its_axes():
-    key = setting_key({"wrapping": {"wrap": "pre", "qk_norm": True, "residual": ["ffn"]}, "lr": 1e-3, "seed": 1})
+    key = setting_key(
+        {"wrapping": {"wrap": "pre", "qk_norm": True, "residual": ["ffn"]}, "lr": 1e-3, "seed": 1}
+    )
     assert key == {"wrap": "pre", "qk_norm": True, "residual": "ffn"}
     assert setting_label(key) == "pre qk_norm=True residual=ffn" and setting_label({}) == "all runs"
     assert setting_label({"qk_norm": True, "wrap": "pre"}) == "pre qk_norm=True"  # the store sorts keys
@@ -99,6 +101,8 @@ def test_point_caps_at_l0_and_counts_divergence():
     p = Point(1e-3, {0: 7.0, 1: None, 2: 2.0}, {0: "trained", 1: "diverged", 2: "trained"})
     assert (p.capped(0, 5.5), p.capped(1, 5.5), p.capped(2, 5.5)) == (5.5, 5.5, 2.0)
     assert p.diverged(1) and not p.diverged(2)
+    # a run stopped as diverged with a finite loss below l0 (a stream blow-up) still counts as l0
+    assert Point(1e-3, {0: 3.2}, {0: "diverged"}).capped(0, 5.5) == 5.5
 
 
 def test_curves_need_two_learning_rates():

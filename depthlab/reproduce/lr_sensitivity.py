@@ -51,7 +51,8 @@ SMALL = {
     "moderate_lr": 1e-3,  # the learning rate the high one is compared with
     "z_loss": 1e-4,  # Wortsman et al.'s coefficient
 }
-# The large scale: the width and length of the other claims' large regimes (a GPU or a long CPU night).
+# The large scale: the width (256) and length (2,000 steps) of the other claims' large regimes, at the
+# preset's heads, batch and sequence length (a GPU or a long CPU night).
 LARGE = {**SMALL, "d_model": 256, "steps": 2000, "warmup": 200}
 QUICK = {"depths": [1, 2], "lrs": [1e-3, 1e-1], "seeds": [0, 1], "steps": 20, "warmup": 2, "control_depth": 2}
 REGISTRATION = Registration(
@@ -200,8 +201,16 @@ def _run(study, db: str) -> list[dict]:
     return load(db, study.name).runs
 
 
+class _Curves(dict):
+    """(setting label, depth) -> Curve; a curve that has no runs (every run failed, or fewer than two
+    learning rates finished) is an empty one, whose checks are inconclusive (no seed gives a value)."""
+
+    def __missing__(self, key):
+        return Curve({}, key[1], [], math.nan)
+
+
 def _index(curve_list: list[Curve]) -> dict[tuple[str, int], Curve]:
-    return {(c.label, c.depth): c for c in curve_list}
+    return _Curves({(c.label, c.depth): c for c in curve_list})
 
 
 def _growth(by: dict, label: str, shallow: int, deep: int) -> dict[int, float]:
@@ -249,19 +258,33 @@ def _runs_at(runs: list[dict], label: str, depth: int, lr: float) -> dict[int, d
     return out
 
 
-def _attention(run: dict) -> tuple[float, float]:
-    """(largest attention logit over layers, mean attention entropy over layers) at the run's last logged
-    step with finite values."""
-    rows = [
-        x
-        for x in run.get("layers") or []
-        if _finite(x.get("attn_logit_max")) and _finite(x.get("attn_entropy"))
+def _attention(run: dict) -> tuple[float, float, int | None]:
+    """(largest attention logit over layers, mean attention entropy over layers, the step) at the run's
+    last logged step where every attention layer (stream index >= 1) has finite values."""
+    by_step: dict[int, list[dict]] = {}
+    for x in run.get("layers") or []:
+        if x["layer"] >= 1:
+            by_step.setdefault(x["step"], []).append(x)
+    good = [
+        s
+        for s, rows in by_step.items()
+        if all(_finite(x.get("attn_logit_max")) and _finite(x.get("attn_entropy")) for x in rows)
     ]
-    if not rows:
-        return math.nan, math.nan
-    last = max(x["step"] for x in rows)
-    at = [x for x in rows if x["step"] == last]
-    return max(x["attn_logit_max"] for x in at), _mean(x["attn_entropy"] for x in at)
+    if not good:
+        return math.nan, math.nan, None
+    at = by_step[max(good)]
+    return max(x["attn_logit_max"] for x in at), _mean(x["attn_entropy"] for x in at), max(good)
+
+
+def _log_ratio(a: float, b: float) -> float:
+    """log10(a / b); NaN unless both are finite and positive."""
+    return math.log10(a / b) if _finite(a) and _finite(b) and a > 0 and b > 0 else math.nan
+
+
+def _paired(x: dict, y: dict, f) -> list[float]:
+    """Per seed both dicts hold, f(x[seed], y[seed]); NaN where the two were read at different steps (a
+    run that stopped early against one that did not: not comparable)."""
+    return [f(x[s], y[s]) if x[s][2] == y[s][2] else math.nan for s in sorted(set(x) & set(y))]
 
 
 def _lse(run: dict) -> float:
@@ -280,10 +303,10 @@ def _attention_checks(runs: list[dict], by: dict, r: dict, d: int, e: dict):
     a = {s: _attention(x) for s, x in pre_hi.items()}
     b = {s: _attention(x) for s, x in pre_mid.items()}
     q = {s: _attention(x) for s, x in qk_hi.items()}
-    growth = [math.log10(a[s][0] / b[s][0]) for s in sorted(set(a) & set(b))]
-    vs_qk = [math.log10(a[s][0] / q[s][0]) for s in sorted(set(a) & set(q))]
-    drop = [b[s][1] - a[s][1] for s in sorted(set(a) & set(b))]
-    drop_qk = [q[s][1] - a[s][1] for s in sorted(set(a) & set(q))]
+    growth = _paired(a, b, lambda u, v: _log_ratio(u[0], v[0]))
+    vs_qk = _paired(a, q, lambda u, v: _log_ratio(u[0], v[0]))
+    drop = _paired(a, b, lambda u, v: v[1] - u[1])
+    drop_qk = _paired(a, q, lambda u, v: v[1] - u[1])
     g, t = e["logit_growth_log10"], e["entropy_drop"]
     where = f"{d}L pre-LN"
     return [
@@ -309,7 +332,7 @@ def _z_loss_checks(runs: list[dict], by: dict, r: dict, d: int, e: dict):
     label = setting_label({"wrap": "pre", "z_loss": z})
     plain, with_z = _runs_at(runs, "pre", d, hi), _runs_at(runs, label, d, hi)
     seeds = sorted(set(plain) & set(with_z))
-    ratio = [math.log10(_lse(plain[s]) / _lse(with_z[s])) for s in seeds]
+    ratio = [_log_ratio(_lse(plain[s]), _lse(with_z[s])) for s in seeds]
     return [
         seeded_check(f"{d}L pre-LN, lr {hi:g}: z-loss keeps the output log-partition near 0 (log10 |log Z| "
                      "without / with)", f"> {e['z_loss_log10']:g}", ratio, at_least=e["z_loss_log10"], fmt="+.2f",

@@ -69,7 +69,7 @@ class Point:
     def capped(self, seed: int, l0: float) -> float:
         """min(l, l0) for ``seed``'s run; a diverged run (or one without a finite loss) counts as l0."""
         v = self.loss.get(seed)
-        return l0 if v is None or not math.isfinite(v) else min(v, l0)
+        return l0 if self.diverged(seed) or v is None else min(v, l0)
 
     def diverged(self, seed: int) -> bool:
         v = self.loss.get(seed)
