@@ -86,16 +86,18 @@ def run_seconds(mcfg: ModelConfig, tcfg: TrainConfig) -> float:
     return build * mcfg.n_layers + steps
 
 
-def announce(name: str, planned: list[tuple[ModelConfig, TrainConfig]], done) -> float:
+def announce(
+    name: str, planned: list[tuple[ModelConfig, TrainConfig]], done, where: str = "in this process"
+) -> float:
     """Print (stderr) how many runs ``name`` plans and its expected time; returns the seconds.
 
-    ``done(mcfg, tcfg)`` says whether a run is already trained (cached) and so costs nothing.
+    ``done(mcfg, tcfg)`` says whether a run is already trained (cached ``where``) and so costs nothing.
     """
     todo = [(m, t) for m, t in planned if not done(m, t)]
     seconds = sum(run_seconds(m, t) for m, t in todo)
     device = device_for(planned[0][1]).type if planned else "cpu"
     print(
-        f"{name}: {len(planned)} training runs ({len(planned) - len(todo)} already done in this process); "
+        f"{name}: {len(planned)} training runs ({len(planned) - len(todo)} already done {where}); "
         f"expected time about {_duration(seconds)} on this {device} "
         f"(per-layer step time measured now, x {torch.get_num_threads()} torch threads)",
         file=sys.stderr,

@@ -191,7 +191,7 @@ def _announce(studies, db: str) -> None:
     done = {
         (spec.model, spec.train): status == "done" for study in studies for spec, status in plan(study, db)
     }
-    cost.announce("lr-sensitivity", list(done), lambda m, t: done[(m, t)])
+    cost.announce("lr-sensitivity", list(done), lambda m, t: done[(m, t)], where=f"in {db}")
 
 
 def _run(study, db: str) -> list[dict]:
