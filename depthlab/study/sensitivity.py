@@ -33,28 +33,24 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from depthlab import intervals
 from depthlab.fit import loglog_slope
 
 MARGIN = 0.05  # nats: "as good as the best" for the usable learning-rate range
-# two-sided 95% quantiles of Student's t by degrees of freedom (1..30); beyond 30 the normal's 1.96
-_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-        2.045, 2.042)  # fmt: skip
 GROUPED_OUT = ("lr", "seed", "n_layers")  # what a curve's runs may differ in
 
 
 def mean_interval(values: list[float]) -> tuple[float, float, float]:
-    """(mean, low, high): the mean of ``values`` and its two-sided 95% t-interval (low = high = mean for
-    a single value: no interval can be given). NaN for no values."""
+    """(mean, low, high): the mean of the finite ``values`` and its two-sided 95% t-interval
+    (:func:`depthlab.intervals.mean_interval`); low = high = mean for a single value, the way the tables
+    show it; NaN for no values."""
     vals = [v for v in values if v is not None and math.isfinite(v)]
     if not vals:
         return math.nan, math.nan, math.nan
-    m = statistics.fmean(vals)
     if len(vals) < 2:
-        return m, m, m
-    df = len(vals) - 1
-    half = (_T95[df - 1] if df <= len(_T95) else 1.96) * statistics.stdev(vals) / math.sqrt(len(vals))
-    return m, m - half, m + half
+        return vals[0], vals[0], vals[0]
+    iv = intervals.mean_interval(vals)
+    return iv.mean, iv.low, iv.high
 
 
 @dataclass
