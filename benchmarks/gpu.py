@@ -26,7 +26,7 @@ import torch
 from common import THREADS, median, pin_threads, time_alternating
 from peers import Shape, build, check_param_counts, train_flops, train_step
 
-from depthlab.docs.reproductions import run_all
+from depthlab.docgen.reproductions import run_all
 
 # Dense (no sparsity) bf16 tensor-core peaks from the vendors' data sheets, FLOP/s.
 NOMINAL_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12, "L4": 121e12}

@@ -7,7 +7,7 @@ import math
 
 from depthlab.cli import main
 from depthlab.fit import loglog_slope
-from depthlab.reproduce.init_scaling import QUICK_DEPTHS, STACKS
+from depthlab.reproduce.claims.init_scaling import QUICK_DEPTHS, STACKS
 
 
 def test_loglog_slope():

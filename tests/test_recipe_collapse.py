@@ -15,7 +15,8 @@ import torch
 
 from depthlab.config import ModelConfig
 from depthlab.model import build_model
-from depthlab.reproduce import collapse, lm_runs, load_all, recipe
+from depthlab.reproduce import lm_runs, load_all
+from depthlab.reproduce.claims import collapse, recipe
 from depthlab.train.schedules import lr_factor
 
 

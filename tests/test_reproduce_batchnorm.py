@@ -2,7 +2,7 @@
 
 import torch
 
-from depthlab.reproduce.batchnorm import reproduce_batchnorm, sensitivity
+from depthlab.reproduce.claims.batchnorm import reproduce_batchnorm, sensitivity
 
 
 def test_sensitivity_detects_a_batch_dependent_function():
@@ -14,7 +14,7 @@ def test_sensitivity_detects_a_batch_dependent_function():
 
 
 def test_batchnorm_reproduction_checks_and_json(one_thread, monkeypatch):
-    import depthlab.reproduce.batchnorm as bn
+    import depthlab.reproduce.claims.batchnorm as bn
 
     monkeypatch.setattr(bn, "QUICK", {"steps": 20, "seeds": [0, 1]})
     r = reproduce_batchnorm(quick=True)

@@ -16,16 +16,16 @@ import torch
 
 from depthlab.cli import main
 from depthlab.config import ModelConfig
-from depthlab.docs import reproductions as all_mod
+from depthlab.docgen import reproductions as all_mod
 from depthlab.errors import ConfigError, InputError
 from depthlab.intervals import VERDICTS, decide, mean_interval
 from depthlab.model import build_model
 from depthlab.reproduce import REGISTRATIONS, REPRODUCTIONS, Check, Reproduction, lm_runs, load_all
-from depthlab.reproduce import claim as claim_mod
-from depthlab.reproduce.claim import counts, run_claim, seeded_check, unanimous_check
-from depthlab.reproduce.model_update import output_change, tiny_config
-from depthlab.reproduce.redundancy import layer_angles, removal_costs, removed
-from depthlab.reproduce.skip_ablation import bottom_to_top, falls_then_stalls
+from depthlab.reproduce import reproduction as claim_mod
+from depthlab.reproduce.claims.model_update import output_change, tiny_config
+from depthlab.reproduce.claims.redundancy import layer_angles, removal_costs, removed
+from depthlab.reproduce.claims.skip_ablation import bottom_to_top, falls_then_stalls
+from depthlab.reproduce.reproduction import counts, run_claim, seeded_check, unanimous_check
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py's, restored after each test
 
@@ -81,7 +81,7 @@ def shrunk(monkeypatch):
         monkeypatch.setitem(train, "log_every", 2)
         monkeypatch.setitem(train, "batch_size", 4)
         monkeypatch.setitem(train, "seq_len", 16)
-    import depthlab.reproduce.collapse as collapse
+    import depthlab.reproduce.claims.collapse as collapse
 
     monkeypatch.setattr(collapse, "CHECKPOINT_FROM", 8)  # the checkpointed path runs too
     lm_runs.clear_cache()
@@ -146,7 +146,7 @@ def test_large_regimes_are_large():
 
 def test_lr_sensitivity_small_regime_is_the_preset():
     """The registered small regime runs the lr-sensitivity preset itself, so a preset run is reused."""
-    from depthlab.reproduce import lr_sensitivity
+    from depthlab.reproduce.claims import lr_sensitivity
     from depthlab.study.presets import preset
 
     ours, _ = lr_sensitivity._studies(lr_sensitivity.SMALL, "small", quick=False)
@@ -156,7 +156,7 @@ def test_lr_sensitivity_small_regime_is_the_preset():
 def test_lr_sensitivity_compares_like_with_like():
     """Attention values of two runs read at different steps (one stopped early) are not compared; a
     setting with no curve gives an empty one (inconclusive checks), not a KeyError."""
-    from depthlab.reproduce import lr_sensitivity as lrs
+    from depthlab.reproduce.claims import lr_sensitivity as lrs
 
     rows = [
         {"step": s, "layer": i, "attn_logit_max": 5.0 * s, "attn_entropy": 2.0}
@@ -374,7 +374,7 @@ def test_hutchinson_msv_whole_sequence_and_per_token():
 
 
 def test_jacobian_walks_from_the_notebook_setup_to_depthlabs(monkeypatch, tmp_path):
-    import depthlab.reproduce.jacobian as jac
+    import depthlab.reproduce.claims.jacobian as jac
     from depthlab.reproduce.jacobian_setups import START, STEPS, setup_msv
 
     assert setup_msv("rezero", 3, START, 0, 4) == pytest.approx(1.0, rel=0.1)  # a = 0: J = I
@@ -388,7 +388,7 @@ def test_jacobian_walks_from_the_notebook_setup_to_depthlabs(monkeypatch, tmp_pa
 
 
 def test_where_they_part_names_the_first_step_that_leaves_the_vanishing_regime():
-    from depthlab.reproduce.jacobian import where_they_part
+    from depthlab.reproduce.claims.jacobian import where_they_part
 
     rows = [{"step": s, "msv": {"post": [v]}} for s, v in (("a", 1e-3), ("b", 2e-3), ("c", 0.5), ("d", 7.0))]
     assert where_they_part(rows, 1e-2) == "post-LN's MSV first reaches 0.01 or more at step 2: c"
@@ -397,7 +397,7 @@ def test_where_they_part_names_the_first_step_that_leaves_the_vanishing_regime()
 
 
 def test_stream_growth_tiny(monkeypatch, tmp_path):
-    import depthlab.reproduce.stream_growth as sg
+    import depthlab.reproduce.claims.stream_growth as sg
 
     monkeypatch.setattr(sg, "QUICK", {"depths": [2, 4], "d_model": 16, "n_heads": 2, "seeds": [0, 1]})
     result = sg.reproduce_stream_growth(quick=True, out_dir=str(tmp_path))
@@ -408,7 +408,7 @@ def test_stream_growth_tiny(monkeypatch, tmp_path):
 
 
 def test_jacobian_msv_is_one_for_rezero_at_init_and_grows_for_pre_ln():
-    from depthlab.reproduce.jacobian import msv
+    from depthlab.reproduce.claims.jacobian import msv
 
     assert msv("rezero", 8, 4) == pytest.approx(1.0, rel=0.05)  # a = 0: every layer is the identity
     assert msv("pre", 8, 4) > 1.5  # every pre-LN layer adds a branch to the identity path

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from depthlab.cli import main
-from depthlab.reproduce.seeds import stated_match
+from depthlab.reproduce.claims.seeds import stated_match
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ Layers, bottom to top (a module may import its own layer and those below, never 
 
     foundation (errors, version, jsonable, fit, intervals, paths, config_base, config, corpus, display, frames)
     -> model -> interop -> probe -> watch -> train -> integrations -> study -> report -> reproduce
-    -> docs -> cli
+    -> docgen -> cli
 
 ``depthlab/__init__.py`` (the public API) and ``__main__`` sit above everything and are not imported
 from inside the package.
@@ -43,7 +43,7 @@ LAYERS = [
     {"study"},
     {"report"},
     {"reproduce"},
-    {"docs"},
+    {"docgen"},
     {"cli"},
     {"__init__", "__main__"},
 ]

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from depthlab.docs.tour import (
+from depthlab.docgen.tour import (
     IMG,
     Ran,
     excerpt,
@@ -22,8 +22,8 @@ from depthlab.docs.tour import (
     run_command,
     tour_commands,
 )
-from depthlab.docs.tour_checks import PROSE_CHECKS, contradicted
-from depthlab.docs.tour_text import SECTIONS
+from depthlab.docgen.tour_checks import PROSE_CHECKS, contradicted
+from depthlab.docgen.tour_text import SECTIONS
 from depthlab.reproduce import load_all
 
 CLI_COMMANDS = ("explain", "probe", "train", "reproduce")

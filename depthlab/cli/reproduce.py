@@ -5,15 +5,15 @@ from __future__ import annotations
 import os
 
 from depthlab.cli.common import add_json_flag, refuse_flags
-from depthlab.docs.doctor import DEFAULT_DB as DOCTOR_DB
-from depthlab.docs.doctor import DEFAULT_DOC as DOCTOR_DOC
-from depthlab.docs.doctor import write_doctor_doc
-from depthlab.docs.reproductions import DEFAULT_DOC, run_all
-from depthlab.docs.tour import check_written, write_tour
+from depthlab.docgen.doctor import DEFAULT_DB as DOCTOR_DB
+from depthlab.docgen.doctor import DEFAULT_DOC as DOCTOR_DOC
+from depthlab.docgen.doctor import write_doctor_doc
+from depthlab.docgen.reproductions import DEFAULT_DOC, run_all
+from depthlab.docgen.tour import check_written, write_tour
 from depthlab.errors import ConfigError, InputError
 from depthlab.paths import check_folder, check_output_file, write_json
 from depthlab.reproduce import REPRODUCTIONS
-from depthlab.reproduce.claim import SCALES, run_claim
+from depthlab.reproduce.reproduction import SCALES, run_claim
 from depthlab.study.scoring import format_score
 from depthlab.train.distributed import set_torch_threads
 

@@ -1,6 +1,6 @@
 """The tour's prose, checked against the outputs it sits beside.
 
-Every figure or trend that the prose of :mod:`depthlab.docs.tour_text` states about a command's output
+Every figure or trend that the prose of :mod:`depthlab.docgen.tour_text` states about a command's output
 is a :class:`ProseCheck`: the section, which of its commands, the statement, and a function of that
 command's standard output that says whether the output bears it out. ``depthlab reproduce tour`` refuses
 to write a tour whose prose an output contradicts, and tests/test_tour.py checks the committed one.

@@ -23,7 +23,6 @@ import torch
 from torch import nn
 
 from depthlab.probe.stats import angular_distance, cos_prev
-from depthlab.reproduce.claim import INCONCLUSIVE, Check, Reproduction, register, resolve, seeded_check
 from depthlab.reproduce.figures import profiles
 from depthlab.reproduce.lm_runs import announce, below_unigram, eval_loss, lm_batches, train_seeds
 from depthlab.reproduce.registration import (
@@ -32,6 +31,7 @@ from depthlab.reproduce.registration import (
     Revision,
     to_seeds,
 )
+from depthlab.reproduce.reproduction import INCONCLUSIVE, Check, Reproduction, register, resolve, seeded_check
 
 WRAPS = ("pre", "post", "mix", "lns")
 SMALL = {"depths": [12, 24], "lr": 1e-3, "warmup": 133, "steps": 400, "eval_batches": 8, "seeds": [0, 1, 2]}

@@ -11,7 +11,6 @@ difference, DyT's final loss minus LayerNorm's.
 
 from __future__ import annotations
 
-from depthlab.reproduce.claim import Check, Reproduction, combined, register, resolve, seeded_check
 from depthlab.reproduce.figures import loss_curves
 from depthlab.reproduce.lm_runs import announce, below_unigram, final_loss, outcomes, train_seeds
 from depthlab.reproduce.registration import (
@@ -19,6 +18,7 @@ from depthlab.reproduce.registration import (
     Registration,
     to_seeds,
 )
+from depthlab.reproduce.reproduction import Check, Reproduction, combined, register, resolve, seeded_check
 
 SMALL = {"depths": [6, 12], "lr": 1e-3, "steps": 150, "seeds": [0, 1, 2, 3, 4]}
 LARGE = {"depths": [6, 12], "lr": 1e-3, "steps": 2000, "seeds": [0, 1, 2]}

@@ -1,4 +1,4 @@
-"""The Markdown of docs/reproductions.md, from the reproductions' results (see :mod:`depthlab.docs.reproductions`)."""
+"""The Markdown of docs/reproductions.md, from the reproductions' results (see :mod:`depthlab.docgen.reproductions`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 import sys
 
 from depthlab.intervals import AGREE, INCONCLUSIVE, METHOD, MISMATCH
-from depthlab.reproduce.claim import REGISTRATIONS, Reproduction, counts
+from depthlab.reproduce.reproduction import REGISTRATIONS, Reproduction, counts
 
 INTRO = """\
 # Reproductions

@@ -33,9 +33,9 @@ from depthlab.probe.toys import (
     tanh_stack_gradients,
     variance_example,
 )
-from depthlab.reproduce.claim import Check, Reproduction, register
 from depthlab.reproduce.figures import new_figure, save
 from depthlab.reproduce.registration import Registration, Revision
+from depthlab.reproduce.reproduction import Check, Reproduction, register
 
 # The text computes f and x1 from LN(x0) already rounded to 0.6325: its 4th decimal can differ by one
 # from the exact value (1.31623 -> "1.3163"), so these are checked to within one unit of that digit.

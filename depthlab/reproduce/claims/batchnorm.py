@@ -22,8 +22,8 @@ from depthlab.config import ModelConfig, TrainConfig
 from depthlab.model import build_model
 from depthlab.model.norms import make_norm
 from depthlab.reproduce import cost
-from depthlab.reproduce.claim import Check, Reproduction, register, resolve, seeded_check
 from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
+from depthlab.reproduce.reproduction import Check, Reproduction, register, resolve, seeded_check
 from depthlab.train import train
 from depthlab.train.evaluate import token_loss_sum
 from depthlab.train.tasks import make_task

@@ -27,10 +27,10 @@ import torch
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.model import build_model
 from depthlab.reproduce import cost
-from depthlab.reproduce.claim import Check, Reproduction, register, resolve, seeded_check
 from depthlab.reproduce.figures import profiles
 from depthlab.reproduce.lm_runs import lm_batches
 from depthlab.reproduce.registration import DECISION, Registration, to_seeds
+from depthlab.reproduce.reproduction import Check, Reproduction, register, resolve, seeded_check
 from depthlab.train import train
 
 WRAPS = ("post", "pre", "deepnorm")

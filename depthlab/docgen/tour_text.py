@@ -5,7 +5,7 @@ under it. ``{img}`` in a command is the folder of the tour's plots (docs/tour_im
 written; ``--plot {img}/NAME.png`` or, for a reproduction, ``--out {img}``), and every plot a command
 reports on a ``plot: PATH`` line is shown under its output. Every command must be small (seconds on two
 cores): tests/test_tour.py runs them all. Every figure or trend the prose states about an output is
-checked against that output (:mod:`depthlab.docs.tour_checks`).
+checked against that output (:mod:`depthlab.docgen.tour_checks`).
 The texts are cited by name (docs/sources.md): the stacks article ("Encoder and Decoder Stacks"), the
 stream chapter (the residual-stream chapter, the dabbawalas), "Residual Connections Explained", and the
 interview answer on residuals.
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The small regime of `depthlab reproduce recipe`, where post-LN's need for warmup shows in 150 updates
-# (8 layers, d_model 32, lr 3e-3; see depthlab/reproduce/recipe.py for how it was chosen). One thread:
+# (8 layers, d_model 32, lr 3e-3; see depthlab/reproduce/claims/recipe.py for how it was chosen). One thread:
 # a model this small gains nothing from a second one, and on a busy machine the two wait on each other.
 TRAIN_SMALL = (
     "--layers 8 --d-model 32 --heads 4 --max-len 64 "

@@ -17,10 +17,10 @@ from __future__ import annotations
 import math
 import statistics
 
-from depthlab.reproduce.claim import Reproduction, register, resolve, seeded_check
 from depthlab.reproduce.figures import loss_curves, profiles
 from depthlab.reproduce.lm_runs import NO_ATTN_SKIP, Run, announce, below_unigram, outcomes, train_seeds
 from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
+from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check
 
 SMALL = {"depth": 48, "bottom": 20, "lr": 1e-3, "steps": 300, "seeds": [0, 1, 2]}
 LARGE = {"depth": 48, "bottom": 20, "lr": 1e-3, "steps": 3000, "seeds": [0, 1, 2]}

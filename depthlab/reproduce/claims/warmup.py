@@ -12,10 +12,10 @@ batches), so each seed gives one paired difference: final loss without warmup mi
 
 from __future__ import annotations
 
-from depthlab.reproduce.claim import Reproduction, register, resolve, seeded_check
 from depthlab.reproduce.figures import loss_curves
 from depthlab.reproduce.lm_runs import announce, final_loss, paired_outcomes, train_seeds
 from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
+from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check
 
 # (layers, learning rate) settings; each is run with and without warmup, for post-LN and pre-LN. Seeds
 # per depth: five where a run takes under 10 s (6 layers), three otherwise.

@@ -12,10 +12,10 @@ mean over seeds. Pre-LN at 32 layers, at the middle learning rate, is the texts'
 
 from __future__ import annotations
 
-from depthlab.reproduce.claim import Reproduction, register, resolve, seeded_check
 from depthlab.reproduce.figures import profiles
 from depthlab.reproduce.lm_runs import STALL_SHARE, announce, outcomes, relative_to_unigram, train_seeds
 from depthlab.reproduce.registration import Registration
+from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check
 
 SMALL = {
     "depths": [4, 8, 12, 16, 24, 32],

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from depthlab.docs.reproductions_text import render
+from depthlab.docgen.reproductions_text import render
 from depthlab.errors import ConfigError, InputError
 from depthlab.reproduce import Check, Reproduction, load_all
-from depthlab.reproduce.claim import counts, format_counts, run_claim, supports
+from depthlab.reproduce.reproduction import counts, format_counts, run_claim, supports
 
 # The order of the document: the seeds' numbers first, then the papers' claims; any other registered
 # reproduction follows in alphabetical order.

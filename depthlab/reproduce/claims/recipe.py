@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from depthlab.reproduce.claim import AGREE, INCONCLUSIVE, Check, Reproduction, register, resolve, seeded_check
 from depthlab.reproduce.figures import loss_curves
 from depthlab.reproduce.lm_runs import TINY_MODEL, announce, base, below_unigram, outcomes, train_seeds
 from depthlab.reproduce.registration import (
@@ -37,6 +36,15 @@ from depthlab.reproduce.registration import (
     Registration,
     Revision,
     to_seeds,
+)
+from depthlab.reproduce.reproduction import (
+    AGREE,
+    INCONCLUSIVE,
+    Check,
+    Reproduction,
+    register,
+    resolve,
+    seeded_check,
 )
 
 N_LAYERS = 8

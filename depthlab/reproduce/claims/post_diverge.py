@@ -12,10 +12,10 @@ package says so (a non-finite loss or gradient, or the smoothed loss far above i
 
 from __future__ import annotations
 
-from depthlab.reproduce.claim import Reproduction, register, resolve, unanimous_check
 from depthlab.reproduce.figures import loss_curves
 from depthlab.reproduce.lm_runs import announce, train_seeds
 from depthlab.reproduce.registration import Registration
+from depthlab.reproduce.reproduction import Reproduction, register, resolve, unanimous_check
 
 SMALL = {"depth": 24, "lrs": [1e-3, 3e-3, 1e-2, 3e-2], "steps": 300, "seeds": [0, 1, 2]}
 LARGE = {"depth": 24, "lrs": [1e-3, 3e-3, 1e-2, 3e-2], "steps": 2000, "seeds": [0, 1, 2]}

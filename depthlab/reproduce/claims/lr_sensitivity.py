@@ -31,8 +31,8 @@ from depthlab.paths import save_figure
 from depthlab.report.data import load
 from depthlab.report.lr_plots import lr_curves
 from depthlab.reproduce import cost
-from depthlab.reproduce.claim import Reproduction, register, resolve, seeded_check
 from depthlab.reproduce.registration import DECISION, Registration, Revision
+from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check
 from depthlab.study.executors import default_workers
 from depthlab.study.grid import StudyConfig
 from depthlab.study.presets import PRESETS

@@ -31,9 +31,9 @@ from depthlab.corpus import text_batch
 from depthlab.fit import loglog_slope
 from depthlab.model import build_model
 from depthlab.probe import measure
-from depthlab.reproduce.claim import Check, Reproduction, register, resolve, seeded_check
 from depthlab.reproduce.figures import new_figure, save
 from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
+from depthlab.reproduce.reproduction import Check, Reproduction, register, resolve, seeded_check
 
 STACKS = (  # (label, wrap, residual)
     ("post", "post", ("attn", "cross", "ffn")),

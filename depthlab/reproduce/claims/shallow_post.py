@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import statistics
 
-from depthlab.reproduce.claim import Reproduction, register, resolve, seeded_check
 from depthlab.reproduce.figures import loss_curves
 from depthlab.reproduce.lm_runs import announce, final_loss, train_seeds
 from depthlab.reproduce.registration import DECISION, Registration, to_seeds
+from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check
 
 SMALL = {"depth": 6, "lr": 1e-3, "steps": 300, "warmups": [0, 30, 100], "seeds": [0, 1, 2, 3, 4]}
 LARGE = {"depth": 6, "lr": 1e-3, "steps": 3000, "warmups": [0, 300, 1000], "seeds": [0, 1, 2]}

@@ -10,10 +10,10 @@ final loss minus the shallowest's (a diverged run counts as ln V, an untrained m
 
 from __future__ import annotations
 
-from depthlab.reproduce.claim import Reproduction, register, resolve, seeded_check
 from depthlab.reproduce.figures import profiles
 from depthlab.reproduce.lm_runs import announce, final_loss, train_seeds
 from depthlab.reproduce.registration import Registration
+from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check
 
 SMALL = {"depths": [2, 4, 8, 16], "lr": 1e-3, "steps": 150, "seeds": [0, 1, 2, 3, 4]}
 LARGE = {"depths": [2, 4, 8, 16], "lr": 1e-3, "steps": 2000, "seeds": [0, 1, 2]}

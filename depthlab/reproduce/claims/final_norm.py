@@ -18,7 +18,6 @@ import torch
 from depthlab.config import ModelConfig
 from depthlab.model import build_model
 from depthlab.probe.stats import stream_rms
-from depthlab.reproduce.claim import Check, Reproduction, register, resolve, seeded_check
 from depthlab.reproduce.figures import loss_curves, profiles
 from depthlab.reproduce.lm_runs import (
     TINY_MODEL,
@@ -31,6 +30,7 @@ from depthlab.reproduce.lm_runs import (
     train_seeds,
 )
 from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
+from depthlab.reproduce.reproduction import Check, Reproduction, register, resolve, seeded_check
 
 SMALL = {
     "init_depths": [3, 6, 12, 24, 48, 96],

@@ -19,9 +19,9 @@ from depthlab.config import ModelConfig
 from depthlab.corpus import text_batch
 from depthlab.model import build_model
 from depthlab.probe.stats import stream_rms
-from depthlab.reproduce.claim import Check, Reproduction, combined, register, resolve, seeded_check
 from depthlab.reproduce.figures import profiles
 from depthlab.reproduce.registration import Registration
+from depthlab.reproduce.reproduction import Check, Reproduction, combined, register, resolve, seeded_check
 
 SMALL = {"depths": [6, 12, 24, 48, 96], "d_model": 64, "n_heads": 4, "seeds": [0, 1, 2, 3, 4]}
 

@@ -53,10 +53,10 @@ from depthlab.fit import loglog_slope
 from depthlab.model import build_model
 from depthlab.probe.stats import stream_table
 from depthlab.reproduce import cost
-from depthlab.reproduce.claim import Check, Reproduction, combined, register, resolve, seeded_check
 from depthlab.reproduce.figures import new_figure, save
 from depthlab.reproduce.lm_runs import base
 from depthlab.reproduce.registration import DECISION, Registration, to_seeds
+from depthlab.reproduce.reproduction import Check, Reproduction, combined, register, resolve, seeded_check
 from depthlab.train import train
 from depthlab.train.tasks import LMTask
 

@@ -17,10 +17,10 @@ from depthlab.config import ModelConfig
 from depthlab.corpus import text_batch
 from depthlab.model import build_model
 from depthlab.probe.stats import stream_rms
-from depthlab.reproduce.claim import Reproduction, register, resolve, seeded_check
 from depthlab.reproduce.figures import loss_curves
 from depthlab.reproduce.lm_runs import announce, base, final_loss, paired_outcomes, train_seeds
 from depthlab.reproduce.registration import Registration
+from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check
 
 SMALL = {"init_depth": 48, "train_depth": 12, "lr": 1e-3, "steps": 150, "seeds": [0, 1, 2, 3, 4]}
 LARGE = {"init_depth": 48, "train_depth": 12, "lr": 1e-3, "steps": 2000, "seeds": [0, 1, 2]}

@@ -12,10 +12,10 @@ common), with its interval.
 
 from __future__ import annotations
 
-from depthlab.reproduce.claim import Check, Reproduction, register, resolve, seeded_check
 from depthlab.reproduce.figures import loss_curves
 from depthlab.reproduce.lm_runs import announce, below_unigram, outcomes, train_seeds
 from depthlab.reproduce.registration import DECISION, Registration, to_seeds
+from depthlab.reproduce.reproduction import Check, Reproduction, register, resolve, seeded_check
 
 EXPECTED = {"post": "fails", "pre": "trains", "deepnorm": "trains", "admin": "trains", "rezero": "trains"}
 LARGE = {"depths": [24, 48], "lr": 1e-3, "warmup": 0, "steps": 2000, "seeds": [0, 1, 2]}
