@@ -248,3 +248,12 @@ def test_readme_python_snippet_runs(tmp_path, monkeypatch, one_thread):
         exec(compile(code, f"README.md:{start}", "exec"), {})
     assert "vanishing-gradient" in out.getvalue()
     assert (tmp_path / "runs" / "mine" / "metrics.jsonl").is_file()
+
+
+def test_the_data_path_names_real_files():
+    text = (ROOT / "docs" / "design.md").read_text()
+    picture = text.split("## The data path", 1)[1].split("## Layers", 1)[0]
+    named = set(re.findall(r"\b([a-z_]+(?:/[a-z_*]+)*\.py)\b", picture))
+    assert len(named) > 20
+    missing = [n for n in sorted(named) if not list((ROOT / "depthlab").glob(n))]
+    assert not missing, f"docs/design.md's data path names files that do not exist: {missing}"

@@ -7,7 +7,7 @@ Each class is the only declaration of its wrapping. Besides ``forward`` it state
 
 | attribute            | meaning                                                        | read by                |
 |----------------------|----------------------------------------------------------------|------------------------|
-| FORMULA, SOURCE      | the update rule and the paper it comes from                    | explain, README        |
+| FORMULA, SOURCE      | the update rule and the paper it comes from                    | explain, docgen.tables |
 | NORM_IN / NORM_OUT   | a norm on F's input / on F's output before the addition        | explain                |
 | NORM_AFTER_ADD       | a norm on the sum: the stream itself is renormalised           | explain, final norm    |
 | NEEDS_NORM           | the formula normalises, so ``norm="none"`` is refused          | config validation      |
@@ -27,20 +27,8 @@ sublayers is the wrapping's ``run_block``: one after the other, or, for the para
 reading the same stream. Adding a wrapping is one class registered with :func:`register` (plus its
 constants function): config, build, explain and probe need no other edit.
 
-| name       | formula                         | source                                           |
-|------------|---------------------------------|--------------------------------------------------|
-| post       | x <- LN(x + F(x))               | Vaswani et al. 2017, "Add & Norm"                |
-| pre        | x <- x + F(LN(x))               | Xiong et al. 2020; GPT-2, LLaMA                  |
-| sandwich   | x <- x + LN_out(F(LN_in(x)))    | CogView 2021; Peri-LN 2025; Gemma 2/3            |
-| reorder    | x <- x + LN(F(x))               | OLMo 2 2024 ("norm after")                       |
-| deepnorm   | x <- LN(alpha x + F(x))         | Wang et al. 2022, DeepNet                        |
-| admin      | x <- LN(omega * x + F(x))       | Liu et al. 2020, Admin                           |
-| rezero     | x <- x + a F(x), a = 0 at init  | Bachlechner et al. 2020                          |
-| layerscale | x <- x + lambda * F(LN(x))      | Touvron et al. 2021, CaiT                        |
-| mix        | post below floor(r L), pre above| Li et al. 2024, Mix-LN                           |
-| lns        | x <- x + F(LN(x) / sqrt(l))     | Sun et al. 2025, LayerNorm Scaling               |
-| parallel   | x <- x + Attn(LN1(x)) + FFN(LN2(x)) | GPT-NeoX (Black et al. 2022); Pythia; Falcon-40B |
-| parallel_shared | x <- x + Attn(LN(x)) + FFN(LN(x)) | GPT-J (Wang & Komatsuzaki 2021); PaLM (Chowdhery et al. 2022) |
+The table of every wrapping's name, formula, source and constants is written from these classes by
+``python -m depthlab.docgen.tables`` into docs/wrappings.md and README.md.
 """
 
 from __future__ import annotations

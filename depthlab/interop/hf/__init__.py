@@ -1,19 +1,8 @@
 """Import Hugging Face models into depthlab models with the same outputs, family by family.
 
-| family (HF class)                        | depthlab wiring                                                  |
-|------------------------------------------|------------------------------------------------------------------|
-| GPT-2 (``GPT2LMHeadModel``)              | pre-LN decoder, learned positions, final LN                       |
-| BERT (``BertModel``)                     | post-LN encoder, embedding LN                                    |
-| Llama, Mistral, Qwen2, Qwen3 (``*ForCausalLM``) | pre-RMSNorm decoder, SwiGLU, RoPE, GQA (+ window, biases, QK-norm) |
-| OLMo 2 (``Olmo2ForCausalLM``)            | reorder: x + LN(F(x)), QK-norm over the projections              |
-| Gemma 2, Gemma 3 (``*ForCausalLM``)      | sandwich, RMSNorm (1 + w), soft-caps, sliding windows, QK-norm   |
-| GPT-NeoX, GPT-J, Falcon, Phi (``*ForCausalLM``) | parallel (two norms or one shared), partial rotary          |
-| OPT (``OPTForCausalLM``)                 | pre-LN, or post-LN for the 350m shape                            |
-| BART, Marian (``BartForConditionalGeneration``, ``MarianMTModel``) | post-LN encoder-decoder          |
-| T5 (``T5ForConditionalGeneration``)      | pre-RMSNorm encoder-decoder, relative position buckets           |
-
 Each family is one module declaring a :class:`~depthlab.interop.hf.family.Family` (its config map, its
-weight map, what is exact and what is approximated). tests/test_parity_hf*.py check every one to 1e-5.
+weight map, what is exact and what is approximated); ``python -m depthlab.docgen.tables`` writes the
+table of them into docs/families.md. tests/test_parity_hf*.py check every one to 1e-5.
 Only ``model_type`` and class names are read, so this package does not import ``transformers``.
 Dropout: the HF residual/hidden dropout becomes ``ModelConfig.dropout``; parity holds in eval mode.
 """

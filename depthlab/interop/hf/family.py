@@ -35,7 +35,8 @@ class Family:
     """One imported family. ``classes`` maps an HF class name to the output that equals ours:
     "logits" (``model(...)``) or "states" (``model(..., return_states=True)[1][-1]`` = last_hidden_state).
     ``config`` maps an HF config to ours; ``state(hf_state, cfg, hf_config)`` an HF state dict to ours.
-    ``exact`` and ``approximated`` are the closing note of the import (README's family table)."""
+    ``exact`` and ``approximated`` are the closing note of the import and the columns of docs/families.md's
+    table (``python -m depthlab.docgen.tables``)."""
 
     name: str
     model_types: tuple[str, ...]
