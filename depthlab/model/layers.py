@@ -51,14 +51,37 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    """One Transformer layer: each sublayer wrapped in its residual/norm wrapping.
+    """One Transformer layer: self-attention, [cross-attention over the encoder output], FFN, each
+    sublayer in its wrapping (:mod:`depthlab.model.wrappings`), combined in one of two forms, as the
+    wrapping declares (``PARALLEL``, ``SHARED_NORM``). Drawn for pre-LN, whose formula is
+    x = x + F(LN(x)), and for the parallel forms:
 
-        x ─► attn (self, causal in a decoder) ─► [cross over the encoder output] ─► ffn ─► x'
+        sequential (PARALLEL False)           parallel (PARALLEL True)
+          x = attn(x)                           h = LN(x) once if SHARED_NORM, else h = x
+          x = cross(x)   [encdec decoder]       x = x + attn.branch(h) [+ cross.branch(h)] + ffn.branch(h)
+          x = ffn(x)                            branch: F_i(LN_i(h)), or F_i(h) under the shared norm
 
-    ``attn``, ``cross`` and ``ffn`` are :class:`depthlab.model.wrappings.Wrapping` modules;
-    ``cross`` is None except in an encoder-decoder's decoder. How they combine is their wrapping's
-    ``run_block`` (in sequence, or in parallel from one stream); ``norm`` is a norm the block holds for
-    all of them (the shared-norm parallel form), else None.
+        pre-LN (GPT-2, LLaMA)                 parallel (GPT-NeoX)        SHARED_NORM (GPT-J, PaLM):
+        ┌─ x                                  ┌─ x ─────────────┐        one LN, the block's, computed
+        │  ↓                                  │  ↓              ↓        once and read by attn and ffn
+        │  LN_1                               │  LN_1           LN_2     in place of LN_1 and LN_2
+        │  ↓                                  │  ↓              ↓
+        │  attn                               │  attn           ffn
+        │  ↓                                  │  ↓              │
+        └► +                                  └► + ◄────────────┘
+        ┌─ x                                     ↓
+        │  ↓                                     x
+        │  LN_2
+        │  ↓
+        │  ffn
+        │  ↓
+        └► +
+           ↓
+           x
+
+    ``attn``, ``cross`` and ``ffn`` are :class:`depthlab.model.wrappings.Wrapping` modules, all of the
+    layer's one wrapping; ``cross`` is None except in an encoder-decoder's decoder (where it sits between
+    attn and ffn, in either form). ``norm`` is the shared norm (SHARED_NORM), else None.
     """
 
     def __init__(
@@ -68,8 +91,20 @@ class Block(nn.Module):
         self.attn, self.cross, self.ffn, self.norm = attn, cross, ffn, norm
 
     def forward(self, x: torch.Tensor, ctx: Context) -> torch.Tensor:
-        return self.attn.run_block(self, x, ctx)
+        """The layer's output stream: its sublayers in sequence, or their branches summed in parallel."""
+        wrapping = self.attn  # every sublayer of a layer has the same wrapping, which declares the form
+        if not wrapping.PARALLEL:
+            x = self.attn(x, ctx)
+            if self.cross is not None:
+                x = self.cross(x, ctx)
+            return self.ffn(x, ctx)
+        h = self.norm(x) if wrapping.SHARED_NORM else x  # the shared norm, computed once
+        out = wrapping.skip(x) + self.attn.branch(h, ctx)  # one skip for the whole block
+        if self.cross is not None:
+            out = out + self.cross.branch(h, ctx)
+        return out + self.ffn.branch(h, ctx)
 
     def sublayers(self) -> dict[str, nn.Module]:
+        """The wrapped sublayers by name ("attn", ["cross"], "ffn"), in the order the stream meets them."""
         subs = {"attn": self.attn, "cross": self.cross, "ffn": self.ffn}
         return {k: v for k, v in subs.items() if v is not None}

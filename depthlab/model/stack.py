@@ -274,7 +274,7 @@ def build_stack(cfg: ModelConfig, side: str, n_layers: int) -> Stack:
         ffn = wrapped(
             "ffn", FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation, bias=ffn_bias, dropout=cfg.dropout)
         )
-        layers.append(Block(attn, ffn, cross, norm=wrapping.block_norm(make_norm)))
+        layers.append(Block(attn, ffn, cross, norm=make_norm() if wrapping.SHARED_NORM else None))
     final = make_norm() if uses_final_norm(cfg) else None
     rel_bias = None
     if cfg.position == "relative":

@@ -1,5 +1,6 @@
-"""The base of every wrapping: where a sublayer sits (:class:`Site`), the registry decorator and the
-:class:`Wrapping` protocol that each declaration in :mod:`depthlab.model.wrappings` fills in.
+"""The base of every wrapping: where a sublayer sits (:class:`Site`), the registry decorator, what a
+wrap name declares for the whole model (:class:`Declaration`) and the module that wraps one sublayer
+(:class:`Wrapping`), which each declaration in :mod:`depthlab.model.wrappings` fills in.
 """
 
 from __future__ import annotations
@@ -48,25 +49,55 @@ def register(name: str):
     return deco
 
 
-class Wrapping(nn.Module):
-    """Base: holds the sublayer ``f`` and whether its skip connection is on; checks the constants.
+class Declaration:
+    """What a wrap name declares for the whole model, read before any module is built: by config
+    validation, explain's warnings, the weight init and the final-norm rule. Every :class:`Wrapping`
+    is one; Mix-LN, a choice of wrapping per layer, is one and nothing more (no module)."""
+
+    name: ClassVar[str] = "?"
+    FORMULA: ClassVar[str] = ""
+    SOURCE: ClassVar[str] = ""
+    NEEDS_NORM: ClassVar[bool] = False
+    USES_NORM: ClassVar[bool] = True
+    SCALED_RESIDUAL_INIT: ClassVar[bool] = True
+    DEPTH_WARNING: ClassVar[tuple[int, str] | None] = None
+
+    @classmethod
+    def for_layer(cls, cfg: ModelConfig, layer: int, n_layers: int) -> type[Wrapping]:
+        """The class that wraps the sublayers of ``layer`` (1-based) of an ``n_layers`` stack: this
+        class itself, for a wrapping that is one formula."""
+        return cls
+
+    @classmethod
+    def final_norm_under_auto(cls, cfg: ModelConfig) -> bool:
+        """Whether ``final_norm="auto"`` adds a final norm; yes unless a declaration says otherwise."""
+        return True
+
+    @classmethod
+    def check_config(cls, cfg: ModelConfig) -> None:
+        """Raise ConfigError for a config this wrapping cannot build (beyond NEEDS_NORM); most accept all."""
+
+
+class Wrapping(Declaration, nn.Module):
+    """A sublayer ``f`` in its wrapping, whose ``forward(x, ctx)`` is the formula. Holds ``f`` and
+    whether its skip connection is on; checks the constants.
+
+    The block combines its sublayers in the form the class declares: one after the other, or, with
+    ``PARALLEL``, all reading the same stream, the block adding one skip and each sublayer's
+    ``branch(x, ctx)`` (the formula's term without the skip); with ``SHARED_NORM`` the block also holds
+    the one norm they all read (:class:`depthlab.model.layers.Block`).
 
     ``constants`` passed to ``__init__`` must be exactly the names the class declares (a misspelt or
     missing constant is a TypeError, never silently ignored).
     """
 
-    name: ClassVar[str] = "?"
-    FORMULA: ClassVar[str] = ""
-    SOURCE: ClassVar[str] = ""
     NORM_IN: ClassVar[bool] = False
     NORM_OUT: ClassVar[bool] = False
     NORM_AFTER_ADD: ClassVar[bool] = False
-    NEEDS_NORM: ClassVar[bool] = False
-    USES_NORM: ClassVar[bool] = True
-    SCALED_RESIDUAL_INIT: ClassVar[bool] = True
+    PARALLEL: ClassVar[bool] = False
+    SHARED_NORM: ClassVar[bool] = False
     CONSTANTS: ClassVar[tuple[str, ...]] = ()
     CONSTANTS_AT: ClassVar[Callable[[Site], dict[str, float]] | None] = None
-    DEPTH_WARNING: ClassVar[tuple[int, str] | None] = None
 
     def __init__(
         self,
@@ -95,27 +126,6 @@ class Wrapping(nn.Module):
     def final_norm_under_auto(cls, cfg: ModelConfig) -> bool:
         """Whether ``final_norm="auto"`` adds a final norm: yes unless the stream is renormalised."""
         return not cls.NORM_AFTER_ADD
-
-    @classmethod
-    def for_layer(cls, cfg: ModelConfig, layer: int, n_layers: int) -> type[Wrapping]:
-        """The class that wraps the sublayers of ``layer`` (1-based) of an ``n_layers`` stack."""
-        return cls
-
-    @classmethod
-    def check_config(cls, cfg: ModelConfig) -> None:
-        """Raise ConfigError for a config this wrapping cannot build (beyond NEEDS_NORM); most accept all."""
-
-    @classmethod
-    def block_norm(cls, make_norm: Callable[[], nn.Module]) -> nn.Module | None:
-        """A norm the block holds and every sublayer reads (the shared-norm parallel form); None here."""
-        return None
-
-    def run_block(self, block: nn.Module, x: torch.Tensor, ctx) -> torch.Tensor:
-        """One layer: the block's wrapped sublayers applied one after the other (x -> attn -> cross -> ffn).
-        Called on the block's first wrapping (every sublayer of a layer has the same wrapping)."""
-        for w in block.sublayers().values():
-            x = w(x, ctx)
-        return x
 
     @classmethod
     def formula_for(cls, residual: bool) -> str:

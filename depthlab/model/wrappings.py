@@ -17,15 +17,20 @@ Each class is the only declaration of its wrapping. Besides ``forward`` it state
 | CONSTANTS_AT         | the function of :mod:`depthlab.model.init` that computes them  | the stack              |
 |                      | from the layer's :class:`Site`                                 |                        |
 | DEPTH_WARNING        | (layers, why): explain warns from that depth on                | explain                |
+| PARALLEL             | the block adds one skip and each sublayer's ``branch(x, ctx)`` | the block              |
+|                      | (all read one stream) instead of applying them in turn         |                        |
+| SHARED_NORM          | (parallel) the block holds one norm, computed once, that every | the stack, the block   |
+|                      | branch reads                                                   |                        |
 
 and, as class methods, ``final_norm_under_auto(cfg)`` (the ``final_norm="auto"`` policy: on unless
 every sublayer renormalises the stream), ``for_layer(cfg, layer, n_layers)`` (the class that
-wraps one layer; Mix-LN picks post or pre by depth), ``check_config(cfg)`` (what else the wrapping
-requires of a config; config validation calls it) and ``block_norm(make_norm)`` (a norm the block
-holds for all its sublayers; the shared-norm parallel form). How a block combines its wrapped
-sublayers is the wrapping's ``run_block``: one after the other, or, for the parallel forms, all
-reading the same stream. Adding a wrapping is one class registered with :func:`register` (plus its
-constants function): config, build, explain and probe need no other edit.
+wraps one layer; Mix-LN picks post or pre by depth) and ``check_config(cfg)`` (what else the wrapping
+requires of a config; config validation calls it). The wrap-wide ones (FORMULA, SOURCE, NEEDS_NORM,
+USES_NORM, SCALED_RESIDUAL_INIT, DEPTH_WARNING and the class methods) make a :class:`Declaration`,
+which Mix-LN is without being a module. The block (:class:`depthlab.model.layers.Block`) combines its
+wrapped sublayers in the form PARALLEL and SHARED_NORM declare. Adding a wrapping is one class
+registered with :func:`register` (plus its constants function): config, build, explain and probe need
+no other edit.
 
 The table of every wrapping's name, formula, source and constants is written from these classes by
 ``python -m depthlab.docgen.tables`` into docs/wrappings.md and README.md.
@@ -40,10 +45,10 @@ from torch import nn
 
 from depthlab.errors import ConfigError
 from depthlab.model import init
-from depthlab.model.wrapping_base import WRAPPINGS, Site, Wrapping, register
+from depthlab.model.wrapping_base import WRAPPINGS, Declaration, Site, Wrapping, register
 
 # the registry and the base, re-exported: the declarations below and their users import them here
-__all__ = ["WRAPPINGS", "Site", "Wrapping", "register"]
+__all__ = ["WRAPPINGS", "Declaration", "Site", "Wrapping", "register"]
 
 
 @register("post")
@@ -228,19 +233,16 @@ class LayerNormScaling(Wrapping):
 
 
 @register("mix")
-class MixLN(Wrapping):
+class MixLN(Declaration):
     """Post-LN for the bottom floor(mix_ratio * L) layers, pre-LN above (Li et al. 2024, Mix-LN).
 
-    A choice per layer, not a formula of its own: :meth:`for_layer` returns :class:`PostLN` or
-    :class:`PreLN`, and no MixLN module is ever built.
+    A choice per layer, not a formula of its own, so a declaration and not a module:
+    :meth:`for_layer` returns :class:`PostLN` or :class:`PreLN`, whose modules the stack builds.
     """
 
     FORMULA = "post below floor(mix_ratio*L), pre above"
     SOURCE = "Li et al. 2024, Mix-LN"
     NEEDS_NORM = True
-
-    def __init__(self, *args, **kwargs):
-        raise TypeError("mix is resolved per layer (MixLN.for_layer gives post or pre); it has no module")
 
     @classmethod
     def for_layer(cls, cfg, layer, n_layers):
@@ -251,14 +253,11 @@ class MixLN(Wrapping):
         return cfg.mix_ratio < 1.0  # pre-LN layers on top leave the stream unnormalised
 
 
-@register("parallel")
-class Parallel(PreLN):
-    """x <- x + sum_i F_i(LN_i(x)): every sublayer reads the same stream, one skip per block
-    (GPT-NeoX, Black et al. 2022; Pythia; Falcon-40B's two norms). The block computes it
-    (:meth:`run_block`); a sublayer alone is pre-LN's x + F(LN(x)), whose module it inherits."""
+class _OneStream(Wrapping):
+    """The parallel forms: every sublayer of a block reads the same stream, and the block adds one
+    skip and each sublayer's ``branch`` (:class:`depthlab.model.layers.Block`)."""
 
-    FORMULA = "x = x + sum_i F_i(LN_i(x))"
-    SOURCE = "Black et al. 2022, GPT-NeoX; Pythia; Falcon"
+    PARALLEL = NORM_IN = True
 
     @classmethod
     def check_config(cls, cfg):
@@ -271,34 +270,39 @@ class Parallel(PreLN):
                 f"all of {', '.join(present)} or none with wrap={cfg.wrap}: its sublayers share one skip",
             )
 
-    def run_block(self, block, x, ctx):
-        out = self.skip(x)
-        for w in block.sublayers().values():
-            out = out + w.f(w.norm(x), ctx)
-        return out
+
+@register("parallel")
+class Parallel(_OneStream):
+    """x <- x + sum_i F_i(LN_i(x)): every sublayer reads the same stream, one skip per block
+    (GPT-NeoX, Black et al. 2022; Pythia; Falcon-40B's two norms). A sublayer on its own is
+    pre-LN's x + F(LN(x))."""
+
+    FORMULA = "x = x + sum_i F_i(LN_i(x))"
+    SOURCE = "Black et al. 2022, GPT-NeoX; Pythia; Falcon"
+
+    def __init__(self, f, make_norm, residual=True, d_model=None):
+        super().__init__(f, make_norm, residual, d_model)
+        self.norm = make_norm()
+
+    def branch(self, x, ctx):
+        return self.f(self.norm(x), ctx)  # F_i(LN_i(x))
+
+    def forward(self, x, ctx):
+        return self.skip(x) + self.branch(x, ctx)  # one sublayer on its own: x + F(LN(x))
 
 
 @register("parallel_shared")
-class ParallelShared(Parallel):
-    """x <- x + sum_i F_i(LN(x)): the parallel form with one norm per block, held by the block
-    (GPT-J, Wang & Komatsuzaki 2021; PaLM, Chowdhery et al. 2022; Phi-1/2; Falcon-7B)."""
+class ParallelShared(_OneStream):
+    """x <- x + sum_i F_i(LN(x)): the parallel form with one norm per block, held by the block and
+    computed once (GPT-J, Wang & Komatsuzaki 2021; PaLM, Chowdhery et al. 2022; Phi-1/2; Falcon-7B).
+    A sublayer holds no norm: on its own it needs its block's."""
 
     FORMULA = "x = x + sum_i F_i(LN(x))"
     SOURCE = "Wang & Komatsuzaki 2021, GPT-J; Chowdhery et al. 2022, PaLM"
+    SHARED_NORM = True
 
-    def __init__(self, f, make_norm, residual=True, d_model=None):
-        Wrapping.__init__(self, f, make_norm, residual, d_model)  # no norm of its own: the block's
+    def branch(self, h, ctx):
+        return self.f(h, ctx)  # F_i(h), h = LN(x) computed once by the block
 
-    @classmethod
-    def block_norm(cls, make_norm):
-        return make_norm()
-
-    def forward(self, x, ctx):
-        raise TypeError("a parallel_shared sublayer reads its block's norm: run the block (Block.forward)")
-
-    def run_block(self, block, x, ctx):
-        h = block.norm(x)  # computed once, read by every sublayer
-        out = self.skip(x)
-        for w in block.sublayers().values():
-            out = out + w.f(h, ctx)
-        return out
+    def forward(self, x, ctx, block_norm):
+        return self.skip(x) + self.branch(block_norm(x), ctx)  # one sublayer on its own: x + F(LN(x))
