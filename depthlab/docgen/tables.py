@@ -47,7 +47,7 @@ def wrappings_table() -> str:
     """The Markdown table of every registered wrapping: its ``--wrap`` name, formula, source and
     depth-dependent constants, in registration order."""
     rows = [
-        (f"`{name}`", f"`{cls.FORMULA}`", cls.SOURCE, ", ".join(cls.CONSTANTS) or "-")
+        (f"`{name}`", f"`{cls.FORMULA}`", cls.SOURCE, ", ".join(getattr(cls, "CONSTANTS", ())) or "-")
         for name, cls in WRAPPINGS.items()
     ]
     return _table(("`--wrap`", "one sublayer", "source", "constants"), rows)
