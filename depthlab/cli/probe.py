@@ -20,7 +20,7 @@ from depthlab.interop.hf import family_for, read_config
 from depthlab.paths import PLOT_FORMATS, check_output_file, note_replaced, write_json
 from depthlab.probe import LOSSES
 from depthlab.probe.compare import Comparison, compare
-from depthlab.probe.hf import probe_hf
+from depthlab.probe.saved_hf import probe_hf
 
 
 def add_parser(sub) -> None:

@@ -1,7 +1,7 @@
 """Probe a model described by a config: build it at init, take a batch of real text, probe it.
 
 ``probe_config(cfg)`` is what ``depthlab probe`` does with its model flags; for a saved Hugging Face
-model see :func:`depthlab.probe.hf.probe_hf`, for several configs side by side
+model see :func:`depthlab.probe.saved_hf.probe_hf`, for several configs side by side
 :func:`depthlab.probe.compare.compare`.
 """
 

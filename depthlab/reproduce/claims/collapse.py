@@ -53,7 +53,7 @@ from depthlab.fit import loglog_slope
 from depthlab.model import build_model
 from depthlab.probe.stats import stream_table
 from depthlab.reproduce import cost
-from depthlab.reproduce.figures import new_figure, save
+from depthlab.reproduce.claim_plots import new_figure, save
 from depthlab.reproduce.lm_runs import base
 from depthlab.reproduce.registration import DECISION, Registration, to_seeds
 from depthlab.reproduce.reproduction import Check, Reproduction, combined, register, resolve, seeded_check

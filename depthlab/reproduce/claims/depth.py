@@ -12,7 +12,7 @@ common), with its interval.
 
 from __future__ import annotations
 
-from depthlab.reproduce.figures import loss_curves
+from depthlab.reproduce.claim_plots import loss_curves
 from depthlab.reproduce.lm_runs import announce, below_unigram, outcomes, train_seeds
 from depthlab.reproduce.registration import DECISION, Registration, to_seeds
 from depthlab.reproduce.reproduction import Check, Reproduction, register, resolve, seeded_check

@@ -11,7 +11,7 @@ difference, DyT's final loss minus LayerNorm's.
 
 from __future__ import annotations
 
-from depthlab.reproduce.figures import loss_curves
+from depthlab.reproduce.claim_plots import loss_curves
 from depthlab.reproduce.lm_runs import announce, below_unigram, final_loss, outcomes, train_seeds
 from depthlab.reproduce.registration import (
     DECISION,

@@ -18,7 +18,7 @@ import torch
 from depthlab.config import ModelConfig
 from depthlab.model import build_model
 from depthlab.probe.stats import stream_rms
-from depthlab.reproduce.figures import loss_curves, profiles
+from depthlab.reproduce.claim_plots import loss_curves, profiles
 from depthlab.reproduce.lm_runs import (
     TINY_MODEL,
     Run,

@@ -31,7 +31,7 @@ from depthlab.corpus import text_batch
 from depthlab.fit import loglog_slope
 from depthlab.model import build_model
 from depthlab.probe import measure
-from depthlab.reproduce.figures import new_figure, save
+from depthlab.reproduce.claim_plots import new_figure, save
 from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
 from depthlab.reproduce.reproduction import Check, Reproduction, register, resolve, seeded_check
 

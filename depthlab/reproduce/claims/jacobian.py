@@ -25,7 +25,7 @@ from depthlab.config import ModelConfig
 from depthlab.corpus import text_batch
 from depthlab.model import build_model
 from depthlab.probe import measure
-from depthlab.reproduce.figures import new_figure, save
+from depthlab.reproduce.claim_plots import new_figure, save
 from depthlab.reproduce.jacobian_setups import STEPS, walk
 from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
 from depthlab.reproduce.reproduction import Check, Reproduction, combined, register, resolve, seeded_check

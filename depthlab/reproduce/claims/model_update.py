@@ -27,7 +27,7 @@ import torch
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.model import build_model
 from depthlab.reproduce import cost
-from depthlab.reproduce.figures import profiles
+from depthlab.reproduce.claim_plots import profiles
 from depthlab.reproduce.lm_runs import lm_batches
 from depthlab.reproduce.registration import DECISION, Registration, to_seeds
 from depthlab.reproduce.reproduction import Check, Reproduction, register, resolve, seeded_check

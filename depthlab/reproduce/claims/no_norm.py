@@ -17,7 +17,7 @@ from depthlab.config import ModelConfig
 from depthlab.corpus import text_batch
 from depthlab.model import build_model
 from depthlab.probe.stats import stream_rms
-from depthlab.reproduce.figures import loss_curves
+from depthlab.reproduce.claim_plots import loss_curves
 from depthlab.reproduce.lm_runs import announce, base, final_loss, paired_outcomes, train_seeds
 from depthlab.reproduce.registration import Registration
 from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check

@@ -10,7 +10,7 @@ final loss minus the shallowest's (a diverged run counts as ln V, an untrained m
 
 from __future__ import annotations
 
-from depthlab.reproduce.figures import profiles
+from depthlab.reproduce.claim_plots import profiles
 from depthlab.reproduce.lm_runs import announce, final_loss, train_seeds
 from depthlab.reproduce.registration import Registration
 from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from depthlab.reproduce.figures import loss_curves
+from depthlab.reproduce.claim_plots import loss_curves
 from depthlab.reproduce.lm_runs import STALL_SHARE, announce, outcomes, relative_to_unigram, train_seeds
 from depthlab.reproduce.registration import Registration
 from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check, unless_control

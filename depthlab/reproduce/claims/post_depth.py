@@ -12,7 +12,7 @@ mean over seeds. Pre-LN at 32 layers, at the middle learning rate, is the texts'
 
 from __future__ import annotations
 
-from depthlab.reproduce.figures import profiles
+from depthlab.reproduce.claim_plots import profiles
 from depthlab.reproduce.lm_runs import STALL_SHARE, announce, outcomes, relative_to_unigram, train_seeds
 from depthlab.reproduce.registration import Registration
 from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check

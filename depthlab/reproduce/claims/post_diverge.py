@@ -12,7 +12,7 @@ package says so (a non-finite loss or gradient, or the smoothed loss far above i
 
 from __future__ import annotations
 
-from depthlab.reproduce.figures import loss_curves
+from depthlab.reproduce.claim_plots import loss_curves
 from depthlab.reproduce.lm_runs import announce, train_seeds
 from depthlab.reproduce.registration import Registration
 from depthlab.reproduce.reproduction import Reproduction, register, resolve, unanimous_check

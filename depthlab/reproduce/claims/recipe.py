@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from depthlab.reproduce.figures import loss_curves
+from depthlab.reproduce.claim_plots import loss_curves
 from depthlab.reproduce.lm_runs import TINY_MODEL, announce, base, below_unigram, outcomes, train_seeds
 from depthlab.reproduce.registration import (
     DECISION,

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from depthlab.probe.stats import angular_distance, cos_prev
-from depthlab.reproduce.figures import profiles
+from depthlab.reproduce.claim_plots import profiles
 from depthlab.reproduce.lm_runs import announce, below_unigram, eval_loss, lm_batches, train_seeds
 from depthlab.reproduce.registration import (
     DECISION,

@@ -33,7 +33,7 @@ from depthlab.probe.toys import (
     tanh_stack_gradients,
     variance_example,
 )
-from depthlab.reproduce.figures import new_figure, save
+from depthlab.reproduce.claim_plots import new_figure, save
 from depthlab.reproduce.registration import Registration, Revision
 from depthlab.reproduce.reproduction import Check, Reproduction, register
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 
-from depthlab.reproduce.figures import loss_curves
+from depthlab.reproduce.claim_plots import loss_curves
 from depthlab.reproduce.lm_runs import announce, final_loss, train_seeds
 from depthlab.reproduce.registration import DECISION, Registration, to_seeds
 from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from depthlab.reproduce.figures import loss_curves, profiles
+from depthlab.reproduce.claim_plots import loss_curves, profiles
 from depthlab.reproduce.lm_runs import NO_ATTN_SKIP, Run, announce, below_unigram, outcomes, train_seeds
 from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
 from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check

@@ -19,7 +19,7 @@ from depthlab.config import ModelConfig
 from depthlab.corpus import text_batch
 from depthlab.model import build_model
 from depthlab.probe.stats import stream_rms
-from depthlab.reproduce.figures import profiles
+from depthlab.reproduce.claim_plots import profiles
 from depthlab.reproduce.registration import Registration
 from depthlab.reproduce.reproduction import Check, Reproduction, combined, register, resolve, seeded_check
 

@@ -12,7 +12,7 @@ batches), so each seed gives one paired difference: final loss without warmup mi
 
 from __future__ import annotations
 
-from depthlab.reproduce.figures import loss_curves
+from depthlab.reproduce.claim_plots import loss_curves
 from depthlab.reproduce.lm_runs import announce, final_loss, paired_outcomes, train_seeds
 from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
 from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check
