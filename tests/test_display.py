@@ -18,6 +18,7 @@ from depthlab import InputError, ModelConfig, TrainConfig
 from depthlab.display import InlineFigure
 from depthlab.model.explain import explain
 from depthlab.probe.compare import compare
+from depthlab.probe.verdict import Verdict
 from depthlab.train import RunResult, train
 from depthlab.train.result import RESULT_KEYS
 
@@ -53,7 +54,7 @@ def test_probe_result_display_is_its_table_with_bars_and_coloured_verdicts(compa
     assert [row[1] for row in table[1:]] == [f"{r['grad_norm']:.2e}" for r in result.layers]
     widths = [int(w) for w in re.findall(r"width:(\d+)px", html)]
     assert len(widths) == 5 and max(widths) == 120  # a bar per stream, the largest gradient full width
-    assert result.verdicts and all(v["code"] in html for v in result.verdicts)
+    assert result.verdicts and all(v.code in html for v in result.verdicts)
     assert "#f9a825" in html  # post-LN's warmup-required warning in the warning colour
     assert_one_short_line(repr(result))
     assert "4 layers" in repr(result) and "warmup-required" in repr(result)
@@ -61,7 +62,7 @@ def test_probe_result_display_is_its_table_with_bars_and_coloured_verdicts(compa
 
 def test_probe_display_escapes_user_strings(comparison):
     label, result = comparison.runs[1]
-    result.verdicts = [{"level": "error", "code": "x", "message": EVIL}]
+    result.verdicts = [Verdict("error", "x", EVIL)]
     try:
         for html in (result._repr_html_(), comparison._repr_html_()):
             assert "<script>" not in html and "&lt;script&gt;" in html

@@ -168,7 +168,7 @@ def test_bfloat16_weights_turn_the_output_change_off_with_a_note(one_thread):
     r = probe(model, torch.randint(0, 256, (B, T)))
     assert r.config["probe"]["output_change"] is None and r.column("output_change") == [None] * 5
     assert "bfloat16" in r.config["probe"]["output_change_note"]
-    codes = {v["code"] for v in r.verdicts}
+    codes = {v.code for v in r.verdicts}
     assert codes and "warmup-required" not in codes  # a verdict, but no warmup one from an unmeasured change
 
 
@@ -177,7 +177,7 @@ def test_an_overflowing_stack_gives_strict_json_and_one_non_finite_error(one_thr
     model = build_model(ModelConfig(n_layers=200, d_model=16, n_heads=2, wrap="post", norm="none"))
     r = probe(model, torch.randint(0, 256, (2, 8)))
     assert any(not math.isfinite(v) for v in r.column("stream_rms"))  # the premise: it overflows
-    assert [(v["level"], v["code"]) for v in r.verdicts] == [("error", "non-finite")]
+    assert [(v.level, v.code) for v in r.verdicts] == [("error", "non-finite")]
     text = json.dumps(r.to_dict(), allow_nan=False)  # raises on NaN/Infinity
     assert "null" in text
 

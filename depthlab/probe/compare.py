@@ -57,7 +57,7 @@ class Comparison:
                     "ctx0_ctxL": None if c is None else c[0],
                     "rms_growth": rms[-1] / rms[0] if rms[0] else float("inf"),
                     "level": r.worst_level,
-                    "verdicts": ", ".join(f"{v['level']} {v['code']}" for v in r.verdicts),
+                    "verdicts": ", ".join(f"{v.level} {v.code}" for v in r.verdicts),
                 }
             )
         return out
@@ -83,7 +83,7 @@ class Comparison:
             return to_frame(self.summary(), FRAMES["summary"], numeric=("g0_gL", "ctx0_ctxL", "rms_growth"))
         if table == "verdicts":
             return to_frame(
-                [{"label": label, **v} for label, r in self.runs for v in r.verdicts], FRAMES[table]
+                [{"label": label, **v.to_dict()} for label, r in self.runs for v in r.verdicts], FRAMES[table]
             )
         rows = [{"label": label, **row} for label, r in self.runs for row in r.rows()]
         return to_frame(rows, FRAMES["layers"], numeric=FRAMES["layers"][2:])
@@ -103,7 +103,7 @@ class Comparison:
                 esc(_sci(s["g0_gL"])),
                 esc(_sci(s["ctx0_ctxL"])),
                 esc(f"{s['rms_growth']:.3g}"),
-                " ".join(f"{level_badge(v['level'])} {esc(v['code'])}" for v in r.verdicts),
+                " ".join(f"{level_badge(v.level)} {esc(v.code)}" for v in r.verdicts),
             ]
             for s, (_, r) in zip(self.summary(), self.runs)
         ]

@@ -35,6 +35,7 @@ from depthlab.display import block, esc, level_badge, para, table
 from depthlab.frames import check_table, to_frame
 from depthlab.jsonable import finite_or_none
 from depthlab.probe.plot import probe_figure
+from depthlab.probe.verdict import Verdict
 
 REQUIRED = ("index", "grad_norm", "stream_rms", "update_ratio", "cos_prev")
 EXTRA = (
@@ -58,11 +59,11 @@ BAR = 20
 @dataclass
 class ProbeResult:
     """config: {"model", "stack", "probe"} (see :func:`depthlab.probe.probe`); layers: one dict per
-    stream; verdicts: [{"level", "code", "message"}]."""
+    stream; verdicts: the doctor's :class:`~depthlab.probe.verdict.Verdict` s, most severe first."""
 
     config: dict
     layers: list[dict]
-    verdicts: list[dict] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
 
     @property
     def n_layers(self) -> int:
@@ -75,13 +76,14 @@ class ProbeResult:
     @property
     def worst_level(self) -> str:
         """ "error", "warning" or "ok": the most severe verdict."""
-        levels = {v["level"] for v in self.verdicts}
+        levels = {v.level for v in self.verdicts}
         return "error" if "error" in levels else "warning" if "warning" in levels else "ok"
 
     def to_dict(self) -> dict:
         """The Probe JSON of docs/design.md: exactly {"config", "layers", "verdicts"}; a non-finite number (an
         overflowing stream) becomes null, as JSON has no NaN."""
-        return finite_or_none({"config": self.config, "layers": self.layers, "verdicts": self.verdicts})
+        verdicts = [v.to_dict() for v in self.verdicts]
+        return finite_or_none({"config": self.config, "layers": self.layers, "verdicts": verdicts})
 
     def format(self) -> str:
         """The header, a per-layer table with a log-scale bar of the gradient norm, and the verdicts."""
@@ -92,7 +94,7 @@ class ProbeResult:
         the columns of ``FRAMES[table]``; numbers are float64 (NaN where a row has none)."""
         check_table(table, tuple(FRAMES))
         if table == "verdicts":
-            return to_frame(self.verdicts, FRAMES["verdicts"])
+            return to_frame([v.to_dict() for v in self.verdicts], FRAMES["verdicts"])
         return to_frame(self.rows(), FRAMES["layers"], numeric=FRAMES["layers"][1:])
 
     def rows(self) -> list[dict]:
@@ -106,7 +108,7 @@ class ProbeResult:
 
     def __repr__(self) -> str:
         st = self.config.get("stack", {})
-        codes = ", ".join(f"{v['level']} {v['code']}" for v in self.verdicts) or "no verdicts"
+        codes = ", ".join(f"{v.level} {v.code}" for v in self.verdicts) or "no verdicts"
         return f"<ProbeResult {st.get('path', '?')}: {self.n_layers} layers; {codes}>"
 
     def _repr_html_(self) -> str:
@@ -172,16 +174,14 @@ class ProbeResult:
         return cols
 
 
-def format_verdicts(verdicts: list[dict]) -> list[str]:
+def format_verdicts(verdicts: list[Verdict]) -> list[str]:
     """One line per verdict: LEVEL code: message (which ends in its cause, init or wiring, when known)."""
-    return [f"{v['level'].upper():7} {v['code']}: {v['message']}" for v in verdicts]
+    return [f"{v.level.upper():7} {v.code}: {v.message}" for v in verdicts]
 
 
-def verdicts_html(verdicts: list[dict]) -> str:
+def verdicts_html(verdicts: list[Verdict]) -> str:
     """One paragraph per verdict: its level as a coloured badge, its code, its message (escaped)."""
-    return "".join(
-        f"<p>{level_badge(v['level'])} <b>{esc(v['code'])}</b>: {esc(v['message'])}</p>" for v in verdicts
-    )
+    return "".join(f"<p>{level_badge(v.level)} <b>{esc(v.code)}</b>: {esc(v.message)}</p>" for v in verdicts)
 
 
 def log_positions(values: list) -> list[float | None]:

@@ -7,6 +7,8 @@ model see :func:`depthlab.probe.saved_hf.probe_hf`, for several configs side by 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from depthlab.config import ModelConfig, check_int
@@ -17,6 +19,7 @@ from depthlab.model.memory import available_memory, check_memory, estimate_memor
 from depthlab.model.stack import check_config
 from depthlab.probe.probe import check_options, probe
 from depthlab.probe.result import ProbeResult
+from depthlab.probe.verdict import Verdict
 
 # depthlab's reference init conventions: what a verdict is compared under to tell init from wiring
 REFERENCE_INIT = {"init": "xavier", "tie_embeddings": True, "embed_scale": True}
@@ -97,19 +100,24 @@ def attribute_to_init(
     Nothing is probed when ``ref`` is None (the reference init already) or every verdict is ok. The
     reference probe (same batch, seed and ``options`` as ``result``'s) is kept in
     ``config["probe"]["reference_init"]``."""
-    bad = [v for v in result.verdicts if v["level"] != "ok"]
-    if ref is None or not bad:
+    if ref is None or all(v.level == "ok" for v in result.verdicts):
         return
     ref_result = _probe_built(ref, batch_size, seq_len, seed, options)
-    ref_bad = {v["code"] for v in ref_result.verdicts if v["level"] != "ok"}
+    ref_bad = {v.code for v in ref_result.verdicts if v.level != "ok"}
     result.config["probe"]["reference_init"] = {
         "init": init_summary(ref),
-        "verdicts": [f"{v['level']} {v['code']}" for v in ref_result.verdicts],
+        "verdicts": [f"{v.level} {v.code}" for v in ref_result.verdicts],
     }
-    for v in bad:
-        v["cause"] = "wiring" if v["code"] in ref_bad else "init"
-        v["message"] += (
-            f" [from the wiring: under init {init_summary(ref)} too]"
-            if v["cause"] == "wiring"
-            else f" [from the init: the same wiring under init {init_summary(ref)} does not get it]"
-        )
+    result.verdicts = [
+        v if v.level == "ok" else _attributed(v, v.code in ref_bad, ref) for v in result.verdicts
+    ]
+
+
+def _attributed(v: Verdict, shared: bool, ref: ModelConfig) -> Verdict:
+    """``v`` with its cause: "wiring" when the reference init gets it too (``shared``), else "init"."""
+    tail = (
+        f" [from the wiring: under init {init_summary(ref)} too]"
+        if shared
+        else f" [from the init: the same wiring under init {init_summary(ref)} does not get it]"
+    )
+    return replace(v, cause="wiring" if shared else "init", message=v.message + tail)
