@@ -1,4 +1,4 @@
-"""depthlab reproduce NAME: recompute a claim of the source texts or the papers, with its verdict."""
+"""depthlab reproduce NAME: recompute a claim of the source texts or the papers, with its result."""
 
 from __future__ import annotations
 

@@ -150,7 +150,7 @@ PROSE_CHECKS = (
     ProseCheck(
         5,
         1,
-        "one seed with --quick: its verdicts are inconclusive",
+        "one seed with --quick: its results are inconclusive",
         lambda o: _agreeing(o) == 0 and "MISMATCH" not in o,
     ),
     ProseCheck(5, 2, "post-LN without warmup stalls", lambda o: _first_word(o) == "stalled"),

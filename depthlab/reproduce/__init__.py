@@ -5,7 +5,7 @@ The claims are the modules of :mod:`depthlab.reproduce.claims`, each registering
 (:func:`depthlab.reproduce.reproduction.register`) when imported; the machinery they share sits beside
 that folder (``reproduction`` what a claim is, ``registration`` its pinned expectations, ``lm_runs`` the
 training runs, ``cost``, ``figures``). Importing this package registers every claim. Expected outcomes
-are written in each module before the run; the verdicts are computed from what was measured.
+are written in each module before the run; the results are computed from what was measured.
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ REGISTRATION = Registration(
 )
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
-# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+# inconclusive result (no measured numbers: only the registered regimes and the sources' own).
 AT_SCALE = (
     "May change: the cost of a missing final norm grows as the unembedding trains against a drifting "
     "scale; short runs show less of it."

@@ -39,7 +39,7 @@ REGISTRATION = Registration(
 )
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
-# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+# inconclusive result (no measured numbers: only the registered regimes and the sources' own).
 AT_SCALE = (
     "The explosion at init is structural; whether training without norms ends worse can depend on the "
     "learning rate and length of training."

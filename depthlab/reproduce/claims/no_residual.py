@@ -30,7 +30,7 @@ REGISTRATION = Registration(
 )
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
-# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+# inconclusive result (no measured numbers: only the registered regimes and the sources' own).
 AT_SCALE = "May change with longer training: deep plain stacks improve slowly rather than never."
 
 QUICK = {"depths": [2, 8], "seeds": [0]}

@@ -28,7 +28,7 @@ REGISTRATION = Registration(
 )
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
-# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+# inconclusive result (no measured numbers: only the registered regimes and the sources' own).
 AT_SCALE = (
     "May change: divergence is a matter of update size relative to the weights, which grows with width; "
     "the large scale repeats the sweep at width 256."

@@ -66,7 +66,7 @@ REGISTRATION = Registration(
 )
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
-# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+# inconclusive result (no measured numbers: only the registered regimes and the sources' own).
 AT_SCALE = (
     'The starving of the bottom layers is structural and not expected to change; "arrives intact" is '
     "measured on a pre-LN stack whose gradient grows toward the bottom by construction, which no scale "

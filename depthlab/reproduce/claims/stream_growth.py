@@ -26,7 +26,7 @@ from depthlab.reproduce.reproduction import Check, Reproduction, combined, regis
 SMALL = {"depths": [6, 12, 24, 48, 96], "d_model": 64, "n_heads": 4, "seeds": [0, 1, 2, 3, 4]}
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
-# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+# inconclusive result (no measured numbers: only the registered regimes and the sources' own).
 AT_SCALE = (
     "Measured at initialisation only: a trained 96-layer stack, where the texts' \"realistic positive "
     'correlation" would develop, is beyond the small scale.'
@@ -80,7 +80,7 @@ def reproduce_stream_growth(
             "faster than independence: ||x_L||^2 / (||x_0||^2 + sum ||delta_l||^2), per depth",
             f"> {e['correlated_ratio_above']:g} at every L",
             "; ".join(f"L={d}: {p.measured.removeprefix('mean ')}" for d, p in zip(r["depths"], parts)),
-            combined([p.verdict for p in parts]),
+            combined([p.result for p in parts]),
         )
     ]
     if e["at_depth"] in g:
