@@ -1,6 +1,6 @@
 """The tour's sections: the argument of the four source texts, each with the depthlab commands that show it.
 
-A section is prose (Markdown) and the commands whose real output :mod:`depthlab.reproduce.tour` captures
+A section is prose (Markdown) and the commands whose real output :mod:`depthlab.docgen.tour` captures
 under it. ``{img}`` in a command is the folder of the tour's plots (docs/tour_img when the tour is
 written; ``--plot {img}/NAME.png`` or, for a reproduction, ``--out {img}``), and every plot a command
 reports on a ``plot: PATH`` line is shown under its output. Every command must be small (seconds on two
