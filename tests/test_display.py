@@ -49,7 +49,9 @@ def test_probe_result_display_is_its_table_with_bars_and_coloured_verdicts(compa
     result = comparison.runs[0][1]
     html = result._repr_html_()
     table = rows_of(html)
-    assert table[0][:3] == ["i", "grad_norm", "(log scale)"] and "rms" in table[0] and "out_chg" in table[0]
+    assert table[0][:3] == ["index", "grad_norm", "log scale: 5 decades"]
+    assert set(table[0]) - {"log scale: 5 decades"} <= set(result.layers[1])  # the headers are JSON keys
+    assert "stream_rms" in table[0] and "output_change" in table[0]
     assert [row[0] for row in table[1:]] == ["0", "1", "2", "3", "4"]  # a row per stream
     assert [row[1] for row in table[1:]] == [f"{r['grad_norm']:.2e}" for r in result.layers]
     widths = [int(w) for w in re.findall(r"width:(\d+)px", html)]
@@ -73,7 +75,7 @@ def test_probe_display_escapes_user_strings(comparison):
 def test_comparison_display_is_the_summary_table(comparison):
     html = comparison._repr_html_()
     table = rows_of(html)
-    assert table[0] == ["config", "g0/gL", "ctx0/ctxL", "rmsL/rms0", "verdicts"]
+    assert table[0] == ["label", "g0_gL", "ctx0_ctxL", "rms_growth", "verdicts"]
     assert [row[0] for row in table[1:]] == ["post", "pre &lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;"]
     assert table[1][1] == f"{comparison.summary()[0]['g0_gL']:.2e}"
     assert html.count("<details>") == 2  # each probe's verdicts in full

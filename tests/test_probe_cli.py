@@ -54,8 +54,8 @@ def test_plain_pre_ln_has_no_error(tmp_path, capsys, one_thread):
 def test_table_has_a_bar_per_layer_and_the_verdicts(capsys, one_thread):
     assert main("probe --layers 4 --d-model 32 --heads 4 --wrap post".split()) == 0
     out = capsys.readouterr().out
-    rows = [line for line in out.splitlines() if line[:4].strip().isdigit()]
-    assert [int(r[:4]) for r in rows] == list(range(5)) and all("#" in r for r in rows)
+    rows = [line for line in out.splitlines() if line[:5].strip().isdigit()]
+    assert [int(r[:5]) for r in rows] == list(range(5)) and all("#" in r for r in rows)
     assert "warmup-required" in out
 
 

@@ -63,13 +63,14 @@ class Comparison:
         return out
 
     def format(self) -> str:
-        """A line per probe (g0/gL, ctx0/ctxL, rmsL/rms0, verdict codes), then each probe's verdicts."""
+        """A line per probe under the summary's keys (g0_gL = g0/gL, ctx0_ctxL = ctx0/ctxL, rms_growth =
+        rmsL/rms0, the verdict codes), then each probe's verdicts."""
         w = max(len(label) for label, _ in self.runs) + 2
-        lines = [f"{'config':<{w}}{'g0/gL':>9}  {'ctx0/ctxL':>9}  {'rmsL/rms0':>9}  verdicts"]
+        lines = [f"{'label':<{w}}{'g0_gL':>9}  {'ctx0_ctxL':>9}  {'rms_growth':>10}  verdicts"]
         for s in self.summary():
             lines.append(
                 f"{s['label']:<{w}}{_sci(s['g0_gL']):>9}  {_sci(s['ctx0_ctxL']):>9}  "
-                f"{s['rms_growth']:>9.3g}  {s['verdicts']}"
+                f"{s['rms_growth']:>10.3g}  {s['verdicts']}"
             )
         for label, r in self.runs:
             lines += ["", f"{label}:"] + ["  " + line for line in format_verdicts(r.verdicts)]
@@ -107,7 +108,7 @@ class Comparison:
             ]
             for s, (_, r) in zip(self.summary(), self.runs)
         ]
-        head = ["config", "g0/gL", "ctx0/ctxL", "rmsL/rms0", "verdicts"]
+        head = ["label", "g0_gL", "ctx0_ctxL", "rms_growth", "verdicts"]
         details = "".join(
             f"<details><summary>{esc(label)}: the verdicts in full</summary>{verdicts_html(r.verdicts)}</details>"
             for label, r in self.runs
