@@ -149,6 +149,8 @@ class ProbeResult:
         lines += [f"{key}: {st[key]}" for key in ("wiring", "init") if st.get(key)]
         if pr.get("source"):
             lines.append(f"source: {pr['source']}")
+        if pr.get("batch"):
+            lines.append(f"batch: {pr['batch']}")
         return lines + ([f"note: {st['note']}"] if st["note"] else [])
 
     def _table(self) -> list[str]:

@@ -12,7 +12,7 @@ from dataclasses import replace
 import torch
 
 from depthlab.config import ModelConfig, check_int
-from depthlab.corpus import text_batch
+from depthlab.corpus import describe_batch, text_batch
 from depthlab.model import build_model
 from depthlab.model.explain import init_summary, wiring_summary
 from depthlab.model.memory import available_memory, check_memory, estimate_memory
@@ -31,12 +31,15 @@ def probe_config(
     batch_size: int = 8,
     seq_len: int = 64,
     seed: int = 0,
+    data: str | None = None,
     attribute: bool = True,
     force_memory: bool = False,
     **options,
 ) -> ProbeResult:
     """Build ``cfg`` with ``seed`` (as training would) and probe it on ``batch_size`` x ``seq_len`` bytes
-    of the default corpus (an encoder-decoder gets a second, independent batch as its source).
+    of the corpus ``data`` (a text file, as ``train --data`` reads it; None: the default corpus); an
+    encoder-decoder gets a second, independent batch as its source. The batch is bytes: a vocabulary
+    above 256 never sees its ids 256 and up, and ``config["probe"]["batch"]`` says so.
 
     ``options`` are :func:`depthlab.probe.probe`'s keyword arguments (loss, perturbation,
     jacobian_probes, context). The header names the wiring and the init conventions; with
@@ -55,28 +58,41 @@ def probe_config(
     cfg.check_length(seq_len)
     hint = "a smaller --layers, --d-model, --batch-size or --seq-len"
     check_memory(estimate_memory(cfg, "probe", batch_size, seq_len), available_memory(), force_memory, hint)
-    result = _probe_built(cfg, batch_size, seq_len, seed, options)
+    result = _probe_built(cfg, batch_size, seq_len, seed, options, data)
     if attribute:
         attribute_to_init(
-            result, reference_init(cfg), batch_size=batch_size, seq_len=seq_len, seed=seed, **options
+            result,
+            reference_init(cfg),
+            batch_size=batch_size,
+            seq_len=seq_len,
+            seed=seed,
+            data=data,
+            **options,
         )
     return result
 
 
-def _probe_built(cfg: ModelConfig, batch_size: int, seq_len: int, seed: int, options: dict) -> ProbeResult:
+def _probe_built(
+    cfg: ModelConfig, batch_size: int, seq_len: int, seed: int, options: dict, data: str | None = None
+) -> ProbeResult:
     cfg.check_length(seq_len)
+    tokens = text_batch(batch_size, seq_len, cfg.vocab_size, seed, data)  # a bad file: before the build
+    source = text_batch(batch_size, seq_len, cfg.vocab_size, seed + 1, data) if cfg.arch == "encdec" else None
     torch.manual_seed(seed)
     model = build_model(cfg)
-    tokens = text_batch(batch_size, seq_len, cfg.vocab_size, seed)
-    batch = (
-        (text_batch(batch_size, seq_len, cfg.vocab_size, seed + 1), tokens)
-        if cfg.arch == "encdec"
-        else tokens
-    )
+    batch = (source, tokens) if source is not None else tokens
     result = probe(model, batch, seed=seed, model_config=cfg.to_dict(), **options)
     result.config["stack"]["wiring"] = wiring_summary(cfg)
     result.config["stack"]["init"] = init_summary(cfg)
+    note_batch(result, batch_size, seq_len, cfg.vocab_size, data)
     return result
+
+
+def note_batch(result: ProbeResult, batch_size: int, seq_len: int, vocab_size: int, data: str | None) -> None:
+    """Record in ``config["probe"]`` the corpus the batch came from ("data": the file, None for the
+    default corpus) and what the batch was ("batch": :func:`depthlab.corpus.describe_batch`)."""
+    result.config["probe"]["data"] = data
+    result.config["probe"]["batch"] = describe_batch(batch_size, seq_len, vocab_size, data)
 
 
 def reference_init(cfg: ModelConfig) -> ModelConfig | None:
@@ -92,6 +108,7 @@ def attribute_to_init(
     batch_size: int = 8,
     seq_len: int = 64,
     seed: int = 0,
+    data: str | None = None,
     **options,
 ) -> None:
     """Mark each verdict of ``result`` with ``"cause"``: "init" when the same wiring under the reference
@@ -102,7 +119,7 @@ def attribute_to_init(
     ``config["probe"]["reference_init"]``."""
     if ref is None or all(v.level == "ok" for v in result.verdicts):
         return
-    ref_result = _probe_built(ref, batch_size, seq_len, seed, options)
+    ref_result = _probe_built(ref, batch_size, seq_len, seed, options, data)
     ref_bad = {v.code for v in ref_result.verdicts if v.level != "ok"}
     result.config["probe"]["reference_init"] = {
         "init": init_summary(ref),
