@@ -106,7 +106,7 @@ SUMMARIES: dict[str, str] = {
     "default": "the main job: five wrappings at 2, 6 and 24 layers, warmup 0 and 50",
     "lr-sensitivity": "final loss against learning rate, 1e-4 to 1, five wrappings, 3 seeds",
     "smoke": "a handful of tiny runs that exercise the whole pipeline (tests)",
-    "full": "the long run: eight wrappings, 2 to 96 layers, 3 lr, 3 warmups, 3 seeds",
+    "full": "the long run: eight wrappings, 2-96 layers, 3 lr, 3 warmups, 3 seeds",
 }
 
 
