@@ -163,3 +163,16 @@ def test_non_finite_forward_is_one_error_and_nothing_else(rms, loss_value, where
     v = diagnose(fake([1.0, 1.0, 1.0, 1.0], rms=rms, loss_value=loss_value, final_norm=False))
     assert [(x.level, x.code) for x in v] == [("error", "non-finite")]
     assert where in v[0].message
+
+
+def test_a_verdict_is_a_record_whose_json_is_the_probe_jsons():
+    from depthlab.probe.verdict import Verdict
+
+    assert Verdict("ok", "ok", "fine").to_dict() == {"level": "ok", "code": "ok", "message": "fine"}
+    assert Verdict("error", "x", "m", "init").to_dict()["cause"] == "init"
+    for bad in (("fatal", "x", "m"), ("error", "x", "m", "luck")):
+        with pytest.raises(ValueError):
+            Verdict(*bad)
+    assert (
+        sorted([Verdict("ok", "a", ""), Verdict("error", "b", "")], key=lambda v: v.severity)[0].code == "b"
+    )

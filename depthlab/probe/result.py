@@ -22,7 +22,7 @@ Per-layer quantities (the *_grad_norm keys) are None in row 0, which no layer pr
 The table's column headers are these keys. Its gradient bar is on a fixed log scale: the largest
 gradient draws the full bar of ``BAR`` = 20 characters and every ``PER_DECADE`` = 4 characters fewer is
 a factor of 10 smaller (the header says "4# = 10x"), so equal values draw equal bars and a 1.1x spread
-draws bars of the same length, whatever the spread of the column; a value more than 4.9 decades below
+draws bars within one character of each other, whatever the spread of the column; a value more than 4.9 decades below
 the largest draws "<" (off the scale).
 
 In a notebook a ProbeResult displays itself (the table with its gradient bars and the verdicts, coloured
