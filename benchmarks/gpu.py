@@ -170,7 +170,7 @@ def peak_memory(steps: dict, device: str) -> dict[str, float]:
 
 
 def goal_lines(times: dict, params: dict, s: Shape, nominal: float | None, ref: float | None) -> list[str]:
-    """Verdicts for item 6: the best depthlab variant's MFU (>= 40%) and ratio to the reference."""
+    """Whether item 6 is met: the best depthlab variant's MFU (>= 40%) and ratio to the reference."""
     ours = {n: ts for n, ts in times.items() if n.startswith("depthlab-")}
     if not ours or not nominal or not ref:
         return []

@@ -134,7 +134,7 @@ def fit_lines(f: dict[bool, dict]) -> list[str]:
 
 
 def deep_runs(a: argparse.Namespace, f: dict[bool, dict]) -> list[str]:
-    """The deep stack checkpointed, then plain if the fit says it fits safely; verdict lines."""
+    """The deep stack checkpointed, then plain if the fit says it fits safely; a met-or-missed line per goal."""
     lines = []
     ck = run_config(a, a.deep, True, steps=1)  # one timed step after the warm-up: the deep run is long
     lines.append(format_row(ck))

@@ -126,16 +126,16 @@ def format_row(s: Shape, r: dict) -> str:
 
 
 def goal_lines(results: list[tuple[Shape, list[dict]]]) -> list[str]:
-    """One verdict per goal of items 1-2, from this run's numbers (median, with its quartiles)."""
+    """One line per goal (met or missed) of items 1-2, from this run's numbers (median, with its quartiles)."""
     ours = [(s, r) for s, rows in results for r in rows if r["name"].startswith("depthlab-")]
     if not ours:
         return []
     lo_s, lo = min(ours, key=lambda sr: sr[1]["ratio"][1])
     hi_s, hi = max(ours, key=lambda sr: sr[1]["ratio"][1])
     lines = [
-        _verdict(f"goal ratio >= {GOAL_RATIO:.2f} everywhere", lo["ratio"], GOAL_RATIO)
+        _goal_line(f"goal ratio >= {GOAL_RATIO:.2f} everywhere", lo["ratio"], GOAL_RATIO)
         + f" (lowest: {lo['name']} at d={lo_s.d} L={lo_s.layers})",
-        _verdict(f"goal ratio >= {GOAL_FUSED:.2f} somewhere (fusion)", hi["ratio"], GOAL_FUSED)
+        _goal_line(f"goal ratio >= {GOAL_FUSED:.2f} somewhere (fusion)", hi["ratio"], GOAL_FUSED)
         + f" (highest: {hi['name']} at d={hi_s.d} L={hi_s.layers})",
     ]
     for s, rows in results:
@@ -143,12 +143,12 @@ def goal_lines(results: list[tuple[Shape, list[dict]]]) -> list[str]:
         pre = next((r for r in rows if r["name"] == "depthlab-pre"), None)
         if goal and pre:
             lines.append(
-                _verdict(f"goal MFU >= {goal:.0%} at d={s.d} L={s.layers} (depthlab-pre)", pre["mfu"], goal)
+                _goal_line(f"goal MFU >= {goal:.0%} at d={s.d} L={s.layers} (depthlab-pre)", pre["mfu"], goal)
             )
     return lines
 
 
-def _verdict(label: str, q: tuple[float, float, float], goal: float) -> str:
+def _goal_line(label: str, q: tuple[float, float, float], goal: float) -> str:
     """met / MISSED by the median; says so when the quartiles straddle the goal (noise decides)."""
     q1, med, q3 = q
     noisy = "; noisy: the quartiles straddle the goal" if q1 < goal <= q3 else ""

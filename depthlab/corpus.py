@@ -139,21 +139,43 @@ def unigram_entropy(tokens: torch.Tensor, vocab: int = 256) -> float:
     return float(-(p * p.log()).sum())
 
 
-def text_batch(batch_size: int, seq_len: int, vocab_size: int, seed: int = 0) -> torch.Tensor:
-    """(batch_size, seq_len) int64 tokens of the default corpus's training split: byte windows at
-    seeded random offsets (bytes mod vocab_size), deterministic by ``seed``.
+def text_batch(
+    batch_size: int, seq_len: int, vocab_size: int, seed: int = 0, data: str | None = None
+) -> torch.Tensor:
+    """(batch_size, seq_len) int64 tokens of the training split of the corpus ``data`` (a file; None:
+    the default corpus), as training reads it: byte windows at seeded random offsets (bytes mod
+    vocab_size), deterministic by ``seed``.
 
     Random bytes would do for most statistics at init, but the LM loss and its gradient are only
-    meaningful on text with structure. ConfigError for a non-positive size or a sequence longer than
-    the corpus.
+    meaningful on text with structure. The tokens are bytes, 0..255, whatever the vocabulary
+    (:func:`describe_batch` says so). ConfigError for a non-positive size or a sequence longer than the
+    corpus; InputError for a data file that cannot be read.
     """
     for name, value in (("batch_size", batch_size), ("seq_len", seq_len), ("vocab_size", vocab_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(name, value, "an integer >= 1")
-    data = load_corpus(None, 1).train
-    if seq_len >= len(data):
-        raise ConfigError("seq_len", seq_len, f"< {len(data)} (the corpus length)")
+    corpus = load_corpus(data, 1)
+    data_bytes = corpus.train
+    if seq_len >= len(data_bytes):
+        what = "the corpus" if data is None else f"data file {data}"
+        raise ConfigError("seq_len", seq_len, f"< {len(data_bytes)} (the training bytes of {what})")
     gen = torch.Generator().manual_seed(seed)
-    starts = torch.randint(0, len(data) - seq_len, (batch_size,), generator=gen)
-    windows = torch.stack([data[s : s + seq_len] for s in starts.tolist()]).long()  # (B, T)
+    starts = torch.randint(0, len(data_bytes) - seq_len, (batch_size,), generator=gen)
+    windows = torch.stack([data_bytes[s : s + seq_len] for s in starts.tolist()]).long()  # (B, T)
     return windows % vocab_size if vocab_size < 256 else windows
+
+
+def describe_batch(batch_size: int, seq_len: int, vocab_size: int, data: str | None = None) -> str:
+    """What :func:`text_batch` fed the model, in one line, with what it means for this vocabulary: a
+    vocabulary below 256 sees each byte mod its size; one above 256 never sees its ids 256 and up
+    (the batch is bytes, not the model's own tokenizer's ids)."""
+    source = "the Python standard library's source" if data is None else f"data file {data}"
+    line = f"{batch_size} x {seq_len} bytes of {source}"
+    if vocab_size < 256:
+        return f"{line}, each byte taken mod {vocab_size} (the vocabulary size)"
+    if vocab_size > 256:
+        return (
+            f"{line}; token ids are bytes 0..255, so ids 256..{vocab_size - 1} of this vocabulary "
+            "never appear in the batch"
+        )
+    return line

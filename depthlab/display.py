@@ -1,5 +1,5 @@
 """What Jupyter shows of depthlab's results: HTML pieces for the rich displays (``_repr_html_``), and
-the Figure every depthlab plot is drawn on (:class:`InlineFigure`).
+the Figure every depthlab plot is drawn on (:func:`inline_figure`).
 
 A display is one ``<div class="depthlab">`` (:func:`block`) whose ``<style>`` rules all start with
 ``.depthlab``, so they style that display and nothing else in the notebook (as pandas does for its
@@ -9,10 +9,13 @@ its header and expects cells that are HTML already (built with :func:`esc`, :fun
 
 from __future__ import annotations
 
+import functools
 import html
 import io
+from typing import TYPE_CHECKING
 
-from matplotlib.figure import Figure
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 # Outcome and status colours, shared by the report's figures and page and every display of a run.
 STATE_COLOURS = {
@@ -97,15 +100,38 @@ def para(text: str, muted: bool = False) -> str:
     return f'<p class="muted">{esc(text)}</p>' if muted else f"<p>{esc(text)}</p>"
 
 
-class InlineFigure(Figure):
-    """A ``matplotlib.figure.Figure`` that a notebook shows as a PNG when a cell returns it.
+def inline_figure(**kwargs) -> Figure:
+    """A new ``matplotlib.figure.Figure`` (``kwargs`` are its own) that a notebook shows as a PNG when a
+    cell returns it: an instance of :data:`InlineFigure`.
 
     depthlab draws with matplotlib's object API and never imports pyplot, so importing it chooses no
     backend; but without pyplot, Jupyter has no way to show a plain Figure (its inline display is set
     up by pyplot's backend). ``_repr_png_`` renders this one itself, the way the inline backend would.
+    matplotlib is imported here, when the first figure is drawn, so that ``import depthlab`` does not
+    pay for it.
     """
+    return _inline_figure_class()(**kwargs)
 
-    def _repr_png_(self) -> bytes:
-        buf = io.BytesIO()
-        self.savefig(buf, format="png", bbox_inches="tight")
-        return buf.getvalue()
+
+@functools.cache
+def _inline_figure_class() -> type:
+    """The Figure subclass with ``_repr_png_``, made once, on the first call (it imports matplotlib)."""
+    from matplotlib.figure import Figure
+
+    class InlineFigure(Figure):
+        def _repr_png_(self) -> bytes:
+            buf = io.BytesIO()
+            self.savefig(buf, format="png", bbox_inches="tight")
+            return buf.getvalue()
+
+    # named as the module attribute below, so that a pickled figure finds its class again
+    InlineFigure.__module__, InlineFigure.__qualname__ = __name__, "InlineFigure"
+    return InlineFigure
+
+
+def __getattr__(name: str):
+    """``depthlab.display.InlineFigure``, the class of :func:`inline_figure`'s figures (for isinstance),
+    made when first asked for: matplotlib is not imported before then."""
+    if name == "InlineFigure":
+        return _inline_figure_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,6 @@
-"""The one exception type that means "the user asked for something invalid"."""
+"""The two exception types that mean "the user asked for something invalid": ``ConfigError`` for a bad
+value of a named field or option, ``InputError`` for any other bad input (a file, a folder, a batch).
+Both are ValueErrors; the CLI prints either as one line on stderr and exits with code 2."""
 
 
 class ConfigError(ValueError):

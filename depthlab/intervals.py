@@ -1,8 +1,8 @@
-"""Several seeds, one number: the mean, an interval around it, and a three-way verdict against a threshold.
+"""Several seeds, one number: the mean, an interval around it, and a three-way result against a threshold.
 
 One training run is an anecdote: its seed decides the initial weights and the order of the batches, and
 at small scale that can move a final loss by a few hundredths of a nat or turn "stalled" into "trained".
-A claim is decided here on the mean over seeds with an interval, and the verdict has three values:
+A claim is decided here on the mean over seeds with an interval, and the result has three values:
 
 - ``agree``: the whole interval lies on the expected side of the threshold;
 - ``MISMATCH``: the whole interval lies on the other side;
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 AGREE, MISMATCH, INCONCLUSIVE = "agree", "MISMATCH", "inconclusive"
-VERDICTS = (AGREE, MISMATCH, INCONCLUSIVE)
+RESULTS = (AGREE, MISMATCH, INCONCLUSIVE)
 METHOD = "Student's t-interval for the mean over seeds"
 
 
@@ -93,7 +93,7 @@ def mean_interval(values: Sequence[float], level: float = 0.95) -> Interval:
 
 
 def decide(interval: Interval, *, at_least: float | None = None, at_most: float | None = None) -> str:
-    """The verdict of an expectation "value >= at_least" and/or "value <= at_most" on ``interval``.
+    """The result of an expectation "value >= at_least" and/or "value <= at_most" on ``interval``.
 
     agree: every value of the interval satisfies the expectation; MISMATCH: none does; inconclusive:
     the interval straddles a bound. Both bounds together express "within [at_least, at_most]".

@@ -12,7 +12,7 @@ import torch
 import transformers
 
 from depthlab.corpus import text_batch
-from depthlab.integrations.hf import DepthlabCallback
+from depthlab.integrations.hf_trainer import DepthlabCallback
 
 
 def main() -> None:

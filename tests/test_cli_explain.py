@@ -92,3 +92,34 @@ def test_explain_names_each_constant_as_its_paper_does(capsys, wrap, name, value
     assert sub["constants"] == {name: pytest.approx(value, abs=1e-3)}
     main(f"explain --layers 6 --d-model 16 --heads 2 --wrap {wrap}".split())
     assert f"{name}={value:.3g}" in capsys.readouterr().out
+
+
+def test_explain_prints_the_memory_estimate_it_checks_against(capsys, monkeypatch):
+    from depthlab import ModelConfig
+    from depthlab.model import explain as explain_module
+    from depthlab.model.memory import estimate_memory
+
+    monkeypatch.setattr(explain_module, "available_memory", lambda: 8 * 10**9)
+    assert main("explain --layers 4 --d-model 64 --heads 4 --json -".split()) == 0
+    memory = json.loads(capsys.readouterr().out)["memory"]
+    expected = estimate_memory(ModelConfig(n_layers=4, d_model=64, n_heads=4), "build")
+    assert memory == {**expected.to_dict(), "available": 8 * 10**9}
+    assert main("explain --layers 4 --d-model 64 --heads 4".split()) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("memory: "))
+    assert f"about {expected.total / 1e6:.1f} MB" in line and "80% of the 8.0 GB free" in line
+    monkeypatch.setattr(explain_module, "available_memory", lambda: 10**6)  # the same numbers refuse it
+    assert main("explain --layers 4 --d-model 64 --heads 4".split()) == 2
+    assert "building the model needs" in capsys.readouterr().err
+
+
+def test_explain_hf_says_what_this_config_has_not_what_the_importer_supports(tmp_path, capsys):
+    transformers = pytest.importorskip("transformers")
+    path = tmp_path / "gpt2.json"
+    transformers.GPT2Config(
+        n_layer=2, n_embd=32, n_head=4, n_positions=64, tie_word_embeddings=False
+    ).to_json_file(path)
+    assert main(["explain", "--hf", str(path)]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("imported exactly: "))
+    assert "untied head" in line and "tied or untied" not in line  # this config's head, not every option
+    assert "pre, layernorm, gelu_tanh FFN, learned positions" in line

@@ -18,6 +18,7 @@ from depthlab import InputError, ModelConfig, TrainConfig
 from depthlab.display import InlineFigure
 from depthlab.model.explain import explain
 from depthlab.probe.compare import compare
+from depthlab.probe.verdict import Verdict
 from depthlab.train import RunResult, train
 from depthlab.train.result import RESULT_KEYS
 
@@ -48,12 +49,14 @@ def test_probe_result_display_is_its_table_with_bars_and_coloured_verdicts(compa
     result = comparison.runs[0][1]
     html = result._repr_html_()
     table = rows_of(html)
-    assert table[0][:3] == ["i", "grad_norm", "(log scale)"] and "rms" in table[0] and "out_chg" in table[0]
+    assert table[0][:3] == ["index", "grad_norm", "log scale: 5 decades"]
+    assert set(table[0]) - {"log scale: 5 decades"} <= set(result.layers[1])  # the headers are JSON keys
+    assert "stream_rms" in table[0] and "output_change" in table[0]
     assert [row[0] for row in table[1:]] == ["0", "1", "2", "3", "4"]  # a row per stream
     assert [row[1] for row in table[1:]] == [f"{r['grad_norm']:.2e}" for r in result.layers]
     widths = [int(w) for w in re.findall(r"width:(\d+)px", html)]
     assert len(widths) == 5 and max(widths) == 120  # a bar per stream, the largest gradient full width
-    assert result.verdicts and all(v["code"] in html for v in result.verdicts)
+    assert result.verdicts and all(v.code in html for v in result.verdicts)
     assert "#f9a825" in html  # post-LN's warmup-required warning in the warning colour
     assert_one_short_line(repr(result))
     assert "4 layers" in repr(result) and "warmup-required" in repr(result)
@@ -61,7 +64,7 @@ def test_probe_result_display_is_its_table_with_bars_and_coloured_verdicts(compa
 
 def test_probe_display_escapes_user_strings(comparison):
     label, result = comparison.runs[1]
-    result.verdicts = [{"level": "error", "code": "x", "message": EVIL}]
+    result.verdicts = [Verdict("error", "x", EVIL)]
     try:
         for html in (result._repr_html_(), comparison._repr_html_()):
             assert "<script>" not in html and "&lt;script&gt;" in html
@@ -72,7 +75,7 @@ def test_probe_display_escapes_user_strings(comparison):
 def test_comparison_display_is_the_summary_table(comparison):
     html = comparison._repr_html_()
     table = rows_of(html)
-    assert table[0] == ["config", "g0/gL", "ctx0/ctxL", "rmsL/rms0", "verdicts"]
+    assert table[0] == ["label", "g0_gL", "ctx0_ctxL", "rms_growth", "verdicts"]
     assert [row[0] for row in table[1:]] == ["post", "pre &lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;"]
     assert table[1][1] == f"{comparison.summary()[0]['g0_gL']:.2e}"
     assert html.count("<details>") == 2  # each probe's verdicts in full
@@ -200,7 +203,7 @@ def test_importing_depthlab_leaves_matplotlibs_backend_alone(choose, expect):
 
 def test_the_reproductions_plots_are_figures_first(tmp_path):
     """reproduce's shared plots are functions returning a Figure; the PNG writers only save them."""
-    from depthlab.reproduce.figures import loss_curves, loss_curves_figure, profiles, profiles_figure
+    from depthlab.reproduce.claim_plots import loss_curves, loss_curves_figure, profiles, profiles_figure
 
     class Run:  # the two things loss_curves reads of a reproduction's run
         label, curve = "post", [(0, 5.0), (10, 3.0), (20, float("nan"))]

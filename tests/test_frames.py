@@ -59,7 +59,8 @@ def test_probe_frames(comparison):
     layers = result.to_pandas()
     assert_frame_is(layers, result.layers, PROBE_FRAMES["layers"], rename={"layer": "index"})
     assert str(layers["grad_norm"].dtype) == "float64" and math.isnan(layers["cross_grad_norm"][1])
-    assert_frame_is(result.to_pandas("verdicts"), result.verdicts, ("level", "code", "message"))
+    verdicts = [v.to_dict() for v in result.verdicts]
+    assert_frame_is(result.to_pandas("verdicts"), verdicts, ("level", "code", "message"))
     with pytest.raises(InputError, match="one of layers, verdicts"):
         result.to_pandas("steps")
 

@@ -63,7 +63,7 @@ def sandbox(tmp_path, monkeypatch):
     for target in (
         "depthlab.model.explain.build_model",
         "depthlab.probe.run.build_model",
-        "depthlab.probe.hf.load_hf_model",
+        "depthlab.probe.saved_hf.load_hf_model",
         "depthlab.study.runner.make_executor",
         "depthlab.cli.report.render",
         "depthlab.cli.reproduce.run_all",

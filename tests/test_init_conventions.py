@@ -32,21 +32,21 @@ HF_INIT = dict(init="normal", init_std=0.02, tie_embeddings=False, embed_scale=F
 
 
 def _verdicts(r) -> dict:
-    return {v["code"]: (v["level"], v.get("cause")) for v in r.verdicts}
+    return {v.code: (v.level, v.cause) for v in r.verdicts}
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_llama_and_sandwich_flip_with_the_init_and_say_so(seed):
     pre = probe_config(ModelConfig(**LLAMA, **HF_INIT), batch_size=2, seq_len=16, seed=seed)
     assert _verdicts(pre)["stream-growth"] == ("warning", "init")
-    assert "[from the init: the same wiring under init xavier, tied head" in pre.verdicts[0]["message"]
+    assert "[from the init: the same wiring under init xavier, tied head" in pre.verdicts[0].message
     assert pre.config["probe"]["reference_init"]["verdicts"][-1] == "ok ok"
     sandwich = probe_config(
         ModelConfig(**LLAMA, **HF_INIT, wrap="sandwich"), batch_size=2, seq_len=16, seed=seed
     )
     assert _verdicts(sandwich)["exploding-gradient"] == ("warning", "init")
     ref = probe_config(ModelConfig(**LLAMA, wrap="sandwich"), batch_size=2, seq_len=16, seed=seed)
-    assert [v["level"] for v in ref.verdicts] == ["ok"] * len(ref.verdicts)  # the reference init: ok
+    assert [v.level for v in ref.verdicts] == ["ok"] * len(ref.verdicts)  # the reference init: ok
 
 
 def test_a_verdict_the_reference_init_shares_is_the_wiring():
@@ -54,14 +54,14 @@ def test_a_verdict_the_reference_init_shares_is_the_wiring():
     r = probe_config(cfg, batch_size=2, seq_len=16)
     level, cause = _verdicts(r)["missing-final-norm"]
     assert level in ("warning", "error") and cause == "wiring"
-    assert "[from the wiring" in next(v["message"] for v in r.verdicts if v["code"] == "missing-final-norm")
+    assert "[from the wiring" in next(v.message for v in r.verdicts if v.code == "missing-final-norm")
 
 
 def test_the_reference_init_is_not_probed_twice():
     cfg = ModelConfig(n_layers=2, d_model=16, n_heads=2, final_norm="off")
     assert reference_init(cfg) is None and reference_init(cfg.replace(init="gpt2")) is not None
     r = probe_config(cfg, batch_size=2, seq_len=8)
-    assert "reference_init" not in r.config["probe"] and all("cause" not in v for v in r.verdicts)
+    assert "reference_init" not in r.config["probe"] and all(v.cause is None for v in r.verdicts)
 
 
 def test_init_is_named_in_explain_and_the_probe_header(capsys):

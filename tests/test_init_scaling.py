@@ -32,7 +32,7 @@ def test_quick_json_and_plot(tmp_path, capsys, one_thread):
     assert math.isclose(loglog_slope(QUICK_DEPTHS, pre), d["slopes"]["pre"]["last_grad"])
     # one seed (quick): no interval, so every counted check is inconclusive; the value is shown per seed
     counted = [c for c in d["checks"] if c["counted"]]
-    assert counted and all(c["verdict"] == "inconclusive" for c in counted)
+    assert counted and all(c["result"] == "inconclusive" for c in counted)
     assert f"{d['slopes']['post']['last_grad']:+.2f}" in counted[0]["measured"]
     assert sum(not c["counted"] for c in d["checks"]) == 2
     assert (tmp_path / "init-scaling" / "init_scaling.png").stat().st_size > 10_000

@@ -1,4 +1,4 @@
-"""depthlab.intervals: the t-interval over seeds and the three-way verdict, against known values."""
+"""depthlab.intervals: the t-interval over seeds and the three-way result, against known values."""
 
 from __future__ import annotations
 

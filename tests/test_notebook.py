@@ -59,10 +59,10 @@ def test_the_notebook_runs_and_its_results_display_themselves(tmp_path):
     assert "<table>" in _html(nb, "explain(post.replace") and "residual off for attn" in _html(
         nb, "explain(post"
     )
-    assert "(log scale)" in _html(nb, "probe = probe_config") and "warmup-required" in _html(
+    assert "log scale: 5 decades" in _html(nb, "probe = probe_config") and "warmup-required" in _html(
         nb, "probe = probe_"
     )
-    assert "rmsL/rms0" in _html(nb, "comparison = compare")
+    assert "rms_growth" in _html(nb, "comparison = compare")
     assert "image/png" in _shown(nb, "comparison.figure(")
     assert "depthlab training run" in _html(nb, "run = train(")
     assert "dataframe" in _html(nb, "run.to_pandas()") and "dataframe" in _html(nb, "study.runs()")

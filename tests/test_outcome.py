@@ -28,14 +28,14 @@ def _feed(m: Monitor, losses: list[float], every: int = 10, rms=None) -> None:
 def test_flat_at_the_unigram_level_is_stalled():
     m = Monitor(steps=100, unigram_loss=3.0)
     _feed(m, [5.5] + [3.0] * 99)
-    v = m.verdict()
+    v = m.decide()
     assert v.outcome == "stalled" and "unigram level" in v.reason and v.step == 50
 
 
 def test_flat_far_above_the_unigram_level_is_stalled_and_says_so():
     m = Monitor(steps=100, unigram_loss=3.0)
     _feed(m, [5.5] + [5.4 + 0.05 * (t % 2) for t in range(99)])
-    v = m.verdict()
+    v = m.decide()
     assert v.outcome == "stalled" and "above the unigram level" in v.reason and "flat" in v.reason
 
 
@@ -43,14 +43,14 @@ def test_wiggles_at_the_plateau_are_not_a_fall():
     """At the plateau the trend is not read: a bump and its return (3.28 -> 3.15) stays stalled."""
     m = Monitor(steps=150, unigram_loss=3.15)
     _feed(m, [5.5] + [3.2] * 79 + [3.28] * 20 + [3.15] * 50)
-    assert m.verdict(final_loss=3.19).outcome == "stalled"
+    assert m.decide(final_loss=3.19).outcome == "stalled"
 
 
 def test_still_falling_above_the_unigram_level_is_undertrained():
     """A small learning rate: 5.5 -> 4.4 and still going down (more steps would help)."""
     m = Monitor(steps=100, unigram_loss=3.15)
     _feed(m, [5.5 - 0.011 * t for t in range(100)])
-    v = m.verdict()
+    v = m.decide()
     assert v.outcome == "undertrained" and "still falling" in v.reason
 
 
@@ -60,7 +60,7 @@ def test_a_lagging_average_does_not_hide_a_run_below_the_unigram_level():
     m = Monitor(steps=40, unigram_loss=3.0)
     _feed(m, [5.5 - (5.5 - 2.82) * min(1.0, t / 30) for t in range(40)])
     assert m.ema > 0.95 * 3.0  # the moving average lags above the level ...
-    assert m.verdict(final_loss=2.82).outcome == "trained"  # ... the final loss is 6% below it
+    assert m.decide(final_loss=2.82).outcome == "trained"  # ... the final loss is 6% below it
 
 
 def test_a_blow_up_relative_to_the_initial_loss_is_diverged_and_stops_the_run():
@@ -68,7 +68,7 @@ def test_a_blow_up_relative_to_the_initial_loss_is_diverged_and_stops_the_run():
     m = Monitor(steps=200, unigram_loss=3.15, spike_factor=1e9)  # the spike rule out of the way
     losses = [5.5] * 10 + [13.0] * 30 + [5.9] * 160
     _feed(m, losses)
-    v = m.verdict()
+    v = m.decide()
     assert v.outcome == "diverged" and "initial loss" in v.reason and v.step == 30
     assert 13.0 > BLOWUP * 5.5
 
@@ -76,33 +76,33 @@ def test_a_blow_up_relative_to_the_initial_loss_is_diverged_and_stops_the_run():
 def test_one_high_window_is_not_a_blow_up():
     m = Monitor(steps=100, unigram_loss=3.15, spike_factor=1e9)
     _feed(m, [5.5] * 10 + [9.0] * 10 + [2.5] * 80)
-    assert m.verdict().outcome == "trained"
+    assert m.decide().outcome == "trained"
 
 
 def test_a_stream_blow_up_without_learning_is_diverged():
     m = Monitor(steps=100, unigram_loss=3.15, spike_factor=1e9)
     _feed(m, [5.5] + [3.2] * 99, rms=lambda t: 1.0 if t < 50 else 2 * STREAM_BLOWUP)
-    v = m.verdict()
+    v = m.decide()
     assert v.outcome == "diverged" and "stream rms" in v.reason
 
 
 def test_a_large_stream_that_learns_is_not_a_blow_up():
     m = Monitor(steps=100, unigram_loss=3.15, spike_factor=1e9)
     _feed(m, [5.5] + [2.4] * 99, rms=lambda t: 1.0 if t < 50 else 2 * STREAM_BLOWUP)
-    assert m.verdict().outcome == "trained"
+    assert m.decide().outcome == "trained"
 
 
 def test_non_finite_and_spike_rules_still_hold():
     nan = Monitor(steps=10, unigram_loss=3.0)
     assert not nan.update(1, 3.0, 1.0) and nan.update(2, 2.0, math.inf)
-    v = nan.verdict()
+    v = nan.decide()
     assert (v.outcome, v.step) == ("diverged", 2) and "gradient norm" in v.reason
     spike = Monitor(steps=100, unigram_loss=3.0)
     fed = [spike.update(t, 1.0 if t < 20 else 50.0, 1.0) for t in range(1, 30)]
-    assert fed.index(True) + 1 == 20 and "rose above 3 x" in spike.verdict().reason
+    assert fed.index(True) + 1 == 20 and "rose above 3 x" in spike.decide().reason
     noisy = Monitor(steps=100, unigram_loss=3.0)  # tiny losses jittering 5x are not a spike (floor)
     assert not any(noisy.update(t, 0.01 if t % 2 else 0.05, 1.0) for t in range(1, 100))
-    assert noisy.verdict(final_loss=0.03).outcome == "trained"
+    assert noisy.decide(final_loss=0.03).outcome == "trained"
 
 
 def test_state_round_trips():

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from depthlab import ConfigError, InputError, ModelConfig, build_model
 from depthlab.probe import probe
-from depthlab.probe.result import REQUIRED
+from depthlab.probe.result import BAR, BAR_HEADER, PER_DECADE, REQUIRED, log_bars
 
 try:
     import transformers
@@ -168,7 +168,7 @@ def test_bfloat16_weights_turn_the_output_change_off_with_a_note(one_thread):
     r = probe(model, torch.randint(0, 256, (B, T)))
     assert r.config["probe"]["output_change"] is None and r.column("output_change") == [None] * 5
     assert "bfloat16" in r.config["probe"]["output_change_note"]
-    codes = {v["code"] for v in r.verdicts}
+    codes = {v.code for v in r.verdicts}
     assert codes and "warmup-required" not in codes  # a verdict, but no warmup one from an unmeasured change
 
 
@@ -177,7 +177,7 @@ def test_an_overflowing_stack_gives_strict_json_and_one_non_finite_error(one_thr
     model = build_model(ModelConfig(n_layers=200, d_model=16, n_heads=2, wrap="post", norm="none"))
     r = probe(model, torch.randint(0, 256, (2, 8)))
     assert any(not math.isfinite(v) for v in r.column("stream_rms"))  # the premise: it overflows
-    assert [(v["level"], v["code"]) for v in r.verdicts] == [("error", "non-finite")]
+    assert [(v.level, v.code) for v in r.verdicts] == [("error", "non-finite")]
     text = json.dumps(r.to_dict(), allow_nan=False)  # raises on NaN/Infinity
     assert "null" in text
 
@@ -191,6 +191,27 @@ def test_json_has_design_keys(one_thread):
     assert d["layers"][0]["update_ratio"] is None and d["layers"][0]["cos_prev"] is None
     assert d["verdicts"] and all(set(v) == {"level", "code", "message"} for v in d["verdicts"])
     assert ModelConfig.from_dict(d["config"]["model"]).n_layers == 2
+
+
+def test_the_table_is_headed_by_the_json_keys(one_thread):
+    model = build_model(ModelConfig(n_layers=2, d_model=32, n_heads=4))
+    r = probe(model, torch.randint(0, 256, (B, T)))
+    text = r.format()
+    header = next(line for line in text.splitlines() if line.lstrip().startswith("index"))
+    words = header.replace(BAR_HEADER, "").split()
+    assert words[:2] == ["index", "grad_norm"] and {"stream_rms", "update_ratio"} <= set(words)
+    assert set(words) <= set(r.to_dict()["layers"][1]), set(words) - set(r.to_dict()["layers"][1])
+
+
+def test_gradient_bars_are_on_a_fixed_log_scale():
+    """Min-max scaling drew a 1.1x spread as bars from 20 characters to 1: a fixed scale draws them
+    nearly equal, PER_DECADE characters per factor of 10 below the largest."""
+    near = log_bars([1.0, 1.05, 1.1])
+    assert len(near[-1]) == BAR and max(map(len, near)) - min(map(len, near)) <= 1
+    assert log_bars([1e-2, 1e-1, 1.0]) == ["#" * (BAR - 2 * PER_DECADE), "#" * (BAR - PER_DECADE), "#" * BAR]
+    # a value draws the same bar whatever the smallest value of the column is
+    assert log_bars([0.1, 1.0])[0] == log_bars([1e-4, 0.1, 1.0])[1]
+    assert log_bars([1e-9, 1.0, None, math.inf]) == ["<", "#" * BAR, "", "?"]  # off the scale, missing
 
 
 def test_context_gradient_is_the_centred_top_gradient_carried_down(one_thread):

@@ -54,9 +54,38 @@ def test_plain_pre_ln_has_no_error(tmp_path, capsys, one_thread):
 def test_table_has_a_bar_per_layer_and_the_verdicts(capsys, one_thread):
     assert main("probe --layers 4 --d-model 32 --heads 4 --wrap post".split()) == 0
     out = capsys.readouterr().out
-    rows = [line for line in out.splitlines() if line[:4].strip().isdigit()]
-    assert [int(r[:4]) for r in rows] == list(range(5)) and all("#" in r for r in rows)
+    rows = [line for line in out.splitlines() if line[:5].strip().isdigit()]
+    assert [int(r[:5]) for r in rows] == list(range(5)) and all("#" in r for r in rows)
     assert "warmup-required" in out
+
+
+def test_data_file_is_the_batch_and_a_vocabulary_above_256_is_told_its_ids_above_255_never_appear(
+    tmp_path, capsys, one_thread
+):
+    from depthlab.corpus import text_batch
+
+    text = tmp_path / "abc.txt"
+    text.write_bytes(b"abcabd" * 2000)
+    assert set(text_batch(4, 32, 300, seed=1, data=str(text)).unique().tolist()) <= set(b"abcd")
+    small = f"probe --layers 2 --d-model 16 --heads 2 --batch-size 2 --seq-len 16 --data {text}"
+    d = _probe_json(f"{small} --vocab 1000", tmp_path, capsys)
+    assert d["config"]["probe"]["data"] == str(text)
+    assert "ids 256..999 of this vocabulary never appear" in d["config"]["probe"]["batch"]
+    assert main(f"{small} --vocab 1000".split()) == 0
+    assert "never appear in the batch" in capsys.readouterr().out  # in the header too
+    default = _probe_json(
+        "probe --layers 2 --d-model 16 --heads 2 --batch-size 2 --seq-len 16", tmp_path, capsys
+    )
+    assert (
+        default["config"]["probe"]["data"] is None
+        and "never appear" not in default["config"]["probe"]["batch"]
+    )
+    same_model = _probe_json(small, tmp_path, capsys)  # the default vocabulary, the file's bytes
+    assert same_model["layers"][0]["stream_rms"] != default["layers"][0]["stream_rms"]  # another batch
+    for bad in (tmp_path / "missing.txt", tmp_path):
+        assert main(f"probe --layers 2 --d-model 16 --heads 2 --data {bad}".split()) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(bad) in err
 
 
 def test_compare_plots_every_combination(tmp_path, capsys, one_thread):

@@ -57,7 +57,7 @@ def geometric(ratio: float, L: int = 10) -> list[float]:
 
 
 def levels(result) -> dict[str, str]:
-    return {v["code"]: v["level"] for v in diagnose(result)}
+    return {v.code: v.level for v in diagnose(result)}
 
 
 @pytest.mark.parametrize(
@@ -70,9 +70,9 @@ def test_vanishing_thresholds(ratio, expected):
 
 def test_vanishing_counts_starved_bottom_layers_and_uses_the_context_gradient():
     ctx = [1e-6] * 7 + [0.5, 0.8, 0.9, 1.0]  # streams 0..6 below 1e-2 of the top: layers 1..6 starved
-    [v] = [v for v in diagnose(fake([1.0] * 11, ctx=ctx)) if v["code"] == "vanishing-gradient"]
-    assert v["level"] == "error" and "the bottom 6 of 10 layers" in v["message"]
-    assert "differs between positions" in v["message"] and "1.0e-06" in v["message"]
+    [v] = [v for v in diagnose(fake([1.0] * 11, ctx=ctx)) if v.code == "vanishing-gradient"]
+    assert v.level == "error" and "the bottom 6 of 10 layers" in v.message
+    assert "differs between positions" in v.message and "1.0e-06" in v.message
 
 
 @pytest.mark.parametrize(
@@ -86,8 +86,8 @@ def test_exploding(ratio, expected):
 def test_stream_growth_exponent_and_level():
     sqrt_growth = [math.sqrt(i + 1) for i in range(49)]
     assert rms_exponent(sqrt_growth) == pytest.approx(0.5)
-    v = next(v for v in diagnose(fake([1.0] * 49, rms=sqrt_growth)) if v["code"] == "stream-growth")
-    assert v["level"] == "ok" and "^0.50" in v["message"] and "sqrt(L+1) = 7" in v["message"]
+    v = next(v for v in diagnose(fake([1.0] * 49, rms=sqrt_growth)) if v.code == "stream-growth")
+    assert v.level == "ok" and "^0.50" in v.message and "sqrt(L+1) = 7" in v.message
     linear = [float(i + 1) for i in range(49)]
     assert levels(fake([1.0] * 49, rms=linear))["stream-growth"] == "warning"
 
@@ -146,10 +146,10 @@ def test_seed_004_toy_without_skips_vanishes(one_thread):
     layers = [torch.nn.Linear(64, 64) for _ in range(48)]
     x = torch.randn(8, 64)
     verdicts = probe(ToyStack([TanhBlock(f, False) for f in layers]), x, loss="sum").verdicts
-    [v] = [v for v in verdicts if v["code"] == "vanishing-gradient"]
-    assert v["level"] == "error" and "of 48 layers get less than 0.01" in v["message"]
+    [v] = [v for v in verdicts if v.code == "vanishing-gradient"]
+    assert v.level == "error" and "of 48 layers get less than 0.01" in v.message
     with_skips = probe(ToyStack([TanhBlock(f, True) for f in layers]), x, loss="sum").verdicts
-    assert with_skips and "vanishing-gradient" not in {v["code"] for v in with_skips}
+    assert with_skips and "vanishing-gradient" not in {v.code for v in with_skips}
 
 
 @pytest.mark.parametrize(
@@ -161,5 +161,18 @@ def test_seed_004_toy_without_skips_vanishes(one_thread):
 )
 def test_non_finite_forward_is_one_error_and_nothing_else(rms, loss_value, where):
     v = diagnose(fake([1.0, 1.0, 1.0, 1.0], rms=rms, loss_value=loss_value, final_norm=False))
-    assert [(x["level"], x["code"]) for x in v] == [("error", "non-finite")]
-    assert where in v[0]["message"]
+    assert [(x.level, x.code) for x in v] == [("error", "non-finite")]
+    assert where in v[0].message
+
+
+def test_a_verdict_is_a_record_whose_json_is_the_probe_jsons():
+    from depthlab.probe.verdict import Verdict
+
+    assert Verdict("ok", "ok", "fine").to_dict() == {"level": "ok", "code": "ok", "message": "fine"}
+    assert Verdict("error", "x", "m", "init").to_dict()["cause"] == "init"
+    for bad in (("fatal", "x", "m"), ("error", "x", "m", "luck")):
+        with pytest.raises(ValueError):
+            Verdict(*bad)
+    assert (
+        sorted([Verdict("ok", "a", ""), Verdict("error", "b", "")], key=lambda v: v.severity)[0].code == "b"
+    )

@@ -1,4 +1,4 @@
-"""depthlab reproduce recipe / collapse: the measurements, the verdict logic, and tiny end-to-end runs.
+"""depthlab reproduce recipe / collapse: the measurements, the result logic, and tiny end-to-end runs.
 
 The real reproductions train 24- to 384-layer models; here the same code runs on 2- to 8-layer models
 for a few steps (module constants monkeypatched), and the pieces are checked against hand computations.
@@ -107,9 +107,9 @@ def _fake(
     return {"depths": depths, "runs": runs}
 
 
-def test_collapse_verdicts_follow_the_measurements():
+def test_collapse_results_follow_the_measurements():
     good = collapse._checks(_fake(-0.5, 0.02, [0.3, 0.2, 0.1], [0.05, 0.05, 0.06]))
-    assert len(good) == 8 and all(c.verdict == "agree" for c in good)
+    assert len(good) == 8 and all(c.result == "agree" for c in good)
     assert [c.counted for c in good] == [
         False,
         False,
@@ -121,13 +121,13 @@ def test_collapse_verdicts_follow_the_measurements():
         True,
     ]  # init slopes: sanity
     bad = collapse._checks(_fake(-0.1, -0.4, [0.2, 0.25, 0.3], [0.05, 0.01, 0.2]))
-    assert len(bad) == 8 and all(c.verdict == "MISMATCH" for c in bad)
+    assert len(bad) == 8 and all(c.result == "MISMATCH" for c in bad)
     # falling, but still above the first quarter's share at the deepest L: the claim is not met
     mixed = collapse._checks(_fake(-0.5, 0.0, [0.4, 0.35, 0.3], [0.05, 0.05, 0.05]))
-    assert [c.verdict for c in mixed if "pre-LN last quarter" in c.claim] == ["MISMATCH", "MISMATCH"]
+    assert [c.result for c in mixed if "pre-LN last quarter" in c.claim] == ["MISMATCH", "MISMATCH"]
     # seeds that disagree about the slope straddle the threshold: inconclusive, not a seed's label
     noisy = collapse._checks(_fake(-0.25, 0.0, [0.3, 0.2, 0.1], [0.05, 0.05, 0.05], jitter=0.2))
-    assert noisy[4].verdict == "inconclusive" and "-0.45/-0.25/-0.05" in noisy[4].measured
+    assert noisy[4].result == "inconclusive" and "-0.45/-0.25/-0.05" in noisy[4].measured
 
 
 def test_collapse_end_to_end_tiny(monkeypatch, tmp_path):
@@ -172,14 +172,14 @@ def test_recipe_failure_counts_only_when_the_full_recipe_trains():
     no_warmup = recipe.SETTINGS[0]
     assert not no_warmup.expect_trains
     stalled = [_Run(3.08, "stalled"), _Run(3.10, "stalled"), _Run(3.05, "stalled")]
-    assert recipe._verdict(no_warmup, stalled, control="agree").verdict == "agree"
-    check = recipe._verdict(no_warmup, stalled, control="MISMATCH")
-    assert check.verdict == "inconclusive" and "not evidence" in check.measured
+    assert recipe._setting_check(no_warmup, stalled, control="agree").result == "agree"
+    check = recipe._setting_check(no_warmup, stalled, control="MISMATCH")
+    assert check.result == "inconclusive" and "not evidence" in check.measured
     trained = [_Run(2.6), _Run(2.7), _Run(2.65)]
-    check = recipe._verdict(no_warmup, trained, control="agree")
-    assert check.verdict == "MISMATCH" and "outcomes trained/trained/trained" in check.measured
+    check = recipe._setting_check(no_warmup, trained, control="agree")
+    assert check.result == "MISMATCH" and "outcomes trained/trained/trained" in check.measured
     split = [_Run(2.6), _Run(3.1, "stalled"), _Run(2.8)]
-    assert recipe._verdict(no_warmup, split, control="agree").verdict == "inconclusive"
+    assert recipe._setting_check(no_warmup, split, control="agree").result == "inconclusive"
 
 
 def test_recipe_states_the_seed_claim_before_running():
@@ -201,7 +201,7 @@ def test_recipe_end_to_end_tiny(monkeypatch, tmp_path):
     assert result.data["regime"]["seeds"] == [0, 1]
     assert len(result.checks) == 7 and os.path.exists(result.plots[0])
     for check, row in zip(result.checks, result.data["settings"], strict=True):
-        assert len(row["runs"]) == 2 and check.verdict in ("agree", "MISMATCH", "inconclusive")
+        assert len(row["runs"]) == 2 and check.result in ("agree", "MISMATCH", "inconclusive")
         assert check.interval is None or check.interval.n == 2
     json.dumps(result.to_dict())
 

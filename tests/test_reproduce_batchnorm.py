@@ -32,7 +32,7 @@ def test_batchnorm_reproduction_checks_and_json(one_thread, monkeypatch):
     # it failed are shown apart
     counted = [c for c in d["checks"] if c["counted"]]
     assert [c["claim"].split(":")[0] for c in counted] == ["BN's train/eval mismatch shows in validation"]
-    assert counted[0]["verdict"] in ("agree", "MISMATCH", "inconclusive") and "interval" in counted[0]
+    assert counted[0]["result"] in ("agree", "MISMATCH", "inconclusive") and "interval" in counted[0]
     sanity = [c for c in d["checks"] if not c["counted"]]
     assert len(sanity) == 8 and all(c["ok"] for c in sanity), [c for c in sanity if not c["ok"]]
     assert any("added after the registered" in c["sanity"] for c in sanity)

@@ -1,9 +1,9 @@
-"""The claim reproductions: measurements, verdict plumbing over seeds, both scales, the `all` document.
+"""The claim reproductions: measurements, result plumbing over seeds, both scales, the `all` document.
 
-The training claims' verdicts need real runs (minutes to hours); here every claim's code path runs on a
+The training claims' results need real runs (minutes to hours); here every claim's code path runs on a
 shrunken regime (d_model 16, a few steps, two seeds so that intervals exist), at the small scale through
 ``--quick`` and at the large scale with its registered regime shrunk the same way: the JSON shape, the
-verdicts computed from the per-seed values, the counts and the plots are exercised in CI.
+results computed from the per-seed values, the counts and the plots are exercised in CI.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from depthlab.cli import main
 from depthlab.config import ModelConfig
 from depthlab.docgen import reproductions as all_mod
 from depthlab.errors import ConfigError, InputError
-from depthlab.intervals import VERDICTS, decide, mean_interval
+from depthlab.intervals import RESULTS, decide, mean_interval
 from depthlab.model import build_model
 from depthlab.reproduce import REGISTRATIONS, REPRODUCTIONS, Check, Reproduction, lm_runs, load_all
 from depthlab.reproduce import reproduction as claim_mod
@@ -96,8 +96,8 @@ def _module(name: str):
 def _assert_well_formed(result: Reproduction, name: str, tmp_path):
     assert result.name == name and result.checks and result.source
     for c in result.checks:
-        assert c.verdict in VERDICTS and c.measured and c.stated
-        if c.interval is not None and c.interval.n > 1:  # the verdict is the interval's, not a seed's
+        assert c.result in RESULTS and c.measured and c.stated
+        if c.interval is not None and c.interval.n > 1:  # the result is the interval's, not a seed's
             assert c.interval.n == len(SEEDS)
     n = counts(result.checks)
     assert sum(n.values()) == len(result.checks)
@@ -192,12 +192,12 @@ def test_scale_and_quick_are_refused_where_they_do_not_apply(capsys, tmp_path):
 
 def test_seeded_check_decides_on_the_interval_not_on_one_seed():
     agree = seeded_check("c", "s", [0.21, 0.25, 0.19], at_least=0.1)
-    assert agree.verdict == "agree" and "per seed 0.21/0.25/0.19" in agree.measured
+    assert agree.result == "agree" and "per seed 0.21/0.25/0.19" in agree.measured
     straddles = seeded_check("c", "s", [0.30, 0.02, 0.25], at_least=0.1)
-    assert straddles.verdict == decide(mean_interval([0.30, 0.02, 0.25]), at_least=0.1) == "inconclusive"
-    assert seeded_check("c", "s", [0.05, 0.02, 0.04], at_least=0.1).verdict == "MISMATCH"
-    assert seeded_check("c", "s", [0.5], at_least=0.1).verdict == "inconclusive"  # one seed decides nothing
-    assert seeded_check("c", "s", [0.5, math.nan], at_least=0.1).verdict == "inconclusive"
+    assert straddles.result == decide(mean_interval([0.30, 0.02, 0.25]), at_least=0.1) == "inconclusive"
+    assert seeded_check("c", "s", [0.05, 0.02, 0.04], at_least=0.1).result == "MISMATCH"
+    assert seeded_check("c", "s", [0.5], at_least=0.1).result == "inconclusive"  # one seed decides nothing
+    assert seeded_check("c", "s", [0.5, math.nan], at_least=0.1).result == "inconclusive"
     sanity = seeded_check("c", "s", [1.0, 1.0], at_least=0.1, sanity="by construction")
     assert not sanity.counted and counts([agree, straddles, sanity]) == {
         "agree": 1,
@@ -208,14 +208,14 @@ def test_seeded_check_decides_on_the_interval_not_on_one_seed():
 
 
 def test_unanimous_check():
-    assert unanimous_check("c", "s", [True, True, True], "m").verdict == "agree"
-    assert unanimous_check("c", "s", [False, False], "m").verdict == "MISMATCH"
-    assert unanimous_check("c", "s", [True, False, True], "m").verdict == "inconclusive"
-    assert unanimous_check("c", "s", [True], "m").verdict == "inconclusive"
+    assert unanimous_check("c", "s", [True, True, True], "m").result == "agree"
+    assert unanimous_check("c", "s", [False, False], "m").result == "MISMATCH"
+    assert unanimous_check("c", "s", [True, False, True], "m").result == "inconclusive"
+    assert unanimous_check("c", "s", [True], "m").result == "inconclusive"
 
 
 def test_check_accepts_a_bool_and_refuses_an_unknown_verdict():
-    assert Check("c", "s", "m", True).verdict == "agree" and Check("c", "s", "m", False).verdict == "MISMATCH"
+    assert Check("c", "s", "m", True).result == "agree" and Check("c", "s", "m", False).result == "MISMATCH"
     with pytest.raises(ValueError):
         Check("c", "s", "m", "maybe")
 
@@ -271,7 +271,7 @@ def test_final_loss_counts_a_diverged_run_as_an_untrained_model():
     assert lm_runs.relative_to_unigram(good) == pytest.approx(2.5 / 3.1 - 1)
 
 
-def _fake(verdict, plot_dir_files: list, name: str = "fake"):
+def _fake(result, plot_dir_files: list, name: str = "fake"):
     def fake(quick: bool = False, out_dir: str | None = None, scale: str = "small") -> Reproduction:
         """A fake claim | with a pipe."""
         import os
@@ -283,7 +283,7 @@ def _fake(verdict, plot_dir_files: list, name: str = "fake"):
             f.write(b"\x89PNG fake")
         plot_dir_files.append(path)
         checks = [
-            Check("c | 1", "s", "m", verdict),
+            Check("c | 1", "s", "m", result),
             seeded_check("seeded", ">= 0", [0.4, -0.3, 0.1], at_least=0.0),
             Check("by construction", "s", "m", True, sanity="holds by construction"),
         ]
@@ -404,7 +404,7 @@ def test_stream_growth_tiny(monkeypatch, tmp_path):
     assert len(result.checks) == 1  # the 96-layer bound needs the 96-layer stack: not in this regime
     growth = result.data["growth"]
     assert all(x["rms_ratio"] > 1 and x["correlated_ratio"] > 0 for g in growth.values() for x in g)
-    assert result.checks[0].verdict in VERDICTS and result.plots
+    assert result.checks[0].result in RESULTS and result.plots
 
 
 def test_jacobian_msv_is_one_for_rezero_at_init_and_grows_for_pre_ln():

@@ -41,9 +41,9 @@ def test_shape(seeds_json):
     assert set(d["variance_example"]) == {"0.5", "1.0"}
     assert all(len(e["x1"]) == 4 and isinstance(e["var"], float) for e in d["variance_example"].values())
     assert isinstance(d["bert_base_ffn_weights"], int) and isinstance(d["gpt3_std_ratio"], float)
-    keys = {"claim", "stated", "measured", "verdict", "ok", "counted"}
+    keys = {"claim", "stated", "measured", "result", "ok", "counted"}
     assert all(set(c) - {"sanity"} == keys for c in d["checks"])
-    assert all(c["verdict"] in ("agree", "MISMATCH") for c in d["checks"])  # deterministic: never undecided
+    assert all(c["result"] in ("agree", "MISMATCH") for c in d["checks"])  # deterministic: never undecided
 
 
 def test_stated_numbers(seeds_json):

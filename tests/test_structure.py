@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,9 +52,15 @@ LAYERS = [
 ]
 # Imported inside the function that needs them, so that depthlab imports without them (optional
 # extras) or does not pay their import time on every command (tensorboard).
-# huggingface_hub: what transformers is built on (its config validation errors), installed with it
+# huggingface_hub: what transformers is built on (its config validation errors), installed with it.
+# matplotlib: imported when a figure is drawn, so that ``import depthlab`` (and every command that draws
+# nothing) does not load it.
 LAZY_OK = ("transformers", "huggingface_hub", "ray", "tensorboard", "torch.utils.tensorboard", "lightning",
-           "pytorch_lightning", "pandas", "accelerate", "IPython", "nbclient", "nbformat")  # fmt: skip
+           "pytorch_lightning", "pandas", "accelerate", "IPython", "nbclient", "nbformat",
+           "matplotlib")  # fmt: skip
+# What ``import depthlab`` must not load: the plotting and table libraries are needed only when a figure
+# or a DataFrame is asked for, transformers only for a Hugging Face model.
+NOT_ON_IMPORT = ("matplotlib", "pandas", "transformers")
 
 
 def _modules() -> dict[str, Path]:
@@ -168,6 +177,25 @@ def test_imports_sit_at_module_top_except_optional_extras():
     assert not bad, (
         "imports inside functions (allowed only for " + ", ".join(LAZY_OK) + "):\n" + "\n".join(bad)
     )
+
+
+def test_import_depthlab_loads_no_plotting_table_or_hf_library():
+    """In a fresh interpreter (this one has imported everything already)."""
+    code = (
+        "import sys, depthlab; "
+        f"print(','.join(sorted({{m.split('.')[0] for m in sys.modules}} & set({NOT_ON_IMPORT!r}))))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT.parent)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.strip() == "", f"import depthlab loaded {done.stdout.strip()}"
+
+
+def test_a_figure_still_draws_and_shows_in_a_notebook():
+    from depthlab.display import InlineFigure, inline_figure
+
+    fig = inline_figure(figsize=(2, 1))
+    fig.subplots().plot([1, 2])
+    assert isinstance(fig, InlineFigure) and fig._repr_png_().startswith(b"\x89PNG")
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m != "depthlab.__main__"))

@@ -139,6 +139,20 @@ def test_study_help_says_where_the_tensorboard_events_go(capsys):
     assert "<db folder>/tensorboard/<study name>/<run>/" in text and "tensorboard --logdir" in text
 
 
+def test_study_help_lists_every_preset_with_its_run_count(capsys):
+    from depthlab.study import PRESETS
+    from depthlab.study.presets import SUMMARIES
+
+    assert set(SUMMARIES) == set(PRESETS)
+    with pytest.raises(SystemExit):
+        main(["study", "--help"])
+    listed = capsys.readouterr().out.split("presets (--preset NAME):")[1].splitlines()[1:]
+    assert [line.split()[0] for line in listed] == list(PRESETS)
+    for line, name in zip(listed, PRESETS):
+        runs = int(line.split()[1].replace(",", ""))
+        assert runs == len(preset(name).expand()) and SUMMARIES[name] in line and len(line) <= 100
+
+
 def test_dry_run_refuses_a_folder_as_the_store_like_the_real_run(tmp_path, capsys):
     code = main(["study", "--preset", "smoke", "--db", str(tmp_path), "--dry-run"])
     err = capsys.readouterr().err

@@ -90,7 +90,7 @@ def _hf_trainer(tmp_path, callbacks, **args):
 
 
 def test_hf_trainer_callback(tmp_path):
-    from depthlab.integrations.hf import DepthlabCallback
+    from depthlab.integrations.hf_trainer import DepthlabCallback
 
     cb = DepthlabCallback(out=str(tmp_path / "watched"), echo=None)
     trainer = _hf_trainer(tmp_path, [cb])
@@ -120,7 +120,7 @@ class _Logs(transformers.TrainerCallback):
 def test_hf_trainer_under_gradient_accumulation_records_the_loss_the_trainer_logs(tmp_path):
     """4 micro-batches per step: the Trainer passes num_items_in_batch, each micro-batch's .loss is a
     quarter-share of the step's; the record holds their sum, the Trainer's logged loss, on that step."""
-    from depthlab.integrations.hf import DepthlabCallback
+    from depthlab.integrations.hf_trainer import DepthlabCallback
 
     cb, logs = DepthlabCallback(echo=None), _Logs()
     trainer = _hf_trainer(
@@ -141,7 +141,7 @@ def test_hf_trainer_under_gradient_accumulation_records_the_loss_the_trainer_log
 
 def test_hf_callback_every_from_a_fractional_logging_steps_and_resume(tmp_path):
     """logging_steps 0.5 of 4 steps logs every 2nd; a run resumed at step 2 counts on from 3."""
-    from depthlab.integrations.hf import DepthlabCallback
+    from depthlab.integrations.hf_trainer import DepthlabCallback
 
     cb = DepthlabCallback(echo=None)
     _hf_trainer(tmp_path, [cb], max_steps=4, logging_steps=0.5).train()

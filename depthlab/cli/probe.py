@@ -20,7 +20,7 @@ from depthlab.interop.hf import family_for, read_config
 from depthlab.paths import PLOT_FORMATS, check_output_file, note_replaced, write_json
 from depthlab.probe import LOSSES
 from depthlab.probe.compare import Comparison, compare
-from depthlab.probe.hf import probe_hf
+from depthlab.probe.saved_hf import probe_hf
 
 
 def add_parser(sub) -> None:
@@ -44,6 +44,13 @@ def add_parser(sub) -> None:
     )
     g.add_argument("--batch-size", type=int, default=8, help="sequences in the batch (default 8)")
     g.add_argument("--seq-len", type=int, default=64, help="tokens per sequence (default 64)")
+    g.add_argument(
+        "--data",
+        metavar="FILE",
+        help="the text the batch is cut from, read as train --data reads it (default: the Python "
+        "stdlib's .py files). The batch is bytes: a vocabulary above 256 never sees its ids 256 and up, "
+        "and the header says so",
+    )
     g.add_argument(
         "--loss", default="lm", help="lm (next-token cross-entropy, default) | sum (sum of the last stream)"
     )
@@ -128,6 +135,7 @@ def run(args) -> int:
         "batch_size": args.batch_size,
         "seq_len": args.seq_len,
         "seed": seed_from_args(args),
+        "data": args.data,
         "loss": args.loss,
         "perturbation": args.perturbation,
         "jacobian_probes": args.jacobian,

@@ -1,13 +1,13 @@
-"""depthlab reproduce NAME: recompute a claim of the source texts or the papers, with its verdict."""
+"""depthlab reproduce NAME: recompute a claim of the source texts or the papers, with its result."""
 
 from __future__ import annotations
 
 import os
 
 from depthlab.cli.common import add_json_flag, refuse_flags
-from depthlab.docgen.doctor import DEFAULT_DB as DOCTOR_DB
-from depthlab.docgen.doctor import DEFAULT_DOC as DOCTOR_DOC
-from depthlab.docgen.doctor import write_doctor_doc
+from depthlab.docgen.doctor_score import DEFAULT_DB as DOCTOR_DB
+from depthlab.docgen.doctor_score import DEFAULT_DOC as DOCTOR_DOC
+from depthlab.docgen.doctor_score import write_doctor_doc
 from depthlab.docgen.reproductions import DEFAULT_DOC, run_all
 from depthlab.docgen.tour import check_written, write_tour
 from depthlab.errors import ConfigError, InputError

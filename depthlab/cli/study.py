@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
+import textwrap
 
 from depthlab.cli.common import add_memory_flag, refuse_flags
 from depthlab.errors import InputError
@@ -12,6 +14,7 @@ from depthlab.report.lr_tables import lr_summary
 from depthlab.study import StudyConfig, plan, preset, run_study
 from depthlab.study.executors import EXECUTORS, check_executor, default_workers
 from depthlab.study.grid import MAX_RUNS, field_help
+from depthlab.study.presets import preset_lines
 from depthlab.study.runner import plural, store_note
 from depthlab.study.store import DEFAULT_DB
 
@@ -20,14 +23,22 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "study",
         help="run a grid of training runs (resumable) and write its report",
-        description="Expand a grid (a preset or a YAML file) into runs, skip those the store already "
-        "holds, run the rest on a local process pool or Ray, store every result in SQLite, then write "
-        "the HTML report and print an outcome table. Re-running the same command resumes. Each finished "
-        "run's curves are also written as TensorBoard events under <db folder>/tensorboard/<study name>/"
-        "<run>/ (see them all with: tensorboard --logdir <db folder>/tensorboard).",
+        # the presets are listed one per line below the options: the text is wrapped here, not by argparse
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=textwrap.fill(
+            "Expand a grid (a preset or a YAML file) into runs, skip those the store already "
+            "holds, run the rest on a local process pool or Ray, store every result in SQLite, then write "
+            "the HTML report and print an outcome table. Re-running the same command resumes. Each finished "
+            "run's curves are also written as TensorBoard events under <db folder>/tensorboard/<study name>/"
+            "<run>/ (see them all with: tensorboard --logdir <db folder>/tensorboard).",
+            width=100,
+        ),
+        epilog="presets (--preset NAME):\n" + "\n".join("  " + line for line in preset_lines()),
     )
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--preset", help="default (the main job), smoke (tests), full (long); default: default")
+    src.add_argument(
+        "--preset", metavar="NAME", help="a preset grid, one of those listed below (default: default)"
+    )
     src.add_argument("--grid", metavar="FILE.yaml", help="a grid file: model/train base config and axes")
     p.add_argument(
         "--db", default=DEFAULT_DB, help=f"the study store (default {DEFAULT_DB}); any other file is refused"

@@ -6,7 +6,7 @@ The document holds, per reproduction, its source, its registration (expectation 
 date they were fixed), what it checks, the counted checks and the sanity checks apart, any measured
 tables and its plots (copied to ``img/`` beside the document), then every revision of every
 registration, with the command, the machine, the date and the time taken. Every measured number in it
-comes from the run; the expectations are the registrations, the verdicts are computed. A reproduction
+comes from the run; the expectations are the registrations, the results are computed. A reproduction
 that raises is recorded as a failed check with its error, and the others still run. ``--scale large``
 runs the claims that have a large scale and writes docs/reproductions-large.md.
 """
@@ -149,7 +149,7 @@ def run_all(
 def collect(parts: list[Reproduction], seconds: dict, context: dict) -> Collection:
     """Every part's checks under one Reproduction, with the run's context and each part's counts."""
     checks = [
-        Check(f"{p.name}: {c.claim}", c.stated, c.measured, c.verdict, c.sanity, c.interval)
+        Check(f"{p.name}: {c.claim}", c.stated, c.measured, c.result, c.sanity, c.interval)
         for p in parts
         for c in p.checks
     ]

@@ -19,11 +19,11 @@ under `depthlab/reproduce/`); every later change is a revision listed at the end
 value, the reason, and whether results were known when it was made. Each section opens with the claim as
 its source states it, then its counts: the claim is what was tested, not what was found.
 
-**Verdicts.** A measurement over seeds is decided on its mean with a 95% interval ({method}, see
+**Results.** A measurement over seeds is decided on its mean with a 95% interval ({method}, see
 `depthlab/intervals.py` for why a t-interval and not a bootstrap at 3-5 seeds): **agree** when the whole
 interval is on the expected side of the registered threshold, **MISMATCH** when all of it is on the other
 side, **inconclusive** when it straddles the threshold; one seed alone is always inconclusive. Per-seed
-values are shown beside every mean. A MISMATCH or an inconclusive verdict is a result, not an error.
+values are shown beside every mean. A MISMATCH or an inconclusive result is a finding, not an error.
 
 **Counts.** A check that holds by construction, cannot fail in its regime, or was added after the
 results were known is a *sanity* check: it still guards against bugs and is shown apart, but it is not
@@ -122,10 +122,10 @@ def registration_block(name: str, scale: str) -> list[str]:
 
 
 def check_rows(checks) -> list[str]:
-    lines = ["| claim | expected | measured | verdict |", "|---|---|---|---|"]
+    lines = ["| claim | expected | measured | result |", "|---|---|---|---|"]
     for c in checks:
-        verdict = {AGREE: "agree", MISMATCH: "**MISMATCH**", INCONCLUSIVE: "*inconclusive*"}[c.verdict]
-        lines.append(f"| {cell(c.claim)} | {cell(c.stated)} | {cell(c.measured)} | {verdict} |")
+        result = {AGREE: "agree", MISMATCH: "**MISMATCH**", INCONCLUSIVE: "*inconclusive*"}[c.result]
+        lines.append(f"| {cell(c.claim)} | {cell(c.stated)} | {cell(c.measured)} | {result} |")
     return lines + [""]
 
 
@@ -140,17 +140,17 @@ def result_line(checks) -> str:
 
 
 def sanity_rows(checks) -> list[str]:
-    """The checks not counted, with their verdict and why they are not counted (empty if none)."""
+    """The checks not counted, with their result and why they are not counted (empty if none)."""
     if not checks:
         return []
     lines = [
         "Sanity checks (not counted):",
         "",
-        "| claim | expected | measured | verdict | why not counted |",
+        "| claim | expected | measured | result | why not counted |",
         "|---|---|---|---|---|",
     ]
     lines += [
-        f"| {cell(c.claim)} | {cell(c.stated)} | {cell(c.measured)} | {c.verdict} | {cell(c.sanity)} |"
+        f"| {cell(c.claim)} | {cell(c.stated)} | {cell(c.measured)} | {c.result} | {cell(c.sanity)} |"
         for c in checks
     ]
     return lines + [""]

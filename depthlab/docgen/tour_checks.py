@@ -24,7 +24,8 @@ class ProseCheck:
 
 
 def compare_row(stdout: str, label: str) -> dict[str, float]:
-    """The numbers of ``probe --compare``'s summary row ``label``: g0/gL, ctx0/ctxL, rmsL/rms0 (absent: -)."""
+    """The numbers of ``probe --compare``'s summary row ``label``: g0/gL, ctx0/ctxL, rmsL/rms0 (absent: -),
+    under its columns g0_gL, ctx0_ctxL and rms_growth."""
     for line in stdout.splitlines():
         parts = line.split()
         if parts and parts[0] == label and len(parts) >= 4:
@@ -150,7 +151,7 @@ PROSE_CHECKS = (
     ProseCheck(
         5,
         1,
-        "one seed with --quick: its verdicts are inconclusive",
+        "one seed with --quick: its results are inconclusive",
         lambda o: _agreeing(o) == 0 and "MISMATCH" not in o,
     ),
     ProseCheck(5, 2, "post-LN without warmup stalls", lambda o: _first_word(o) == "stalled"),

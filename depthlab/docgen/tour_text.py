@@ -1,6 +1,6 @@
 """The tour's sections: the argument of the four source texts, each with the depthlab commands that show it.
 
-A section is prose (Markdown) and the commands whose real output :mod:`depthlab.reproduce.tour` captures
+A section is prose (Markdown) and the commands whose real output :mod:`depthlab.docgen.tour` captures
 under it. ``{img}`` in a command is the folder of the tour's plots (docs/tour_img when the tour is
 written; ``--plot {img}/NAME.png`` or, for a reproduction, ``--out {img}``), and every plot a command
 reports on a ``plot: PATH`` line is shown under its output. Every command must be small (seconds on two
@@ -141,9 +141,9 @@ five.""",
             f"train --wrap pre --warmup 0 {TRAIN_SMALL}",
         ),
         "In the init-scaling table, post-LN's `last_grad` slope is near 0 (flat in L) and pre-LN's near "
-        "-0.5; one seed with `--quick`, so its verdicts are inconclusive by rule (the full run has five). "
+        "-0.5; one seed with `--quick`, so its results are inconclusive by rule (the full run has five). "
         "Each training run ends `trained`, `stalled` (still at the unigram level) or `diverged`. The whole "
-        "grid of the recipe, warmup x beta2 and the Noam schedule over five seeds with its verdicts, is "
+        "grid of the recipe, warmup x beta2 and the Noam schedule over five seeds with its results, is "
         "`depthlab reproduce recipe` (its last full run is in docs/reproductions.md).",
     ),
     Section(
@@ -171,7 +171,7 @@ stream up before adding, `x = LN(alpha x + G(x))`, and scales the branch's initi
 beta; for a decoder of M layers alpha = (2M)^(1/4) and beta = (8M)^(-1/4), which at M = 64 is 3.36
 and 0.210. DeepNet's argument is that each new layer's relative contribution is then about the same at
 every depth, and the authors trained 1,000 layers; `depthlab reproduce collapse` tests that claim on
-trained models (its verdicts are in reproductions.md). The stacks article makes the same point: a post-norm variant with depth-scaled
+trained models (its results are in reproductions.md). The stacks article makes the same point: a post-norm variant with depth-scaled
 branches trains to hundreds of layers, so post-norm's trouble is engineering, not a barrier. At 384
 layers the probe puts the two side by side.""",
         (

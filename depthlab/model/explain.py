@@ -12,7 +12,7 @@ from depthlab.config import WRAPPINGS, ModelConfig
 from depthlab.display import LEVEL_COLOURS, badge, block, esc, para, table
 from depthlab.frames import to_frame
 from depthlab.model.layers import Attention, FeedForward
-from depthlab.model.memory import available_memory, check_memory, estimate_memory
+from depthlab.model.memory import available_memory, check_line, check_memory, estimate_memory
 from depthlab.model.stack import build_model, check_config, uses_final_norm
 from depthlab.model.wrappings import Wrapping
 
@@ -74,6 +74,7 @@ class Wiring(dict):
                 f"parameters: {p['total']:,} in all; one FFN {p['ffn_weights']:,} weights, one "
                 f"self-attention {p['attn_weights']:,} weights"
             ),  # fmt: skip
+            para(f"memory: {check_line(self['memory'], self['memory']['available'])}"),
             table(["layers", "sublayer", "wrap", "formula", "skip", "constants"], rows),
             para(
                 f"final norm: {'on' if self['final_norm'] else 'off'} (final_norm={self['config']['final_norm']})"
@@ -83,10 +84,13 @@ class Wiring(dict):
 
 
 def explain(cfg: ModelConfig, *, force_memory: bool = False) -> Wiring:
-    """The JSON of ``depthlab explain`` (as a :class:`Wiring`): config, final_norm, params, layers, warnings.
+    """The JSON of ``depthlab explain`` (as a :class:`Wiring`): config, final_norm, params, memory,
+    layers, warnings.
 
     The model is built to read its wiring; a config whose weights would not fit in free memory is
-    refused first (InputError with the estimate; ``force_memory`` builds it anyway).
+    refused first (InputError with the estimate; ``force_memory`` builds it anyway). ``memory`` is that
+    estimate (:meth:`depthlab.model.memory.MemoryEstimate.to_dict`) with the free memory it was checked
+    against ("available", bytes; None when unknown).
 
     ``layers[j]`` is {"index", "side", "sublayers"}; each sublayer is {"name", "wrap", "formula",
     "source", "norm_in", "norm_out", "norm_after_add", "residual", "constants"}, read off the
@@ -95,7 +99,8 @@ def explain(cfg: ModelConfig, *, force_memory: bool = False) -> Wiring:
     """
     check_config(cfg)
     hint = "a smaller --layers or --d-model"
-    check_memory(estimate_memory(cfg, "build"), available_memory(), force_memory, hint)
+    estimate, free = estimate_memory(cfg, "build"), available_memory()
+    check_memory(estimate, free, force_memory, hint)
     model = build_model(cfg)
     layers = []
     for side, stack in _stacks(model):
@@ -108,6 +113,7 @@ def explain(cfg: ModelConfig, *, force_memory: bool = False) -> Wiring:
         init=init_summary(cfg),
         final_norm=uses_final_norm(cfg),
         params=_params(model),
+        memory={**estimate.to_dict(), "available": free},
         layers=layers,
         warnings=warnings(cfg),
     )
@@ -253,6 +259,7 @@ def format_explain(info: dict) -> str:
         f"init: {info['init']}",
         f"params: total {p['total']:,}   one FFN {p['ffn_weights']:,} weights   one self-attention "
         f"{p['attn_weights']:,} weights",
+        f"memory: {check_line(info['memory'], info['memory']['available'])}",
         "",
         f"{'layer':>9}  {'sublayer':8} {'wrap':10} {'formula':28} {'skip':5} constants",
     ]

@@ -26,7 +26,7 @@ Biases start at 0, norm gains at 1 (w = 0 where the gain is 1 + w). Depth-depend
 | rezero     | a                                                | 0                                        | Bachlechner et al. 2020 |
 
 Each ``*_site_constants(site)`` returns one wrapping's constants, by name, for the layer described by a
-:class:`depthlab.model.wrappings.Site`; the wrapping class names that function as its ``constants_at``.
+:class:`depthlab.model.wrappings.Site`; the wrapping class names that function as its ``CONSTANTS_AT``.
 """
 
 from __future__ import annotations

@@ -91,6 +91,10 @@ class MemoryEstimate:
     def total(self) -> int:
         return sum(self.parts.values())
 
+    def to_dict(self) -> dict:
+        """{"mode", "params", "bytes", "parts"}: the estimate as JSON."""
+        return {"mode": self.mode, "params": self.params, "bytes": self.total, "parts": dict(self.parts)}
+
     def describe(self) -> str:
         """``about 21.3 GB (parameters and their state 20.0 GB, activations 1.2 GB, ...)``."""
         shown = ", ".join(f"{k} {gb(v)}" for k, v in self.parts.items() if v >= 0.05 * GB)
@@ -99,6 +103,23 @@ class MemoryEstimate:
 
 def gb(n: float) -> str:
     return f"{n / GB:.1f} GB"
+
+
+def size_text(n: float) -> str:
+    """``n`` bytes in GB from 0.1 GB up and in MB below (a small model's estimate reads "33.0 MB", not
+    "0.0 GB")."""
+    return gb(n) if n >= 0.1 * GB else f"{n / 1e6:.1f} MB"
+
+
+def check_line(estimate: dict, available: int | None) -> str:
+    """What :func:`check_memory` compares, in one line: the estimate (``MemoryEstimate.to_dict()``), its
+    parts, and the share of the ``available`` bytes it may claim."""
+    parts = ", ".join(f"{k} {size_text(v)}" for k, v in estimate["parts"].items())
+    what = {"build": "building the model", "probe": "the probe", "train": "training"}[estimate["mode"]]
+    line = f"{what} needs about {size_text(estimate['bytes'])} ({parts})"
+    if available is None:
+        return line + "; free memory unknown: not checked"
+    return line + f", checked against {USABLE:.0%} of the {size_text(available)} free"
 
 
 def estimate_memory(

@@ -57,19 +57,20 @@ class Comparison:
                     "ctx0_ctxL": None if c is None else c[0],
                     "rms_growth": rms[-1] / rms[0] if rms[0] else float("inf"),
                     "level": r.worst_level,
-                    "verdicts": ", ".join(f"{v['level']} {v['code']}" for v in r.verdicts),
+                    "verdicts": ", ".join(f"{v.level} {v.code}" for v in r.verdicts),
                 }
             )
         return out
 
     def format(self) -> str:
-        """A line per probe (g0/gL, ctx0/ctxL, rmsL/rms0, verdict codes), then each probe's verdicts."""
+        """A line per probe under the summary's keys (g0_gL = g0/gL, ctx0_ctxL = ctx0/ctxL, rms_growth =
+        rmsL/rms0, the verdict codes), then each probe's verdicts."""
         w = max(len(label) for label, _ in self.runs) + 2
-        lines = [f"{'config':<{w}}{'g0/gL':>9}  {'ctx0/ctxL':>9}  {'rmsL/rms0':>9}  verdicts"]
+        lines = [f"{'label':<{w}}{'g0_gL':>9}  {'ctx0_ctxL':>9}  {'rms_growth':>10}  verdicts"]
         for s in self.summary():
             lines.append(
                 f"{s['label']:<{w}}{_sci(s['g0_gL']):>9}  {_sci(s['ctx0_ctxL']):>9}  "
-                f"{s['rms_growth']:>9.3g}  {s['verdicts']}"
+                f"{s['rms_growth']:>10.3g}  {s['verdicts']}"
             )
         for label, r in self.runs:
             lines += ["", f"{label}:"] + ["  " + line for line in format_verdicts(r.verdicts)]
@@ -83,7 +84,7 @@ class Comparison:
             return to_frame(self.summary(), FRAMES["summary"], numeric=("g0_gL", "ctx0_ctxL", "rms_growth"))
         if table == "verdicts":
             return to_frame(
-                [{"label": label, **v} for label, r in self.runs for v in r.verdicts], FRAMES[table]
+                [{"label": label, **v.to_dict()} for label, r in self.runs for v in r.verdicts], FRAMES[table]
             )
         rows = [{"label": label, **row} for label, r in self.runs for row in r.rows()]
         return to_frame(rows, FRAMES["layers"], numeric=FRAMES["layers"][2:])
@@ -103,11 +104,11 @@ class Comparison:
                 esc(_sci(s["g0_gL"])),
                 esc(_sci(s["ctx0_ctxL"])),
                 esc(f"{s['rms_growth']:.3g}"),
-                " ".join(f"{level_badge(v['level'])} {esc(v['code'])}" for v in r.verdicts),
+                " ".join(f"{level_badge(v.level)} {esc(v.code)}" for v in r.verdicts),
             ]
             for s, (_, r) in zip(self.summary(), self.runs)
         ]
-        head = ["config", "g0/gL", "ctx0/ctxL", "rmsL/rms0", "verdicts"]
+        head = ["label", "g0_gL", "ctx0_ctxL", "rms_growth", "verdicts"]
         details = "".join(
             f"<details><summary>{esc(label)}: the verdicts in full</summary>{verdicts_html(r.verdicts)}</details>"
             for label, r in self.runs

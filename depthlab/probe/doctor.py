@@ -1,4 +1,4 @@
-"""The doctor: verdicts ``{"level", "code", "message"}`` read off a probe, the numbers in each message.
+"""The doctor: verdicts (:class:`~depthlab.probe.verdict.Verdict`: level, code, message) read off a probe, the numbers in each message.
 
 Thresholds, and the measurements that placed them (depthlab decoders, d_model 64, 4 heads, xavier
 init, a batch of 8 x 64 bytes of the default corpus, LM loss, seed 0 unless a range is given;
@@ -60,6 +60,7 @@ import math
 
 from depthlab.fit import loglog_slope
 from depthlab.probe.result import ProbeResult
+from depthlab.probe.verdict import Verdict
 
 VANISH_ERROR = 1e-3
 VANISH_WARN = 0.1
@@ -73,11 +74,7 @@ STEP_LIMIT = 1.3
 STEP_LIMIT_WARMUP = 4.7
 
 
-def verdict(level: str, code: str, message: str) -> dict:
-    return {"level": level, "code": code, "message": message}
-
-
-def diagnose(r: ProbeResult) -> list[dict]:
+def diagnose(r: ProbeResult) -> list[Verdict]:
     """Every verdict that applies, most severe first; ``ok`` when nothing is a warning or an error.
     A forward pass that overflowed gets ``non-finite`` alone: no other number can be judged then."""
     broken = _non_finite(r)
@@ -89,10 +86,9 @@ def diagnose(r: ProbeResult) -> list[dict]:
     if degenerate is None:
         checks[1:1] = [_vanishing, _exploding]
     found = [v for v in [degenerate, *(check(r) for check in checks)] if v is not None]
-    if not any(v["level"] != "ok" for v in found):
+    if not any(v.level != "ok" for v in found):
         found.append(_ok(r))
-    order = {"error": 0, "warning": 1, "ok": 2}
-    return sorted(found, key=lambda v: order[v["level"]])
+    return sorted(found, key=lambda v: v.severity)
 
 
 def _non_finite(r: ProbeResult):
@@ -109,7 +105,7 @@ def _non_finite(r: ProbeResult):
         if bad == 0
         else f"every stream is finite but the loss is {loss}"
     )
-    return verdict(
+    return Verdict(
         "error",
         "non-finite",
         f"the forward pass overflows float32: {where}, so no gradient or statistic below can be judged; "
@@ -127,7 +123,7 @@ def _degenerate_loss(r: ProbeResult):
     n = math.prod(pr["batch_shape"])
     if abs(pr["loss_value"]) > 1e-3 * math.sqrt(n) * r.layers[-1]["stream_rms"]:
         return None
-    return verdict(
+    return Verdict(
         "warning",
         "degenerate-loss",
         f"loss 'sum' is {pr['loss_value']:.2g}, a constant: the last block ends in a norm whose output "
@@ -149,7 +145,7 @@ def _dead(r: ProbeResult):
     dead = [i for i, v in enumerate(rms) if v == 0]
     if not dead:
         return None
-    return verdict(
+    return Verdict(
         "error",
         "dead-stream",
         f"stream {dead[0]} is exactly zero ({len(dead)} of {len(rms)} streams): nothing above it can learn "
@@ -180,7 +176,7 @@ def _vanishing(r: ProbeResult):
             f"positions collapse to one vector, mean cosine between positions {cos:.3f} at the top vs "
             f"{r.layers[0].get('token_cos'):.3f} at the input: rank collapse, Dong et al. 2021)"
         )
-    return verdict(level, "vanishing-gradient", f"{msg}. {_vanishing_advice(r)}")
+    return Verdict(level, "vanishing-gradient", f"{msg}. {_vanishing_advice(r)}")
 
 
 def _vanishing_advice(r: ProbeResult) -> str:
@@ -210,7 +206,7 @@ def _starved_from_bottom(prof: list[float]) -> int:
 def _exploding(r: ProbeResult):
     values = [v for v in r.column("grad_norm") + r.column("context_grad_norm") if v is not None]
     if any(not math.isfinite(v) for v in values):
-        return verdict("error", "exploding-gradient", "the gradient is not finite at some depth (inf or nan)")
+        return Verdict("error", "exploding-gradient", "the gradient is not finite at some depth (inf or nan)")
     prof = [x for x in (ratios(r.column("grad_norm")), ratios(r.column("context_grad_norm"))) if x]
     if not prof:
         return None
@@ -219,7 +215,7 @@ def _exploding(r: ProbeResult):
         return None
     where = max(range(len(prof[0])), key=lambda i: max(p[i] for p in prof))
     level = "error" if peak > EXPLODE_ERROR else "warning"
-    return verdict(
+    return Verdict(
         level,
         "exploding-gradient",
         f"the gradient at stream {where} is {peak:.3g}x its value at the top; it grows by "
@@ -238,7 +234,7 @@ def _growth(r: ProbeResult):
         if level == "warning"
         else "close to the independent-sum estimate (L independent unit updates: rms ~ sqrt(L))"
     )
-    return verdict(
+    return Verdict(
         level,
         "stream-growth",
         f"stream rms grows from {rms[0]:.3g} to {rms[-1]:.3g} (x{rms[-1] / rms[0]:.3g}) over {L} layers; "
@@ -258,7 +254,7 @@ def _missing_final_norm(r: ProbeResult):
     rms = r.column("stream_rms")
     growth = rms[-1] / rms[0] if rms[0] > 0 else math.inf
     level = "error" if growth >= GROWTH_REPORT else "warning"
-    return verdict(
+    return Verdict(
         level,
         "missing-final-norm",
         f"no norm between the last block and the output: the stream reaches the head at rms "
@@ -276,7 +272,7 @@ def _warmup(r: ProbeResult):
     k = amp / math.log(2 * r.n_layers + 1)
     if k < WARMUP_K:
         return None
-    return verdict(
+    return Verdict(
         "warning",
         "warmup-required",
         f"each block renormalises the stream (post-LN style) and a {delta:g} relative weight perturbation "
@@ -298,7 +294,7 @@ def _learning_rate(r: ProbeResult):
     reach = f"update gain {gain:.3g}: one Adam step at lr {lr:g} reaches s = {step:.3g} output norms"
     if share > 0 and step > limit:
         with_w = f"with a {warmup}-step warmup" if warmup else "without warmup"
-        return verdict(
+        return Verdict(
             "error",
             "learning-rate",
             f"{reach}, above {limit:g}, the limit {with_w} for stacks whose blocks renormalise the stream "
@@ -312,7 +308,7 @@ def _learning_rate(r: ProbeResult):
         if share > 0
         else "the stream is never renormalised, and no step size stopped such stacks on the calibration grid"
     )
-    return verdict("ok", "learning-rate", f"{reach}: {where}")
+    return Verdict("ok", "learning-rate", f"{reach}: {where}")
 
 
 def prediction(probe: dict, warmup: int | None = None) -> str | None:
@@ -332,11 +328,11 @@ def prediction(probe: dict, warmup: int | None = None) -> str | None:
     return "trains"
 
 
-def _ok(r: ProbeResult) -> dict:
+def _ok(r: ProbeResult) -> Verdict:
     g = ratios(r.column("grad_norm"))
     rms = r.column("stream_rms")
     span = f"{min(g):.2g}x .. {max(g):.2g}x its top value" if g else "not measured"
-    return verdict(
+    return Verdict(
         "ok",
         "ok",
         f"gradient by depth within {span}; stream rms {rms[0]:.3g} -> {rms[-1]:.3g} over {r.n_layers} layers",

@@ -1,15 +1,18 @@
 """The probe's figure: gradient, position-varying gradient and stream rms by depth, log scale.
 
-Figures are built with ``matplotlib.figure.Figure`` directly (an :class:`~depthlab.display.InlineFigure`,
-which a notebook shows): importing depthlab never chooses or changes matplotlib's backend, so a
+Figures are built with ``matplotlib.figure.Figure`` directly (:func:`~depthlab.display.inline_figure`,
+which a notebook shows; matplotlib is imported when a figure is drawn): importing depthlab never chooses or changes matplotlib's backend, so a
 notebook keeps its inline plots.
 """
 
 from __future__ import annotations
 
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING
 
-from depthlab.display import InlineFigure
+from depthlab.display import inline_figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 PANELS = (
     ("grad_norm", "||d loss / d x_i||"),
@@ -22,7 +25,7 @@ def probe_figure(results: list[tuple], title: str = "", axes=None) -> Figure:
     """Every (label, :class:`~depthlab.probe.result.ProbeResult`) drawn on three log-scale panels;
     ``axes``: three Axes to draw into (default: a new Figure's). Returns the Figure."""
     if axes is None:
-        fig = InlineFigure(figsize=(5 * len(PANELS), 4), layout="constrained")
+        fig = inline_figure(figsize=(5 * len(PANELS), 4), layout="constrained")
         axes = fig.subplots(1, len(PANELS))
     fig = axes[0].figure
     for ax, (key, name) in zip(axes, PANELS):

@@ -29,6 +29,7 @@ from depthlab.errors import ConfigError, InputError
 from depthlab.probe.capture import StreamCapture, find_norms, stream_tensor
 from depthlab.probe.doctor import diagnose
 from depthlab.probe.locate import StackInfo, locate_stack
+from depthlab.probe.pass_record import PassRecord
 from depthlab.probe.result import ProbeResult
 from depthlab.probe.stats import stream_table, token_cosine
 
@@ -100,7 +101,7 @@ def measure(
         delta = 0.0 if coarse else perturbation
         changes, out_change = _perturbed_change(model, batch, stack, norms, run, delta, seed)
         gain = None if lr is None or coarse else _first_update_change(model, batch, run, GAIN_LR) / GAIN_LR
-    rows = stream_table(run["states"], run["grads"])
+    rows = stream_table(run.states, run.grads)
     _add_layer_columns(rows, stack, run, changes)
     config = {
         "model": describe_model(model),
@@ -109,15 +110,15 @@ def measure(
             "kind": stack.kind,
             "n_layers": len(rows) - 1,
             "note": stack.note,
-            "final_norm": run["final_norm"],
-            "stream_normalised": run["normalised"][-1],
-            "renormalised_share": sum(run["normalised"]) / len(run["normalised"]),
-            "norms_on_input": run["norms_on_input"][-1] if run["norms_on_input"] else None,
+            "final_norm": run.final_norm,
+            "stream_normalised": run.normalised[-1],
+            "renormalised_share": sum(run.normalised) / len(run.normalised),
+            "norms_on_input": run.norms_on_input[-1] if run.norms_on_input else None,
         },
         "probe": {
             "loss": loss,
-            "loss_value": run["loss"],
-            "batch_shape": list(run["states"][0].shape),
+            "loss_value": run.loss,
+            "batch_shape": list(run.states[0].shape),
             "perturbation": perturbation,
             "output_change": out_change,
             "output_change_note": coarse,
@@ -221,7 +222,7 @@ def call_model(model: nn.Module, batch):
 
 def _forward_backward(
     model, batch, loss, stack: StackInfo, norms, jacobian_probes: int, seed: int, context: bool, every: bool
-) -> dict:
+) -> PassRecord:
     """Forward with hooks, then d loss / d (every stream, every layer parameter; with ``every``, every
     parameter of the model) in one autograd call."""
     with StreamCapture(model, stack, norms=norms) as cap:
@@ -240,18 +241,18 @@ def _forward_backward(
     stream_grads = list(grads[: len(states)])
     context = _context_grads(states, stream_grads[-1], jacobian_probes > 0) if with_context else None
     gen = torch.Generator().manual_seed(seed)
-    return {
-        "states": [s.detach() for s in states],
-        "grads": stream_grads,
-        "context_grads": context,
-        "param_grads": {id(p): g for p, g in zip(params, grads[len(states) :])},
-        "loss": float(loss_t.detach()),
-        "output": model_output(output).detach(),
-        "jacobian": _jacobian_msv(states, jacobian_probes, gen) if jacobian_probes else None,
-        "final_norm": cap.final_norm,
-        "normalised": cap.normalised,
-        "norms_on_input": cap.norms_on_input,
-    }
+    return PassRecord(
+        states=[s.detach() for s in states],
+        grads=stream_grads,
+        context_grads=context,
+        param_grads={id(p): g for p, g in zip(params, grads[len(states) :])},
+        loss=float(loss_t.detach()),
+        output=model_output(output).detach(),
+        jacobian=_jacobian_msv(states, jacobian_probes, gen) if jacobian_probes else None,
+        final_norm=cap.final_norm,
+        normalised=cap.normalised,
+        norms_on_input=cap.norms_on_input,
+    )
 
 
 def loss_value(loss: str, output, batch, last_stream: torch.Tensor) -> torch.Tensor:
@@ -338,7 +339,7 @@ def _jacobian_msv(states: list[torch.Tensor], k: int, gen: torch.Generator) -> l
 
 
 @torch.no_grad()
-def _perturbed_change(model, batch, stack: StackInfo, norms, run: dict, delta: float, seed: int):
+def _perturbed_change(model, batch, stack: StackInfo, norms, run: PassRecord, delta: float, seed: int):
     """Per stream ||x_i' - x_i|| / ||x_i|| with every block weight matrix W moved by delta * rms(W) * N(0, 1)
     (so ||dW|| ~ delta ||W||), and the same ratio for the model's output. Weights are restored exactly."""
     if delta == 0:
@@ -356,8 +357,8 @@ def _perturbed_change(model, batch, stack: StackInfo, norms, run: dict, delta: f
     finally:
         for p, s in zip(weights, saved):
             p.copy_(s)
-    changes = [_rel(new, old) for new, old in zip(cap.states, run["states"])]
-    return changes, _rel(output, run["output"])
+    changes = [_rel(new, old) for new, old in zip(cap.states, run.states)]
+    return changes, _rel(output, run.output)
 
 
 ADAM_EPS = 1e-8  # Adam's epsilon in the first update lr g / (|g| + eps)
@@ -368,11 +369,11 @@ GAIN_LR = 1e-5
 
 
 @torch.no_grad()
-def _first_update_change(model, batch, run: dict, lr1: float) -> float:
+def _first_update_change(model, batch, run: PassRecord, lr1: float) -> float:
     """||f(theta - lr1 g / (|g| + eps)) - f(theta)|| / ||f(theta)|| for the model's output f: how far
     Adam's first update (bias-corrected, so the sign of the gradient times lr1) moves it. Weights are
     restored exactly; parameters without a gradient do not move."""
-    grads = run["param_grads"]
+    grads = run.param_grads
     params = [p for p in model.parameters() if grads.get(id(p)) is not None]
     saved = [p.detach().clone() for p in params]
     try:
@@ -383,29 +384,29 @@ def _first_update_change(model, batch, run: dict, lr1: float) -> float:
     finally:
         for p, s in zip(params, saved):
             p.copy_(s)
-    return _rel(output, run["output"])
+    return _rel(output, run.output)
 
 
 def _rel(new: torch.Tensor, old: torch.Tensor) -> float:
     return float((new.float() - old.float()).norm() / old.float().norm().clamp_min(1e-30))
 
 
-def _add_layer_columns(rows: list[dict], stack: StackInfo, run: dict, changes) -> None:
+def _add_layer_columns(rows: list[dict], stack: StackInfo, run: PassRecord, changes) -> None:
     """Per-layer parameter gradient norms by sublayer, output change, Jacobian estimate."""
     per_block = len(stack.blocks) == len(rows) - 1  # False when a block is applied several times
     names = stack.group_names
-    sq = _squared_norms(run["param_grads"])
+    sq = _squared_norms(run.param_grads)
     for i, row in enumerate(rows):
         block = i - 1 if i and per_block else None
         for g in names:
             params = stack.groups[block].get(g, []) if block is not None else None
             row[f"{g}_grad_norm"] = _grad_norm(params, sq)
         row["layer_grad_norm"] = _grad_norm(stack.layer_params[block], sq) if block is not None else None
-        ctx = run["context_grads"][i] if run["context_grads"] is not None else None
+        ctx = run.context_grads[i] if run.context_grads is not None else None
         row["context_grad_norm"] = float(ctx.float().norm()) if ctx is not None else None
-        row["token_cos"] = token_cosine(run["states"][i])
+        row["token_cos"] = token_cosine(run.states[i])
         row["output_change"] = changes[i] if changes is not None else None
-        row["jacobian_msv"] = run["jacobian"][i] if run["jacobian"] is not None else None
+        row["jacobian_msv"] = run.jacobian[i] if run.jacobian is not None else None
 
 
 def _squared_norms(grads: dict) -> dict:

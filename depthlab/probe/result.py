@@ -19,6 +19,12 @@
 
 Per-layer quantities (the *_grad_norm keys) are None in row 0, which no layer produced.
 
+The table's column headers are these keys. Its gradient bar is on a fixed log scale: the largest
+gradient draws the full bar of ``BAR`` = 20 characters and every ``PER_DECADE`` = 4 characters fewer is
+a factor of 10 smaller (the header says "4# = 10x"), so equal values draw equal bars and a 1.1x spread
+draws bars within one character of each other, whatever the spread of the column; a value more than 4.9 decades below
+the largest draws "<" (off the scale).
+
 In a notebook a ProbeResult displays itself (the table with its gradient bars and the verdicts, coloured
 by level); ``to_pandas()`` gives the rows as a DataFrame with the columns of ``FRAMES["layers"]`` (every
 key above, "index" named "layer", NaN where a row lacks it), ``to_pandas("verdicts")`` the verdicts; ``figure()`` draws the
@@ -35,6 +41,7 @@ from depthlab.display import block, esc, level_badge, para, table
 from depthlab.frames import check_table, to_frame
 from depthlab.jsonable import finite_or_none
 from depthlab.probe.plot import probe_figure
+from depthlab.probe.verdict import Verdict
 
 REQUIRED = ("index", "grad_norm", "stream_rms", "update_ratio", "cos_prev")
 EXTRA = (
@@ -52,17 +59,20 @@ EXTRA = (
 # keys documented above, "index" named "layer" (as in every depthlab frame; a DataFrame's own index is
 # another thing); "verdicts": one row per verdict.
 FRAMES = {"layers": ("layer", *REQUIRED[1:], *EXTRA), "verdicts": ("level", "code", "message")}
-BAR = 20
+BAR = 20  # characters of the largest gradient's bar
+PER_DECADE = 4  # characters per factor of 10: the bar spans BAR / PER_DECADE = 5 decades
+BAR_HEADER = f"log scale: {PER_DECADE}# = 10x"
+HTML_BAR_HEADER = f"log scale: {BAR // PER_DECADE} decades"
 
 
 @dataclass
 class ProbeResult:
     """config: {"model", "stack", "probe"} (see :func:`depthlab.probe.probe`); layers: one dict per
-    stream; verdicts: [{"level", "code", "message"}]."""
+    stream; verdicts: the doctor's :class:`~depthlab.probe.verdict.Verdict` s, most severe first."""
 
     config: dict
     layers: list[dict]
-    verdicts: list[dict] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
 
     @property
     def n_layers(self) -> int:
@@ -75,13 +85,14 @@ class ProbeResult:
     @property
     def worst_level(self) -> str:
         """ "error", "warning" or "ok": the most severe verdict."""
-        levels = {v["level"] for v in self.verdicts}
+        levels = {v.level for v in self.verdicts}
         return "error" if "error" in levels else "warning" if "warning" in levels else "ok"
 
     def to_dict(self) -> dict:
         """The Probe JSON of docs/design.md: exactly {"config", "layers", "verdicts"}; a non-finite number (an
         overflowing stream) becomes null, as JSON has no NaN."""
-        return finite_or_none({"config": self.config, "layers": self.layers, "verdicts": self.verdicts})
+        verdicts = [v.to_dict() for v in self.verdicts]
+        return finite_or_none({"config": self.config, "layers": self.layers, "verdicts": verdicts})
 
     def format(self) -> str:
         """The header, a per-layer table with a log-scale bar of the gradient norm, and the verdicts."""
@@ -92,7 +103,7 @@ class ProbeResult:
         the columns of ``FRAMES[table]``; numbers are float64 (NaN where a row has none)."""
         check_table(table, tuple(FRAMES))
         if table == "verdicts":
-            return to_frame(self.verdicts, FRAMES["verdicts"])
+            return to_frame([v.to_dict() for v in self.verdicts], FRAMES["verdicts"])
         return to_frame(self.rows(), FRAMES["layers"], numeric=FRAMES["layers"][1:])
 
     def rows(self) -> list[dict]:
@@ -106,17 +117,17 @@ class ProbeResult:
 
     def __repr__(self) -> str:
         st = self.config.get("stack", {})
-        codes = ", ".join(f"{v['level']} {v['code']}" for v in self.verdicts) or "no verdicts"
+        codes = ", ".join(f"{v.level} {v.code}" for v in self.verdicts) or "no verdicts"
         return f"<ProbeResult {st.get('path', '?')}: {self.n_layers} layers; {codes}>"
 
     def _repr_html_(self) -> str:
         """The header, the per-stream table with a bar for the gradient (log scale), the verdicts."""
         cols = self._columns()
-        head = ["i", "grad_norm", "(log scale)", *(h for h, _, _ in cols)]
+        head = ["index", "grad_norm", HTML_BAR_HEADER, *(key for key, _ in cols)]
         rows = [
             [str(row["index"]), _num(row["grad_norm"]), _bar_html(pos)]
-            + [esc(fmt(row.get(key))) for _, key, fmt in cols]
-            for row, pos in zip(self.layers, log_positions(self.column("grad_norm")))
+            + [esc(fmt(row.get(key))) for key, fmt in cols]
+            for row, pos in zip(self.layers, log_fractions(self.column("grad_norm")))
         ]
         return block(
             "depthlab probe",
@@ -138,61 +149,60 @@ class ProbeResult:
         lines += [f"{key}: {st[key]}" for key in ("wiring", "init") if st.get(key)]
         if pr.get("source"):
             lines.append(f"source: {pr['source']}")
+        if pr.get("batch"):
+            lines.append(f"batch: {pr['batch']}")
         return lines + ([f"note: {st['note']}"] if st["note"] else [])
 
     def _table(self) -> list[str]:
-        """Row i: index, grad_norm and its bar, then the columns of ``_columns`` (9 characters each)."""
-        cols = self._columns()
+        """Row i: index, grad_norm and its bar, then the columns of ``_columns``, each headed by its row
+        key (as wide as the key, at least 9 characters)."""
+        cols = [(key, fmt, max(9, len(key))) for key, fmt in self._columns()]
         lines = [
-            f"{'i':>4}  {'grad_norm':>9} {'(log scale)':<{BAR}}" + "".join(f"  {h:>9}" for h, _, _ in cols)
+            f"{'index':>5}  {'grad_norm':>9} {BAR_HEADER:<{BAR}}" + "".join(f"  {k:>{w}}" for k, _, w in cols)
         ]
-        for row, bar in zip(self.layers, log_bars(self.column("grad_norm"), BAR)):
-            cells = "".join(f"  {fmt(row.get(key)):>9}" for _, key, fmt in cols)
-            lines.append(f"{row['index']:>4}  {_num(row['grad_norm']):>9} {bar:<{BAR}}{cells}")
+        for row, bar in zip(self.layers, log_bars(self.column("grad_norm"))):
+            cells = "".join(f"  {fmt(row.get(key)):>{w}}" for key, fmt, w in cols)
+            lines.append(f"{row['index']:>5}  {_num(row['grad_norm']):>9} {bar:<{BAR}}{cells}")
         return lines
 
     def _columns(self) -> list[tuple]:
-        """(header, row key, formatter) of the table's columns after the bar."""
+        """(row key, formatter) of the table's columns after the bar; the key is the column's header."""
         cols = [
-            ("ctx_grad", "context_grad_norm", _num),
-            ("rms", "stream_rms", _num),
-            ("update", "update_ratio", _num),
-            ("cos", "cos_prev", _fix3),
-            ("angle", "angular_distance", _fix3),
-            ("tok_cos", "token_cos", _fix3),
+            ("context_grad_norm", _num),
+            ("stream_rms", _num),
+            ("update_ratio", _num),
+            ("cos_prev", _fix3),
+            ("angular_distance", _fix3),
+            ("token_cos", _fix3),
         ]
         cols += [
-            (f"{g}_grad", f"{g}_grad_norm", _num)
-            for g in ("attn", "cross", "ffn")
-            if f"{g}_grad_norm" in self.layers[-1]
+            (f"{g}_grad_norm", _num) for g in ("attn", "cross", "ffn") if f"{g}_grad_norm" in self.layers[-1]
         ]
-        cols.append(("out_chg", "output_change", _num))
+        cols.append(("output_change", _num))
         if any(r.get("jacobian_msv") is not None for r in self.layers):
-            cols.append(("jac_msv", "jacobian_msv", _num))
+            cols.append(("jacobian_msv", _num))
         return cols
 
 
-def format_verdicts(verdicts: list[dict]) -> list[str]:
+def format_verdicts(verdicts: list[Verdict]) -> list[str]:
     """One line per verdict: LEVEL code: message (which ends in its cause, init or wiring, when known)."""
-    return [f"{v['level'].upper():7} {v['code']}: {v['message']}" for v in verdicts]
+    return [f"{v.level.upper():7} {v.code}: {v.message}" for v in verdicts]
 
 
-def verdicts_html(verdicts: list[dict]) -> str:
+def verdicts_html(verdicts: list[Verdict]) -> str:
     """One paragraph per verdict: its level as a coloured badge, its code, its message (escaped)."""
-    return "".join(
-        f"<p>{level_badge(v['level'])} <b>{esc(v['code'])}</b>: {esc(v['message'])}</p>" for v in verdicts
-    )
+    return "".join(f"<p>{level_badge(v.level)} <b>{esc(v.code)}</b>: {esc(v.message)}</p>" for v in verdicts)
 
 
-def log_positions(values: list) -> list[float | None]:
-    """Each value's position (0..1) between the smallest and the largest positive value on a log scale;
-    None for a missing or non-positive value, NaN for a non-finite one (all None when no value is a
-    positive number)."""
+def log_fractions(values: list) -> list[float | None]:
+    """Each value's bar as a fraction of the full bar, on the fixed log scale of the module docstring:
+    1 for the largest positive value, 1 - d / (BAR / PER_DECADE) for a value d decades below it (below 0
+    off the scale); None for a missing or non-positive value, NaN for a non-finite one (all None when no
+    value is a positive number)."""
     pos = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
     if not pos:
         return [None for _ in values]
-    lo, hi = math.log10(min(pos)), math.log10(max(pos))
-    span = hi - lo or 1.0
+    top, span = math.log10(max(pos)), BAR / PER_DECADE
     out: list[float | None] = []
     for v in values:
         if v is not None and not math.isfinite(v):
@@ -200,24 +210,25 @@ def log_positions(values: list) -> list[float | None]:
         elif v is None or v <= 0:
             out.append(None)
         else:
-            out.append((math.log10(v) - lo) / span)
+            out.append(1 - (top - math.log10(v)) / span)
     return out
 
 
-def log_bars(values: list, width: int) -> list[str]:
-    """A bar per value, its length the value's position between the smallest and largest on a log scale
-    ("?" for a non-finite value)."""
-    return [
-        "" if p is None else "?" if math.isnan(p) else "#" * max(1, round(1 + (width - 1) * p))
-        for p in log_positions(values)
-    ]
+def log_bars(values: list) -> list[str]:
+    """A text bar per value: ``PER_DECADE`` "#" per decade, ``BAR`` for the largest value; "<" for a
+    value off the scale, "?" for a non-finite one, "" for a missing one."""
+    out = []
+    for f in log_fractions(values):
+        n = None if f is None or math.isnan(f) else round(f * BAR)
+        out.append("" if f is None else "?" if n is None else "<" if n < 1 else "#" * n)
+    return out
 
 
-def _bar_html(position: float | None) -> str:
-    """The HTML bar of a log position (at least a sliver, as the text bar has one "#"); "?" for NaN."""
-    if position is None:
+def _bar_html(fraction: float | None) -> str:
+    """The HTML bar of a log fraction (at least a sliver, as the text bar has one character); "?" for NaN."""
+    if fraction is None:
         return ""
-    return "?" if math.isnan(position) else html_bar(0.05 + 0.95 * position)
+    return "?" if math.isnan(fraction) else html_bar(max(0.02, fraction))
 
 
 def _num(v) -> str:

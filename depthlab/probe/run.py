@@ -1,22 +1,25 @@
 """Probe a model described by a config: build it at init, take a batch of real text, probe it.
 
 ``probe_config(cfg)`` is what ``depthlab probe`` does with its model flags; for a saved Hugging Face
-model see :func:`depthlab.probe.hf.probe_hf`, for several configs side by side
+model see :func:`depthlab.probe.saved_hf.probe_hf`, for several configs side by side
 :func:`depthlab.probe.compare.compare`.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from depthlab.config import ModelConfig, check_int
-from depthlab.corpus import text_batch
+from depthlab.corpus import describe_batch, text_batch
 from depthlab.model import build_model
 from depthlab.model.explain import init_summary, wiring_summary
 from depthlab.model.memory import available_memory, check_memory, estimate_memory
 from depthlab.model.stack import check_config
 from depthlab.probe.probe import check_options, probe
 from depthlab.probe.result import ProbeResult
+from depthlab.probe.verdict import Verdict
 
 # depthlab's reference init conventions: what a verdict is compared under to tell init from wiring
 REFERENCE_INIT = {"init": "xavier", "tie_embeddings": True, "embed_scale": True}
@@ -28,12 +31,15 @@ def probe_config(
     batch_size: int = 8,
     seq_len: int = 64,
     seed: int = 0,
+    data: str | None = None,
     attribute: bool = True,
     force_memory: bool = False,
     **options,
 ) -> ProbeResult:
     """Build ``cfg`` with ``seed`` (as training would) and probe it on ``batch_size`` x ``seq_len`` bytes
-    of the default corpus (an encoder-decoder gets a second, independent batch as its source).
+    of the corpus ``data`` (a text file, as ``train --data`` reads it; None: the default corpus); an
+    encoder-decoder gets a second, independent batch as its source. The batch is bytes: a vocabulary
+    above 256 never sees its ids 256 and up, and ``config["probe"]["batch"]`` says so.
 
     ``options`` are :func:`depthlab.probe.probe`'s keyword arguments (loss, perturbation,
     jacobian_probes, context). The header names the wiring and the init conventions; with
@@ -52,28 +58,41 @@ def probe_config(
     cfg.check_length(seq_len)
     hint = "a smaller --layers, --d-model, --batch-size or --seq-len"
     check_memory(estimate_memory(cfg, "probe", batch_size, seq_len), available_memory(), force_memory, hint)
-    result = _probe_built(cfg, batch_size, seq_len, seed, options)
+    result = _probe_built(cfg, batch_size, seq_len, seed, options, data)
     if attribute:
         attribute_to_init(
-            result, reference_init(cfg), batch_size=batch_size, seq_len=seq_len, seed=seed, **options
+            result,
+            reference_init(cfg),
+            batch_size=batch_size,
+            seq_len=seq_len,
+            seed=seed,
+            data=data,
+            **options,
         )
     return result
 
 
-def _probe_built(cfg: ModelConfig, batch_size: int, seq_len: int, seed: int, options: dict) -> ProbeResult:
+def _probe_built(
+    cfg: ModelConfig, batch_size: int, seq_len: int, seed: int, options: dict, data: str | None = None
+) -> ProbeResult:
     cfg.check_length(seq_len)
+    tokens = text_batch(batch_size, seq_len, cfg.vocab_size, seed, data)  # a bad file: before the build
+    source = text_batch(batch_size, seq_len, cfg.vocab_size, seed + 1, data) if cfg.arch == "encdec" else None
     torch.manual_seed(seed)
     model = build_model(cfg)
-    tokens = text_batch(batch_size, seq_len, cfg.vocab_size, seed)
-    batch = (
-        (text_batch(batch_size, seq_len, cfg.vocab_size, seed + 1), tokens)
-        if cfg.arch == "encdec"
-        else tokens
-    )
+    batch = (source, tokens) if source is not None else tokens
     result = probe(model, batch, seed=seed, model_config=cfg.to_dict(), **options)
     result.config["stack"]["wiring"] = wiring_summary(cfg)
     result.config["stack"]["init"] = init_summary(cfg)
+    note_batch(result, batch_size, seq_len, cfg.vocab_size, data)
     return result
+
+
+def note_batch(result: ProbeResult, batch_size: int, seq_len: int, vocab_size: int, data: str | None) -> None:
+    """Record in ``config["probe"]`` the corpus the batch came from ("data": the file, None for the
+    default corpus) and what the batch was ("batch": :func:`depthlab.corpus.describe_batch`)."""
+    result.config["probe"]["data"] = data
+    result.config["probe"]["batch"] = describe_batch(batch_size, seq_len, vocab_size, data)
 
 
 def reference_init(cfg: ModelConfig) -> ModelConfig | None:
@@ -89,6 +108,7 @@ def attribute_to_init(
     batch_size: int = 8,
     seq_len: int = 64,
     seed: int = 0,
+    data: str | None = None,
     **options,
 ) -> None:
     """Mark each verdict of ``result`` with ``"cause"``: "init" when the same wiring under the reference
@@ -97,19 +117,24 @@ def attribute_to_init(
     Nothing is probed when ``ref`` is None (the reference init already) or every verdict is ok. The
     reference probe (same batch, seed and ``options`` as ``result``'s) is kept in
     ``config["probe"]["reference_init"]``."""
-    bad = [v for v in result.verdicts if v["level"] != "ok"]
-    if ref is None or not bad:
+    if ref is None or all(v.level == "ok" for v in result.verdicts):
         return
-    ref_result = _probe_built(ref, batch_size, seq_len, seed, options)
-    ref_bad = {v["code"] for v in ref_result.verdicts if v["level"] != "ok"}
+    ref_result = _probe_built(ref, batch_size, seq_len, seed, options, data)
+    ref_bad = {v.code for v in ref_result.verdicts if v.level != "ok"}
     result.config["probe"]["reference_init"] = {
         "init": init_summary(ref),
-        "verdicts": [f"{v['level']} {v['code']}" for v in ref_result.verdicts],
+        "verdicts": [f"{v.level} {v.code}" for v in ref_result.verdicts],
     }
-    for v in bad:
-        v["cause"] = "wiring" if v["code"] in ref_bad else "init"
-        v["message"] += (
-            f" [from the wiring: under init {init_summary(ref)} too]"
-            if v["cause"] == "wiring"
-            else f" [from the init: the same wiring under init {init_summary(ref)} does not get it]"
-        )
+    result.verdicts = [
+        v if v.level == "ok" else _attributed(v, v.code in ref_bad, ref) for v in result.verdicts
+    ]
+
+
+def _attributed(v: Verdict, shared: bool, ref: ModelConfig) -> Verdict:
+    """``v`` with its cause: "wiring" when the reference init gets it too (``shared``), else "init"."""
+    tail = (
+        f" [from the wiring: under init {init_summary(ref)} too]"
+        if shared
+        else f" [from the init: the same wiring under init {init_summary(ref)} does not get it]"
+    )
+    return replace(v, cause="wiring" if shared else "init", message=v.message + tail)

@@ -11,14 +11,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING
 
 from depthlab.errors import InputError
 from depthlab.report.data import StudyData
 from depthlab.report.layer_plots import bottom_vs_top, layer_profiles
 from depthlab.report.lr_plots import lr_curves
 from depthlab.report.plots import loss_curves, outcome_map, title_of
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 DPI = 110
 

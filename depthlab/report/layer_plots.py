@@ -8,18 +8,20 @@ pattern of :mod:`depthlab.report.plots`: ``name(data, axes=None) -> Figure | Non
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib import colormaps
-from matplotlib.figure import Figure
 
 from depthlab.report.data import StudyData
-from depthlab.report.plots import finish, panel_axes, plain
+from depthlab.report.plots import colormap, finish, panel_axes, plain
 from depthlab.watch.keys import GRAD_KEYS
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def _wrap_colours(rows: list[str]) -> dict[str, tuple]:
-    cmap = colormaps["tab10"]
+    cmap = colormap("tab10")
     return {row: cmap(i % 10) for i, row in enumerate(rows)}
 
 

@@ -9,12 +9,13 @@ initialisation), its bar the seeds' range; a learning rate where any seed diverg
 from __future__ import annotations
 
 import math
-
-from matplotlib import colormaps
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING
 
 from depthlab.report.data import StudyData
-from depthlab.report.plots import finish, panel_axes, plain
+from depthlab.report.plots import colormap, finish, panel_axes, plain
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def lr_curves(data: StudyData, axes=None) -> Figure | None:
@@ -25,7 +26,7 @@ def lr_curves(data: StudyData, axes=None) -> Figure | None:
         return None
     labels = list(dict.fromkeys(c.label for c in curves))
     depths = sorted({c.depth for c in curves})
-    cmap = colormaps["viridis"]
+    cmap = colormap("viridis")
     colour = {d: cmap(i / max(1, len(depths) - 1) * 0.85) for i, d in enumerate(depths)}
     fig, axes, new = panel_axes(axes, len(labels), 3, 3.8, 3.0)
     unigram = next((r["unigram_loss"] for r in data.runs if r.get("unigram_loss")), None)

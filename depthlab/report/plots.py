@@ -4,7 +4,7 @@ The pattern every figure of the report follows (and a new one should):
 
 - it takes a :class:`~depthlab.report.data.StudyData` and, optionally, ``axes``: the Axes to draw into
   (one, or a sequence with one per panel; :func:`panel_axes` says how many it needs and refuses others);
-- without ``axes`` it draws a new Figure (an :class:`~depthlab.display.InlineFigure`, made by
+- without ``axes`` it draws a new Figure (:func:`~depthlab.display.inline_figure`, made by
   :func:`panel_axes`; never pyplot: importing depthlab chooses no backend, and a notebook shows the
   Figure a cell returns), titled with ``suptitle``;
 - it returns the Figure, or None when the study has no data for it; it never writes a file.
@@ -17,18 +17,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib import colormaps
-from matplotlib.axes import Axes
-from matplotlib.colors import to_rgb
-from matplotlib.figure import Figure
-from matplotlib.patches import Patch
 
-from depthlab.display import InlineFigure, text_colour
+from depthlab.display import inline_figure, text_colour
 from depthlab.errors import InputError
 from depthlab.report.data import StudyData
 from depthlab.report.grouping import COLOURS, STATES, cells, column_text
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def plain(text: str) -> str:
@@ -49,11 +48,13 @@ def panel_axes(axes, n: int, ncols: int, w: float, h: float) -> tuple[Figure, li
     if axes is None:
         ncols = max(1, min(n, ncols))
         nrows = math.ceil(n / ncols)
-        fig = InlineFigure(figsize=(w * ncols, h * nrows), layout="constrained")
+        fig = inline_figure(figsize=(w * ncols, h * nrows), layout="constrained")
         grid = list(np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).flat)
         for ax in grid[n:]:
             ax.set_visible(False)
         return fig, grid[:n], True
+    from matplotlib.axes import Axes  # matplotlib is imported when a figure is drawn (not by import depthlab)
+
     given = [axes] if isinstance(axes, Axes) else list(np.asarray(axes, dtype=object).flat)
     if len(given) != n or not all(isinstance(a, Axes) for a in given):
         raise InputError(
@@ -89,6 +90,9 @@ def outcome_map(data: StudyData, axes=None) -> Figure | None:
     """Wrapping x depth (or learning rate), one panel per remaining setting (``axes``: one per setting),
     each cell coloured by its outcome and labelled with its final validation loss (seeds pooled). None
     without runs."""
+    from matplotlib.colors import to_rgb
+    from matplotlib.patches import Patch
+
     lay = data.layout
     if not data.runs:
         return None
@@ -156,7 +160,14 @@ def loss_curves(data: StudyData, axes=None) -> Figure | None:
     return finish(fig, axes, new, f"Loss curves {per}")
 
 
+def colormap(name: str):
+    """matplotlib's colormap ``name`` (imported here, when a figure is drawn)."""
+    from matplotlib import colormaps
+
+    return colormaps[name]
+
+
 def _depth_colours(columns: list) -> dict:
     """A colour per column value (depth or learning rate), dark to light."""
-    cmap = colormaps["viridis"]
+    cmap = colormap("viridis")
     return {c: cmap(i / max(1, len(columns) - 1) * 0.85) for i, c in enumerate(columns)}

@@ -16,11 +16,9 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib import colormaps
-from matplotlib.colors import LogNorm
-from matplotlib.figure import Figure as MplFigure
 
 from depthlab.display import esc
 from depthlab.display import table as _table
@@ -28,7 +26,10 @@ from depthlab.errors import InputError
 from depthlab.paths import check_path
 from depthlab.report.figures import DPI, PageFigure
 from depthlab.report.html import CSS
-from depthlab.report.plots import finish, panel_axes, title_of
+from depthlab.report.plots import colormap, finish, panel_axes, title_of
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure as MplFigure
 
 
 def load_run(folder: str) -> dict:
@@ -80,6 +81,8 @@ def _matrix(records: list[dict], key: str) -> tuple[np.ndarray, list[int]]:
 
 def heatmaps(run: dict, axes=None) -> MplFigure | None:
     """Gradient reaching each stream and each layer's update ratio, layer x step (log colour)."""
+    from matplotlib.colors import LogNorm  # matplotlib is imported when a figure is drawn
+
     if not any(r.get("layers") for r in run["records"]):
         return None
     fig, axes, new = panel_axes(axes, 2, 2, 6, 4.2)
@@ -146,7 +149,7 @@ def attention_plot(run: dict, axes=None) -> MplFigure | None:
         return None
     peak, _ = _matrix(run["records"], "attn_logit_max")
     fig, axes, new = panel_axes(axes, 2, 2, 6, 3.8)
-    colours = colormaps["plasma"](np.linspace(0, 0.9, ent.shape[0]))
+    colours = colormap("plasma")(np.linspace(0, 0.9, ent.shape[0]))
     for i in range(1, ent.shape[0]):
         axes[0].plot(steps, ent[i], color=colours[i], label=f"layer {i}")
         axes[1].plot(steps, peak[i], color=colours[i])

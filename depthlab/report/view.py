@@ -14,8 +14,7 @@ the study still runs); a StoreView reads the store on every call.
 from __future__ import annotations
 
 import time
-
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING
 
 from depthlab.display import block, esc, para, state_badge, table, text_colour
 from depthlab.frames import to_frame
@@ -26,6 +25,9 @@ from depthlab.report.grouping import COLOURS, cells, column_text, state
 from depthlab.report.summary import summary_table
 from depthlab.report.tables import study_frame
 from depthlab.study.store import DEFAULT_DB, Store
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 # The columns of ``StoreView.to_pandas()``: one row per study, newest first; runs = how many runs the
 # study's grid holds; created_at and updated_at in seconds since the epoch.

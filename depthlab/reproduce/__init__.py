@@ -4,8 +4,8 @@ was stated.
 The claims are the modules of :mod:`depthlab.reproduce.claims`, each registering its reproduction
 (:func:`depthlab.reproduce.reproduction.register`) when imported; the machinery they share sits beside
 that folder (``reproduction`` what a claim is, ``registration`` its pinned expectations, ``lm_runs`` the
-training runs, ``cost``, ``figures``). Importing this package registers every claim. Expected outcomes
-are written in each module before the run; the verdicts are computed from what was measured.
+training runs, ``cost``, ``claim_plots``). Importing this package registers every claim. Expected outcomes
+are written in each module before the run; the results are computed from what was measured.
 """
 
 from __future__ import annotations

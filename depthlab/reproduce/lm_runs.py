@@ -1,5 +1,5 @@
 """The claim reproductions' training runs: the regime of each scale, a cached way to train in it, and
-the per-seed numbers the verdicts are decided on.
+the per-seed numbers the results are decided on.
 
 Scales: ``small`` is the tiny regime (:mod:`depthlab.train.regimes`) at lr 1e-3: in it a 24-layer post-LN
 model without warmup ends at the unigram loss while pre-LN trains, in seconds on two cores. ``large``

@@ -148,7 +148,7 @@ DECISION = (
     "on the expected side of the threshold, MISMATCH when all of it is on the other side, inconclusive "
     "when it straddles the threshold"
 )
-SEEDS_REASON = "one seed is an anecdote: the verdict is decided on the mean over seeds with an interval"
+SEEDS_REASON = "one seed is an anecdote: the result is decided on the mean over seeds with an interval"
 SEEDS_KNOWN = "yes for seed 0 (the single-seed run of 2026-11-30 08:25 UTC); no for the other seeds"
 LABEL_AS_LEVEL = (
     "one run's outcome label becomes a level decided over seeds: the train package's stall level, a final "

@@ -4,7 +4,7 @@ A reproduction is a function ``fn(quick=False, out_dir=None, scale="small") -> R
 registered by name with :func:`register` together with its :class:`Registration` (the expectation and
 regime fixed before it runs); ``depthlab reproduce NAME`` runs it.
 
-A check's verdict is ``agree``, ``MISMATCH`` or ``inconclusive`` (:mod:`depthlab.intervals`: a
+A check's result is ``agree``, ``MISMATCH`` or ``inconclusive`` (:mod:`depthlab.intervals`: a
 measurement over seeds is decided on its mean and interval). A check that holds by construction, cannot
 fail in the regime, or was added after the results were known is a *sanity* check: it still guards
 against bugs and is shown, but it is not counted in "N of M agree".
@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from depthlab.errors import ConfigError
-from depthlab.intervals import AGREE, INCONCLUSIVE, MISMATCH, VERDICTS, Interval, decide, mean_interval
+from depthlab.intervals import AGREE, INCONCLUSIVE, MISMATCH, RESULTS, Interval, decide, mean_interval
 from depthlab.reproduce.registration import Registration
 
 SCALES = ("small", "large")
@@ -25,29 +25,29 @@ SCALES = ("small", "large")
 
 @dataclass
 class Check:
-    """One claim: what the source states (or expects), what depthlab measured, and the verdict.
+    """One claim: what the source states (or expects), what depthlab measured, and the result.
 
-    ``verdict``: agree / MISMATCH / inconclusive (True and False stand for agree and MISMATCH).
+    ``result``: agree / MISMATCH / inconclusive (True and False stand for agree and MISMATCH).
     ``sanity``: empty for a check that could have failed; otherwise why it is not counted.
-    ``interval``: the mean and interval over seeds the verdict was decided on, if any.
+    ``interval``: the mean and interval over seeds the result was decided on, if any.
     """
 
     claim: str
     stated: str
     measured: str
-    verdict: str | bool
+    result: str | bool
     sanity: str = ""
     interval: Interval | None = None
 
     def __post_init__(self):
-        if isinstance(self.verdict, bool):
-            self.verdict = AGREE if self.verdict else MISMATCH
-        if self.verdict not in VERDICTS:
-            raise ValueError(f"verdict {self.verdict!r} is not one of {VERDICTS}")
+        if isinstance(self.result, bool):
+            self.result = AGREE if self.result else MISMATCH
+        if self.result not in RESULTS:
+            raise ValueError(f"result {self.result!r} is not one of {RESULTS}")
 
     @property
     def ok(self) -> bool:
-        return self.verdict == AGREE
+        return self.result == AGREE
 
     @property
     def counted(self) -> bool:
@@ -59,7 +59,7 @@ class Check:
             "claim": self.claim,
             "stated": self.stated,
             "measured": self.measured,
-            "verdict": self.verdict,
+            "result": self.result,
             "ok": self.ok,
             "counted": self.counted,
         }
@@ -96,9 +96,9 @@ def seeded_check(
             sanity,
         )
     interval = mean_interval(values)
-    verdict = decide(interval, at_least=at_least, at_most=at_most) if interval.n > 1 else INCONCLUSIVE
+    result = decide(interval, at_least=at_least, at_most=at_most) if interval.n > 1 else INCONCLUSIVE
     return Check(
-        claim, stated, f"mean {interval.format(fmt)}; per seed {seeds}{tail}", verdict, sanity, interval
+        claim, stated, f"mean {interval.format(fmt)}; per seed {seeds}{tail}", result, sanity, interval
     )
 
 
@@ -108,33 +108,33 @@ def unanimous_check(
     """A check on a yes/no outcome per seed: agree if every seed shows it, MISMATCH if none does,
     inconclusive if the seeds split (one seed alone is inconclusive)."""
     if len(outcomes) < 2:
-        verdict = INCONCLUSIVE
+        result = INCONCLUSIVE
     else:
-        verdict = AGREE if all(outcomes) else MISMATCH if not any(outcomes) else INCONCLUSIVE
-    return Check(claim, stated, measured, verdict, sanity)
+        result = AGREE if all(outcomes) else MISMATCH if not any(outcomes) else INCONCLUSIVE
+    return Check(claim, stated, measured, result, sanity)
 
 
 def unless_control(check: Check, control: str, note: str) -> Check:
-    """``check``, made inconclusive with ``note`` appended when its control's verdict is not agree: a
+    """``check``, made inconclusive with ``note`` appended when its control's result is not agree: a
     failure that the control was meant to make meaningful says nothing if the control failed too."""
     if control != AGREE:
-        check.verdict = INCONCLUSIVE
+        check.result = INCONCLUSIVE
         check.measured += f"; {note}"
     return check
 
 
-def combined(verdicts: Sequence[str]) -> str:
-    """One verdict from several that must all hold: MISMATCH if any is, agree if all are, else inconclusive."""
-    if MISMATCH in verdicts:
+def combined(results: Sequence[str]) -> str:
+    """One result from several that must all hold: MISMATCH if any is, agree if all are, else inconclusive."""
+    if MISMATCH in results:
         return MISMATCH
-    return AGREE if all(v == AGREE for v in verdicts) else INCONCLUSIVE
+    return AGREE if all(v == AGREE for v in results) else INCONCLUSIVE
 
 
 def resolve(
     registration: Registration, scale: str, quick: bool = False, quick_changes: dict | None = None
 ) -> dict:
     """The regime a claim runs: the registered one of ``scale``. ``quick`` (small scale only) applies
-    ``quick_changes``, a smaller smoke version that is not registered: its verdicts are not the claim's."""
+    ``quick_changes``, a smaller smoke version that is not registered: its results are not the claim's."""
     if scale not in registration.regimes:
         raise ConfigError(
             "scale", scale, " or ".join(registration.regimes) or "no scale (not a training claim)"
@@ -145,10 +145,10 @@ def resolve(
 
 
 def counts(checks: Sequence[Check]) -> dict[str, int]:
-    """{agree, MISMATCH, inconclusive}: counted checks by verdict; sanity: the checks not counted."""
+    """{agree, MISMATCH, inconclusive}: counted checks by result; sanity: the checks not counted."""
     out = {AGREE: 0, MISMATCH: 0, INCONCLUSIVE: 0, "sanity": 0}
     for c in checks:
-        out[c.verdict if c.counted else "sanity"] += 1
+        out[c.result if c.counted else "sanity"] += 1
     return out
 
 
@@ -188,9 +188,9 @@ class Reproduction:
         return {**self.data, "checks": [c.to_dict() for c in self.checks]}
 
     def format(self) -> str:
-        """A claim / stated / measured / verdict table, sanity checks marked, then the counts."""
+        """A claim / stated / measured / result table, sanity checks marked, then the counts."""
         rows = [
-            (c.claim, c.stated, c.measured, c.verdict + ("" if c.counted else " (sanity)"))
+            (c.claim, c.stated, c.measured, c.result + ("" if c.counted else " (sanity)"))
             for c in self.checks
         ]
         widths = [
@@ -200,7 +200,7 @@ class Reproduction:
             f"{self.name}" + (f"  ({self.source})" if self.source else ""),
             "  "
             + "  ".join(f"{h:<{w}}" for h, w in zip(("claim", "stated", "measured"), widths))
-            + "  verdict",
+            + "  result",
         ]
         for r in rows:
             lines.append("  " + "  ".join(f"{v:<{w}}" for v, w in zip(r[:3], widths)) + f"  {r[3]}")

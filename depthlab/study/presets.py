@@ -18,6 +18,8 @@ either way and stalls at 12 and 24 either way, at 24 even with 300 steps).
 
 from __future__ import annotations
 
+import math
+
 from depthlab.errors import ConfigError
 from depthlab.study.grid import StudyConfig
 from depthlab.train.regimes import TINY_LM_MODEL, TINY_LM_TRAIN
@@ -97,6 +99,26 @@ PRESETS: dict[str, dict] = {
         },
     },
 }
+
+
+# One line per preset for ``study --help`` (each preset's full "description" is stored with its study).
+SUMMARIES: dict[str, str] = {
+    "default": "the main job: five wrappings at 2, 6 and 24 layers, warmup 0 and 50",
+    "lr-sensitivity": "final loss against learning rate, 1e-4 to 1, five wrappings, 3 seeds",
+    "smoke": "a handful of tiny runs that exercise the whole pipeline (tests)",
+    "full": "the long run: eight wrappings, 2-96 layers, 3 lr, 3 warmups, 3 seeds",
+}
+
+
+def run_count(name: str) -> int:
+    """How many runs preset ``name`` expands to (the product of its axes' lengths; no run is built)."""
+    return math.prod(len(values) for values in PRESETS[name]["axes"].values())
+
+
+def preset_lines() -> list[str]:
+    """``name  N runs  summary`` for every preset, in the order of PRESETS."""
+    width = max(map(len, PRESETS))
+    return [f"{name:<{width}}  {run_count(name):>5,} runs  {SUMMARIES[name]}" for name in PRESETS]
 
 
 def preset(name: str) -> StudyConfig:

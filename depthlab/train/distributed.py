@@ -2,7 +2,7 @@
 
 ``torchrun --standalone --nproc-per-node=N -m depthlab train ...`` sets RANK, WORLD_SIZE and LOCAL_RANK;
 :func:`setup` then joins the process group (gloo on CPU, NCCL on GPU). Every process builds the same
-global batch and trains on its share (:func:`depthlab.train.tasks.shard`), so N processes see the data a
+global batch and trains on its share (:func:`depthlab.train.batch.shard`), so N processes see the data a
 single process would with the same global batch. Only rank 0 writes files or prints.
 """
 

@@ -258,7 +258,7 @@ class Trainer:
 
     def result(self) -> RunResult:
         last, ev = self.metrics[-1], self.last_eval or {}
-        v = self.monitor.verdict(ev.get("loss"))
+        v = self.monitor.decide(ev.get("loss"))
         nan = lambda x: math.nan if x is None else x  # noqa: E731 (JSON stores NaN as null)
         return RunResult(
             outcome=v.outcome,

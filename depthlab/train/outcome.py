@@ -45,8 +45,10 @@ FALL_MARGIN = 0.02
 OUTCOMES = ("trained", "undertrained", "stalled", "diverged")
 
 
-@dataclass
-class Verdict:
+@dataclass(frozen=True)
+class Outcome:
+    """How a run ended (:meth:`Monitor.decide`): ``outcome``, why (None when it trained) and at which step."""
+
     outcome: str  # one of OUTCOMES
     reason: str | None
     step: int | None
@@ -123,18 +125,18 @@ class Monitor:
         self.diverged = (step, reason)
         return True
 
-    def verdict(self, final_loss: float | None = None) -> Verdict:
+    def decide(self, final_loss: float | None = None) -> Outcome:
         """The outcome once the run has ended; ``final_loss`` is the final validation loss (default: the
         last logged window's training loss)."""
         if self.diverged is not None:
-            return Verdict("diverged", self.diverged[1], self.diverged[0])
+            return Outcome("diverged", self.diverged[1], self.diverged[0])
         final = final_loss if final_loss is not None and math.isfinite(final_loss) else self._last_loss()
         level, U = self.stall_level, self.unigram_loss
         if level is None or final is None or final < level:
-            return Verdict("trained", None, None)
+            return Outcome("trained", None, None)
         start = max(1, math.ceil(self.stall_share * self.steps))
         if final <= (1 + STALL_MARGIN) * U:
-            return Verdict(
+            return Outcome(
                 "stalled",
                 f"final loss {final:.3f} at the unigram level {U:.3f} (within {STALL_MARGIN:.0%}): the model "
                 "learned which tokens are common and nothing of the context",
@@ -143,12 +145,12 @@ class Monitor:
         drop = self._fitted_drop(start)
         trend = f"the fitted loss fell {drop:.1%} over the last {self.steps - start + 1} steps"
         if drop > FALL_MARGIN:
-            return Verdict(
+            return Outcome(
                 "undertrained",
                 f"final loss {final:.3f} above the unigram level {U:.3f}, still falling: {trend}",
                 start,
             )
-        return Verdict(
+        return Outcome(
             "stalled", f"final loss {final:.3f} above the unigram level {U:.3f} and flat: {trend}", start
         )
 

@@ -15,6 +15,7 @@ import os
 from depthlab.config import ModelConfig
 from depthlab.errors import ConfigError, InputError
 from depthlab.interop.hf.family import Family, config_from_hf, family_for, model_types
+from depthlab.model.explain import init_summary, wiring_summary
 from depthlab.paths import check_input_file
 
 
@@ -177,16 +178,16 @@ def rewired_config(path: str, changes: dict) -> ModelConfig:
 
 def family_info(path: str, changed: list[str] | None = None) -> dict:
     """What ``explain --hf`` says of the imported config at ``path``: {"name", "model_type", "path",
-    "exact", "approximated", "changed"} (``changed``: the fields the user changed, "wrap=deepnorm")."""
-    hf_config = read_config(path)
-    family = family_for(hf_config.model_type)
-    if family is None:
-        raise InputError(f"--hf {path}: depthlab does not import model_type {hf_config.model_type!r}")
+    "exact", "approximated", "changed"}. ``exact``: what *this* config has, all of it imported exactly
+    (its wiring and init in depthlab's words, before any change; a feature the import cannot reproduce
+    is refused, not listed); ``approximated``: the family's limits; ``changed``: the fields the user
+    changed ("wrap=deepnorm")."""
+    cfg, family = imported_config(path)
     return {
         "name": family.name,
-        "model_type": hf_config.model_type,
+        "model_type": read_config(path).model_type,
         "path": str(path),
-        "exact": family.exact,
+        "exact": f"{wiring_summary(cfg)}; init {init_summary(cfg)}",
         "approximated": family.approximated,
         "changed": list(changed or []),
     }

@@ -72,7 +72,7 @@ REGISTRATION = Registration(
 )
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
-# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+# inconclusive result (no measured numbers: only the registered regimes and the sources' own).
 AT_SCALE = (
     "May change: the registered training check compares two generalisation gaps (validation minus "
     "training loss) of 2-layer models after 150 updates, where both gaps are small; longer training at width "

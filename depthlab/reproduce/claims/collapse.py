@@ -53,7 +53,7 @@ from depthlab.fit import loglog_slope
 from depthlab.model import build_model
 from depthlab.probe.stats import stream_table
 from depthlab.reproduce import cost
-from depthlab.reproduce.figures import new_figure, save
+from depthlab.reproduce.claim_plots import new_figure, save
 from depthlab.reproduce.lm_runs import base
 from depthlab.reproduce.registration import DECISION, Registration, to_seeds
 from depthlab.reproduce.reproduction import Check, Reproduction, combined, register, resolve, seeded_check
@@ -102,7 +102,7 @@ REGISTRATION = Registration(
 )
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
-# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+# inconclusive result (no measured numbers: only the registered regimes and the sources' own).
 AT_SCALE = (
     "May change: the trained profiles come from a short run (tens of updates), far from the regime in "
     'which the texts place "representation collapse" (trained models of hundreds of layers). The init '
@@ -269,7 +269,7 @@ def _across_depths(claim: str, stated: str, per_depth: list, Ls, bounds: dict, s
     """One check that must hold at every depth: each depth decided over seeds, then combined."""
     parts = [seeded_check(f"L={L}", stated, values, **bounds) for L, values in zip(Ls, per_depth)]
     measured = "; ".join(f"L={L}: {p.measured.removeprefix('mean ')}" for L, p in zip(Ls, parts))
-    return Check(claim, stated, measured, combined([p.verdict for p in parts]), sanity)
+    return Check(claim, stated, measured, combined([p.result for p in parts]), sanity)
 
 
 def _pre_shares(pre: list, Ls, phase: str) -> Check:
@@ -293,7 +293,7 @@ def _pre_shares(pre: list, Ls, phase: str) -> Check:
         f"pre-LN last quarter's share of x_L ({phase})",
         stated,
         measured,
-        combined([falls.verdict, below.verdict]),
+        combined([falls.result, below.result]),
     )
 
 

@@ -5,14 +5,14 @@ Wang et al. 2019 trained 30-layer pre-LN where post-LN failed; DeepNet (Wang et 
 post-LN diverged, DeepNorm trained to 100L-100L and beyond; ReZero (Bachlechner et al. 2020) trains
 deep stacks with no norm at all. Reproduced at 24 and 48 layers on the byte-level task
 (:mod:`depthlab.reproduce.lm_runs`): Adam, betas (0.9, 0.98), no warmup, one learning rate for every
-wrapping. Each (wrapping, depth) is trained with several seeds; the verdict is decided on the mean
+wrapping. Each (wrapping, depth) is trained with several seeds; the result is decided on the mean
 final loss relative to the unigram loss (the level of a model that learned only which bytes are
 common), with its interval.
 """
 
 from __future__ import annotations
 
-from depthlab.reproduce.figures import loss_curves
+from depthlab.reproduce.claim_plots import loss_curves
 from depthlab.reproduce.lm_runs import announce, below_unigram, outcomes, train_seeds
 from depthlab.reproduce.registration import DECISION, Registration, to_seeds
 from depthlab.reproduce.reproduction import Check, Reproduction, register, resolve, seeded_check
@@ -44,7 +44,7 @@ REGISTRATION = Registration(
 )
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
-# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+# inconclusive result (no measured numbers: only the registered regimes and the sources' own).
 AT_SCALE = "At the small scale post-LN's rows cannot fail (sanity); at the large scale they are counted."
 
 QUICK = {"depths": [24], "seeds": [0]}

@@ -11,7 +11,7 @@ difference, DyT's final loss minus LayerNorm's.
 
 from __future__ import annotations
 
-from depthlab.reproduce.figures import loss_curves
+from depthlab.reproduce.claim_plots import loss_curves
 from depthlab.reproduce.lm_runs import announce, below_unigram, final_loss, outcomes, train_seeds
 from depthlab.reproduce.registration import (
     DECISION,
@@ -44,7 +44,7 @@ REGISTRATION = Registration(
 )
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
-# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+# inconclusive result (no measured numbers: only the registered regimes and the sources' own).
 AT_SCALE = (
     "May change: Zhu et al. match LayerNorm with DyT at scale, with alpha_0 chosen per model; here it "
     "is the default 0.5 on a width-32 model trained for 150 updates, an untuned setting. The large scale keeps "
@@ -99,6 +99,6 @@ def _check(depth: int, ln: list, dyt: list) -> Check:
         f"{depth}L pre-LN: DyT trains comparably to LayerNorm",
         stated,
         measured,
-        combined([gap.verdict, trains.verdict]),
+        combined([gap.result, trains.result]),
         interval=gap.interval,
     )

@@ -18,7 +18,7 @@ import torch
 from depthlab.config import ModelConfig
 from depthlab.model import build_model
 from depthlab.probe.stats import stream_rms
-from depthlab.reproduce.figures import loss_curves, profiles
+from depthlab.reproduce.claim_plots import loss_curves, profiles
 from depthlab.reproduce.lm_runs import (
     TINY_MODEL,
     Run,
@@ -76,7 +76,7 @@ REGISTRATION = Registration(
 )
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
-# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+# inconclusive result (no measured numbers: only the registered regimes and the sources' own).
 AT_SCALE = (
     "May change: the cost of a missing final norm grows as the unembedding trains against a drifting "
     "scale; short runs show less of it."

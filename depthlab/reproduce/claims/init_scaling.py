@@ -12,7 +12,7 @@ LM loss, for five seeds (each its own initial weights and batch), the probe meas
 - ``ctx_ratio``: the position-varying gradient at layer 1's output over its value at the top
   (:mod:`depthlab.probe.probe`): how much of the signal that teaches context reaches the bottom.
 
-Log-log slopes against L are fitted by least squares, one per seed; the verdicts are decided on the
+Log-log slopes against L are fitted by least squares, one per seed; the results are decided on the
 mean slope over seeds with its interval. The texts (the stacks article and the stream chapter) read Xiong et al. as saying that
 post-LN's gradient near the output "grows with depth"; Theorem 1 bounds it independently of L. Both
 readings are checked against the measured slope. Whole parameter sets are used
@@ -31,7 +31,7 @@ from depthlab.corpus import text_batch
 from depthlab.fit import loglog_slope
 from depthlab.model import build_model
 from depthlab.probe import measure
-from depthlab.reproduce.figures import new_figure, save
+from depthlab.reproduce.claim_plots import new_figure, save
 from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
 from depthlab.reproduce.reproduction import Check, Reproduction, register, resolve, seeded_check
 
@@ -48,7 +48,7 @@ D_MODEL, HEADS, BATCH, SEQ = 32, 4, 4, 32
 SMALL = {"depths": [6, 12, 24, 48, 96, 192], "seeds": [0, 1, 2, 3, 4]}
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
-# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+# inconclusive result (no measured numbers: only the registered regimes and the sources' own).
 AT_SCALE = (
     "Not a question of training scale: these are properties at initialisation; Xiong et al.'s bounds are "
     "asymptotic in width, so wider models should fit them more closely, not differently."

@@ -25,7 +25,7 @@ from depthlab.config import ModelConfig
 from depthlab.corpus import text_batch
 from depthlab.model import build_model
 from depthlab.probe import measure
-from depthlab.reproduce.figures import new_figure, save
+from depthlab.reproduce.claim_plots import new_figure, save
 from depthlab.reproduce.jacobian_setups import STEPS, walk
 from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
 from depthlab.reproduce.reproduction import Check, Reproduction, combined, register, resolve, seeded_check
@@ -35,7 +35,7 @@ STATED = {"post": 0.000, "pre": 66.3, "rezero": 2.14}
 SMALL = {"depth": 128, "probes": 8, "seeds": [0, 1, 2, 3, 4], "walk_seeds": [0, 1, 2]}
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
-# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+# inconclusive result (no measured numbers: only the registered regimes and the sources' own).
 AT_SCALE = (
     "Not a question of training scale: the table above shows which factor of the setup moves the numbers."
 )
@@ -168,7 +168,7 @@ def _checks(values: dict, depth: int, where: str, vanish: float, grows: float) -
             f"{where}: ordering",
             "post < ReZero (= 1) < pre",
             measured,
-            combined([below.verdict, above.verdict]),
+            combined([below.result, above.result]),
         )
     )
     return checks

@@ -358,7 +358,7 @@ def _slope_checks(curve_list: list[Curve], e: dict):
         )
         edges = [c.depth for c in curve_list if c.label == label and c.best()["at_edge"]]
         if edges and e["edge_is_inconclusive"]:
-            check.verdict = INCONCLUSIVE
+            check.result = INCONCLUSIVE
             check.measured += f"; the best learning rate is at an edge of the sweep at {edges} layers"
         checks.append(check)
     return checks

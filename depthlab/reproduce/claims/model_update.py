@@ -27,7 +27,7 @@ import torch
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.model import build_model
 from depthlab.reproduce import cost
-from depthlab.reproduce.figures import profiles
+from depthlab.reproduce.claim_plots import profiles
 from depthlab.reproduce.lm_runs import lm_batches
 from depthlab.reproduce.registration import DECISION, Registration, to_seeds
 from depthlab.reproduce.reproduction import Check, Reproduction, register, resolve, seeded_check
@@ -65,7 +65,7 @@ REGISTRATION = Registration(
 )
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
-# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+# inconclusive result (no measured numbers: only the registered regimes and the sources' own).
 AT_SCALE = (
     "Not expected to change with training length: the claim is about the first updates of DeepNet's own "
     "64-128-2 models, which the small scale already uses; the large scale adds seeds only. A MISMATCH here "

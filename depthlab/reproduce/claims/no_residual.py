@@ -10,7 +10,7 @@ final loss minus the shallowest's (a diverged run counts as ln V, an untrained m
 
 from __future__ import annotations
 
-from depthlab.reproduce.figures import profiles
+from depthlab.reproduce.claim_plots import profiles
 from depthlab.reproduce.lm_runs import announce, final_loss, train_seeds
 from depthlab.reproduce.registration import Registration
 from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check
@@ -30,7 +30,7 @@ REGISTRATION = Registration(
 )
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
-# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+# inconclusive result (no measured numbers: only the registered regimes and the sources' own).
 AT_SCALE = "May change with longer training: deep plain stacks improve slowly rather than never."
 
 QUICK = {"depths": [2, 8], "seeds": [0]}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from depthlab.reproduce.figures import loss_curves
+from depthlab.reproduce.claim_plots import loss_curves
 from depthlab.reproduce.lm_runs import STALL_SHARE, announce, outcomes, relative_to_unigram, train_seeds
 from depthlab.reproduce.registration import Registration
 from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check, unless_control
@@ -53,7 +53,7 @@ REGISTRATION = Registration(
 )
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
-# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+# inconclusive result (no measured numbers: only the registered regimes and the sources' own).
 AT_SCALE = (
     "The small scale is a quarter of the texts' width with a time-compressed schedule; the texts' own "
     "shape and schedule (d_model 512, 4,000 warmup steps) is the large scale."
@@ -100,7 +100,7 @@ def reproduce_original_shape(
         context=outcomes(runs["no warmup"]),
     )
     unless_control(
-        check, control.verdict, "the control did not clearly train, so this failure is not evidence"
+        check, control.result, "the control did not clearly train, so this failure is not evidence"
     )
     plot = _plot({k: rs[0] for k, rs in runs.items()}, r["d_model"], out_dir)
     data = {

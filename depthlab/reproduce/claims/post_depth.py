@@ -6,13 +6,13 @@ Post-LN decoders at 4, 8, 12, 16, 24 and 32 layers are trained on the byte-level
 (:mod:`depthlab.reproduce.lm_runs`) with the usual recipe, a linear warmup over the first third of
 the steps, at three learning rates, each for several seeds. A run has trained when its final loss is
 below the train package's stall level (5% under the unigram loss). Per seed, the deepest depth that
-trained at any of the learning rates is where post-LN stops training; the verdict is decided on its
+trained at any of the learning rates is where post-LN stops training; the result is decided on its
 mean over seeds. Pre-LN at 32 layers, at the middle learning rate, is the texts' other half.
 """
 
 from __future__ import annotations
 
-from depthlab.reproduce.figures import profiles
+from depthlab.reproduce.claim_plots import profiles
 from depthlab.reproduce.lm_runs import STALL_SHARE, announce, outcomes, relative_to_unigram, train_seeds
 from depthlab.reproduce.registration import Registration
 from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check
@@ -48,7 +48,7 @@ REGISTRATION = Registration(
 )
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
-# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+# inconclusive result (no measured numbers: only the registered regimes and the sources' own).
 AT_SCALE = (
     "Expected to change: the depth at which post-LN stops training depends on how long it trains and how "
     "wide it is, and Wang et al. 2019 trained large translation models for a long time; 150 updates at width "

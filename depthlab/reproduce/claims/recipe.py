@@ -21,7 +21,7 @@ only in its t^-0.5 decay after the warmup.
 "Fails" is decided on the final loss relative to the unigram loss, at the train package's stall level
 (:mod:`depthlab.train.outcome`: 5% below the unigram loss), on the mean over seeds with its interval.
 A setting expected to fail is confirmed only if the full recipe (warmup, beta2 0.98) trains in the same
-runs: otherwise its failure says nothing about the missing ingredient, and its verdict is inconclusive.
+runs: otherwise its failure says nothing about the missing ingredient, and its result is inconclusive.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from depthlab.reproduce.figures import loss_curves
+from depthlab.reproduce.claim_plots import loss_curves
 from depthlab.reproduce.lm_runs import TINY_MODEL, announce, base, below_unigram, outcomes, train_seeds
 from depthlab.reproduce.registration import (
     DECISION,
@@ -95,7 +95,7 @@ REGISTRATION = Registration(
 )
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
-# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+# inconclusive result (no measured numbers: only the registered regimes and the sources' own).
 AT_SCALE = (
     "May change: the beta2 half of the claim concerns the noise of Adam's second-moment estimate over "
     "thousands of steps; in 150 updates beta2 0.98 and 0.999 differ little. The large scale trains 2,000 "
@@ -163,8 +163,8 @@ def reproduce_recipe(quick: bool = False, out_dir: str | None = None, scale: str
     announce("recipe", plan.values(), r["seeds"], scale)
     runs = {label: train_seeds(label, m, t, r["seeds"], scale) for label, (m, t) in plan.items()}
     control = _level(grid[CONTROL], runs[grid[CONTROL].label])
-    checks = [_verdict(s, runs[s.label], control.verdict) for s in grid]
-    data = {"scale": scale, "regime": r, "noam_lr": grid[4].train["lr"], "control": control.verdict}
+    checks = [_setting_check(s, runs[s.label], control.result) for s in grid]
+    data = {"scale": scale, "regime": r, "noam_lr": grid[4].train["lr"], "control": control.result}
     data["settings"] = [{"label": s.label, "runs": [x.to_dict() for x in runs[s.label]]} for s in grid]
     plots = _plot({label: rs[0] for label, rs in runs.items()}, out_dir, r["n_layers"])
     return Reproduction(
@@ -197,12 +197,12 @@ def _level(setting: Setting, runs: list) -> Check:
     )
 
 
-def _verdict(setting: Setting, runs: list, control: str) -> Check:
+def _setting_check(setting: Setting, runs: list, control: str) -> Check:
     """The check of one setting. A failure expected from a missing ingredient counts only if the full
     recipe (the control) trained; otherwise it is inconclusive."""
     check = _level(setting, runs)
     if not setting.expect_trains and control != AGREE:
-        check.verdict = INCONCLUSIVE
+        check.result = INCONCLUSIVE
         check.measured += (
             "; the full recipe did not clearly train in these runs, so this failure is not evidence"
         )

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from depthlab.probe.stats import angular_distance, cos_prev
-from depthlab.reproduce.figures import profiles
+from depthlab.reproduce.claim_plots import profiles
 from depthlab.reproduce.lm_runs import announce, below_unigram, eval_loss, lm_batches, train_seeds
 from depthlab.reproduce.registration import (
     DECISION,
@@ -71,7 +71,7 @@ REGISTRATION = Registration(
 )
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
-# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+# inconclusive result (no measured numbers: only the registered regimes and the sources' own).
 AT_SCALE = (
     "Expected to change: the redundancy of deep pre-LN layers is reported for trained LLMs with tens of "
     "layers after billions of tokens; here models are tiny and briefly trained, and a comparison with a "
@@ -147,10 +147,10 @@ def _check(depth: int, runs: dict, m: dict, other: str, key: str) -> Check:
     untrained = []
     for w in ("pre", other):
         level = seeded_check(w, "", [below_unigram(x) / x.unigram_loss for x in runs[w]], at_most=-share)
-        if level.verdict != "agree":
+        if level.result != "agree":
             untrained.append(f"{w} ({'/'.join(x.outcome for x in runs[w])})")
     if untrained:
-        check.verdict = INCONCLUSIVE
+        check.result = INCONCLUSIVE
         check.measured += f"; {' and '.join(untrained)} not clearly trained: no comparison of trained models"
     return check
 

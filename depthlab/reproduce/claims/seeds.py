@@ -33,7 +33,7 @@ from depthlab.probe.toys import (
     tanh_stack_gradients,
     variance_example,
 )
-from depthlab.reproduce.figures import new_figure, save
+from depthlab.reproduce.claim_plots import new_figure, save
 from depthlab.reproduce.registration import Registration, Revision
 from depthlab.reproduce.reproduction import Check, Reproduction, register
 
@@ -60,7 +60,7 @@ REGISTRATION = Registration(
 )
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
-# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+# inconclusive result (no measured numbers: only the registered regimes and the sources' own).
 AT_SCALE = "Not a question of scale: these checks recompute the texts' own numbers and statements."
 
 SMALL_FACTOR = REGISTRATION.expectation["small_factor"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 
-from depthlab.reproduce.figures import loss_curves
+from depthlab.reproduce.claim_plots import loss_curves
 from depthlab.reproduce.lm_runs import announce, final_loss, train_seeds
 from depthlab.reproduce.registration import DECISION, Registration, to_seeds
 from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check
@@ -37,7 +37,7 @@ REGISTRATION = Registration(
 )
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
-# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+# inconclusive result (no measured numbers: only the registered regimes and the sources' own).
 AT_SCALE = (
     "Expected to change: Liu et al.'s advantage of post-LN is small (half a BLEU point) and appears after "
     "full convergence; a few hundred updates of a width-32 model end before either wrapping converges, and "

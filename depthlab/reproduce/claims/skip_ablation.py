@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from depthlab.reproduce.figures import loss_curves, profiles
+from depthlab.reproduce.claim_plots import loss_curves, profiles
 from depthlab.reproduce.lm_runs import NO_ATTN_SKIP, Run, announce, below_unigram, outcomes, train_seeds
 from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
 from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check
@@ -66,7 +66,7 @@ REGISTRATION = Registration(
 )
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
-# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+# inconclusive result (no measured numbers: only the registered regimes and the sources' own).
 AT_SCALE = (
     'The starving of the bottom layers is structural and not expected to change; "arrives intact" is '
     "measured on a pre-LN stack whose gradient grows toward the bottom by construction, which no scale "

@@ -19,14 +19,14 @@ from depthlab.config import ModelConfig
 from depthlab.corpus import text_batch
 from depthlab.model import build_model
 from depthlab.probe.stats import stream_rms
-from depthlab.reproduce.figures import profiles
+from depthlab.reproduce.claim_plots import profiles
 from depthlab.reproduce.registration import Registration
 from depthlab.reproduce.reproduction import Check, Reproduction, combined, register, resolve, seeded_check
 
 SMALL = {"depths": [6, 12, 24, 48, 96], "d_model": 64, "n_heads": 4, "seeds": [0, 1, 2, 3, 4]}
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
-# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+# inconclusive result (no measured numbers: only the registered regimes and the sources' own).
 AT_SCALE = (
     "Measured at initialisation only: a trained 96-layer stack, where the texts' \"realistic positive "
     'correlation" would develop, is beyond the small scale.'
@@ -80,7 +80,7 @@ def reproduce_stream_growth(
             "faster than independence: ||x_L||^2 / (||x_0||^2 + sum ||delta_l||^2), per depth",
             f"> {e['correlated_ratio_above']:g} at every L",
             "; ".join(f"L={d}: {p.measured.removeprefix('mean ')}" for d, p in zip(r["depths"], parts)),
-            combined([p.verdict for p in parts]),
+            combined([p.result for p in parts]),
         )
     ]
     if e["at_depth"] in g:

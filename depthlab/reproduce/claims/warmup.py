@@ -12,7 +12,7 @@ batches), so each seed gives one paired difference: final loss without warmup mi
 
 from __future__ import annotations
 
-from depthlab.reproduce.figures import loss_curves
+from depthlab.reproduce.claim_plots import loss_curves
 from depthlab.reproduce.lm_runs import announce, final_loss, paired_outcomes, train_seeds
 from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
 from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check
@@ -70,7 +70,7 @@ REGISTRATION = Registration(
 )
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
-# inconclusive verdict (no measured numbers: only the registered regimes and the sources' own).
+# inconclusive result (no measured numbers: only the registered regimes and the sources' own).
 AT_SCALE = (
     "Expected to change at the large scale for the 6-layer rows: Xiong et al.'s failure without warmup is "
     "an effect of Adam's first, large updates on a wide post-LN model (d_model 512) over a long run; at width "

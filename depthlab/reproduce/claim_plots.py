@@ -1,7 +1,7 @@
 """Plots shared by the claim reproductions: loss curves and per-layer profiles.
 
-``loss_curves_figure`` and ``profiles_figure`` return a matplotlib Figure (an
-:class:`~depthlab.display.InlineFigure`: no backend is chosen, a notebook shows it); ``loss_curves`` and
+``loss_curves_figure`` and ``profiles_figure`` return a matplotlib Figure (made by
+:func:`~depthlab.display.inline_figure`: no backend is chosen, a notebook shows it); ``loss_curves`` and
 ``profiles`` save that Figure as one PNG and return its path, or return None when ``out_dir`` is None
 (a caller that only wants the numbers).
 """
@@ -13,12 +13,12 @@ import os
 
 from matplotlib.figure import Figure
 
-from depthlab.display import InlineFigure
+from depthlab.display import inline_figure
 
 
 def new_figure(ncols: int = 1, figsize: tuple[float, float] = (5.6, 3.6)):
     """(Figure, a row of ``ncols`` Axes) with constrained layout, drawn without any backend."""
-    fig = InlineFigure(figsize=figsize, layout="constrained")
+    fig = inline_figure(figsize=figsize, layout="constrained")
     return fig, list(fig.subplots(1, ncols, squeeze=False)[0])
 
 

@@ -37,7 +37,7 @@ def without_lr(probe: dict) -> dict:
     p = copy.deepcopy(probe)
     p["config"]["probe"]["lr"] = None
     result = ProbeResult(p["config"], p["layers"])
-    p["verdicts"] = diagnose(result)
+    p["verdicts"] = [v.to_dict() for v in diagnose(result)]
     return p
 
 

@@ -28,7 +28,7 @@ from depthlab.model.explain import wiring_summary
 from depthlab.probe.locate import locate_stack
 from depthlab.probe.probe import probe
 from depthlab.probe.result import ProbeResult
-from depthlab.probe.run import attribute_to_init, reference_init
+from depthlab.probe.run import attribute_to_init, note_batch, reference_init
 
 
 def probe_hf(
@@ -39,11 +39,14 @@ def probe_hf(
     seq_len: int = 64,
     seed: int = 0,
     loss: str = "lm",
+    data: str | None = None,
     **options,
 ) -> ProbeResult:
     """Probe the Hugging Face model saved at ``path`` (a folder or a config.json), as transformers builds
-    it, on ``batch_size`` x ``seq_len`` bytes of the default corpus: random weights drawn with ``seed``
-    unless ``weights``. ``options`` are :func:`depthlab.probe.probe`'s keyword arguments.
+    it, on ``batch_size`` x ``seq_len`` bytes of the corpus ``data`` (a file; None: the default
+    corpus): random weights drawn with ``seed`` unless ``weights``. ``options`` are
+    :func:`depthlab.probe.probe`'s keyword arguments. The batch is bytes, so a vocabulary above 256
+    never sees its ids 256 and up (``config["probe"]["batch"]`` says so).
 
     For an imported family the header names its wiring, and a verdict that the same wiring under
     depthlab's reference init does not get is marked as coming from the init (see
@@ -55,17 +58,18 @@ def probe_hf(
     limit = max_positions(config)
     if limit is not None and seq_len > limit:
         raise ConfigError("seq_len", seq_len, f"<= {limit}, the model's max positions")
+    tokens = text_batch(batch_size, seq_len, config.vocab_size, seed, data)  # a bad file: before the build
     torch.manual_seed(seed)
     model = load_hf_model(path, cls, weights=weights)
     check_has_attention(model, config)
-    tokens = text_batch(batch_size, seq_len, config.vocab_size, seed)
     batch = {"input_ids": tokens, "decoder_input_ids": tokens} if config.is_encoder_decoder else tokens
     result = probe(model, batch, loss, seed=seed, **options)
+    note_batch(result, batch_size, seq_len, config.vocab_size, data)
     cfg = name_wiring(result, config, type(model).__name__, weights)
     if cfg is not None and not weights:
         ref = reference_init(cfg) or cfg  # HF's own init is compared with depthlab's reference in any case
         attribute_to_init(
-            result, ref, batch_size=batch_size, seq_len=seq_len, seed=seed, loss=loss, **options
+            result, ref, batch_size=batch_size, seq_len=seq_len, seed=seed, loss=loss, data=data, **options
         )
     return result
 
