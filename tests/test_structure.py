@@ -51,7 +51,8 @@ LAYERS = [
 # extras) or does not pay their import time on every command (tensorboard).
 # huggingface_hub: what transformers is built on (its config validation errors), installed with it
 LAZY_OK = ("transformers", "huggingface_hub", "ray", "tensorboard", "torch.utils.tensorboard", "lightning",
-           "pytorch_lightning", "pandas", "accelerate", "IPython", "nbclient", "nbformat")  # fmt: skip
+           "pytorch_lightning", "pandas", "accelerate", "IPython", "nbclient", "nbformat", "wandb",
+           "mlflow")  # fmt: skip
 
 
 def _modules() -> dict[str, Path]:

@@ -24,8 +24,8 @@ from depthlab.corpus import load_corpus
 from depthlab.errors import ConfigError
 from depthlab.reproduce import cost
 from depthlab.train import train as run_training
-from depthlab.train.outcome import STALL_MARGIN
 from depthlab.train.regimes import LARGE_LM_MODEL, LARGE_LM_TRAIN, TINY_LM_MODEL, TINY_LM_TRAIN
+from depthlab.watch.outcome import STALL_MARGIN
 
 # The shared regimes at lr 1e-3; copies, so that a claim or a test may change them.
 TINY_MODEL = dict(TINY_LM_MODEL)

@@ -12,7 +12,7 @@ Two forecasters read only what a run logged up to step ceil(share x steps):
 Warnings are recomputed from the stored records (:func:`depthlab.watch.replay`) with the thresholds
 under test, so thresholds are chosen on one study (:func:`tune`) and measured on another
 (:func:`forecast_table`) without re-running either. Outcomes are the runs' own (trained / stalled /
-diverged, :mod:`depthlab.train.outcome`); any other labelling works the same way: the functions take
+diverged, :mod:`depthlab.watch.outcome`); any other labelling works the same way: the functions take
 plain run dicts {"outcome", "steps", "unigram_loss", "records"}.
 """
 

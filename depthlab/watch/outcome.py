@@ -1,5 +1,9 @@
 """Did the run train, fall short, stall or diverge? The rules, their thresholds, and the monitor that applies them.
 
+One implementation for every run: ``depthlab train`` feeds its :class:`Monitor` and stops a diverged
+run; a watched loop's :class:`depthlab.watch.Watcher` feeds its own (the run goes on: the label is
+reported, live and at close).
+
 **diverged** (the run stops there: the outcome is decided, so stopping cannot change it):
 
 - the loss or the gradient norm of an update is not finite (the run stops before applying it);
@@ -73,10 +77,13 @@ class Monitor:
     def stall_level(self) -> float | None:
         return None if self.unigram_loss is None else (1 - STALL_MARGIN) * self.unigram_loss
 
-    def update(self, step: int, loss: float, grad_norm: float) -> bool:
-        """Feed update ``step``; True if the run diverged here (then stop without applying the update)."""
+    def update(self, step: int, loss: float, grad_norm: float | None) -> bool:
+        """Feed update ``step`` (``grad_norm`` None where the loop does not know it); True if the run
+        diverged here (then stop without applying the update)."""
+        if self.diverged is not None:
+            return True
         for what, value in (("loss", loss), ("gradient norm", grad_norm)):
-            if not math.isfinite(value):
+            if value is not None and not math.isfinite(value):
                 return self._diverge(step, f"{what} became {value} at step {step}")
         if self.initial_loss is None:
             self.initial_loss = loss
