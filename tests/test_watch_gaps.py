@@ -126,3 +126,20 @@ def test_a_bad_sublayer_name_is_one_line():
         depthlab.watch(GPT(), sublayers={"attn": "attention"}, echo=None)
     with pytest.raises(depthlab.ConfigError, match="sublayer kind"):
         depthlab.watch(GPT(), sublayers={"mlp": "mlp"}, echo=None)
+
+
+def test_the_probe_names_the_same_gap_and_takes_the_same_pointer():
+    from depthlab.probe import probe
+
+    torch.manual_seed(0)
+    x = torch.randint(0, V, (2, 16), generator=torch.Generator().manual_seed(0))
+    result = probe(GPT(), x)
+    (gap,) = result.config["stack"]["blind_spots"]
+    assert (
+        "no attention sublayer" in gap
+        and "sublayers={'attn': 'mix'}" in gap
+        and "blind spot: no attention" in result.format()
+    )
+    pointed = probe(GPT(), x, sublayers={"attn": ["mix", "proj"]})
+    assert pointed.config["stack"]["blind_spots"] == []
+    assert all(row["attn_grad_norm"] > 0 for row in pointed.layers[1:])

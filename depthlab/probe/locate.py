@@ -80,7 +80,10 @@ def locate_stack(model: nn.Module) -> StackInfo:
 
 def missing_sublayers(info: StackInfo) -> dict[str, str]:
     """Per sublayer kind ("attn", "ffn") the blocks lack, one line saying what was tried and how to name
-    it (an empty dict when every kind was found). Blocks are alike, so the first one speaks for all."""
+    it (an empty dict when every kind was found, and for depthlab blocks, whose sublayers are their
+    own). Blocks are alike, so the first one speaks for all."""
+    if isinstance(info.blocks[0], Block):
+        return {}
     block, found = info.blocks[0], info.group_names
     claimed = {id(p) for ps in info.groups[0].values() for p in ps}
     free = {

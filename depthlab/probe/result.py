@@ -138,6 +138,7 @@ class ProbeResult:
         lines += [f"{key}: {st[key]}" for key in ("wiring", "init") if st.get(key)]
         if pr.get("source"):
             lines.append(f"source: {pr['source']}")
+        lines += [f"blind spot: {gap}" for gap in st.get("blind_spots") or []]
         return lines + ([f"note: {st['note']}"] if st["note"] else [])
 
     def _table(self) -> list[str]:
