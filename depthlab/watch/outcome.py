@@ -188,3 +188,10 @@ class Monitor:
             elif k == "logged":
                 v = [tuple(x) for x in v]
             setattr(self, k, v)
+
+
+def outcome_line(outcome: dict) -> str:
+    """'diverged at step 12: reason' (or the reason alone when there is no label)."""
+    label = outcome.get("outcome") or "no outcome"
+    at = f" at step {outcome['step']}" if outcome.get("step") is not None else ""
+    return f"{label}{at}" + (f": {outcome['reason']}" if outcome.get("reason") else "")

@@ -19,7 +19,7 @@ from depthlab.errors import InputError
 from depthlab.jsonable import finite_or_none
 from depthlab.paths import check_folder, make_folder
 from depthlab.watch.events import Events
-from depthlab.watch.trackers import outcome_line
+from depthlab.watch.outcome import outcome_line
 
 METRICS, SUMMARY = "metrics.jsonl", "watch.json"
 

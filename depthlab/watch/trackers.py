@@ -23,6 +23,7 @@ import time
 
 from depthlab.errors import ConfigError
 from depthlab.watch.keys import LAYER_KEYS
+from depthlab.watch.outcome import outcome_line
 
 TRACKER_NAMES = ("wandb", "mlflow", "tensorboard")
 HEADLINE = ("loss", "lr", "grad_norm", "logit_lse", "val_loss", "tokens_per_s")
@@ -141,13 +142,6 @@ class LoggerTracker(Tracker):
 
 
 _OUTCOME_KEYS = (("outcome", ""), ("reason", "_reason"), ("step", "_step"))
-
-
-def outcome_line(outcome: dict) -> str:
-    """'diverged at step 12: reason' (or the reason alone when there is no label)."""
-    label = outcome.get("outcome") or "no outcome"
-    at = f" at step {outcome['step']}" if outcome.get("step") is not None else ""
-    return f"{label}{at}" + (f": {outcome['reason']}" if outcome.get("reason") else "")
 
 
 def make_tracker(spec, out: str | None, attach_only: bool = False) -> Tracker | None:
