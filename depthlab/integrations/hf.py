@@ -59,7 +59,8 @@ class DepthlabCallback(TrainerCallback):
         trackers = self.trackers
         if trackers is None:
             trackers = report_to_trackers(args) if state.is_world_process_zero else []
-        self.watcher = Watcher(model, inner, every, self.out, trackers=trackers, **self.options)
+        options = {"steps": state.max_steps or None, **self.options}  # the outcome's "still falling" trend
+        self.watcher = Watcher(model, inner, every, self.out, trackers=trackers, **options)
         self.watcher.t = state.global_step + 1
 
     def on_step_end(self, args, state, control, **kwargs):

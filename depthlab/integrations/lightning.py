@@ -57,7 +57,9 @@ class DepthlabCallback(Callback):
         trackers = self.trackers
         if trackers is None:  # the Trainer's loggers (rank 0 logs; Lightning's loggers do the same)
             trackers = [tracker_of(lg) for lg in trainer.loggers] if trainer.is_global_zero else []
-        self.watcher = Watcher(model, optimizer, self.every, self.out, trackers=trackers, **self.options)
+        planned = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
+        options = {"steps": planned, **self.options}  # the outcome's "still falling" trend
+        self.watcher = Watcher(model, optimizer, self.every, self.out, trackers=trackers, **options)
 
     def on_train_start(self, trainer, pl_module):
         if self.watcher is not None:

@@ -19,7 +19,9 @@ it attach the expensive hooks for that forward:
     update:    each layer's weights are copied at the logged forward and compared after the update
 
 A logged step's record (depthlab.watch.keys) is finished when the step ends and goes, with the warnings
-of depthlab.watch.rules, to ``out`` (rank 0 only), to ``on_record`` and to ``watcher.records``.
+of depthlab.watch.rules and of the outcome rules (depthlab.watch.judge), to ``out`` (rank 0 only), to the
+trackers (depthlab.watch.trackers), to ``on_record`` and to ``watcher.records``. What cannot be attached
+is said once, at attach (depthlab.watch.gaps).
 Other steps only keep their loss, as a tensor (reading it would synchronise a GPU every step); the
 losses are read and checked at the next logged step. ``close()`` removes every hook it added.
 
@@ -92,8 +94,8 @@ class Watcher:
         self.tokens, self.unigram_given = TokenCounts(), unigram_loss
         self.loss_from_output, self.on_record, self.echo = loss_from_output, on_record, echo
         self.world, self.is_main = world_size(), rank() == 0
-        self.trackers = make_trackers(trackers, out) if self.is_main else []
         self.out = WatchOutput(out) if (out is not None and self.is_main) else None
+        self.trackers = make_trackers(trackers, out) if self.is_main else []  # after out: it may refuse
         self.t, self.records, self.warnings, self.gaps = 1, [], [], []
         self.judge = Judge(steps, self.unigram_loss) if outcome else None
         self._window: list[list] = []  # [step, loss (float | tensor | list of tensors), grad norm or None]
