@@ -85,7 +85,7 @@ class Judge:
                 "stuck-at-baseline",
                 f"the loss {loss:.4g} has stayed within {STALL_MARGIN:.0%} of the unigram level {U:.4g} "
                 f"since step {self.stuck_since}: the model predicts tokens by their frequency alone and "
-                "has learned nothing of the context",
+                "has learned nothing of the context so far",
                 value=loss / U,
                 threshold=1 + STALL_MARGIN,
             )
