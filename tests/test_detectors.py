@@ -76,3 +76,36 @@ def test_wilson_interval_known_values():
     assert wilson_interval(0, 0) == (0.0, 1.0)
     with pytest.raises(ValueError):
         wilson_interval(4, 3)
+
+
+def test_published_detectors_run_live_in_the_watcher():
+    import io
+
+    import torch
+    import torch.nn.functional as F
+
+    import depthlab
+    from depthlab import ModelConfig, build_model
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(n_layers=2, d_model=32, n_heads=4, max_len=32))
+    opt = torch.optim.Adam(model.parameters(), lr=1.0)
+    echo = io.StringIO()
+    names = ["loss-above-initial", "lr-alone", "megatron-spiky-loss"]
+    with depthlab.watch(model, opt, every=2, echo=echo, detectors=names) as w:
+        for t in range(8):
+            x = torch.randint(0, 256, (4, 16), generator=torch.Generator().manual_seed(t))
+            loss = F.cross_entropy(model(x)[:, :-1].flatten(0, 1), x[:, 1:].flatten())
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            w.step(loss)
+    codes = {x["code"]: x for x in w.warnings}
+    assert codes["detector:lr-alone"]["step"] == 1 and "detector:loss-above-initial" in codes
+    offline = loss_above_initial([{"step": r["step"], "loss": r["loss"]} for r in w.records])
+    assert (
+        codes["detector:loss-above-initial"]["step"] <= offline
+    )  # live sees every step, offline the records
+    assert all(x["message"] in echo.getvalue() for x in codes.values())
+    with pytest.raises(depthlab.ConfigError, match="detectors"):
+        depthlab.watch(model, detectors=["zloss"], echo=None)

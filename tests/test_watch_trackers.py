@@ -125,7 +125,10 @@ def test_a_summary_writer_holds_the_scalars_and_trackers_off_write_nothing(tmp_p
     assert got["depthlab/loss"][0][1] == pytest.approx(w.records[0]["loss"])
     assert _loop(None).trackers == []
     with pytest.raises(depthlab.ConfigError, match="trackers"):
-        _loop(["neptune"])
+        _loop(["neptune"], out=str(tmp_path / "refused"))
+    assert not (tmp_path / "refused").exists()  # checked before the out folder is made
+    with pytest.raises(depthlab.ConfigError, match="trackers"):
+        _loop([object()])
     with pytest.raises(depthlab.ConfigError, match="out=DIR"):
         _loop(["tensorboard"])
 

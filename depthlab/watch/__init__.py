@@ -35,6 +35,7 @@ def watch(
     unigram_loss: float | None = None,
     steps: int | None = None,
     trackers=None,
+    detectors=(),
     loss_from_output: bool = True,
     on_record=None,
     echo=sys.stderr,
@@ -55,13 +56,16 @@ def watch(
     measured; ``attention`` (False: no attention scores); ``thresholds`` (:class:`Thresholds`);
     ``unigram_loss`` (the reference of the outcome, else estimated from the batches' tokens); ``steps``
     (the planned updates, for the outcome's trend; else the updates seen); ``trackers``: "wandb",
-    "mlflow", "tensorboard" or tracker objects (depthlab.watch.trackers); ``loss_from_output`` (read an
+    "mlflow", "tensorboard" or tracker objects (depthlab.watch.trackers); ``detectors``: published
+    divergence detectors to run live, by name (depthlab.watch.detectors: "olmo-stability",
+    "megatron-spiky-loss", "loss-above-initial", "lr-alone", "marin-update-norm"); ``loss_from_output`` (read an
     HF output's loss); ``on_record(record)``; ``echo`` (the stream warnings are printed to; None: silent).
     """
     return Watcher(
         model, optimizer, every, out, blocks=blocks, sublayers=sublayers, logits=logits, when=when,
         attention=attention, thresholds=thresholds, unigram_loss=unigram_loss, steps=steps,
-        trackers=trackers, loss_from_output=loss_from_output, on_record=on_record, echo=echo,
+        trackers=trackers, detectors=detectors, loss_from_output=loss_from_output, on_record=on_record,
+        echo=echo,
     )  # fmt: skip
 
 

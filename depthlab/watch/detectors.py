@@ -27,6 +27,7 @@ import math
 import statistics
 from collections.abc import Callable
 
+from depthlab.errors import ConfigError
 from depthlab.watch.rules import Thresholds, replay
 
 OLMO_WINDOW, OLMO_SIGMAS, OLMO_MIN = 128, 6.0, 10
@@ -48,69 +49,136 @@ def _finite(v) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v)
 
 
-def olmo_stability(records: list[dict]) -> int | None:
-    """The first step whose loss or gradient norm is a spike against its own last 128 values."""
-    past: dict[str, list[float]] = {"loss": [], "grad_norm": []}
-    for r in records:
-        for key, history in past.items():
-            v = r.get(key)
+class Detector:
+    """A streaming detector: :meth:`update` sees every step's numbers, :meth:`record` each logged
+    step's record; both return True when the alarm is raised (the first time is what counts)."""
+
+    name = ""
+    source = ""
+
+    def update(self, step: int, loss: float | None, grad_norm: float | None, lr: float | None) -> bool:
+        return False
+
+    def record(self, record: dict) -> bool:
+        return False
+
+
+class OlmoStability(Detector):
+    """The loss or the gradient norm above mean + 6 sd of its last 128 values (from the 10th value)."""
+
+    name, source = "olmo-stability", "OLMo-core's StabilityMonitor"
+
+    def __init__(self):
+        self.past: dict[str, list[float]] = {"loss": [], "grad_norm": []}
+
+    def update(self, step, loss, grad_norm, lr):
+        fired = False
+        for key, v in (("loss", loss), ("grad_norm", grad_norm)):
             if not _finite(v):
                 continue
+            history = self.past[key]
             if len(history) >= OLMO_MIN:
-                mean, sd = statistics.fmean(history), statistics.pstdev(history)
-                if v > mean + OLMO_SIGMAS * sd:
-                    return r["step"]
+                fired |= v > statistics.fmean(history) + OLMO_SIGMAS * statistics.pstdev(history)
             history.append(v)
             del history[:-OLMO_WINDOW]
-    return None
+        return fired
 
 
-def megatron_spiky_loss(records: list[dict]) -> int | None:
-    """The first step whose loss is more than 10 x the largest loss before it."""
-    top = None
+class MegatronSpikyLoss(Detector):
+    """The loss above 10 x the largest loss before it."""
+
+    name, source = "megatron-spiky-loss", "Megatron-LM's --check-for-spiky-loss"
+
+    def __init__(self):
+        self.top: float | None = None
+
+    def update(self, step, loss, grad_norm, lr):
+        if not _finite(loss):
+            return False
+        fired = self.top is not None and loss > MEGATRON_FACTOR * self.top
+        self.top = loss if self.top is None else max(self.top, loss)
+        return fired
+
+
+class LossAboveInitial(Detector):
+    """The loss above 1.5 x the first loss."""
+
+    name, source = "loss-above-initial", "depthlab train's blow-up rule, on one value"
+
+    def __init__(self):
+        self.first: float | None = None
+
+    def update(self, step, loss, grad_norm, lr):
+        if not _finite(loss):
+            return False
+        if self.first is None:
+            self.first = loss
+            return False
+        return loss > INITIAL_FACTOR * self.first
+
+
+class LrAlone(Detector):
+    """The learning rate at or above 0.1 (a baseline: what the learning rate alone says)."""
+
+    name, source = "lr-alone", "a baseline"
+
+    def update(self, step, loss, grad_norm, lr):
+        return _finite(lr) and lr >= LR_ALONE
+
+
+class MarinUpdateNorm(Detector):
+    """A layer's relative weight update above 2 x its median over the earlier logged steps."""
+
+    name, source = "marin-update-norm", "marin-community/marin #1368"
+
+    def __init__(self):
+        self.past: dict[int, list[float]] = {}
+
+    def record(self, record):
+        fired = False
+        for row in record.get("layers") or []:
+            u = row.get("param_update")
+            if not row.get("index") or not _finite(u):
+                continue
+            history = self.past.setdefault(row["index"], [])
+            fired |= bool(history) and u > MARIN_FACTOR * statistics.median(history)
+            history.append(u)
+        return fired
+
+
+PUBLISHED: dict[str, type[Detector]] = {
+    d.name: d for d in (OlmoStability, MegatronSpikyLoss, LossAboveInitial, LrAlone, MarinUpdateNorm)
+}
+
+
+def first_alarm(detector: Detector, records: list[dict]) -> int | None:
+    """The first logged step at which ``detector`` raises its alarm over ``records`` (each record's
+    loss, gradient norm and lr taken as its step's: exact when every step is logged)."""
     for r in records:
-        v = r.get("loss")
-        if not _finite(v):
-            continue
-        if top is not None and v > MEGATRON_FACTOR * top:
+        hit = detector.update(r["step"], r.get("loss"), r.get("grad_norm"), r.get("lr"))
+        if detector.record(r) or hit:
             return r["step"]
-        top = v if top is None else max(top, v)
     return None
 
 
-def loss_above_initial(records: list[dict]) -> int | None:
-    """The first step whose loss is above 1.5 x the first logged loss."""
-    first = None
-    for r in records:
-        v = r.get("loss")
-        if not _finite(v):
-            continue
-        if first is None:
-            first = v
-        elif v > INITIAL_FACTOR * first:
-            return r["step"]
-    return None
+def offline(cls: type[Detector]) -> Callable[[list[dict]], int | None]:
+    """The detector ``cls`` as a function of a run's records: its first alarm step, or None."""
+    return lambda records: first_alarm(cls(), records)
+
+
+olmo_stability = offline(OlmoStability)
+megatron_spiky_loss = offline(MegatronSpikyLoss)
+loss_above_initial = offline(LossAboveInitial)
 
 
 def lr_alone(records: list[dict]) -> int | None:
-    """Step 1 when the run's peak learning rate is at least 0.1, else None."""
+    """Offline, the baseline knows the run's planned peak: step 1 when the peak learning rate is at
+    least 0.1, else None (live, :class:`LrAlone` sees the learning rate as it is at each step)."""
     lrs = [r["lr"] for r in records if _finite(r.get("lr"))]
     return records[0]["step"] if lrs and max(lrs) >= LR_ALONE else None
 
 
-def marin_update_norm(records: list[dict]) -> int | None:
-    """The first step where a layer's relative weight update exceeds 2 x its median over earlier steps."""
-    past: dict[int, list[float]] = {}
-    for r in records:
-        for row in r.get("layers") or []:
-            u = row.get("param_update")
-            if not row.get("index") or not _finite(u):
-                continue
-            history = past.setdefault(row["index"], [])
-            if history and u > MARIN_FACTOR * statistics.median(history):
-                return r["step"]
-            history.append(u)
-    return None
+marin_update_norm = offline(MarinUpdateNorm)
 
 
 def depthlab_rule(codes: tuple[str, ...], thresholds: Thresholds | None = None) -> Callable:
@@ -124,11 +192,37 @@ def depthlab_rule(codes: tuple[str, ...], thresholds: Thresholds | None = None) 
 
 
 DETECTORS: dict[str, Callable[[list[dict]], int | None]] = {
-    "olmo-stability": olmo_stability,
-    "megatron-spiky-loss": megatron_spiky_loss,
-    "loss-above-initial": loss_above_initial,
+    **{name: offline(cls) for name, cls in PUBLISHED.items()},
     "lr-alone": lr_alone,
-    "marin-update-norm": marin_update_norm,
     **{f"depthlab:{code}": depthlab_rule((code,)) for code in DIVERGENCE_CODES},
     "depthlab:any": depthlab_rule(DIVERGENCE_CODES),
 }
+
+
+class LiveDetectors:
+    """The published detectors named in ``depthlab.watch(..., detectors=[...])``, fed by the watcher
+    with every step's loss and gradient norm (read at each logged step) and each record; each raises one
+    warning ``detector:<name>``, once."""
+
+    def __init__(self, names):
+        unknown = [n for n in names if n not in PUBLISHED]
+        if unknown:
+            raise ConfigError("detectors", unknown[0], f"one of {', '.join(PUBLISHED)}")
+        self.detectors = [PUBLISHED[n]() for n in names]
+        self.fired: list[str] = []
+
+    def see(self, window: list[tuple], record: dict, lr: float | None) -> list[dict]:
+        """Warnings first raised by the updates (step, loss, grad norm) of ``window`` and ``record``."""
+        out = []
+        for d in self.detectors:
+            if d.name in self.fired:
+                continue
+            step = next((s for s, loss, g in window if d.update(s, loss, g, lr)), None)
+            if d.record(record) and step is None:
+                step = record["step"]
+            if step is not None:
+                self.fired.append(d.name)
+                code = f"detector:{d.name}"
+                out.append({"step": step, "code": code, "message": f"{code} at step {step}: "
+                            f"{d.__doc__.strip()} ({d.source})", "layer": None, "value": None, "threshold": None})  # fmt: skip
+        return out

@@ -207,8 +207,9 @@ def _lightning(logger) -> Tracker:
     return LoggerTracker(logger)
 
 
-def make_trackers(specs, out: str | None, attach_only: bool = False) -> list[Tracker]:
-    """The trackers of the ``trackers=`` option (a name, an object, or a list of them)."""
+def check_trackers(specs, out: str | None) -> list:
+    """The ``trackers=`` option as a list, checked without starting anything (ConfigError, one line,
+    for an unknown name, "tensorboard" without ``out``, or an object no Tracker takes)."""
     if specs is None:
         return []
     if isinstance(specs, str) or not isinstance(specs, (list, tuple)):
@@ -216,4 +217,28 @@ def make_trackers(specs, out: str | None, attach_only: bool = False) -> list[Tra
     for s in specs:
         if isinstance(s, str) and s not in TRACKER_NAMES:
             raise ConfigError("trackers", s, f"one of {', '.join(TRACKER_NAMES)}, or a tracker object")
-    return [t for t in (make_tracker(s, out, attach_only) for s in specs) if t is not None]
+        if s == "tensorboard" and out is None:
+            raise ConfigError("trackers", s, "TensorBoard events go to out=DIR: give out, or a SummaryWriter")
+        if not isinstance(s, str) and not _takes(s):
+            raise ConfigError(
+                "trackers", type(s).__name__, "'wandb', 'mlflow', 'tensorboard', a wandb run, an MLflow "
+                "run, a SummaryWriter, a Lightning logger or a depthlab.watch.trackers.Tracker"
+            )  # fmt: skip
+    return list(specs)
+
+
+def _takes(obj) -> bool:
+    lib = type(obj).__module__.split(".")[0]
+    return (
+        isinstance(obj, Tracker)
+        or (lib == "wandb" and hasattr(obj, "define_metric"))
+        or (lib == "mlflow" and hasattr(getattr(obj, "info", None), "run_id"))
+        or (hasattr(obj, "add_scalar") and hasattr(obj, "add_text"))
+        or (hasattr(obj, "log_metrics") and hasattr(obj, "log_hyperparams"))
+    )
+
+
+def make_trackers(specs, out: str | None, attach_only: bool = False) -> list[Tracker]:
+    """The trackers of the ``trackers=`` option (a name, an object, or a list of them)."""
+    checked = check_trackers(specs, out)
+    return [t for t in (make_tracker(s, out, attach_only) for s in checked) if t is not None]

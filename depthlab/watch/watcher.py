@@ -42,6 +42,7 @@ from torch import nn
 from depthlab.errors import ConfigError
 from depthlab.probe.locate import locate_stack, stack_of, with_sublayers
 from depthlab.watch.attention import AttentionTap, combined_values
+from depthlab.watch.detectors import LiveDetectors
 from depthlab.watch.dist import all_reduce, rank, world_size
 from depthlab.watch.gaps import attach_gaps, logits_gap
 from depthlab.watch.judge import Judge, tail_record
@@ -51,7 +52,7 @@ from depthlab.watch.params import LayerParams
 from depthlab.watch.rules import Rules, Thresholds
 from depthlab.watch.streams import StreamTap
 from depthlab.watch.tokens import TokenCounts, batch_tokens, log_partition, output_logits, output_loss
-from depthlab.watch.trackers import make_trackers, scalars
+from depthlab.watch.trackers import check_trackers, make_trackers, scalars
 
 
 class Watcher:
@@ -79,6 +80,7 @@ class Watcher:
         steps: int | None = None,
         outcome: bool = True,
         trackers=None,
+        detectors=(),
     ):
         if not isinstance(every, int) or every < 1:
             raise ConfigError("every", every, "an integer >= 1 (log every that many steps)")
@@ -94,6 +96,8 @@ class Watcher:
         self.tokens, self.unigram_given = TokenCounts(), unigram_loss
         self.loss_from_output, self.on_record, self.echo = loss_from_output, on_record, echo
         self.world, self.is_main = world_size(), rank() == 0
+        self.detectors = LiveDetectors(detectors) if detectors else None  # the published ones, by name
+        check_trackers(trackers, out)  # every option checked before out is made or a tracker started
         self.out = WatchOutput(out) if (out is not None and self.is_main) else None
         self.trackers = make_trackers(trackers, out) if self.is_main else []  # after out: it may refuse
         self.t, self.records, self.warnings, self.gaps = 1, [], [], []
@@ -291,6 +295,8 @@ class Watcher:
         warnings += [w for step, loss, grad in window for w in self.rules.check_loss(step, loss, grad)]
         if self.judge is not None:
             warnings += self.judge.see(window, record)
+        if self.detectors is not None:
+            warnings += self.detectors.see(window, record, record["lr"])
         record["warnings"] = warnings
         if not self.records and record["logit_lse"] is None and self._output_type is not None:
             self._name_gaps([logits_gap(self._output_type)])
