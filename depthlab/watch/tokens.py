@@ -73,3 +73,17 @@ class TokenCounts:
             return None
         p = self.counts[self.counts > 0].double() / total
         return float(-(p * p.log()).sum())
+
+
+def loss_value(value) -> float | None:
+    """A step's loss as a float: the mean of its micro-batches' losses when it has several."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return float(torch.stack([v.detach().float() for v in value]).mean()) if value else None
+    return float(value.detach()) if isinstance(value, torch.Tensor) else float(value)
+
+
+def mean_log_partition(pair: torch.Tensor | None) -> float | None:
+    """The mean log-partition from :func:`log_partition`'s (sum, count), None without tokens."""
+    return float(pair[0] / pair[1]) if pair is not None and float(pair[1]) else None

@@ -51,7 +51,15 @@ from depthlab.watch.output import WatchOutput
 from depthlab.watch.params import LayerParams
 from depthlab.watch.rules import Rules, Thresholds
 from depthlab.watch.streams import StreamTap
-from depthlab.watch.tokens import TokenCounts, batch_tokens, log_partition, output_logits, output_loss
+from depthlab.watch.tokens import (
+    TokenCounts,
+    batch_tokens,
+    log_partition,
+    loss_value,
+    mean_log_partition,
+    output_logits,
+    output_loss,
+)
 from depthlab.watch.trackers import check_trackers, make_trackers, scalars
 
 
@@ -224,7 +232,7 @@ class Watcher:
             last[1] = loss if loss is not None else last[1]
             last[2] = grad_norm if grad_norm is not None else last[2]
             if logits is not None and self._pending is not None and self._pending["logit_lse"] is None:
-                self._pending["logit_lse"] = _mean_lse(all_reduce(log_partition(logits)))
+                self._pending["logit_lse"] = mean_log_partition(all_reduce(log_partition(logits)))
             return self._emit() if self._pending is not None else None
         if logits is not None and self.measuring():
             self._lse = log_partition(logits)
@@ -273,7 +281,7 @@ class Watcher:
             "loss": None,
             "lr": lr,
             "grad_norm": grad_norm if grad_norm is not None else total,
-            "logit_lse": _mean_lse(lse),
+            "logit_lse": mean_log_partition(lse),
             "val_loss": None,
             "tokens_per_s": None,
             "layers": layers,
@@ -326,7 +334,7 @@ class Watcher:
 
     def _read_window(self) -> list[tuple[int, float | None, float | None]]:
         """(step, loss, gradient norm) of each update since the last record, read now; the window empties."""
-        window = [(step, _as_float(value), grad) for step, value, grad in self._window]
+        window = [(step, loss_value(value), grad) for step, value, grad in self._window]
         self._window = []
         return window
 
@@ -399,7 +407,7 @@ class Watcher:
 
     def state_dict(self) -> dict:
         """The rules' memory and the step counter, as plain data (a resumed loop continues exactly)."""
-        window = [[s, _as_float(v), g] for s, v, g in self._window]
+        window = [[s, loss_value(v), g] for s, v, g in self._window]
         judge = self.judge.state_dict() if self.judge is not None else None
         return {"t": self.t, "rules": self.rules.state_dict(), "window": window, "warnings": self.warnings,
                 "judge": judge}  # fmt: skip
@@ -409,17 +417,3 @@ class Watcher:
         self.rules.load_state_dict(state["rules"])
         if self.judge is not None and state.get("judge") is not None:  # older states have none
             self.judge.load_state_dict(state["judge"])
-
-
-def _as_float(value) -> float | None:
-    """A step's loss as a float: the mean of its micro-batches' losses when it has several."""
-    if value is None:
-        return None
-    if isinstance(value, list):
-        return float(torch.stack([v.detach().float() for v in value]).mean()) if value else None
-    return float(value.detach()) if isinstance(value, torch.Tensor) else float(value)
-
-
-def _mean_lse(pair: torch.Tensor | None) -> float | None:
-    """The mean log-partition from :func:`log_partition`'s (sum, count), None without tokens."""
-    return float(pair[0] / pair[1]) if pair is not None and float(pair[1]) else None
