@@ -14,7 +14,9 @@ The goal is an overhead under 5% at the default ``log_every``.
    steps without a watcher and with one (``every``: one logged step per round) alternate; the ratio of
    round times is the overhead at every=10 (goal <= 3%), and the median step that is *not* logged,
    with and without the watcher attached, shows what the hooks cost between logged steps (goal:
-   indistinguishable from none). Ratios are medians over rounds, with their interquartile range.
+   indistinguishable from none). Ratios are medians over rounds, with their interquartile range. A
+   third arm sends the logged steps to a tracker (a TensorBoard ``SummaryWriter``, trackers=[writer]):
+   what trackers cost when on; off (the default) the watcher's code path is the second arm's.
 
     .venv/bin/python benchmarks/telemetry_overhead.py [--layers 12] [--steps 40] [--repeats 3] [--hf-rounds 30]
     .venv/bin/python benchmarks/telemetry_overhead.py --hf-only
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 
 import torch
@@ -60,6 +63,7 @@ def per_step(model_cfg: ModelConfig, base: TrainConfig, steps: int) -> tuple[flo
 def hf_plain_loop(layers: int, d_model: int, batch: int, seq: int, rounds: int, every: int = 10) -> dict:
     """Part 3: per-round seconds with and without a watcher, and per-step seconds of unlogged steps."""
     import transformers
+    from torch.utils.tensorboard import SummaryWriter
 
     import depthlab
 
@@ -79,22 +83,27 @@ def hf_plain_loop(layers: int, d_model: int, batch: int, seq: int, rounds: int, 
 
     for _ in range(5):  # warm-up
         one_step()
-    out = {"none": [], "watch": [], "none_step": [], "watch_unlogged": [], "watch_logged": []}
+    out = {"none": [], "watch": [], "tracked": [], "none_step": [], "watch_unlogged": [], "watch_logged": []}
+    arms = ("none", "watch", "tracked")
+    writer = SummaryWriter(tempfile.mkdtemp(prefix="depthlab-bench-"))
     for r in range(rounds):
-        for arm in ("none", "watch") if r % 2 == 0 else ("watch", "none"):  # alternate which goes first
+        for arm in arms[r % 3 :] + arms[: r % 3]:  # rotate which arm goes first
+            trackers = [writer] if arm == "tracked" else None
             w = (
-                depthlab.watch(model, opt, when=lambda t: t % every == 1, echo=None)
-                if arm == "watch"
+                depthlab.watch(model, opt, when=lambda t: t % every == 1, echo=None, trackers=trackers)
+                if arm != "none"
                 else None
             )
             times = [one_step() for _ in range(every)]
             if w is not None:
                 w.close()
-                out["watch_logged"].append(times[0])
-                out["watch_unlogged"] += times[1:]
+                if arm == "watch":
+                    out["watch_logged"].append(times[0])
+                    out["watch_unlogged"] += times[1:]
             else:
                 out["none_step"] += times[1:]
             out[arm].append(sum(times))
+    writer.close()
     return out
 
 
@@ -112,6 +121,10 @@ def report_hf(args) -> None:
         f"{args.hf_rounds} rounds of 10 steps per arm, {args.threads} thread(s)"
     )
     print(f"  overhead at every=10: round time x{med:.3f} (interquartile x{lo:.3f} .. x{hi:.3f})")
+    lo_t, med_t, hi_t = _quartiles([w / n for w, n in zip(t["tracked"], t["none"])])
+    print(
+        f"  with a TensorBoard tracker on: round time x{med_t:.3f} (interquartile x{lo_t:.3f} .. x{hi_t:.3f})"
+    )
     a, b = statistics.median(t["none_step"]), statistics.median(t["watch_unlogged"])
     lo_n, _, hi_n = _quartiles(t["none_step"])
     lo_w, _, hi_w = _quartiles(t["watch_unlogged"])

@@ -304,7 +304,7 @@ class TrainConfig(ConfigBase):
     """How to train: task and data, optimiser, schedule, logging, divergence thresholds.
 
     ``warmup`` is in steps. ``clip`` 0 turns clipping off. ``spike_factor`` and ``stall_share`` are the
-    divergence/stall thresholds documented in ``depthlab.train.outcome``. ``z_loss`` adds
+    divergence/stall thresholds documented in ``depthlab.watch.outcome``. ``z_loss`` adds
     z_loss * (log Z)^2 per target token to the objective, log Z the log-sum-exp of the output logits
     (PaLM, Chowdhery et al. 2022; Wortsman et al. 2023 use 1e-4); the reported loss stays the
     cross-entropy. ``independent_wd`` (with adamw) makes the weight decay independent of the learning

@@ -167,3 +167,20 @@ def _betacf(a: float, b: float, x: float) -> float:
         if abs(d * c - 1) < 1e-15:
             break
     return h
+
+
+def wilson_interval(hits: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Wilson's score interval (low, high) for a proportion ``hits`` / ``n`` (recall, precision): unlike
+    the normal approximation it stays inside [0, 1] and is not zero-width at 0 or n hits. (0, 1) for
+    n = 0. Raises ValueError unless 0 <= hits <= n and 0 < level < 1."""
+    if not 0 <= hits <= n or not 0.0 < level < 1.0:
+        raise ValueError(
+            f"wilson_interval needs 0 <= hits <= n and a level in (0, 1), got {hits}, {n}, {level}"
+        )
+    if n == 0:
+        return 0.0, 1.0
+    z = statistics.NormalDist().inv_cdf((1 + level) / 2)
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (0.0 if hits == 0 else centre - half), (1.0 if hits == n else centre + half)

@@ -1,4 +1,4 @@
-"""The outcome rules (depthlab.train.outcome): each label on sequences built to produce it, then on
+"""The outcome rules (depthlab.watch.outcome): each label on sequences built to produce it, then on
 real runs built to produce it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from depthlab import ModelConfig, TrainConfig
 from depthlab.train import train
-from depthlab.train.outcome import BLOWUP, STREAM_BLOWUP, Monitor
+from depthlab.watch.outcome import BLOWUP, STREAM_BLOWUP, Monitor
 
 
 def _feed(m: Monitor, losses: list[float], every: int = 10, rms=None) -> None:

@@ -3,7 +3,8 @@ cycle, and sit at module top except the optional extras.
 
 Layers, bottom to top (a module may import its own layer and those below, never above):
 
-    foundation (errors, version, jsonable, fit, intervals, paths, config_base, config, corpus, display, frames)
+    foundation (errors, version, jsonable, fit, intervals, paths, config_base, config, corpus, display, frames,
+    progress)
     -> model -> interop -> probe -> watch -> train -> integrations -> study -> report -> reproduce
     -> docgen -> cli
 
@@ -36,6 +37,7 @@ LAYERS = [
         "corpus",
         "display",
         "frames",
+        "progress",
     },
     {"model"},
     {"interop"},
@@ -57,7 +59,7 @@ LAYERS = [
 # nothing) does not load it.
 LAZY_OK = ("transformers", "huggingface_hub", "ray", "tensorboard", "torch.utils.tensorboard", "lightning",
            "pytorch_lightning", "pandas", "accelerate", "IPython", "nbclient", "nbformat",
-           "matplotlib")  # fmt: skip
+           "matplotlib", "wandb", "mlflow")  # fmt: skip
 # What ``import depthlab`` must not load: the plotting and table libraries are needed only when a figure
 # or a DataFrame is asked for, transformers only for a Hugging Face model.
 NOT_ON_IMPORT = ("matplotlib", "pandas", "transformers")

@@ -282,7 +282,14 @@ def test_each_rule_fires_on_a_record_that_crosses_its_threshold():
     assert [(w["code"], w["step"]) for w in replay(starved, th)] == [("gradient-starvation", 3)]
 
 
-def test_depthlab_watch_is_the_function_and_the_package():
-    assert callable(depthlab.watch) and depthlab.watch.Watcher is Watcher
+def test_depthlab_watch_is_a_function_with_its_real_signature():
+    import inspect
+
+    import depthlab.watch as package_path
+
+    params = inspect.signature(depthlab.watch).parameters
+    assert inspect.isfunction(depthlab.watch) and list(params)[:4] == ["model", "optimizer", "every", "out"]
+    assert {"sublayers", "logits", "trackers", "steps"} <= set(params)
+    assert depthlab.watch.Watcher is Watcher and package_path.Watcher is Watcher
     with pytest.raises(depthlab.ConfigError, match="every"):
         depthlab.watch(build_model(ModelConfig(**TINY)), every=0)

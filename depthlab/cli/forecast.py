@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from depthlab.paths import write_json
-from depthlab.study.forecast import forecast
+from depthlab.study.detectors import benchmark, format_benchmark
+from depthlab.study.forecast import forecast, load_runs
 from depthlab.study.store import DEFAULT_DB
 
 
@@ -21,11 +22,22 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--tune", default="forecast-tuning", help="the tuning study (default forecast-tuning)")
     p.add_argument("--share", type=float, default=0.1, help="the early share of steps (default 0.1)")
+    p.add_argument(
+        "--detectors",
+        action="store_true",
+        help="instead: the divergence-detector benchmark on --study (recall, precision, lead time of each "
+        "published detector, baseline and depthlab rule; no tuning study)",
+    )
     p.add_argument("--json", metavar="PATH", help="also write the table as JSON ('-' = stdout)")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
+    if args.detectors:
+        table = benchmark(load_runs(args.db, args.study))
+        print(format_benchmark(table))
+        write_json(table, args.json)
+        return 0
     table = forecast(args.db, args.study, args.tune, args.share)
     print(table["text"])
     t = table["tuned"]

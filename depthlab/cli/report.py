@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from depthlab.report import default_report_dir, load, render, summary_table, write_run_report
+from depthlab.report import (
+    default_report_dir,
+    load,
+    render,
+    summary_table,
+    write_run_report,
+    write_runs_report,
+)
 from depthlab.report.lr_tables import lr_summary
 from depthlab.study.store import DEFAULT_DB
 
@@ -29,15 +36,20 @@ def add_parser(sub) -> None:
         "--run",
         dest="run_dir",
         metavar="DIR",
-        help="instead of a study: one run folder (depthlab train --out, or a depthlab.watch out folder); "
-        "the page goes to DIR/report unless --out",
+        nargs="+",
+        help="instead of a study: a run folder (depthlab train --out, or a depthlab.watch out folder), "
+        "whose page goes to DIR/report unless --out; or several, overlaid on one page (loss, per-layer "
+        "gradient at the last step, attention entropy) in runs-report beside the first unless --out",
     )
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     if args.run_dir is not None:
-        print(f"report: {write_run_report(args.run_dir, args.out)}")
+        if len(args.run_dir) == 1:
+            print(f"report: {write_run_report(args.run_dir[0], args.out)}")
+        else:
+            print(f"report: {write_runs_report(args.run_dir, args.out)}")
         return 0
     data = load(args.db, args.study, x=args.x)
     print(f"report: {render(data, args.out or default_report_dir(args.db, data.name))}")

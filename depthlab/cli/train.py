@@ -51,7 +51,7 @@ def add_parser(sub) -> None:
         description="Train one model on a task (byte-level lm on the Python standard library by default) "
         "and record, every --log-every steps, the loss and per-layer gradient, stream and update "
         "statistics. The run ends 'trained', 'stalled' (still at the unigram loss) or 'diverged' "
-        "(rules: depthlab.train.outcome); all three exit 0. Under torchrun it trains with DDP.",
+        "(rules: depthlab.watch.outcome); all three exit 0. Under torchrun it trains with DDP.",
     )
     add_model_flags(p)
     add_train_flags(p)

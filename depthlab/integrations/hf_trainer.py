@@ -16,15 +16,24 @@ so ``on_log`` at the same step adds that step's headline numbers to the Trainer'
 (``depthlab/...``); ``on_train_end`` closes the watcher, removing every hook. Under DDP every process
 watches and rank 0 writes ``out``: its loss is its own micro-batches' (with the Trainer's
 ``average_tokens_across_devices``, their share of the loss over all processes' tokens).
+
+Trackers: by default the watcher's per-layer scalars, warnings and outcome go to the Trainer's own
+``report_to`` loggers (depthlab.watch.trackers): wandb's and MLflow's runs the Trainer started, and
+TensorBoard events in the Trainer's TensorBoard folder (``TENSORBOARD_LOGGING_DIR``, else the newest
+folder under ``output_dir/runs``, which the Trainer's TensorBoard callback has just made).
+``trackers=[...]`` names others; ``trackers=[]`` none.
 """
 
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 
 from transformers import TrainerCallback
 
 from depthlab.watch import Watcher
+from depthlab.watch.trackers import TRACKER_NAMES, make_tracker, tracker_of
 
 
 def logging_interval(args, state) -> int:
@@ -40,14 +49,18 @@ class DepthlabCallback(TrainerCallback):
     """``every``, ``out`` and ``options`` are :func:`depthlab.watch.watch`'s. ``watcher`` is the live
     watcher during training (its ``records`` and ``warnings`` stay readable after it)."""
 
-    def __init__(self, every: int | None = None, out: str | None = None, **options):
-        self.every, self.out, self.options = every, out, options
+    def __init__(self, every: int | None = None, out: str | None = None, trackers=None, **options):
+        self.every, self.out, self.trackers, self.options = every, out, trackers, options
         self.watcher: Watcher | None = None
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         inner = getattr(optimizer, "optimizer", optimizer)
         every = self.every or logging_interval(args, state)
-        self.watcher = Watcher(model, inner, every, self.out, **self.options)
+        trackers = self.trackers
+        if trackers is None:
+            trackers = report_to_trackers(args) if state.is_world_process_zero else []
+        options = {"steps": state.max_steps or None, **self.options}  # the outcome's "still falling" trend
+        self.watcher = Watcher(model, inner, every, self.out, trackers=trackers, **options)
         self.watcher.t = state.global_step + 1
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -67,3 +80,30 @@ class DepthlabCallback(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if self.watcher is not None:
             self.watcher.close()
+
+
+def report_to_trackers(args) -> list:
+    """Trackers on the Trainer's ``report_to`` loggers that depthlab knows (wandb, mlflow, tensorboard)
+    and that have a run (a logger the Trainer did not start is skipped)."""
+    names = [n for n in (args.report_to or []) if n in TRACKER_NAMES]
+    out = []
+    for name in names:
+        if name == "tensorboard":
+            from torch.utils.tensorboard import SummaryWriter  # imported here: tensorboard is slow
+
+            out.append(tracker_of(SummaryWriter(log_dir=trainer_tensorboard_dir(args))))
+        else:
+            tracker = make_tracker(name, None, attach_only=True)
+            out += [tracker] if tracker is not None else []
+    return out
+
+
+def trainer_tensorboard_dir(args) -> str:
+    """The folder of the Trainer's TensorBoard events: ``TENSORBOARD_LOGGING_DIR``, else the newest folder
+    under ``output_dir/runs`` (made by its TensorBoard callback at train begin), else ``output_dir/runs``."""
+    env = os.getenv("TENSORBOARD_LOGGING_DIR")
+    if env:
+        return os.path.expanduser(env)
+    runs = Path(args.output_dir) / "runs"
+    folders = [p for p in runs.iterdir() if p.is_dir()] if runs.is_dir() else []
+    return str(max(folders, key=lambda p: p.stat().st_mtime)) if folders else str(runs)

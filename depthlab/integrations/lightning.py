@@ -12,6 +12,11 @@ comes from ``on_train_batch_end``'s ``outputs["loss"]``: under ``accumulate_grad
 has divided each micro-batch's loss by k, so the callback multiplies it back and gives the watcher,
 when the optimizer step has run, the mean of the step's micro-batch losses (``training_step``'s own
 values). ``on_fit_end`` closes the watcher. Rank 0 writes ``out``.
+
+Trackers: by default the per-layer scalars, warnings and outcome go to the Trainer's loggers
+(``trainer.loggers``; depthlab.watch.trackers): a wandb, MLflow or TensorBoard logger's own run,
+any other logger through ``log_metrics`` and ``log_hyperparams``. ``trackers=[...]`` names others,
+``trackers=[]`` none.
 """
 
 from __future__ import annotations
@@ -25,14 +30,22 @@ import torch
 from torch import nn
 
 from depthlab.watch import Watcher
+from depthlab.watch.trackers import tracker_of
 
 
 class DepthlabCallback(Callback):
     """``every``, ``out`` and ``options`` are :func:`depthlab.watch.watch`'s; ``model`` the module to
     watch (see the module docstring). ``watcher`` is the live watcher."""
 
-    def __init__(self, every: int = 10, out: str | None = None, model: nn.Module | None = None, **options):
-        self.every, self.out, self.model, self.options = every, out, model, options
+    def __init__(
+        self,
+        every: int = 10,
+        out: str | None = None,
+        model: nn.Module | None = None,
+        trackers=None,
+        **options,
+    ):
+        self.every, self.out, self.model, self.trackers, self.options = every, out, model, trackers, options
         self.watcher: Watcher | None = None
         self._micro: list[torch.Tensor] = []  # the optimizer step in progress: its micro-batches' losses
         self._stepped = 0  # trainer.global_step when the last optimizer step was handed to the watcher
@@ -41,7 +54,12 @@ class DepthlabCallback(Callback):
         inner = getattr(pl_module, "model", None)
         model = self.model or (inner if isinstance(inner, nn.Module) else pl_module)
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
-        self.watcher = Watcher(model, optimizer, self.every, self.out, **self.options)
+        trackers = self.trackers
+        if trackers is None:  # the Trainer's loggers (rank 0 logs; Lightning's loggers do the same)
+            trackers = [tracker_of(lg) for lg in trainer.loggers] if trainer.is_global_zero else []
+        planned = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
+        options = {"steps": planned, **self.options}  # the outcome's "still falling" trend
+        self.watcher = Watcher(model, optimizer, self.every, self.out, trackers=trackers, **options)
 
     def on_train_start(self, trainer, pl_module):
         if self.watcher is not None:

@@ -19,6 +19,7 @@ from depthlab.probe.plot import probe_figure
 from depthlab.probe.result import FRAMES as PROBE_FRAMES
 from depthlab.probe.result import ProbeResult, format_verdicts, verdicts_html
 from depthlab.probe.run import probe_config
+from depthlab.progress import Progress
 
 # The DataFrames of ``Comparison.to_pandas(table)``: "layers" and "verdicts" are the probe's own tables
 # (depthlab.probe.result.FRAMES) with the probe's label first; "summary" has a row per probe:
@@ -135,7 +136,12 @@ def compare(configs: list[tuple[str, ModelConfig]], **options) -> Comparison:
         raise TypeError(f"configs must be a list of (label, ModelConfig) pairs, not {type(configs).__name__}")
     if not configs:
         raise ValueError("configs must hold at least one (label, ModelConfig) pair")
-    return Comparison([(label, probe_config(cfg, **options)) for label, cfg in configs])
+    runs = []
+    with Progress(len(configs), "probe --compare", unit="probe") as bar:  # drawn on a terminal only
+        for label, cfg in configs:
+            runs.append((label, probe_config(cfg, **options)))
+            bar.advance()
+    return Comparison(runs)
 
 
 def _sci(value: float | None) -> str:

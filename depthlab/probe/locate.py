@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from depthlab.errors import InputError
+from depthlab.errors import ConfigError, InputError
 from depthlab.model.layers import Block
 from depthlab.model.norms import DyT
 from depthlab.model.stack import Stack
@@ -54,6 +54,7 @@ class StackInfo:
     note: str = ""
     groups: list[dict[str, list[nn.Parameter]]] = field(default_factory=list)
     layer_params: list[list[nn.Parameter]] = field(default_factory=list)
+    named: list[dict[str, nn.Module]] = field(default_factory=list)  # per block, the sublayers= modules
 
     @property
     def group_names(self) -> list[str]:
@@ -77,6 +78,78 @@ def locate_stack(model: nn.Module) -> StackInfo:
     return _with_groups(_search(model))
 
 
+def missing_sublayers(info: StackInfo) -> dict[str, str]:
+    """Per sublayer kind ("attn", "ffn") the blocks lack, one line saying what was tried and how to name
+    it (an empty dict when every kind was found, and for depthlab blocks, whose sublayers are their
+    own). Blocks are alike, so the first one speaks for all."""
+    if isinstance(info.blocks[0], Block):
+        return {}
+    block, found = info.blocks[0], info.group_names
+    claimed = {id(p) for ps in info.groups[0].values() for p in ps}
+    free = {
+        n: sum(p.numel() for p in m.parameters())
+        for n, m in block.named_children()
+        if not is_norm(m) and all(id(p) not in claimed for p in m.parameters())
+    }
+    free = {n: size for n, size in free.items() if size}
+    out = {}
+    for kind, what in (("attn", "attention"), ("ffn", "feed-forward")):
+        if kind in found:
+            continue
+        # the example: attention usually comes first in a block, the FFN is usually its largest part
+        pick = next(iter(free), "NAME") if kind == "attn" else max(free, key=free.get, default="NAME")
+        example = pick
+        out[kind] = (
+            f"no {what} sublayer found in the blocks of {info.path} ({type(block).__name__}): no parameter "
+            f"name matched {_pattern(kind)!r} (submodules no sublayer claims: {', '.join(free) or 'none'}); "
+            f"its {kind}_grad_norm stays None. Name it: sublayers={{{kind!r}: {example!r}}} (a submodule "
+            f"of each block, or a list of them), or sublayers=lambda block: {{{kind!r}: block.{example}}}"
+        )
+    return out
+
+
+def _pattern(kind: str) -> str:
+    return next(p.pattern for k, p in _GROUP_PATTERNS if k == kind)
+
+
+def with_sublayers(info: StackInfo, sublayers) -> StackInfo:
+    """``info`` with the sublayer groups a user names: ``sublayers`` maps a kind of SUBLAYER_KINDS to a
+    submodule's dotted name inside each block (or a list of names: the sublayer is all of them), or is a
+    callable ``block -> {kind: module}``. Kinds not
+    named keep their groups. Raises ConfigError / InputError (one line) for a bad kind or name."""
+    if sublayers is None:
+        return info
+    if not (callable(sublayers) or isinstance(sublayers, dict)):
+        raise ConfigError("sublayers", sublayers, "a dict {'attn': NAME, 'ffn': NAME} or a callable")
+    info.named = []
+    for j, block in enumerate(info.blocks):
+        given = sublayers(block) if callable(sublayers) else sublayers
+        modules = {}
+        for kind, spec in dict(given).items():
+            if kind not in SUBLAYER_KINDS:
+                raise ConfigError("sublayers", kind, f"a sublayer kind: one of {', '.join(SUBLAYER_KINDS)}")
+            specs = spec if isinstance(spec, (list, tuple)) else [spec]
+            found = [m if isinstance(m, nn.Module) else _submodule(block, m, info.path, j) for m in specs]
+            modules[kind] = found[0] if len(found) == 1 else nn.ModuleList(found)
+        # a parameter belongs to the sublayer named for it, never also to another kind
+        claimed = {id(p) for m in modules.values() for p in m.parameters()}
+        group = {k: [p for p in ps if id(p) not in claimed] for k, ps in info.groups[j].items()}
+        group.update({k: list(m.parameters()) for k, m in modules.items()})
+        info.groups[j] = {k: v for k, v in group.items() if v}
+        info.named.append(modules)
+    return info
+
+
+def _submodule(block: nn.Module, name, path: str, j: int) -> nn.Module:
+    try:
+        return block.get_submodule(str(name))
+    except AttributeError:
+        children = ", ".join(n for n, _ in block.named_children()) or "none"
+        raise InputError(
+            f"sublayers: block {j} of {path} has no submodule {name!r} (its submodules: {children})"
+        ) from None
+
+
 def stack_of(blocks, path: str = "blocks") -> StackInfo:
     """The StackInfo of blocks a user names (``blocks=model.layers``): any sequence of modules."""
     blocks = blocks if isinstance(blocks, nn.ModuleList) else nn.ModuleList(list(blocks))
@@ -95,7 +168,11 @@ def _search(model: nn.Module) -> StackInfo:
     # drop lists nested inside another candidate (a block's own list of heads or experts)
     top = [(n, m) for n, m in lists if not any(n.startswith(o + ".") for o, _ in lists if o != n)]
     if not top:
-        raise InputError(f"{type(model).__name__}: found no nn.ModuleList of identical blocks to probe")
+        raise InputError(
+            f"{type(model).__name__}: found no stack of blocks (tried: a depthlab model's stack, "
+            "torch.nn.Transformer*, and any nn.ModuleList of identical blocks with parameters); name "
+            "them: blocks=model.layers"
+        )
     decoders = [(n, m) for n, m in top if "decoder" in n.lower()]
     note = ""
     if decoders and any("encoder" in n.lower() for n, _ in top):

@@ -28,7 +28,7 @@ from depthlab.config import check_seed
 from depthlab.errors import ConfigError, InputError
 from depthlab.probe.capture import StreamCapture, find_norms, stream_tensor
 from depthlab.probe.doctor import diagnose
-from depthlab.probe.locate import StackInfo, locate_stack
+from depthlab.probe.locate import StackInfo, locate_stack, missing_sublayers, with_sublayers
 from depthlab.probe.pass_record import PassRecord
 from depthlab.probe.result import ProbeResult
 from depthlab.probe.stats import stream_table, token_cosine
@@ -69,8 +69,13 @@ def measure(
     seed=0,
     lr: float | None = None,
     warmup: int = 0,
+    sublayers=None,
 ) -> ProbeResult:
     """The numbers of :func:`probe`, without verdicts.
+
+    sublayers: each block's attention and FFN where their parameter names do not say so
+    (:func:`depthlab.probe.locate.with_sublayers`); a kind not found is named in
+    ``config["stack"]["blind_spots"]`` and in the result's header.
 
     perturbation: relative size of the weight perturbation for ``output_change`` (0 turns it off).
     jacobian_probes: random projections for the Jacobian estimate (0 = not estimated).
@@ -90,7 +95,7 @@ def measure(
     check_options(loss, perturbation, jacobian_probes, seed)
     _check_lr(lr, warmup)
     check_batch(batch)
-    stack = locate_stack(model)
+    stack = with_sublayers(locate_stack(model), sublayers)
     norms = find_norms(model, stack)
     coarse = _too_coarse(stack, perturbation)
     with probe_mode(model) as batch_stats:
@@ -110,6 +115,7 @@ def measure(
             "kind": stack.kind,
             "n_layers": len(rows) - 1,
             "note": stack.note,
+            "blind_spots": list(missing_sublayers(stack).values()),
             "final_norm": run.final_norm,
             "stream_normalised": run.normalised[-1],
             "renormalised_share": sum(run.normalised) / len(run.normalised),

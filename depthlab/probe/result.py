@@ -151,6 +151,7 @@ class ProbeResult:
             lines.append(f"source: {pr['source']}")
         if pr.get("batch"):
             lines.append(f"batch: {pr['batch']}")
+        lines += [f"blind spot: {gap}" for gap in st.get("blind_spots") or []]
         return lines + ([f"note: {st['note']}"] if st["note"] else [])
 
     def _table(self) -> list[str]:

@@ -3,6 +3,7 @@
 from depthlab.report import write_report
 path = write_report("runs/depthlab.sqlite", "runs/report")   # -> "runs/report/index.html"
 path = write_run_report("runs/mine")   # one run folder (train --out, or a watcher's out) -> runs/mine/report/index.html
+path = write_runs_report(["runs/a", "runs/b"], "runs/compare")   # several run folders overlaid on one page
 
 Every figure is a function returning a matplotlib Figure (``outcome_map(data)``, ...; the list is
 ``depthlab.report.figures.FIGURES``); ``render`` saves them. In a notebook, ``depthlab.open(db)``
@@ -24,6 +25,7 @@ from depthlab.report.html import page
 from depthlab.report.layer_plots import bottom_vs_top, layer_profiles
 from depthlab.report.plots import loss_curves, outcome_map
 from depthlab.report.run import load_run, render_run
+from depthlab.report.runs import render_runs
 from depthlab.report.summary import summary_table
 
 MARKER = ".depthlab-report"  # a folder holding this file is a depthlab report and may be rewritten
@@ -93,6 +95,13 @@ def write_run_report(folder: str, out_dir: str | None = None) -> str:
     return render_run(load_run(folder), folder, out_dir or os.path.join(folder, "report"), _prepare)
 
 
+def write_runs_report(folders: list[str], out_dir: str | None = None) -> str:
+    """One page overlaying several run folders (depthlab.report.runs) in ``out_dir`` (default
+    ``runs-report`` beside the first folder); returns index.html's path."""
+    first = os.path.abspath(folders[0])
+    return render_runs(folders, out_dir or os.path.join(os.path.dirname(first), "runs-report"), _prepare)
+
+
 __all__ = [
     "FIGURES",
     "MARKER",
@@ -108,4 +117,5 @@ __all__ = [
     "summary_table",
     "write_report",
     "write_run_report",
+    "write_runs_report",
 ]

@@ -16,7 +16,7 @@ from depthlab.report.figures import PageFigure
 from depthlab.report.grouping import depth, predicted, state
 from depthlab.report.lr_tables import lr_section
 from depthlab.study.scoring import PREDICTIONS, doctor_pairs, expected, score
-from depthlab.train.outcome import OUTCOMES
+from depthlab.watch.outcome import OUTCOMES
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; padding: 0 1em; }

@@ -27,6 +27,7 @@ from depthlab.paths import check_path
 from depthlab.report.figures import DPI, PageFigure
 from depthlab.report.html import CSS
 from depthlab.report.plots import colormap, finish, panel_axes, title_of
+from depthlab.watch.outcome import outcome_line
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure as MplFigure
@@ -126,7 +127,7 @@ def loss_plot(run: dict, axes=None) -> MplFigure | None:
     if unigram:
         ax.axhline(unigram, color="#888", ls="--", lw=1, label=f"unigram level {unigram:.2f}")
     at: dict[int, list[str]] = {}
-    for w in _warnings(run):
+    for w in warnings_of(run):
         at.setdefault(w["step"], []).append(w["code"])
     for step, codes in at.items():  # one line and one label per step, however many warnings it raised
         ax.axvline(step, color="#d62728", ls=":", lw=1.2)
@@ -184,26 +185,51 @@ RUN_FIGURES = (
 RUN_FIGURE_FILES = tuple(f"{draw.__name__}.png" for draw, _ in RUN_FIGURES)
 
 
-def _warnings(run: dict) -> list[dict]:
+def warnings_of(run: dict) -> list[dict]:
     seen = [w for r in run["records"] for w in r.get("warnings") or []]
     extra = [w for w in (run["summary"] or {}).get("warnings") or [] if w not in seen]
     return sorted(seen + extra, key=lambda w: w["step"])
 
 
+def run_facts(run: dict) -> dict:
+    """{"lr", "steps", "final_loss", "outcome"} of a run folder: the learning rate (its first and last
+    logged values, one when equal), the updates run, the final loss (validation, else the last logged
+    training loss) and the outcome line (result.json's for a trained run, watch.json's for a watched one)."""
+    recs, res, summ = run["records"], run["result"] or {}, run["summary"] or {}
+    lrs = [r["lr"] for r in recs if isinstance(r.get("lr"), (int, float))]
+    lr = None if not lrs else (f"{lrs[0]:.3g}" if lrs[0] == lrs[-1] else f"{lrs[0]:.3g} -> {lrs[-1]:.3g}")
+    losses = [r["loss"] for r in recs if isinstance(r.get("loss"), (int, float))]
+    val = res.get("val_loss")
+    final = val if isinstance(val, (int, float)) and math.isfinite(val) else (losses[-1] if losses else None)
+    which = "validation" if final is not None and final is val else "training"
+    outcome = {k: res.get(k) for k in ("outcome", "reason", "step")} if res else summ.get("outcome")
+    return {
+        "lr": lr,
+        "steps": summ.get("steps") or recs[-1]["step"],
+        "final_loss": None if final is None else f"{final:.4g} ({which})",
+        "outcome": outcome_line(outcome) if outcome else None,
+    }
+
+
 def run_page(run: dict, folder: str, figures: list[PageFigure]) -> str:
     """The HTML of the run page (every run-provided string escaped)."""
-    last, res = run["records"][-1], run["result"] or {}
+    last, facts_of = run["records"][-1], run_facts(run)
     facts = [
         ["folder", esc(folder)],
-        ["logged steps", esc(f"{len(run['records'])} (last: step {last['step']})")],
+        ["outcome", esc(facts_of["outcome"] or "not known")],
+        ["learning rate", esc(facts_of["lr"] or "not logged")],
+        [
+            "steps",
+            esc(f"{facts_of['steps']} ({len(run['records'])} logged, the last at step {last['step']})"),
+        ],
+        ["final loss", esc(facts_of["final_loss"] or "not logged")],
     ]
-    if res:
-        facts.append(["outcome", esc(f"{res.get('outcome')}: {res.get('reason') or ''}")])
     if run["summary"]:
         facts.append(
             ["watched stack", esc(f"{run['summary'].get('stack')} ({run['summary'].get('n_layers')} layers)")]
         )
-    warn_rows = [[esc(w["step"]), esc(w["code"]), esc(w["message"])] for w in _warnings(run)]
+        facts += [["blind spot", esc(g["message"])] for g in run["summary"].get("blind_spots") or []]
+    warn_rows = [[esc(w["step"]), esc(w["code"]), esc(w["message"])] for w in warnings_of(run)]
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>depthlab run</title>",
         f"<style>{CSS}</style></head><body><h1>depthlab run</h1>",

@@ -13,7 +13,6 @@ configuration that two claims share only once (training is deterministic for a g
 from __future__ import annotations
 
 import math
-import sys
 import time
 from dataclasses import dataclass, field
 
@@ -22,10 +21,11 @@ import torch
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.corpus import load_corpus
 from depthlab.errors import ConfigError
+from depthlab.progress import Progress, say
 from depthlab.reproduce import cost
 from depthlab.train import train as run_training
-from depthlab.train.outcome import STALL_MARGIN
 from depthlab.train.regimes import LARGE_LM_MODEL, LARGE_LM_TRAIN, TINY_LM_MODEL, TINY_LM_TRAIN
+from depthlab.watch.outcome import STALL_MARGIN
 
 # The shared regimes at lr 1e-3; copies, so that a claim or a test may change them.
 TINY_MODEL = dict(TINY_LM_MODEL)
@@ -130,6 +130,7 @@ def train_run(
     result = run_training(mcfg, tcfg)
     run = _summarise(label, mcfg, tcfg, result, time.perf_counter() - start)
     _CACHE[key] = run
+    _advance(mcfg, tcfg)
     if not quiet:
         _log(f"  {label:44} {run.short():18} {run.seconds:5.1f} s")
     return run
@@ -225,15 +226,33 @@ def _num(v):
 
 
 def _log(msg: str) -> None:
-
-    print(msg, file=sys.stderr, flush=True)
+    say(msg)  # above the progress line, when one is drawn
 
 
 def announce(name: str, specs, seeds, scale: str = "small") -> float:
     """Print the expected time of training ``specs`` [(model overrides, train overrides)], each with every
-    seed of ``seeds``, at ``scale`` before it starts (:mod:`depthlab.reproduce.cost`); returns the seconds."""
+    seed of ``seeds``, at ``scale`` before it starts (:mod:`depthlab.reproduce.cost`); returns the seconds.
+    On a terminal a progress line with the time left follows the runs (:mod:`depthlab.progress`)."""
     planned = [configs(m, {**t, "seed": s}, scale) for m, t in specs for s in seeds]
-    return cost.announce(name, planned, is_cached)
+    seconds = cost.announce(name, planned, is_cached)
+    todo = {(m.config_hash(), t.config_hash()) for m, t in planned if not is_cached(m, t)}
+    if _PROGRESS:
+        _PROGRESS.pop().close()
+    if todo:
+        _PROGRESS.append(Progress(len(todo), f"reproduce {name}", unit="run", expected_s=seconds))
+    return seconds
+
+
+_PROGRESS: list[Progress] = []  # the announced runs' progress line while they train
+
+
+def _advance(mcfg: ModelConfig, tcfg: TrainConfig) -> None:
+    """One announced run trained: the progress line moves on (and goes when the last one is done)."""
+    if _PROGRESS:
+        bar = _PROGRESS[0]
+        bar.advance(expected_s=cost.run_seconds(mcfg, tcfg))
+        if bar.done >= bar.total:
+            _PROGRESS.pop().close()
 
 
 def outcomes(runs: list[Run]) -> str:

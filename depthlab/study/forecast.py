@@ -12,7 +12,7 @@ Two forecasters read only what a run logged up to step ceil(share x steps):
 Warnings are recomputed from the stored records (:func:`depthlab.watch.replay`) with the thresholds
 under test, so thresholds are chosen on one study (:func:`tune`) and measured on another
 (:func:`forecast_table`) without re-running either. Outcomes are the runs' own (trained / stalled /
-diverged, :mod:`depthlab.train.outcome`); any other labelling works the same way: the functions take
+diverged, :mod:`depthlab.watch.outcome`); any other labelling works the same way: the functions take
 plain run dicts {"outcome", "steps", "unigram_loss", "records"}.
 """
 
@@ -31,8 +31,8 @@ STALL_CODES = ("gradient-starvation",)
 
 
 def load_runs(db: str, study: str | int | None) -> list[dict]:
-    """The finished runs of ``study`` as forecast inputs: outcome, steps, unigram loss and the records
-    (metrics rows with their extra keys and per-layer rows), in step order."""
+    """The finished runs of ``study`` as forecast inputs: outcome (and the step it was decided at), steps,
+    unigram loss and the records (metrics rows with their extra keys and per-layer rows), in step order."""
     with Store(db, create=False) as store:
         sid = store.find_study(study)["id"]
         out = []
@@ -50,6 +50,7 @@ def load_runs(db: str, study: str | int | None) -> list[dict]:
             out.append(
                 {
                     "outcome": r["outcome"],
+                    "outcome_step": r.get("outcome_step"),
                     "steps": steps,
                     "unigram_loss": r["unigram_loss"],
                     "records": records,

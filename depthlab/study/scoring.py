@@ -1,7 +1,7 @@
 """How well an at-init prediction foretold the outcomes of a study's runs: the doctor's score.
 
 The doctor predicts "trains" or "fails" (:func:`depthlab.probe.doctor.prediction`); a run's outcome is
-one of trained, undertrained, stalled, diverged (:mod:`depthlab.train.outcome`). A prediction is a hit
+one of trained, undertrained, stalled, diverged (:mod:`depthlab.watch.outcome`). A prediction is a hit
 when "trains" meets "trained" or "fails" meets any other outcome. :func:`score` gives the accuracy, the
 confusion table (predictions down, outcomes across), per outcome its recall (the share of its runs the
 doctor got right), per prediction its precision (the share of runs so predicted that went that way),
@@ -11,7 +11,7 @@ and the baseline that always answers the majority: a doctor is worth reading onl
 from __future__ import annotations
 
 from depthlab.probe.doctor import prediction
-from depthlab.train.outcome import OUTCOMES
+from depthlab.watch.outcome import OUTCOMES
 
 PREDICTIONS = ("trains", "fails")
 

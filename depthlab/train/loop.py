@@ -34,12 +34,12 @@ from depthlab.train import checkpoint
 from depthlab.train.batch import shard
 from depthlab.train.distributed import Dist, setup, teardown, wrap_ddp
 from depthlab.train.evaluate import evaluate, token_loss_sum, z_loss_sum
-from depthlab.train.outcome import Monitor
 from depthlab.train.result import RunResult
 from depthlab.train.rundir import RunDir, RunOutput
 from depthlab.train.schedules import make_optimizer, make_scheduler
 from depthlab.train.tasks import check_train_memory, make_task
 from depthlab.watch import Watcher
+from depthlab.watch.outcome import Monitor
 
 
 def train(
@@ -132,8 +132,9 @@ class Trainer:
         self.sched = make_scheduler(self.opt, cfg, model_cfg.d_model)
         self.monitor = Monitor(cfg.steps, self.task.unigram_loss, cfg.spike_factor, cfg.stall_share)
         self.watcher = Watcher(
-            self.model, when=self.logged, measure=cfg.telemetry, loss_from_output=False, echo=None
-        )
+            self.model, when=self.logged, measure=cfg.telemetry, loss_from_output=False, echo=None,
+            outcome=False,  # the loop's own Monitor (the same rules) decides, and stops a diverged run
+        )  # fmt: skip
         # measured steps run eagerly: the watcher's hooks observe the eager module's blocks
         self.eager = wrap_ddp(self.model, dist)
         self.fwd = torch.compile(self.eager) if cfg.compile else self.eager

@@ -36,7 +36,7 @@ FRAMES = {"metrics": METRIC_KEYS, "layers": ("step", "layer", *LAYER_KEYS)}
 class RunResult:
     """The outcome of :func:`depthlab.train.train`.
 
-    outcome: "trained" | "stalled" | "diverged" (rules in :mod:`depthlab.train.outcome`); reason: why it
+    outcome: "trained" | "stalled" | "diverged" (rules in :mod:`depthlab.watch.outcome`); reason: why it
     stalled or diverged (None if trained); step: the update where that was decided (None if trained).
     final_train_loss: mean training loss (nats/token) over the last logging window; val_loss: at the
     end (nats/token); val_bpb: val_loss / ln 2 for byte-level lm (None otherwise); unigram_loss: the

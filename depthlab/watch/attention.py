@@ -32,6 +32,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from depthlab.model.layers import Attention, Block
+from depthlab.watch.dist import all_reduce
 
 _SOFTMAXES = (F.softmax, torch.softmax, torch.Tensor.softmax)
 ROWS = 4  # sequences of the batch whose attention scores are recomputed on a logged step
@@ -100,6 +101,23 @@ class AttentionTap(TorchFunctionMode):
         super().__init__()
         self.layer: int | None = None
         self.stats: dict[int, torch.Tensor] = {}
+        self.handles: list = []
+
+    def attach(self, blocks) -> None:
+        """Hooks on each block's attention module (:func:`attention_module`) for one forward."""
+        self.stats = {}
+        for j, block in enumerate(blocks):
+            m = attention_module(block)
+            self.handles += [
+                m.register_forward_pre_hook(lambda *_, j=j: self.enter(j)),
+                m.register_forward_hook(lambda *_: self.leave(), always_call=True),
+            ]
+
+    def detach(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+        self.leave()
 
     def enter(self, layer: int) -> None:
         self.layer = layer
@@ -173,3 +191,16 @@ def layer_values(stats: dict[int, torch.Tensor], n_layers: int) -> list[tuple[fl
         total, count, peak = stats[j].tolist()
         out.append((total / count if count else None, peak if math.isfinite(peak) else None))
     return out
+
+
+def combined_values(stats: dict[int, torch.Tensor], n: int, world: int) -> list[tuple]:
+    """:func:`layer_values` of the ``stats`` of each process combined (entropy sums and counts summed,
+    maxima maxed over the ``world`` processes)."""
+    packed = torch.tensor([[0.0, 0.0, -math.inf]] * n, dtype=torch.float64)
+    for j, s in stats.items():
+        packed[j] = s.cpu()
+    if world > 1:
+        packed[:, :2] = all_reduce(packed[:, :2].contiguous())
+        packed[:, 2] = all_reduce(packed[:, 2].contiguous(), op="max")
+    seen = {j: packed[j] for j in range(n) if packed[j, 1] > 0 or j in stats}
+    return layer_values(seen, n)

@@ -47,6 +47,10 @@ class Events:
             self.writer.add_text("warnings", warning["message"], step)
         self.writer.flush()
 
+    def text(self, tag: str, text: str, step: int) -> None:
+        self.writer.add_text(tag, text, step)
+        self.writer.flush()
+
     def close(self) -> None:
         self.writer.close()
 

@@ -3,8 +3,9 @@ checkpoints.
 
     DIR/metrics.jsonl          one record per logged step (:mod:`depthlab.watch.keys`)
     DIR/events.out.tfevents.*  TensorBoard scalars under depthlab train's tags (:mod:`depthlab.watch.events`)
-    DIR/watch.json             what was watched (stack path, layers, every), every warning, the unigram
-                               loss estimate; rewritten at each logged step, so a killed loop leaves it
+    DIR/watch.json             what was watched (stack path, layers, every, steps, the last lr and loss),
+                               the blind spots, every warning, the unigram loss estimate and the outcome
+                               so far; rewritten at each logged step, so a killed loop leaves it
 
 A DIR that already holds a run's files is refused (nothing stored is overwritten): choose another.
 """
@@ -18,6 +19,7 @@ from depthlab.errors import InputError
 from depthlab.jsonable import finite_or_none
 from depthlab.paths import check_folder, make_folder
 from depthlab.watch.events import Events
+from depthlab.watch.outcome import outcome_line
 
 METRICS, SUMMARY = "metrics.jsonl", "watch.json"
 
@@ -53,6 +55,9 @@ class WatchOutput:
         self.events.log(record)
         write_json(self.path / SUMMARY, summary)
 
-    def close(self, summary: dict) -> None:
+    def close(self, summary: dict, outcome: dict | None = None) -> None:
+        """Write the final summary; the outcome also as TensorBoard text (``depthlab/outcome``)."""
         write_json(self.path / SUMMARY, summary)
+        if outcome is not None:
+            self.events.text("depthlab/outcome", outcome_line(outcome), summary.get("steps") or 0)
         self.events.close()

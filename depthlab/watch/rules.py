@@ -12,7 +12,7 @@ watcher prints it once and records it in that step's ``warnings``.
 | attention-entropy-collapse | a layer's attention entropy < ``entropy_share`` x its value at the first logged step |
 | attention-logit-growth  | a layer's largest attention logit > ``attn_logit_factor`` x its first value, and above ``attn_logit_floor`` |
 | output-logit-growth     | the mean output log-partition (log Z) > its first value + ``lse_rise`` nats          |
-| update-ratio-spike      | a layer's relative weight update ||dW||/||W|| > ``update_factor`` x its median over the previous logged steps (from the 4th) |
+| update-ratio-spike      | a layer's relative weight update ||dW||/||W||, or its stream update ratio ||x_i - x_(i-1)||/||x_(i-1)||, > ``update_factor`` x its median over the previous logged steps (from the 2nd: a stream growing 10,000-fold by the second logged step is a spike) |
 
 The thresholds were set on a tuning grid of runs kept apart from the grid the forecast is measured on
 (docs/watch.md has the measurements and the commands).
@@ -43,6 +43,9 @@ class Thresholds:
 
 
 LOSS_CODES = ("non-finite", "loss-spike")  # what the loss alone can tell
+# what update-ratio-spike compares with its own past: the weights' relative update and the stream's
+UPDATE_KEYS = (("param_update", "relative weight update ||dW||/||W||"),
+               ("update_ratio", "stream update ratio ||x_i - x_(i-1)|| / ||x_(i-1)||"))  # fmt: skip
 
 
 @dataclass
@@ -53,7 +56,7 @@ class Rules:
     losses: list[float] = field(default_factory=list)
     fired: list[str] = field(default_factory=list)
     first: dict = field(default_factory=dict)  # "entropy"/"logit": per-layer first values; "lse"
-    updates: list[list[float]] = field(default_factory=list)  # per layer, param_update at logged steps
+    updates: dict = field(default_factory=dict)  # per UPDATE_KEYS key, per layer, its values at logged steps
     starved_run: int = 0
 
     def _fire(self, step, code, message, layer=None, value=None, threshold=None) -> list[dict]:
@@ -180,23 +183,24 @@ class Rules:
 
     def _updates(self, step, rows) -> list[dict]:
         th, out = self.thresholds, []
-        while len(self.updates) < len(rows):
-            self.updates.append([])
-        for row, past in zip(rows, self.updates):
-            u = row.get("param_update")
-            if u is None or not math.isfinite(u):
-                continue
-            if len(past) >= 3:
-                med = statistics.median(past)
-                if med > 0 and u > th.update_factor * med:
+        for key, what in UPDATE_KEYS:
+            history = self.updates.setdefault(key, [])
+            while len(history) < len(rows):
+                history.append([])
+            for row, past in zip(rows, history):
+                u = row.get(key)
+                if u is None or not math.isfinite(u):
+                    continue
+                med = statistics.median(past) if past else None
+                if med is not None and med > 0 and u > th.update_factor * med:
                     out += self._fire(
                         step, "update-ratio-spike",
-                        f"layer {row['index']}'s relative weight update {u:.3g} is {u / med:.1f} x its median "
-                        f"{med:.3g} (threshold {th.update_factor:g} x)", layer=row["index"], value=u / med,
-                        threshold=th.update_factor,
+                        f"layer {row['index']}'s {what} {u:.4g} is {u / med:.1f} x its median {med:.3g} over "
+                        f"the {len(past)} earlier logged steps (threshold {th.update_factor:g} x)",
+                        layer=row["index"], value=u / med, threshold=th.update_factor,
                     )  # fmt: skip
-            past.append(u)
-            del past[:-20]
+                past.append(u)
+                del past[:-20]
         return out
 
     def state_dict(self) -> dict:
@@ -206,6 +210,8 @@ class Rules:
 
     def load_state_dict(self, d: dict) -> None:
         for k, v in d.items():
+            if k == "updates" and isinstance(v, list):  # a state written when only param_update was kept
+                v = {"param_update": v}
             setattr(self, k, v)
 
 

@@ -4,7 +4,7 @@
 - the logits: an HF output's ``logits``, or a depthlab language model's returned tensor;
 - the tokens: ``labels`` (ignoring the -100 padding), else ``input_ids``, else an integer first
   argument; their frequencies give the unigram loss, the reference a model that learned nothing of
-  the context sits at (depthlab.train.outcome calls such a run stalled).
+  the context sits at (depthlab.watch.outcome calls such a run stalled).
 """
 
 from __future__ import annotations
@@ -27,6 +27,15 @@ def output_logits(output, kind: str) -> torch.Tensor | None:
         first = output[0] if isinstance(output, tuple) else output
         return first if isinstance(first, torch.Tensor) else None
     return None
+
+
+def log_partition(logits: torch.Tensor) -> torch.Tensor:
+    """[sum over tokens of log sum_v exp(logit_v), number of tokens] as a (2,) float64 tensor (summed
+    over processes, then divided, it is the mean log-partition of the whole batch)."""
+    with torch.no_grad():
+        lse = torch.logsumexp(logits.detach().float(), dim=-1)
+        count = torch.tensor(float(lse.numel()), dtype=torch.float64, device=lse.device)
+        return torch.stack([lse.sum().double(), count])
 
 
 def batch_tokens(args, kwargs) -> torch.Tensor | None:
@@ -64,3 +73,17 @@ class TokenCounts:
             return None
         p = self.counts[self.counts > 0].double() / total
         return float(-(p * p.log()).sum())
+
+
+def loss_value(value) -> float | None:
+    """A step's loss as a float: the mean of its micro-batches' losses when it has several."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return float(torch.stack([v.detach().float() for v in value]).mean()) if value else None
+    return float(value.detach()) if isinstance(value, torch.Tensor) else float(value)
+
+
+def mean_log_partition(pair: torch.Tensor | None) -> float | None:
+    """The mean log-partition from :func:`log_partition`'s (sum, count), None without tokens."""
+    return float(pair[0] / pair[1]) if pair is not None and float(pair[1]) else None

@@ -19,7 +19,9 @@ it attach the expensive hooks for that forward:
     update:    each layer's weights are copied at the logged forward and compared after the update
 
 A logged step's record (depthlab.watch.keys) is finished when the step ends and goes, with the warnings
-of depthlab.watch.rules, to ``out`` (rank 0 only), to ``on_record`` and to ``watcher.records``.
+of depthlab.watch.rules and of the outcome rules (depthlab.watch.judge), to ``out`` (rank 0 only), to the
+trackers (depthlab.watch.trackers), to ``on_record`` and to ``watcher.records``. What cannot be attached
+is said once, at attach (depthlab.watch.gaps).
 Other steps only keep their loss, as a tensor (reading it would synchronise a GPU every step); the
 losses are read and checked at the next logged step. ``close()`` removes every hook it added.
 
@@ -31,7 +33,6 @@ the step's loss, and the step's loss is their sum.
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable
 
@@ -39,15 +40,27 @@ import torch
 from torch import nn
 
 from depthlab.errors import ConfigError
-from depthlab.probe.locate import locate_stack, stack_of
-from depthlab.watch.attention import AttentionTap, attention_module, layer_values
+from depthlab.probe.locate import locate_stack, stack_of, with_sublayers
+from depthlab.watch.attention import AttentionTap, combined_values
+from depthlab.watch.detectors import LiveDetectors
 from depthlab.watch.dist import all_reduce, rank, world_size
+from depthlab.watch.gaps import attach_gaps, logits_gap
+from depthlab.watch.judge import Judge, tail_record
 from depthlab.watch.keys import ATTN_KEYS, GRAD_KEYS, RECORD_KEYS, STREAM_KEYS
 from depthlab.watch.output import WatchOutput
 from depthlab.watch.params import LayerParams
 from depthlab.watch.rules import Rules, Thresholds
 from depthlab.watch.streams import StreamTap
-from depthlab.watch.tokens import TokenCounts, batch_tokens, output_logits, output_loss
+from depthlab.watch.tokens import (
+    TokenCounts,
+    batch_tokens,
+    log_partition,
+    loss_value,
+    mean_log_partition,
+    output_logits,
+    output_loss,
+)
+from depthlab.watch.trackers import check_trackers, make_trackers, scalars
 
 
 class Watcher:
@@ -70,12 +83,19 @@ class Watcher:
         loss_from_output: bool = True,
         on_record: Callable[[dict], None] | None = None,
         echo=sys.stderr,
+        sublayers=None,
+        logits: Callable | None = None,
+        steps: int | None = None,
+        outcome: bool = True,
+        trackers=None,
+        detectors=(),
     ):
         if not isinstance(every, int) or every < 1:
             raise ConfigError("every", every, "an integer >= 1 (log every that many steps)")
         inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
-        self.stack = locate_stack(inner) if blocks is None else stack_of(blocks)
+        self.stack = with_sublayers(locate_stack(inner) if blocks is None else stack_of(blocks), sublayers)
         self.model, self.optimizer, self.every, self.when = model, optimizer, every, when
+        self.logits_of = logits
         self.measure = measure
         self.params = LayerParams(inner, self.stack)
         self.streams = StreamTap(inner, self.stack, self._on_stream_grad)
@@ -84,12 +104,17 @@ class Watcher:
         self.tokens, self.unigram_given = TokenCounts(), unigram_loss
         self.loss_from_output, self.on_record, self.echo = loss_from_output, on_record, echo
         self.world, self.is_main = world_size(), rank() == 0
+        self.detectors = LiveDetectors(detectors) if detectors else None  # the published ones, by name
+        check_trackers(trackers, out)  # every option checked before out is made or a tracker started
         self.out = WatchOutput(out) if (out is not None and self.is_main) else None
-        self.t, self.records, self.warnings = 1, [], []
+        self.trackers = make_trackers(trackers, out) if self.is_main else []  # after out: it may refuse
+        self.t, self.records, self.warnings, self.gaps = 1, [], [], []
+        self.judge = Judge(steps, self.unigram_loss) if outcome else None
         self._window: list[list] = []  # [step, loss (float | tensor | list of tensors), grad norm or None]
         self._given_grad = None
         self._reset_step()
         self._pending: dict | None = None
+        self._output_type = None  # the type of the first measured training forward's output
         self._handles = [
             model.register_forward_pre_hook(self._before_forward, with_kwargs=True),
             model.register_forward_hook(self._after_forward, with_kwargs=True, always_call=True),
@@ -99,8 +124,8 @@ class Watcher:
                 optimizer.register_step_pre_hook(self._before_optimizer),
                 optimizer.register_step_post_hook(self._after_optimizer),
             ]
-        self._attn_handles: list = []
         self.closed = False
+        self._name_gaps(attach_gaps(self.stack, optimizer is not None, attention))
 
     def _reset_step(self) -> None:
         self._forwards, self._losses, self._explicit, self._shares = 0, [], None, False
@@ -140,16 +165,10 @@ class Watcher:
         if self.streams.capture is not None:
             self.streams.stop()
             self._detach_attention()
-            logits = output_logits(output, self.stack.kind)
-            if logits is not None:
-                with torch.no_grad():
-                    lse = torch.logsumexp(logits.detach().float(), dim=-1)
-                    self._lse = torch.stack(
-                        [
-                            lse.sum().double(),
-                            torch.tensor(float(lse.numel()), dtype=torch.float64, device=lse.device),
-                        ]
-                    )
+            logits = self.logits_of(output) if self.logits_of else output_logits(output, self.stack.kind)
+            if isinstance(logits, torch.Tensor):
+                self._lse = log_partition(logits)
+            self._output_type = type(output)
         if self.loss_from_output and torch.is_grad_enabled() and module.training:
             loss = output_loss(output)
             if loss is not None:
@@ -157,20 +176,12 @@ class Watcher:
         return None
 
     def _attach_attention(self) -> None:
-        if self.tap is None:
-            return
-        self.tap.stats = {}
-        for j, block in enumerate(self.stack.blocks):
-            m = attention_module(block)
-            self._attn_handles += [
-                m.register_forward_pre_hook(lambda *_, j=j: self.tap.enter(j)),
-                m.register_forward_hook(lambda *_: self.tap.leave(), always_call=True),
-            ]
+        if self.tap is not None:
+            self.tap.attach(self.stack.blocks)
 
     def _detach_attention(self) -> None:
-        for h in self._attn_handles:
-            h.remove()
-        self._attn_handles.clear()
+        if self.tap is not None:
+            self.tap.detach()
 
     def _on_stream_grad(self) -> None:
         if not self._queued:
@@ -197,13 +208,21 @@ class Watcher:
 
     # -- steps -----------------------------------------------------------------------------------
     def step(
-        self, loss=None, *, lr: float | None = None, grad_norm: float | None = None, applied: bool = True
+        self,
+        loss=None,
+        *,
+        lr: float | None = None,
+        grad_norm: float | None = None,
+        applied: bool = True,
+        logits: torch.Tensor | None = None,
     ):
         """End the step in progress (without an optimizer) or give the loss of the step just ended by
         ``optimizer.step()`` (with one). ``loss``: a float or a tensor (read lazily); ``lr``,
         ``grad_norm``: where the loop knows them better (grad_norm every step lets a non-finite gradient
-        be seen on any step); ``applied=False``: the update was skipped. Returns the logged step's record
-        (a dict, depthlab.watch.keys) when this call finished one, else None."""
+        be seen on any step); ``applied=False``: the update was skipped; ``logits``: the step's output
+        logits (..., V), for a model whose output the watcher cannot read them from (read on logged steps
+        only). Returns the logged step's record (a dict, depthlab.watch.keys) when this call finished
+        one, else None."""
         if lr is not None:
             self._lr = lr
         if isinstance(loss, torch.Tensor):
@@ -212,7 +231,11 @@ class Watcher:
             last = self._window[-1]
             last[1] = loss if loss is not None else last[1]
             last[2] = grad_norm if grad_norm is not None else last[2]
+            if logits is not None and self._pending is not None and self._pending["logit_lse"] is None:
+                self._pending["logit_lse"] = mean_log_partition(all_reduce(log_partition(logits)))
             return self._emit() if self._pending is not None else None
+        if logits is not None and self.measuring():
+            self._lse = log_partition(logits)
         self._explicit, self._given_grad = loss, grad_norm
         if self.optimizer is not None:
             return None
@@ -239,7 +262,8 @@ class Watcher:
         """The logged step's record, all but its loss and warnings (known when the step's loss is)."""
         rows = self.streams.table(self.world)
         total, sub = self._grads or (None, [])
-        attn = self._attention_values(len(self.stack.blocks))
+        n = len(self.stack.blocks)
+        attn = combined_values(self.tap.stats, n, self.world) if self.tap is not None else [(None, None)] * n
         lse = all_reduce(self._lse) if self._lse is not None else None
         layers = []
         for row in rows:
@@ -257,25 +281,13 @@ class Watcher:
             "loss": None,
             "lr": lr,
             "grad_norm": grad_norm if grad_norm is not None else total,
-            "logit_lse": float(lse[0] / lse[1]) if lse is not None and float(lse[1]) else None,
+            "logit_lse": mean_log_partition(lse),
             "val_loss": None,
             "tokens_per_s": None,
             "layers": layers,
             "warnings": [],
         }
         return {k: values[k] for k in RECORD_KEYS}
-
-    def _attention_values(self, n: int) -> list[tuple]:
-        if self.tap is None:
-            return [(None, None)] * n
-        packed = torch.tensor([[0.0, 0.0, -math.inf]] * n, dtype=torch.float64)
-        for j, s in self.tap.stats.items():
-            packed[j] = s.cpu()
-        if self.world > 1:
-            packed[:, :2] = all_reduce(packed[:, :2].contiguous())
-            packed[:, 2] = all_reduce(packed[:, 2].contiguous(), op="max")
-        seen = {j: packed[j] for j in range(n) if packed[j, 1] > 0 or j in self.tap.stats}
-        return layer_values(seen, n)
 
     def _optimizer_lr(self):
         return self.optimizer.param_groups[0]["lr"] if self.optimizer is not None else None
@@ -289,14 +301,31 @@ class Watcher:
         # the record's rules first: a non-finite number found there names the layer where it appeared
         warnings = self.rules.check_record(record)
         warnings += [w for step, loss, grad in window for w in self.rules.check_loss(step, loss, grad)]
+        if self.judge is not None:
+            warnings += self.judge.see(window, record)
+        if self.detectors is not None:
+            warnings += self.detectors.see(window, record, record["lr"])
         record["warnings"] = warnings
+        if not self.records and record["logit_lse"] is None and self._output_type is not None:
+            self._name_gaps([logits_gap(self._output_type)])
         self.records.append(record)
         self._speak(warnings)
+        for tracker in self.trackers:
+            tracker.log(record["step"], scalars(record, len(self.warnings)))
+            for w in warnings:
+                tracker.warn(w)
         if self.out is not None:
             self.out.write(record, self.summary())
         if self.on_record is not None and self.is_main:
             self.on_record(record)
         return record
+
+    def _name_gaps(self, gaps: list[dict]) -> None:
+        """Say each instrument that cannot be attached, once (depthlab.watch.gaps)."""
+        self.gaps += gaps
+        if self.is_main and self.echo is not None:
+            for g in gaps:
+                print(f"depthlab.watch: blind spot: {g['message']}", file=self.echo, flush=True)
 
     def flush(self) -> dict | None:
         """Finish the pending record now, for a loop that gives no loss by :meth:`step` after the update
@@ -305,7 +334,7 @@ class Watcher:
 
     def _read_window(self) -> list[tuple[int, float | None, float | None]]:
         """(step, loss, gradient norm) of each update since the last record, read now; the window empties."""
-        window = [(step, _as_float(value), grad) for step, value, grad in self._window]
+        window = [(step, loss_value(value), grad) for step, value, grad in self._window]
         self._window = []
         return window
 
@@ -321,14 +350,25 @@ class Watcher:
         the logged batches (the level a model that learned nothing of the context sits at)."""
         return self.unigram_given if self.unigram_given is not None else self.tokens.entropy()
 
+    def outcome(self) -> dict | None:
+        """{"outcome", "reason", "step"}: trained / undertrained / stalled / diverged by depthlab train's
+        rules (depthlab.watch.judge), as if the run ended now (final once closed); None with
+        ``outcome=False``."""
+        return self.judge.outcome() if self.judge is not None else None
+
     def summary(self) -> dict:
-        """What was watched and what it raised (watch.json)."""
+        """What was watched, what it could not see, what it raised and the outcome so far (watch.json)."""
+        losses = [r["loss"] for r in self.records if r.get("loss") is not None]
         return {
             "stack": self.stack.path,
             "n_layers": len(self.stack.blocks),
             "every": self.every,
             "steps": self.t - 1,
+            "lr": self.records[-1]["lr"] if self.records else None,
+            "final_loss": losses[-1] if losses else None,
             "unigram_loss": self.unigram_loss(),
+            "outcome": self.outcome(),
+            "blind_spots": self.gaps,
             "warnings": self.warnings,
         }
 
@@ -338,18 +378,25 @@ class Watcher:
             return
         if self._pending is not None:
             self._emit()
-        self._speak(
-            [w for step, loss, grad in self._read_window() for w in self.rules.check_loss(step, loss, grad)]
-        )
+        window = self._read_window()
+        warnings = [w for step, loss, grad in window for w in self.rules.check_loss(step, loss, grad)]
+        if self.judge is not None:
+            warnings += self.judge.see(window, tail_record(window))
+        self._speak(warnings)
+        outcome = self.outcome()
+        for tracker in self.trackers:
+            for w in warnings:
+                tracker.warn(w)
+            if outcome is not None:
+                tracker.summary(outcome)
+            tracker.close()
         for h in self._handles:
             h.remove()
         self._handles.clear()
         self._detach_attention()
         self.streams.remove()
-        if self.tap is not None:
-            self.tap.leave()
         if self.out is not None:
-            self.out.close(self.summary())
+            self.out.close(self.summary(), outcome)
         self.closed = True
 
     def __enter__(self) -> Watcher:
@@ -360,18 +407,13 @@ class Watcher:
 
     def state_dict(self) -> dict:
         """The rules' memory and the step counter, as plain data (a resumed loop continues exactly)."""
-        window = [[s, _as_float(v), g] for s, v, g in self._window]
-        return {"t": self.t, "rules": self.rules.state_dict(), "window": window, "warnings": self.warnings}
+        window = [[s, loss_value(v), g] for s, v, g in self._window]
+        judge = self.judge.state_dict() if self.judge is not None else None
+        return {"t": self.t, "rules": self.rules.state_dict(), "window": window, "warnings": self.warnings,
+                "judge": judge}  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:
         self.t, self._window, self.warnings = state["t"], state["window"], state["warnings"]
         self.rules.load_state_dict(state["rules"])
-
-
-def _as_float(value) -> float | None:
-    """A step's loss as a float: the mean of its micro-batches' losses when it has several."""
-    if value is None:
-        return None
-    if isinstance(value, list):
-        return float(torch.stack([v.detach().float() for v in value]).mean()) if value else None
-    return float(value.detach()) if isinstance(value, torch.Tensor) else float(value)
+        if self.judge is not None and state.get("judge") is not None:  # older states have none
+            self.judge.load_state_dict(state["judge"])

@@ -27,7 +27,7 @@ REGISTRATION = Registration(
     expectation={
         # "comparably": DyT trains and its final loss is within this many nats of LayerNorm's
         "close": 0.10,
-        # "trains": DyT's final loss below the stall level, 5% under the unigram loss (depthlab.train.outcome)
+        # "trains": DyT's final loss below the stall level, 5% under the unigram loss (depthlab.watch.outcome)
         "trained_share_below_unigram": 0.05,
         "decision": DECISION,
     },

@@ -6,7 +6,7 @@ In the small regime a 24-layer post-LN model without warmup ends at the unigram 
 stalls rather than diverges (the depth claim). Here the same model is trained without warmup at four
 learning rates for the first few hundred steps, several seeds each; a run has diverged when the train
 package says so (a non-finite loss or gradient, or the smoothed loss far above its minimum:
-:mod:`depthlab.train.outcome`). Each learning rate is one check: every seed diverged (agree), none did
+:mod:`depthlab.watch.outcome`). Each learning rate is one check: every seed diverged (agree), none did
 (MISMATCH), or the seeds split (inconclusive).
 """
 

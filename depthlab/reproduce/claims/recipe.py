@@ -19,7 +19,7 @@ be (32 * 50)^-0.5 = 0.025 here (the paper's (512 * 4000)^-0.5 = 7e-4), so lr is 
 only in its t^-0.5 decay after the warmup.
 
 "Fails" is decided on the final loss relative to the unigram loss, at the train package's stall level
-(:mod:`depthlab.train.outcome`: 5% below the unigram loss), on the mean over seeds with its interval.
+(:mod:`depthlab.watch.outcome`: 5% below the unigram loss), on the mean over seeds with its interval.
 A setting expected to fail is confirmed only if the full recipe (warmup, beta2 0.98) trains in the same
 runs: otherwise its failure says nothing about the missing ingredient, and its result is inconclusive.
 """

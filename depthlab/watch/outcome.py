@@ -1,5 +1,9 @@
 """Did the run train, fall short, stall or diverge? The rules, their thresholds, and the monitor that applies them.
 
+One implementation for every run: ``depthlab train`` feeds its :class:`Monitor` and stops a diverged
+run; a watched loop's :class:`depthlab.watch.Watcher` feeds its own (the run goes on: the label is
+reported, live and at close).
+
 **diverged** (the run stops there: the outcome is decided, so stopping cannot change it):
 
 - the loss or the gradient norm of an update is not finite (the run stops before applying it);
@@ -75,10 +79,13 @@ class Monitor:
     def stall_level(self) -> float | None:
         return None if self.unigram_loss is None else (1 - STALL_MARGIN) * self.unigram_loss
 
-    def update(self, step: int, loss: float, grad_norm: float) -> bool:
-        """Feed update ``step``; True if the run diverged here (then stop without applying the update)."""
+    def update(self, step: int, loss: float, grad_norm: float | None) -> bool:
+        """Feed update ``step`` (``grad_norm`` None where the loop does not know it); True if the run
+        diverged here (then stop without applying the update)."""
+        if self.diverged is not None:
+            return True
         for what, value in (("loss", loss), ("gradient norm", grad_norm)):
-            if not math.isfinite(value):
+            if value is not None and not math.isfinite(value):
                 return self._diverge(step, f"{what} became {value} at step {step}")
         if self.initial_loss is None:
             self.initial_loss = loss
@@ -183,3 +190,10 @@ class Monitor:
             elif k == "logged":
                 v = [tuple(x) for x in v]
             setattr(self, k, v)
+
+
+def outcome_line(outcome: dict) -> str:
+    """'diverged at step 12: reason' (or the reason alone when there is no label)."""
+    label = outcome.get("outcome") or "no outcome"
+    at = f" at step {outcome['step']}" if outcome.get("step") is not None else ""
+    return f"{label}{at}" + (f": {outcome['reason']}" if outcome.get("reason") else "")

@@ -1,0 +1,58 @@
+"""The run page's header (lr, steps, final loss, outcome) and ``report --run A B`` overlaying runs."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import depthlab
+from depthlab import ModelConfig, build_model
+from depthlab.cli import main
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _watched(folder, lr: float, steps: int = 12):
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(n_layers=2, d_model=32, n_heads=4, max_len=32))
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    with depthlab.watch(model, opt, every=3, out=str(folder), echo=None) as w:
+        for t in range(steps):
+            x = torch.randint(0, 256, (4, 16), generator=torch.Generator().manual_seed(t))
+            loss = F.cross_entropy(model(x)[:, :-1].flatten(0, 1), x[:, 1:].flatten())
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            w.step(loss)
+    return w
+
+
+def _cells(html: str) -> list[str]:
+    return [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", html, re.S)]
+
+
+def test_the_run_page_header_says_lr_steps_final_loss_and_outcome(tmp_path, capsys):
+    w = _watched(tmp_path / "sane", 3e-3)
+    assert main(["report", "--run", str(tmp_path / "sane")]) == 0
+    cells = _cells((tmp_path / "sane" / "report" / "index.html").read_text())
+    facts = dict(zip(cells[0::2], cells[1::2]))
+    assert facts["learning rate"] == "0.003" and facts["steps"].startswith("12 ")
+    assert facts["final loss"] == f"{w.records[-1]['loss']:.4g} (training)"
+    assert facts["outcome"].startswith(w.outcome()["outcome"])
+
+
+def test_report_run_overlays_several_runs(tmp_path, capsys):
+    a, b = _watched(tmp_path / "sane", 3e-3), _watched(tmp_path / "hot", 0.5)
+    out = tmp_path / "both"
+    assert main(["report", "--run", str(tmp_path / "sane"), str(tmp_path / "hot"), "--out", str(out)]) == 0
+    html = (out / "index.html").read_text()
+    assert "overlay_plot.png" in html and (out / "overlay_plot.png").stat().st_size > 10_000
+    cells = _cells(html)
+    row = cells.index("hot")
+    assert cells[row + 1] == "0.5" and cells[row + 4].startswith(b.outcome()["outcome"])
+    assert cells[cells.index("sane") + 4].startswith(a.outcome()["outcome"])
+    assert main(["report", "--run", str(tmp_path / "sane"), str(tmp_path / "nothing")]) == 2
+    assert "nothing" in capsys.readouterr().err
