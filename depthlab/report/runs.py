@@ -13,23 +13,23 @@ from __future__ import annotations
 
 import math
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib import colormaps
-from matplotlib.figure import Figure as MplFigure
-from matplotlib.lines import Line2D
-from matplotlib.ticker import MaxNLocator
 
 from depthlab.display import esc
 from depthlab.display import table as _table
 from depthlab.report.figures import DPI, PageFigure
 from depthlab.report.html import CSS
-from depthlab.report.plots import finish, panel_axes, title_of
+from depthlab.report.plots import colormap, finish, panel_axes, title_of
 from depthlab.report.run import load_run, run_facts, warnings_of
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure as MplFigure
 
 
 def _colours(n: int) -> list:
-    return list(colormaps["tab10"](np.arange(n) % 10))
+    return list(colormap("tab10")(np.arange(n) % 10))
 
 
 def _finite(v) -> bool:
@@ -39,6 +39,10 @@ def _finite(v) -> bool:
 def overlay_plot(runs: list[tuple[str, dict]]) -> MplFigure:
     """Three panels, one line per run: the loss, the stream gradient by layer at the last finite logged
     step, the mean attention entropy over the steps."""
+    # matplotlib is imported when a figure is drawn (not by import depthlab)
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
+
     fig, axes, new = panel_axes(None, 3, 3, 5, 3.8)
     handles = {}
     for (name, run), colour in zip(runs, _colours(len(runs))):
