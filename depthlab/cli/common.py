@@ -92,7 +92,7 @@ def _add_init_flags(g, d: ModelConfig) -> None:
         help=f"{'|'.join(INITS)} (default {d.init}; normal = N(0, --init-std) everywhere, Hugging Face's)",
     )
     _flag(
-        g, "--init-std", type=float, default=d.init_std, help=f"std of gpt2 and normal (default {d.init_std})"
+        g, "--init-std", type=float, default=d.family.init_std, help=f"std of gpt2 and normal (default {d.family.init_std})"
     )
     _flag(
         g,
@@ -189,7 +189,7 @@ def model_config_from_args(args: argparse.Namespace, **overrides) -> ModelConfig
     family's own per-stack depths unless --enc-layers / --dec-layers are given)."""
     if not getattr(args, "hf", None):
         values = {field: flag_value(args, flag, args.arch) for flag, field in FIELD_OF_FLAG.items()}
-        return ModelConfig(**{**values, **overrides})
+        return ModelConfig.from_dict({**values, **overrides})  # the family options named flat
     base, _ = imported_config(args.hf)
     arch = args.arch if "arch" in given_model_flags(args) else base.arch
     changes = {FIELD_OF_FLAG[f]: flag_value(args, f, arch) for f in given_model_flags(args)}

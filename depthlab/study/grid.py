@@ -33,7 +33,7 @@ import typing
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, replace
 
-from depthlab.config import ModelConfig, TrainConfig, current_name, field_types
+from depthlab.config import ConfigBase, ModelConfig, TrainConfig, current_name, flat_field_names, flat_field_types
 from depthlab.corpus import check_length, read_data_file, split
 from depthlab.errors import ConfigError, InputError
 from depthlab.interop.hf import imported_config, rewire
@@ -42,8 +42,9 @@ from depthlab.study.gridfile import read_grid_file
 from depthlab.train.tasks import check_task
 
 HF_KEY = "hf"  # model.hf: a Hugging Face config to start from (not a ModelConfig field)
-MODEL_FIELDS = {f.name for f in fields(ModelConfig)} | {HF_KEY}
-TRAIN_FIELDS = {f.name for f in fields(TrainConfig)}
+# a grid names every field flat, the family options too (``d_head: 8``, not ``family: {d_head: 8}``)
+MODEL_FIELDS = set(flat_field_names(ModelConfig)) | {HF_KEY}
+TRAIN_FIELDS = set(flat_field_names(TrainConfig))
 TOP_KEYS = ("name", "description", "model", "train", "axes")
 # A study larger than this is refused unless its caller raises the limit (``--max-runs``): a typo such
 # as an axis of 1,000 values crossed with another of 1,000 must not queue a million runs unasked. The
@@ -113,7 +114,9 @@ class RunSpec:
         return axes_label(self.axes)
 
     def config_dict(self) -> dict:
-        d = {"model": self.model.to_dict(), "train": self.train.to_dict()}
+        """Both configs as the store records them: flat (the family options beside the core fields),
+        the one form of every row, whether written before the options were grouped or after."""
+        d = {"model": self.model.flat_dict(), "train": self.train.flat_dict()}
         if self.data_sha256 is not None:
             d["data_sha256"] = self.data_sha256
         return d
@@ -162,7 +165,7 @@ def _coerce(cls, name: str, value):
                 "model.hf", value, "a path to a Hugging Face config.json or save_pretrained folder"
             )
         return value
-    hint = field_types(cls)[name]
+    hint = flat_field_types(cls)[name]
     floaty = hint is float or float in typing.get_args(hint)
     if floaty and isinstance(value, str):
         try:
@@ -368,7 +371,7 @@ def _build(model: dict, train: dict, labels: dict) -> RunSpec:
         if HF_KEY in model:
             model = dict(model)
             base = imported_config(model.pop(HF_KEY), flag="model.hf")[0]
-            model = {**base.to_dict(), **rewire(base, model)}  # n_layers or arch: the stacks' own depths go
+            model = {**base.flat_dict(), **rewire(base, model)}  # n_layers or arch: the stacks' own depths go
         m, t = ModelConfig.from_dict(model), TrainConfig.from_dict(train)
         check_task(m, t)  # as training will check it, but before any run
     except ConfigError as e:
@@ -380,10 +383,16 @@ def _build(model: dict, train: dict, labels: dict) -> RunSpec:
 
 
 def field_help() -> str:
-    """The fields a grid may set, with their defaults (for ``depthlab study --fields``)."""
+    """The fields a grid may set, with their defaults (for ``depthlab study --fields``): the core
+    fields of each config, then the family options (named flat in a grid as everywhere)."""
     lines = ["model.hf: a Hugging Face config.json or save_pretrained folder to start from (optional)"]
-    for side, cls in (("model", ModelConfig), ("train", TrainConfig)):
+    for side, config in (("model", ModelConfig()), ("train", TrainConfig())):
         lines.append(f"{side}:")
-        for f in fields(cls):
-            lines.append(f"  {f.name:16} default {getattr(cls(), f.name)!r}")
+        for f in fields(config):
+            value = getattr(config, f.name)
+            if isinstance(value, ConfigBase):
+                lines.append(f"{side}, family options (what released model families need; named flat too):")
+                lines += [f"  {g.name:16} default {getattr(value, g.name)!r}" for g in fields(value)]
+            else:
+                lines.append(f"  {f.name:16} default {value!r}")
     return "\n".join(lines)
