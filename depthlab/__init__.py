@@ -5,7 +5,7 @@
 """
 
 from depthlab import watch  # a callable module: depthlab.watch(model, optimizer, every=10, out=None)
-from depthlab.config import ModelConfig, TrainConfig
+from depthlab.config import FamilyOptions, ModelConfig, TrainConfig
 from depthlab.errors import ConfigError, InputError
 from depthlab.model import build_model
 from depthlab.report.view import open_store
@@ -17,6 +17,7 @@ open = open_store
 
 __all__ = [
     "ConfigError",
+    "FamilyOptions",
     "InputError",
     "ModelConfig",
     "TrainConfig",

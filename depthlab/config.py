@@ -192,9 +192,7 @@ class ModelConfig(ConfigBase):
             if getattr(fam, name) and not ok:
                 raise ConfigError(name, True, f"false unless {what}")
         if fam.rope_dims is not None and (fam.rope_dims % 2 or fam.rope_dims > self.head_dim):
-            raise ConfigError(
-                "rope_dims", fam.rope_dims, f"an even number <= the head width {self.head_dim}"
-            )
+            raise ConfigError("rope_dims", fam.rope_dims, f"an even number <= the head width {self.head_dim}")
         if self.position == "relative" and fam.rel_max_distance <= fam.rel_buckets // 2:
             why = f"> rel_buckets / 2 = {fam.rel_buckets // 2}"
             raise ConfigError("rel_max_distance", fam.rel_max_distance, why)

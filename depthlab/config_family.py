@@ -30,7 +30,9 @@ class FamilyOptions(ConfigBase):
 
     # attention: head width, score scale and cap, windows
     d_head: int | None = None  # width of one head; None = d_model / n_heads (T5's d_kv, Gemma, Qwen3)
-    attn_scale: float | None = None  # score scale; None = head_dim^-1/2 (T5: 1; Gemma: query_pre_attn_scalar^-1/2)
+    attn_scale: float | None = (
+        None  # score scale; None = head_dim^-1/2 (T5: 1; Gemma: query_pre_attn_scalar^-1/2)
+    )
     attn_softcap: float | None = None  # scores -> c tanh(scores / c) (Gemma 2: 50)
     sliding_window: int | None = None  # causal self-attention sees the last N positions, itself included
     global_every: int | None = None  # with sliding_window: layers k, 2k, ... attend to all (Gemma 2: k=2)

@@ -22,6 +22,7 @@ from depthlab.config import (
 WRAPS = wrap_names()
 NEEDS_NORM = [name for name, cls in WRAPPINGS.items() if cls.NEEDS_NORM]
 
+
 def _flat(**fields) -> ModelConfig:
     """A ModelConfig from flat field names (the family options beside the core fields)."""
     return ModelConfig.from_dict(fields)

@@ -92,7 +92,11 @@ def _add_init_flags(g, d: ModelConfig) -> None:
         help=f"{'|'.join(INITS)} (default {d.init}; normal = N(0, --init-std) everywhere, Hugging Face's)",
     )
     _flag(
-        g, "--init-std", type=float, default=d.family.init_std, help=f"std of gpt2 and normal (default {d.family.init_std})"
+        g,
+        "--init-std",
+        type=float,
+        default=d.family.init_std,
+        help=f"std of gpt2 and normal (default {d.family.init_std})",
     )
     _flag(
         g,

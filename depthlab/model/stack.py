@@ -247,7 +247,9 @@ def build_model(cfg: ModelConfig) -> nn.Module:
     check_config(cfg)
     model = EncoderDecoder(cfg) if cfg.arch == "encdec" else LanguageModel(cfg)
     scaled = WRAPPINGS[cfg.wrap].SCALED_RESIDUAL_INIT
-    init_weights(model, cfg.init, cfg.enc_depth + cfg.dec_depth, scale_residual=scaled, std=cfg.family.init_std)
+    init_weights(
+        model, cfg.init, cfg.enc_depth + cfg.dec_depth, scale_residual=scaled, std=cfg.family.init_std
+    )
     for module in model.modules():
         if isinstance(module, Wrapping):
             module.init_branch()
@@ -278,7 +280,9 @@ def build_stack(cfg: ModelConfig, side: str, n_layers: int) -> Stack:
     final = make_norm() if uses_final_norm(cfg) else None
     rel_bias = None
     if cfg.position == "relative":
-        rel_bias = RelativeBias(cfg.n_heads, cfg.family.rel_buckets, cfg.family.rel_max_distance, not causal, cfg.d_model)
+        rel_bias = RelativeBias(
+            cfg.n_heads, cfg.family.rel_buckets, cfg.family.rel_max_distance, not causal, cfg.d_model
+        )
     return Stack(layers, final, activation_checkpointing=cfg.activation_checkpointing, rel_bias=rel_bias)
 
 
@@ -289,7 +293,8 @@ def _attention(cfg: ModelConfig, causal: bool, cross: bool, window: int | None =
         if cfg.family.qk_norm_scope == "projection":
             q_width, k_width = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
         q_norm, k_norm = (
-            make_norm(cfg.norm, w, cfg.family.norm_eps, gain_offset=cfg.family.gain_offset) for w in (q_width, k_width)
+            make_norm(cfg.norm, w, cfg.family.norm_eps, gain_offset=cfg.family.gain_offset)
+            for w in (q_width, k_width)
         )
     return Attention(
         cfg.d_model,
@@ -312,7 +317,9 @@ def _attention(cfg: ModelConfig, causal: bool, cross: bool, window: int | None =
 
 
 def _norm_factory(cfg: ModelConfig):
-    return lambda: make_norm(cfg.norm, cfg.d_model, cfg.family.norm_eps, cfg.dyt_alpha, gain_offset=cfg.family.gain_offset)
+    return lambda: make_norm(
+        cfg.norm, cfg.d_model, cfg.family.norm_eps, cfg.dyt_alpha, gain_offset=cfg.family.gain_offset
+    )
 
 
 def _head(cfg: ModelConfig, embed: Embedding) -> tuple[nn.Linear, nn.Linear | None]:

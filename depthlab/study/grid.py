@@ -33,7 +33,14 @@ import typing
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, replace
 
-from depthlab.config import ConfigBase, ModelConfig, TrainConfig, current_name, flat_field_names, flat_field_types
+from depthlab.config import (
+    ConfigBase,
+    ModelConfig,
+    TrainConfig,
+    current_name,
+    flat_field_names,
+    flat_field_types,
+)
 from depthlab.corpus import check_length, read_data_file, split
 from depthlab.errors import ConfigError, InputError
 from depthlab.interop.hf import imported_config, rewire
