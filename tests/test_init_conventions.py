@@ -71,4 +71,4 @@ def test_init_is_named_in_explain_and_the_probe_header(capsys):
     assert main([*args.split(), "--tie-embeddings", "off", "--embed-scale", "off"]) == 0
     assert "init: normal(0.05), untied head, embeddings x 1" in capsys.readouterr().out
     assert main(["explain", "--layers", "1", "--tie-embeddings", "maybe"]) == 2
-    assert "tie_embeddings='maybe'" in capsys.readouterr().err
+    assert "--tie-embeddings maybe is not allowed" in capsys.readouterr().err

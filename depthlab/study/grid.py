@@ -343,10 +343,12 @@ class StudyConfig:
         for combo in itertools.product(*[vals for _, vals in axes]):
             labels = {name: label for (name, _), (label, _) in zip(axes, combo)}
             model, train = dict(self.model), dict(self.train)
-            for _, over in combo:
+            typed = {k: f"{side}.{k}" for side, sec in (("model", model), ("train", train)) for k in sec}
+            for (name, _), (label, over) in zip(axes, combo):
                 model.update(over["model"])
                 train.update(over["train"])
-            spec = _build(model, train, labels)
+                typed.update(_axis_keys(name, label, over))
+            spec = _build(model, train, labels, typed)
             path = spec.train.data
             if path is not None:
                 info = data[path] if path in data else data.setdefault(path, data_file_info(path))
@@ -371,9 +373,18 @@ def _refuse_overlapping_axes(axes: list) -> None:
             owner[f] = f"axes.{name}"
 
 
-def _build(model: dict, train: dict, labels: dict) -> RunSpec:
+def _axis_keys(name: str, label, over: dict) -> dict:
+    """field -> the grid key that set it on this axis: ``axes.n_layers``, or ``axes.wrapping.wrap`` for
+    a field in one of an axis's mappings."""
+    keys = [k for side in ("model", "train") for k in over[side]]
+    return {k: f"axes.{name}.{k}" if isinstance(label, dict) else f"axes.{name}" for k in keys}
+
+
+def _build(model: dict, train: dict, labels: dict, typed: dict | None = None) -> RunSpec:
     """Both configs from field values (a ``model.hf`` config first, the other fields over it); a
-    ConfigError keeps its field and gains the combination."""
+    ConfigError names the grid key that set its field (``typed``: field -> key, ``model.n_layers`` or
+    ``axes.n_layers``; a field no key set, a default or the family's, keeps its name) and gains the
+    combination."""
     try:
         if HF_KEY in model:
             model = dict(model)
@@ -384,7 +395,9 @@ def _build(model: dict, train: dict, labels: dict) -> RunSpec:
     except ConfigError as e:
         where = axes_label(labels) if labels else ""
         raise ConfigError(
-            e.field, e.value, e.allowed + (f" (grid combination: {where})" if where else "")
+            (typed or {}).get(e.field, e.field),
+            e.value,
+            e.allowed + (f" (grid combination: {where})" if where else ""),
         ) from None
     return RunSpec(model=m, train=t, axes=labels)
 
