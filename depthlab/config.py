@@ -5,9 +5,17 @@
 allowed. ``to_dict``/``from_dict`` (and ``to_json``/``from_json``) are exact inverses, and
 ``config_hash`` is a stable digest of the resolved values (the study store keys runs by it).
 
-Keys stay stable as the configs grow: :meth:`depthlab.config_base.ConfigBase.key_dict` (what every hash is taken of) writes a
+``ModelConfig``'s top level is the research core, grouped under short headers; the options released
+model families need for parity are one nested group, ``ModelConfig.family``
+(:class:`depthlab.config_family.FamilyOptions`), named flat wherever a person writes them
+(``cfg.replace(d_head=8)``, a grid's ``d_head: 8``, the flat JSON written before they were grouped).
+Its checks, one method per concern: each core value alone, the shape, the wiring, and what each family
+option needs of the model.
+
+Keys stay stable as the configs grow: :meth:`depthlab.config_base.ConfigBase.key_dict` (what every
+hash is taken of) names every field flat (the family options as before they were grouped), writes a
 renamed field under its first name and leaves out a field added since the first release while it holds
-its default, so a store's runs keep their keys when depthlab gains a field.
+its default, so a store's runs keep their keys when depthlab gains or groups a field.
 
 The wrappings are declared by their classes in :mod:`depthlab.model.wrappings`, which register
 themselves in :data:`WRAPPINGS`; ``ModelConfig`` validates ``wrap`` (and whether it needs a real norm)

@@ -2,8 +2,11 @@
 
 :class:`ConfigBase` gives ``to_dict``/``from_dict`` (exact inverses, tuples restored from JSON lists),
 ``key_dict``/``config_hash`` (the digest every store key is taken of) and the ``_check_*`` helpers that
-``__post_init__`` methods use to raise :class:`depthlab.ConfigError` naming the field. The configs
-themselves (``ModelConfig``, ``TrainConfig``) are in :mod:`depthlab.config`.
+``__post_init__`` methods use to raise :class:`depthlab.ConfigError` naming the field. A field typed by
+another config class is a nested group (``ModelConfig.family``); :meth:`ConfigBase.flat_dict` and
+``_flat_items`` give every field by its flat name, which is what keys are taken of and what
+``from_dict``/``replace`` also accept. The configs themselves (``ModelConfig``, ``TrainConfig``) are in
+:mod:`depthlab.config`, the family options in :mod:`depthlab.config_family`.
 """
 
 from __future__ import annotations
