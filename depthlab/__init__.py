@@ -4,7 +4,7 @@
 ``depthlab.open("runs/depthlab.sqlite").study("default")``.
 """
 
-from depthlab.config import ModelConfig, TrainConfig
+from depthlab.config import FamilyOptions, ModelConfig, TrainConfig
 from depthlab.errors import ConfigError, InputError
 from depthlab.model import build_model
 from depthlab.report.view import open_store
@@ -17,6 +17,7 @@ open = open_store
 
 __all__ = [
     "ConfigError",
+    "FamilyOptions",
     "InputError",
     "ModelConfig",
     "TrainConfig",

@@ -5,9 +5,17 @@
 allowed. ``to_dict``/``from_dict`` (and ``to_json``/``from_json``) are exact inverses, and
 ``config_hash`` is a stable digest of the resolved values (the study store keys runs by it).
 
-Keys stay stable as the configs grow: :meth:`depthlab.config_base.ConfigBase.key_dict` (what every hash is taken of) writes a
+``ModelConfig``'s top level is the research core, grouped under short headers; the options released
+model families need for parity are one nested group, ``ModelConfig.family``
+(:class:`depthlab.config_family.FamilyOptions`), named flat wherever a person writes them
+(``cfg.replace(d_head=8)``, a grid's ``d_head: 8``, the flat JSON written before they were grouped).
+Its checks, one method per concern: each core value alone, the shape, the wiring, and what each family
+option needs of the model.
+
+Keys stay stable as the configs grow: :meth:`depthlab.config_base.ConfigBase.key_dict` (what every
+hash is taken of) names every field flat (the family options as before they were grouped), writes a
 renamed field under its first name and leaves out a field added since the first release while it holds
-its default, so a store's runs keep their keys when depthlab gains a field.
+its default, so a store's runs keep their keys when depthlab gains or groups a field.
 
 The wrappings are declared by their classes in :mod:`depthlab.model.wrappings`, which register
 themselves in :data:`WRAPPINGS`; ``ModelConfig`` validates ``wrap`` (and whether it needs a real norm)
@@ -25,7 +33,10 @@ from depthlab.config_base import (  # noqa: F401 (study.grid and the CLI read th
     check_seed,
     current_name,
     field_types,
+    flat_field_names,
+    flat_field_types,
 )
+from depthlab.config_family import BIAS_SITES, QK_NORM_SCOPES, FamilyOptions  # noqa: F401 (re-exported)
 from depthlab.errors import ConfigError
 
 ARCHS = ("encoder", "decoder", "encdec")
@@ -38,8 +49,6 @@ FINAL_NORMS = ("auto", "on", "off")
 SUBLAYERS = ("attn", "cross", "ffn")
 INITS = ("xavier", "gpt2", "normal")
 QK_NORMS = ("layernorm", "rmsnorm")  # the norms that can normalise a head's queries and keys
-QK_NORM_SCOPES = ("head", "projection")  # per head (Qwen3, Gemma 3) or the whole q/k projection (OLMo 2)
-BIAS_SITES = ("qkv", "out", "ffn", "head")  # where a linear layer may carry a bias
 
 
 def wrap_names() -> tuple[str, ...]:
@@ -49,7 +58,7 @@ def wrap_names() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class ModelConfig(ConfigBase):
-    """What stack to build. Every field is a plain JSON value.
+    """What stack to build. Every field is a plain JSON value, or a group of them (``family``).
 
     ``n_layers`` is the depth of an encoder or decoder; for ``encdec`` it is the depth of both sides
     unless ``enc_layers``/``dec_layers`` say otherwise. ``residual`` lists the sublayer kinds whose
@@ -57,17 +66,14 @@ class ModelConfig(ConfigBase):
     ``qk_norm`` normalises each head's queries and keys before their dot product (Dehghani et al.
     2023; OLMo 2), with the configured norm (layernorm or rmsnorm).
 
-    The fields after ``activation_checkpointing`` are the options released model families need (all
-    off by default; docs/design.md tabulates which family uses which): a head width apart from
-    d_model / n_heads, the score scale, soft-capping of scores and logits, partial rotary, a sliding
-    window on all or all but every k-th layer (with its own RoPE base), T5's relative position buckets,
-    QK-norm over the whole projection, RMSNorm gains applied as (1 + w), where biases sit, a decoder
-    with its own position table and embedding norm, a factorised embedding, a scaled head input, and
-    the std of the normal init schemes.
+    ``family`` holds the options released model families need for exact parity (head width, soft-caps,
+    partial rotary, sliding windows, norm epsilon, bias sites, ...: :class:`FamilyOptions`). They are
+    named flat everywhere a person writes them: ``cfg.replace(d_head=8)``, a grid's ``d_head: 8``.
     """
 
     RENAMED = {"activation_checkpointing": "checkpoint"}
 
+    # shape
     arch: str = "decoder"
     n_layers: int = 6
     enc_layers: int | None = None
@@ -78,45 +84,39 @@ class ModelConfig(ConfigBase):
     d_ff: int | None = None  # None = 4 * d_model
     vocab_size: int = 256
     max_len: int = 256
+    # wrapping and norm
     wrap: str = "pre"
     norm: str = "layernorm"
-    activation: str = "gelu"
-    position: str = "learned"
     final_norm: str = "auto"
     residual: tuple[str, ...] = ("attn", "cross", "ffn")
-    bias: bool = True
     qk_norm: bool = False
-    tie_embeddings: bool = True
-    embed_norm: bool = False
-    embed_scale: bool = True  # multiply token embeddings by sqrt(d_model) (Vaswani 2017, sec. 3.4)
-    norm_eps: float = 1e-5
-    dropout: float = 0.0
-    init: str = "xavier"
-    rope_base: float = 10000.0
     dyt_alpha: float = 0.5  # DyT's alpha_0 (Zhu et al. 2025, default)
     mix_ratio: float = 0.25  # Mix-LN: share of the bottom layers that are post-LN
+    # sublayers
+    activation: str = "gelu"
+    bias: bool = True
+    # positions
+    position: str = "learned"
+    rope_base: float = 10000.0
+    # embeddings and head
+    tie_embeddings: bool = True
+    embed_scale: bool = True  # multiply token embeddings by sqrt(d_model) (Vaswani 2017, sec. 3.4)
+    # init and regularisation
+    init: str = "xavier"
+    dropout: float = 0.0
+    # runtime
     activation_checkpointing: bool = False  # recompute each block in backward (saves memory, costs a forward)
-    d_head: int | None = None  # width of one head; None = d_model / n_heads (T5's d_kv, Gemma, Qwen3)
-    attn_scale: float | None = (
-        None  # score scale; None = head_dim^-1/2 (T5: 1; Gemma: query_pre_attn_scalar^-1/2)
-    )
-    attn_softcap: float | None = None  # scores -> c tanh(scores / c) (Gemma 2: 50)
-    logit_softcap: float | None = None  # logits -> c tanh(logits / c) (Gemma 2: 30)
-    rope_dims: int | None = None  # features of each head that RoPE rotates; None = all (GPT-NeoX: 1/4)
-    rope_local_base: float | None = None  # RoPE base on sliding-window layers; None = rope_base (Gemma 3)
-    sliding_window: int | None = None  # causal self-attention sees the last N positions, itself included
-    global_every: int | None = None  # with sliding_window: layers k, 2k, ... attend to all (Gemma 2: k=2)
-    rel_buckets: int = 32  # position="relative": T5's log-spaced distance buckets, one bias per head each
-    rel_max_distance: int = 128  # position="relative": distances from here on share the last bucket
-    qk_norm_scope: str = "head"  # qk_norm over each head (Qwen3, Gemma 3) or the projection (OLMo 2)
-    gain_offset: bool = False  # RMSNorm gains applied as (1 + w), w = 0 at init (Gemma)
-    biases: tuple[str, ...] | None = None  # linears with a bias (qkv, out, ffn, head); None = bias
-    side_embeddings: bool = False  # encdec: the decoder has its own position table and embedding norm
-    d_embed: int | None = None  # token embedding width, projected to d_model and back (OPT-350m)
-    head_scale: bool = False  # the head reads the last stream x d_model^-1/2 (T5 with its tied head)
-    init_std: float = 0.02  # std of the normal and gpt2 init schemes (HF's initializer_range)
+    # what released families need for parity
+    family: FamilyOptions = FamilyOptions()
 
     def __post_init__(self):
+        self._check_values()
+        self._check_shape()
+        self._check_wiring()
+        self._check_family()
+
+    def _check_values(self) -> None:
+        """Each core field alone: a known name, an integer or number in range, a bool."""
         for name, allowed in (
             ("arch", ARCHS),
             ("wrap", wrap_names()),
@@ -125,52 +125,44 @@ class ModelConfig(ConfigBase):
             ("position", POSITIONS),
             ("final_norm", FINAL_NORMS),
             ("init", INITS),
-            ("qk_norm_scope", QK_NORM_SCOPES),
         ):
             self._check_choice(name, allowed)
         for name in ("n_layers", "d_model", "n_heads", "vocab_size", "max_len"):
             self._check_int(name)
-        for name in ("enc_layers", "dec_layers", "n_kv_heads", "d_ff", "d_head", "rope_dims", "d_embed"):
+        for name in ("enc_layers", "dec_layers", "n_kv_heads", "d_ff"):
             self._check_int(name, optional=True)
-        for name in ("sliding_window", "global_every"):
-            self._check_int(name, optional=True)
-        self._check_int("rel_buckets", low=4)
-        self._check_int("rel_max_distance", low=1)
-        for name in (
-            "bias",
-            "qk_norm",
-            "tie_embeddings",
-            "embed_norm",
-            "embed_scale",
-            "activation_checkpointing",
-            "gain_offset",
-            "side_embeddings",
-            "head_scale",
-        ):
+        for name in ("bias", "qk_norm", "tie_embeddings", "embed_scale", "activation_checkpointing"):
             self._check_bool(name)
-        self._check_float("norm_eps", 0.0, 1.0, strict_low=True)
         self._check_float("dropout", 0.0, 0.99)
         self._check_float("rope_base", 1.0, strict_low=True)
         self._check_float("dyt_alpha", 0.0, strict_low=True)
         self._check_float("mix_ratio", 0.0, 1.0)
-        self._check_float("init_std", 0.0, 1.0, strict_low=True)
-        for name in ("attn_scale", "attn_softcap", "logit_softcap"):
-            self._check_float(name, 0.0, strict_low=True, optional=True)
-        self._check_float("rope_local_base", 1.0, strict_low=True, optional=True)
-        self._check_structure()
-        self._check_options()
-
-    def _check_structure(self) -> None:
+        if not isinstance(self.family, FamilyOptions):
+            raise ConfigError("family", self.family, "a FamilyOptions (or its fields, named flat)")
         if not isinstance(self.residual, tuple) or any(r not in SUBLAYERS for r in self.residual):
             raise ConfigError("residual", self.residual, f"a list drawn from {', '.join(SUBLAYERS)}")
         if len(set(self.residual)) != len(self.residual):
             raise ConfigError("residual", self.residual, "each sublayer kind at most once")
-        if self.d_head is None and self.d_model % self.n_heads:
+
+    def _check_shape(self) -> None:
+        """Widths and depths that fit together: heads split d_model, kv heads split heads, one stack's
+        depth unless encdec."""
+        if self.family.d_head is None and self.d_model % self.n_heads:
             raise ConfigError(
                 "d_model", self.d_model, f"a multiple of n_heads={self.n_heads} (or set d_head)"
             )
         if self.n_heads % self.kv_heads:
             raise ConfigError("n_kv_heads", self.n_kv_heads, f"a divisor of n_heads={self.n_heads}")
+        if self.arch != "encdec" and (self.enc_layers is not None or self.dec_layers is not None):
+            bad = "enc_layers" if self.enc_layers is not None else "dec_layers"
+            raise ConfigError(
+                bad,
+                getattr(self, bad),
+                f"unset unless arch=encdec (arch={self.arch} has one stack: use n_layers)",
+            )
+
+    def _check_wiring(self) -> None:
+        """What the wrapping, the norm and the positions need of each other."""
         if self.position == "rope" and self.head_dim % 2:
             raise ConfigError("position", "rope", f"an even head dim (d_model/n_heads = {self.head_dim})")
         if WRAPPINGS[self.wrap].NEEDS_NORM and self.norm == "none":
@@ -182,50 +174,36 @@ class ModelConfig(ConfigBase):
                 True,
                 f"false unless norm is {' or '.join(QK_NORMS)} (it normalises queries and keys)",
             )
-        if self.arch != "encdec" and (self.enc_layers is not None or self.dec_layers is not None):
-            bad = "enc_layers" if self.enc_layers is not None else "dec_layers"
-            raise ConfigError(
-                bad,
-                getattr(self, bad),
-                f"unset unless arch=encdec (arch={self.arch} has one stack: use n_layers)",
-            )
 
-    def _check_options(self) -> None:
-        """The family options: each only where it means something (one ConfigError naming it)."""
+    def _check_family(self) -> None:
+        """The family options each only where it means something in this model (one ConfigError
+        naming the option); :class:`FamilyOptions` has checked each value alone."""
+        fam = self.family
         needs = [
             ("rope_dims", self.position == "rope", "position=rope"),
             (
                 "rope_local_base",
-                self.position == "rope" and self.sliding_window,
+                self.position == "rope" and fam.sliding_window,
                 "position=rope and a sliding_window",
             ),
             ("sliding_window", self.arch == "decoder", "arch=decoder (its window is causal)"),
-            ("global_every", self.sliding_window is not None, "a sliding_window"),
+            ("global_every", fam.sliding_window is not None, "a sliding_window"),
             ("biases", self.bias, "bias true (no_bias turns every bias off)"),
         ]
         for name, ok, what in needs:
-            if getattr(self, name) is not None and not ok:
-                raise ConfigError(name, getattr(self, name), f"unset unless {what}")
+            if getattr(fam, name) is not None and not ok:
+                raise ConfigError(name, getattr(fam, name), f"unset unless {what}")
         for name, ok, what in (
             ("gain_offset", self.norm == "rmsnorm", "norm=rmsnorm"),
             ("side_embeddings", self.arch == "encdec", "arch=encdec"),
         ):
-            if getattr(self, name) and not ok:
+            if getattr(fam, name) and not ok:
                 raise ConfigError(name, True, f"false unless {what}")
-        if self.rope_dims is not None and (self.rope_dims % 2 or self.rope_dims > self.head_dim):
-            raise ConfigError(
-                "rope_dims", self.rope_dims, f"an even number <= the head width {self.head_dim}"
-            )
-        if self.biases is not None and (
-            not isinstance(self.biases, tuple)
-            or any(b not in BIAS_SITES for b in self.biases)
-            or len(set(self.biases)) != len(self.biases)
-        ):
-            raise ConfigError("biases", self.biases, f"a list drawn from {', '.join(BIAS_SITES)}, each once")
-        if self.position == "relative" and self.rel_max_distance <= self.rel_buckets // 2:
-            raise ConfigError(
-                "rel_max_distance", self.rel_max_distance, f"> rel_buckets / 2 = {self.rel_buckets // 2}"
-            )
+        if fam.rope_dims is not None and (fam.rope_dims % 2 or fam.rope_dims > self.head_dim):
+            raise ConfigError("rope_dims", fam.rope_dims, f"an even number <= the head width {self.head_dim}")
+        if self.position == "relative" and fam.rel_max_distance <= fam.rel_buckets // 2:
+            why = f"> rel_buckets / 2 = {fam.rel_buckets // 2}"
+            raise ConfigError("rel_max_distance", fam.rel_max_distance, why)
 
     def check_length(self, n_tokens: int, field: str = "seq_len", value=None) -> None:
         """ConfigError naming ``field`` (and ``value``, default ``n_tokens``) unless a sequence of
@@ -239,24 +217,26 @@ class ModelConfig(ConfigBase):
     # -- resolved values ------------------------------------------------------------------------
     @property
     def head_dim(self) -> int:
-        return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+        d_head = self.family.d_head
+        return d_head if d_head is not None else self.d_model // self.n_heads
 
     @property
     def rotary_dims(self) -> int:
         """Features of each head that RoPE rotates (the first ``rotary_dims``; the rest pass through)."""
-        return self.rope_dims if self.rope_dims is not None else self.head_dim
+        return self.family.rope_dims if self.family.rope_dims is not None else self.head_dim
 
     def has_bias(self, site: str) -> bool:
         """Whether the linears at ``site`` (one of BIAS_SITES) carry a bias."""
-        if self.biases is not None:
-            return site in self.biases
+        if self.family.biases is not None:
+            return site in self.family.biases
         return self.bias and site != "head"
 
     def window(self, layer: int) -> int | None:
         """The sliding window of self-attention in ``layer`` (1-based), or None where it sees everything."""
-        if self.sliding_window is None or (self.global_every and layer % self.global_every == 0):
+        window, every = self.family.sliding_window, self.family.global_every
+        if window is None or (every and layer % every == 0):
             return None
-        return self.sliding_window
+        return window
 
     @property
     def kv_heads(self) -> int:
@@ -284,7 +264,8 @@ class ModelConfig(ConfigBase):
         return sublayer in self.residual
 
 
-# The fields of the first release: a field added since joins the key only when set (see key_dict).
+# The fields of the first release, by their flat names (embed_norm and norm_eps now sit in ``family``):
+# a field added since joins the key only when set (see key_dict).
 ModelConfig.FIRST_FIELDS = (
     "arch", "n_layers", "enc_layers", "dec_layers", "d_model", "n_heads", "n_kv_heads", "d_ff",
     "vocab_size", "max_len", "wrap", "norm", "activation", "position", "final_norm", "residual", "bias",

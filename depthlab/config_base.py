@@ -2,8 +2,11 @@
 
 :class:`ConfigBase` gives ``to_dict``/``from_dict`` (exact inverses, tuples restored from JSON lists),
 ``key_dict``/``config_hash`` (the digest every store key is taken of) and the ``_check_*`` helpers that
-``__post_init__`` methods use to raise :class:`depthlab.ConfigError` naming the field. The configs
-themselves (``ModelConfig``, ``TrainConfig``) are in :mod:`depthlab.config`.
+``__post_init__`` methods use to raise :class:`depthlab.ConfigError` naming the field. A field typed by
+another config class is a nested group (``ModelConfig.family``); :meth:`ConfigBase.flat_dict` and
+``_flat_items`` give every field by its flat name, which is what keys are taken of and what
+``from_dict``/``replace`` also accept. The configs themselves (``ModelConfig``, ``TrainConfig``) are in
+:mod:`depthlab.config`, the family options in :mod:`depthlab.config_family`.
 """
 
 from __future__ import annotations
@@ -25,40 +28,74 @@ class ConfigBase:
 
     ``RENAMED`` maps a field's current name to the name it first had (old JSON still loads, and keys
     are taken under the first name); ``FIRST_FIELDS`` are the fields of the first release (others are
-    left out of the key while they hold their default).
+    left out of the key while they hold their default). A field typed by another config class is a
+    nested group (``ModelConfig.family``): its fields are also named flat, as if they sat at the top
+    (in :meth:`from_dict`, :meth:`replace` and :meth:`key_dict`), so one name means one field.
     """
 
     RENAMED: typing.ClassVar[dict[str, str]] = {}
     FIRST_FIELDS: typing.ClassVar[tuple[str, ...]] = ()
 
     def to_dict(self) -> dict:
+        """Every field by name (a nested group as its own dict), as JSON values."""
         return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
 
+    def flat_dict(self) -> dict:
+        """Every field by name as JSON values, a nested group's fields in place of the group."""
+        return {name: value for name, value, _ in self._flat_items()}
+
     def key_dict(self) -> dict:
-        """The dict every hash of this config is taken of (see the module docstring)."""
+        """The dict every hash of this config is taken of (see the module docstring): the flat fields,
+        a renamed one under its first name, one added since the first release left out at its default."""
         out = {}
-        for f in fields(self):
-            value = _jsonable(getattr(self, f.name))
-            if f.name not in self.FIRST_FIELDS and f.name not in self.RENAMED:
-                if value == _jsonable(f.default):
-                    continue
-            out[self.RENAMED.get(f.name, f.name)] = value
+        for name, value, default in self._flat_items():
+            if name not in self.FIRST_FIELDS and name not in self.RENAMED and value == default:
+                continue
+            out[self.RENAMED.get(name, name)] = value
         return out
+
+    def value_of(self, name: str):
+        """The value of the field named ``name`` flat: a top-level field or a nested group's
+        (``cfg.value_of("d_head")`` is ``cfg.family.d_head``)."""
+        group = group_of_field(type(self)).get(name)
+        return getattr(getattr(self, group) if group else self, name)
+
+    def _flat_items(self):
+        """(name, value, default) of every flat field (see :meth:`flat_dict`), as JSON values."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, ConfigBase):
+                yield from value._flat_items()
+            else:
+                yield f.name, _jsonable(value), _jsonable(f.default)
 
     def to_json(self, **kw) -> str:
         return json.dumps(self.to_dict(), **kw)
 
     @classmethod
     def from_dict(cls, d: dict):
+        """The config of a dict of fields, as :meth:`to_dict` writes it or flat (a nested group's fields
+        at the top, as JSON written before they were grouped has them), or both at once; JSON lists
+        become tuples. A field given twice (flat and in its group) is refused, naming both."""
         if not isinstance(d, dict):
             raise ConfigError(cls.__name__, d, "a JSON object of fields")
         d = {current_name(cls, k): v for k, v in d.items()}
-        known = {f.name: f for f in fields(cls)}
+        groups = {name: _group_fields(sub, d.pop(name, {}), name) for name, sub in nested_groups(cls).items()}
+        owner = group_of_field(cls)
+        for k in list(d):
+            if k in owner:
+                group = groups[owner[k]]
+                if k in group:
+                    both = f"given once, as {k} or as {owner[k]}.{k} (both are given)"
+                    raise ConfigError(k, d[k], both)
+                group[k] = d.pop(k)
         for k in d:
-            if k not in known:
-                raise ConfigError(k, d[k], f"a field of {cls.__name__}: {', '.join(known)}")
+            if k not in {f.name for f in fields(cls)}:
+                names = ", ".join(flat_field_names(cls))
+                raise ConfigError(k, d[k], f"a field of {cls.__name__}: {names}")
         hints = field_types(cls)
         kwargs = {k: _from_json(hints[k], v) for k, v in d.items()}
+        kwargs.update({name: nested_groups(cls)[name].from_dict(g) for name, g in groups.items()})
         return cls(**kwargs)
 
     @classmethod
@@ -69,6 +106,13 @@ class ConfigBase:
             raise ConfigError(cls.__name__, str(s)[:40], f"JSON text ({e})") from None
 
     def replace(self, **changes):
+        """A copy with ``changes``; a nested group's field may be named flat (``replace(d_head=8)``)."""
+        owner = group_of_field(type(self))
+        inner: dict[str, dict] = {}
+        for k in [k for k in changes if k in owner]:
+            inner.setdefault(owner[k], {})[k] = changes.pop(k)
+        for group, values in inner.items():
+            changes[group] = dataclasses.replace(changes.get(group, getattr(self, group)), **values)
         return dataclasses.replace(self, **changes)
 
     def config_hash(self) -> str:
@@ -129,12 +173,57 @@ def field_types(cls) -> dict:
     return typing.get_type_hints(cls)
 
 
+@functools.cache
+def nested_groups(cls) -> dict:
+    """A config class's nested groups: field name -> its config class (``{"family": FamilyOptions}``)."""
+    hints = field_types(cls)
+    return {f.name: hints[f.name] for f in fields(cls) if _is_config(hints[f.name])}
+
+
+@functools.cache
+def group_of_field(cls) -> dict:
+    """Each field of a nested group -> the group's name (``{"d_head": "family", ...}``)."""
+    return {f.name: name for name, sub in nested_groups(cls).items() for f in fields(sub)}
+
+
+@functools.cache
+def flat_field_types(cls) -> dict:
+    """A config class's field types by flat name (a nested group's fields in place of the group)."""
+    hints = dict(field_types(cls))
+    for name, sub in nested_groups(cls).items():
+        del hints[name]
+        hints.update(flat_field_types(sub))
+    return hints
+
+
+def flat_field_names(cls) -> tuple[str, ...]:
+    """A config class's fields as a person names them: the top-level ones, a group's fields in its place."""
+    groups = nested_groups(cls)
+    names = [[g.name for g in fields(groups[f.name])] if f.name in groups else [f.name] for f in fields(cls)]
+    return tuple(n for group in names for n in group)
+
+
+def _is_config(hint) -> bool:
+    return isinstance(hint, type) and issubclass(hint, ConfigBase)
+
+
+def _group_fields(sub, given, name: str) -> dict:
+    """A nested group as given to from_dict (a dict, or the config itself) -> a dict of its fields."""
+    if isinstance(given, sub):
+        return given.to_dict()
+    if not isinstance(given, dict):
+        raise ConfigError(name, given, f"a JSON object of {sub.__name__} fields")
+    return dict(given)
+
+
 def current_name(cls, name: str) -> str:
     """A field's current name, given its current or first name (``checkpoint`` -> ``activation_checkpointing``)."""
     return {v: k for k, v in cls.RENAMED.items()}.get(name, name)
 
 
 def _jsonable(v):
+    if isinstance(v, ConfigBase):
+        return v.to_dict()
     return list(v) if isinstance(v, tuple) else v
 
 

@@ -200,5 +200,5 @@ def imported(hf, wrap: str, options: dict):
     ours = from_hf(hf)
     assert ours.cfg.wrap == wrap
     for field, value in options.items():
-        assert getattr(ours.cfg, field) == value, field
+        assert ours.cfg.value_of(field) == value, field
     return ours

@@ -95,9 +95,9 @@ class Tally:
 
 def limits(t: Tally, tmp: Path) -> None:
     for argv, needle in [
-        ([*TRAIN, "--threads", "100000"], "threads=100000"),
-        (["reproduce", "seeds", "--threads", "100000"], "threads=100000"),
-        ([*TRAIN, "--threads", "0"], "threads=0"),
+        ([*TRAIN, "--threads", "100000"], "--threads 100000"),
+        (["reproduce", "seeds", "--threads", "100000"], "--threads 100000"),
+        ([*TRAIN, "--threads", "0"], "--threads 0"),
     ]:
         t.add("threads beyond the cores", " ".join(argv[-2:]), *refused(*cli(argv, tmp), needle))
     code, out, err, secs = cli(
@@ -125,7 +125,11 @@ def limits(t: Tally, tmp: Path) -> None:
         [*TRAIN, "--seed", "99999999999999999999999"],
         [*PROBE, "--seed", "99999999999999999999999"],
     ):
-        t.add("seeds beyond 64 bits", argv[0], *refused(*cli(argv, tmp), "seed="))
+        t.add(
+            "seeds beyond 64 bits",
+            argv[0],
+            *refused(*cli(argv, tmp), "--seed 99999999999999999999999 is not allowed"),
+        )
     (tmp / "seed.yaml").write_text(GRID.replace("seed: [0]", "seed: [99999999999999999999999]"))
     for extra in ([], ["--dry-run"]):
         argv = ["study", "--grid", "seed.yaml", "--db", "seeds.sqlite", "--no-report", *extra]
@@ -312,8 +316,8 @@ def blocking_and_flags(t: Tally, tmp: Path) -> None:
         ([*PROBE, "--hf-weights"], "--hf-weights needs --hf"),
         ([*TRAIN, "--force"], "--force needs --out"),
         ([*TRAIN, "--checkpoint-every", "5"], "--checkpoint-every needs --out"),
-        ([*TRAIN, "--symbols", "8"], "symbols=8"),
-        ([*TRAIN, "--min-lr-ratio", "0.2"], "min_lr_ratio"),
+        ([*TRAIN, "--symbols", "8"], "--symbols 8"),
+        ([*TRAIN, "--min-lr-ratio", "0.2"], "--min-lr-ratio 0.2"),
         (["explain", "--seed", "3"], "--seed does nothing"),
         ([*PROBE, "--checkpoint-activations"], "does nothing in probe"),
         ([*PROBE, "--loss", "sum", "--no-context"], "--no-context"),

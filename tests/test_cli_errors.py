@@ -123,11 +123,14 @@ def test_reproduce_checks_its_paths_before_running(tmp_path, capsys):
     [
         (["train", "--no-residual", "attn,ffn"], ["attn+ffn"]),
         (["explain", "--no-residual", "attn,ffn"], ["attn+ffn"]),
-        (["explain", "--no-residual", "attn+mlp"], ["no_residual='mlp'", "joined by +"]),
+        (["explain", "--no-residual", "attn+mlp"], ["--no-residual mlp is not allowed", "joined by +"]),
         (["train", "--no-residual", "cross"], ["--arch decoder has no cross-attention"]),
         (["explain", "--arch", "encoder", "--no-residual", "attn+cross"], ["--arch encoder has no cross"]),
-        (["train", "--enc-layers", "3"], ["enc_layers=3", "arch=encdec"]),
-        (["explain", "--arch", "encoder", "--dec-layers", "2"], ["dec_layers=2", "arch=encdec"]),
+        (["train", "--enc-layers", "3"], ["--enc-layers 3 is not allowed", "arch=encdec"]),
+        (
+            ["explain", "--arch", "encoder", "--dec-layers", "2"],
+            ["--dec-layers 2 is not allowed", "arch=encdec"],
+        ),
     ],
 )
 def test_model_flags_that_would_be_misread_are_refused(capsys, argv, needles):
@@ -166,3 +169,30 @@ def test_hf_unknown_model_type_is_one_short_line(tmp_path, capsys):
     cfg.write_text(json.dumps({"model_type": "no-such-model", "hidden_size": 8}))
     err = _refused(capsys, ["probe", "--hf", tmp_path], "'no-such-model'", "gpt2, bert, llama")
     assert len(err) <= 300  # depthlab's own types named (transformers' message lists its hundreds)
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["probe", "--layers", "0"], "depthlab probe: error: --layers 0 is not allowed: an integer >= 1\n"),
+        (["explain", "--heads", "3"], "--d-model 64 is not allowed: a multiple of n_heads=3"),
+        (["explain", "--kv-heads", "3"], "--kv-heads 3 is not allowed"),
+        (["explain", "--init-std", "0"], "--init-std 0.0 is not allowed"),
+        (
+            ["explain", "--qk-norm", "--norm", "none", "--wrap", "post"],
+            "--qk-norm is not allowed: false unless",
+        ),
+        (["train", "--layers", "1", "--lr", "-1"], "--lr -1.0 is not allowed"),
+    ],
+)
+def test_a_config_error_names_the_flag_typed_not_the_field(capsys, argv, needle):
+    """The user typed --layers, not n_layers: the line names the flag (and the value as given)."""
+    err = _refused(capsys, argv, needle)
+    assert "n_layers" not in err and "n_kv_heads" not in err
+
+
+def test_a_field_the_family_set_keeps_its_name(tmp_path, capsys):
+    """With --hf, a value the imported config set (no flag given for it) is named as the field."""
+    path = tmp_path / "gpt2.json"
+    path.write_text(json.dumps({"model_type": "gpt2", "n_embd": 30, "n_head": 4, "n_layer": 2}))
+    _refused(capsys, ["explain", "--hf", path, "--layers", "3"], "d_model=30 is not allowed", "GPT-2 config")

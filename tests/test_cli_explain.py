@@ -65,10 +65,10 @@ def test_explain_text_groups_identical_layers(capsys):
 @pytest.mark.parametrize(
     "argv, needle",
     [
-        ("explain --wrap prenorm", "wrap='prenorm'"),
-        ("explain --d-model 30 --heads 4", "d_model=30"),
-        ("explain --layers 0", "n_layers=0"),
-        ("explain --no-residual mlp", "no_residual='mlp'"),
+        ("explain --wrap prenorm", "--wrap prenorm is not allowed"),  # the flag typed, not the field
+        ("explain --d-model 30 --heads 4", "--d-model 30 is not allowed"),
+        ("explain --layers 0", "--layers 0 is not allowed"),
+        ("explain --no-residual mlp", "--no-residual mlp is not allowed"),
         ("explain --layers seven", "invalid int value"),
         ("reproduce no-such-claim", "NAME='no-such-claim'"),
     ],

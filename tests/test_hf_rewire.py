@@ -40,7 +40,11 @@ def test_a_grid_starts_from_an_hf_config_and_its_axes_rewire_it(gemma):
     runs = study.expand()
     assert [r.model.wrap for r in runs] == ["sandwich", "parallel", "deepnorm"]
     for r in runs:  # the family's options travel with every run; the fields given change it
-        assert (r.model.attn_softcap, r.model.gain_offset, r.model.vocab_size) == (5.0, True, 256)
+        assert (r.model.family.attn_softcap, r.model.family.gain_offset, r.model.vocab_size) == (
+            5.0,
+            True,
+            256,
+        )
     assert len({r.hash for r in runs}) == 3
 
 
@@ -60,8 +64,12 @@ def test_train_hf_trains_the_rewired_family(gemma, tmp_path, capsys):
     out = tmp_path / "run"
     args = f"train --hf {gemma} --vocab 256 --wrap parallel --steps 2 --batch-size 2 --seq-len 16 --quiet"
     assert main([*args.split(), "--out", str(out)]) == 0
-    model = json.loads((out / "config.json").read_text())["model"]
-    assert (model["wrap"], model["logit_softcap"], model["sliding_window"]) == ("parallel", 3.0, 4)
+    model = json.loads((out / "config.json").read_text())["model"]  # the family options in their group
+    assert (model["wrap"], model["family"]["logit_softcap"], model["family"]["sliding_window"]) == (
+        "parallel",
+        3.0,
+        4,
+    )
     assert "train loss" in capsys.readouterr().out
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from depthlab import ModelConfig
+from depthlab import FamilyOptions, ModelConfig
 from depthlab.cli import main
 from depthlab.model.explain import explain, init_summary
 from depthlab.probe.run import probe_config, reference_init
@@ -28,7 +28,7 @@ LLAMA = dict(
     position="rope",
     bias=False,
 )
-HF_INIT = dict(init="normal", init_std=0.02, tie_embeddings=False, embed_scale=False)
+HF_INIT = dict(init="normal", tie_embeddings=False, embed_scale=False, family=FamilyOptions(init_std=0.02))
 
 
 def _verdicts(r) -> dict:
@@ -71,4 +71,4 @@ def test_init_is_named_in_explain_and_the_probe_header(capsys):
     assert main([*args.split(), "--tie-embeddings", "off", "--embed-scale", "off"]) == 0
     assert "init: normal(0.05), untied head, embeddings x 1" in capsys.readouterr().out
     assert main(["explain", "--layers", "1", "--tie-embeddings", "maybe"]) == 2
-    assert "tie_embeddings='maybe'" in capsys.readouterr().err
+    assert "--tie-embeddings maybe is not allowed" in capsys.readouterr().err

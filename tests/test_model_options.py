@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from depthlab import ModelConfig, build_model
+from depthlab import FamilyOptions, ModelConfig, build_model
 from depthlab.model.attention import Context
 from depthlab.model.norms import RMSNorm
 from depthlab.model.positions import apply_rope, relative_bucket, rope_tables
@@ -93,7 +93,8 @@ def test_parallel_encdec_sums_cross_attention_too():
 
 
 def _one_attention(**kw):
-    cfg = ModelConfig(n_layers=1, d_model=16, n_heads=2, **kw)
+    """One layer's attention and its config; ``kw`` names core fields and family options flat."""
+    cfg = ModelConfig(n_layers=1, d_model=16, n_heads=2).replace(**kw)
     return _gains(build_model(cfg)).stack.layers[0].attn.f, cfg
 
 
@@ -142,13 +143,20 @@ def test_softcap_bounds_scores_and_logits():
     uncapped = _manual_attention(attn, x, 8**-0.5)
     torch.testing.assert_close(attn(x, Context()), capped, rtol=1e-5, atol=1e-5)
     assert not torch.allclose(capped, uncapped, atol=1e-3)  # the cap is active at this scale
-    cfg = ModelConfig(n_layers=1, d_model=16, n_heads=2, logit_softcap=3.0)
+    cfg = ModelConfig(n_layers=1, d_model=16, n_heads=2, family=FamilyOptions(logit_softcap=3.0))
     logits = build_model(cfg)(_tokens(cfg)) * 1.0
     assert logits.abs().max() < 3.0
 
 
 def test_sliding_window_hides_what_is_further_back():
-    cfg = ModelConfig(n_layers=1, d_model=16, n_heads=2, position="rope", sliding_window=3, vocab_size=30)
+    cfg = ModelConfig(
+        n_layers=1,
+        d_model=16,
+        n_heads=2,
+        position="rope",
+        vocab_size=30,
+        family=FamilyOptions(sliding_window=3),
+    )
     model = build_model(cfg).eval()
     t = _tokens(cfg, B=1, T=8)
     t2 = t.clone()
@@ -159,20 +167,28 @@ def test_sliding_window_hides_what_is_further_back():
 
 
 def test_global_every_leaves_every_kth_layer_global():
-    cfg = ModelConfig(n_layers=4, d_model=16, n_heads=2, position="rope", sliding_window=3, global_every=2)
+    cfg = ModelConfig(
+        n_layers=4,
+        d_model=16,
+        n_heads=2,
+        position="rope",
+        family=FamilyOptions(sliding_window=3, global_every=2),
+    )
     windows = [layer.attn.f.window for layer in build_model(cfg).stack.layers]
     assert windows == [3, None, 3, None] and [cfg.window(i) for i in (1, 2, 3, 4)] == windows
 
 
 def test_local_layers_read_their_own_rope_base():
-    kw = dict(n_layers=2, d_model=16, n_heads=2, position="rope", sliding_window=4, vocab_size=30)
+    local = ModelConfig(n_layers=2, d_model=16, n_heads=2, position="rope", vocab_size=30).replace(
+        sliding_window=4
+    )
     torch.manual_seed(0)
-    a = build_model(ModelConfig(rope_base=500.0, **kw))  # every layer local: all read the local base
-    b = build_model(ModelConfig(rope_local_base=500.0, **kw))
+    a = build_model(local.replace(rope_base=500.0))  # every layer local: all read the local base
+    b = build_model(local.replace(rope_local_base=500.0))
     b.load_state_dict(a.state_dict())
     t = _tokens(a.cfg)
     torch.testing.assert_close(a(t), b(t))
-    c = build_model(ModelConfig(**kw))
+    c = build_model(local)
     c.load_state_dict(a.state_dict())
     assert not torch.allclose(a(t), c(t), atol=1e-4)
 
@@ -219,7 +235,14 @@ def test_relative_buckets_match_t5(rel, bidirectional, buckets):
 
 
 def test_relative_bias_enters_the_scores_of_every_layer():
-    cfg = ModelConfig(n_layers=2, d_model=16, n_heads=2, position="relative", attn_scale=1.0, vocab_size=30)
+    cfg = ModelConfig(
+        n_layers=2,
+        d_model=16,
+        n_heads=2,
+        position="relative",
+        vocab_size=30,
+        family=FamilyOptions(attn_scale=1.0),
+    )
     model = _gains(build_model(cfg)).eval()
     stack = model.stack
     assert stack.rel_bias is not None and not stack.rel_bias.bidirectional
@@ -245,7 +268,9 @@ def test_rmsnorm_gain_offset_applies_one_plus_w():
     a = torch.randn(3, 6)
     want = a / torch.sqrt(a.pow(2).mean(-1, keepdim=True) + 1e-6) * (1 + n.weight)
     torch.testing.assert_close(n(a), want)
-    model = build_model(ModelConfig(norm="rmsnorm", gain_offset=True, qk_norm=True, n_layers=1))
+    model = build_model(
+        ModelConfig(norm="rmsnorm", qk_norm=True, n_layers=1, family=FamilyOptions(gain_offset=True))
+    )
     offsets = [m.offset for m in model.modules() if isinstance(m, RMSNorm)]
     assert offsets and all(offsets)  # every norm, QK-norms and the final norm included
 
@@ -274,7 +299,7 @@ def test_qk_norm_over_the_projection_normalises_all_heads_together():
     ],
 )
 def test_bias_sites(biases, has):
-    model = build_model(ModelConfig(n_layers=1, d_model=16, n_heads=2, biases=biases))
+    model = build_model(ModelConfig(n_layers=1, d_model=16, n_heads=2, family=FamilyOptions(biases=biases)))
     layer = model.stack.layers[0]
     found = {
         "qkv": layer.attn.f.qkv.bias is not None,
@@ -286,7 +311,13 @@ def test_bias_sites(biases, has):
 
 
 def test_side_embeddings_share_tokens_not_positions():
-    cfg = ModelConfig(arch="encdec", n_layers=1, d_model=16, n_heads=2, embed_norm=True, side_embeddings=True)
+    cfg = ModelConfig(
+        arch="encdec",
+        n_layers=1,
+        d_model=16,
+        n_heads=2,
+        family=FamilyOptions(embed_norm=True, side_embeddings=True),
+    )
     model = build_model(cfg)
     assert model.dec_embed.tok is model.embed.tok
     assert model.dec_embed.pos is not model.embed.pos and model.dec_embed.norm is not model.embed.norm
@@ -297,14 +328,16 @@ def test_side_embeddings_share_tokens_not_positions():
 
 
 def test_factorised_embedding_and_scaled_head():
-    cfg = ModelConfig(n_layers=1, d_model=16, n_heads=2, vocab_size=30, d_embed=8, tie_embeddings=True)
+    cfg = ModelConfig(
+        n_layers=1, d_model=16, n_heads=2, vocab_size=30, tie_embeddings=True, family=FamilyOptions(d_embed=8)
+    )
     model = build_model(cfg)
     assert model.embed.tok.weight.shape == (30, 8) and model.head.weight is model.embed.tok.weight
     t = _tokens(cfg)
     logits, states = model(t, return_states=True)
     out = model.stack.norm(states[-1])
     torch.testing.assert_close(logits, model.head(model.head_proj(out)))
-    t5 = build_model(ModelConfig(n_layers=1, d_model=16, n_heads=2, head_scale=True))
+    t5 = build_model(ModelConfig(n_layers=1, d_model=16, n_heads=2, family=FamilyOptions(head_scale=True)))
     logits, states = t5(t, return_states=True)
     torch.testing.assert_close(logits, t5.head(t5.stack.norm(states[-1]) * 16**-0.5))
 
@@ -320,7 +353,14 @@ def test_gated_units(activation, gate):
 
 
 def test_normal_init_is_hf_style():
-    cfg = ModelConfig(n_layers=12, d_model=64, n_heads=4, init="normal", init_std=0.05, tie_embeddings=False)
+    cfg = ModelConfig(
+        n_layers=12,
+        d_model=64,
+        n_heads=4,
+        init="normal",
+        tie_embeddings=False,
+        family=FamilyOptions(init_std=0.05),
+    )
     model = build_model(cfg)
     layer = model.stack.layers[11]
     for w in (layer.attn.f.out.weight, layer.ffn.f.fc2.weight, model.embed.tok.weight, model.head.weight):

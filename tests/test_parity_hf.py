@@ -111,7 +111,7 @@ def test_gpt2_logits(n_layer, n_embd, n_head, activation, n_inner, tie, randomiz
 def test_bert_final_state(layers, hidden, heads, ffn, activation, padded, randomize, assert_parity):
     hf = randomize(bert(layers, hidden, heads, ffn, activation))
     ours = from_hf(hf)
-    assert ours.cfg.wrap == "post" and not ours.stack.has_final_norm and ours.cfg.embed_norm
+    assert ours.cfg.wrap == "post" and not ours.stack.has_final_norm and ours.cfg.family.embed_norm
     tokens = _tokens(layers)
     keep = torch.ones(B, T, dtype=torch.long)
     if padded:
@@ -164,7 +164,12 @@ def test_a_mis_copied_weight_is_detected(make, randomize, assert_parity, swap_qu
 def test_config_from_hf_keeps_hf_values():
     cfg = config_from_hf(bert(3, 48, 6, 64).config)
     assert (cfg.arch, cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim) == ("encoder", 3, 48, 6, 64)
-    assert (cfg.norm_eps, cfg.embed_scale, cfg.max_len, cfg.vocab_size) == (1e-12, False, MAX_LEN, VOCAB)
+    assert (cfg.family.norm_eps, cfg.embed_scale, cfg.max_len, cfg.vocab_size) == (
+        1e-12,
+        False,
+        MAX_LEN,
+        VOCAB,
+    )
     cfg = config_from_hf(gpt2(1, 32, 4).config)
     assert (cfg.activation, cfg.ffn_dim, cfg.position, cfg.final_norm) == ("gelu_tanh", 128, "learned", "on")
 

@@ -163,7 +163,7 @@ def test_a_mis_copied_weight_is_detected(randomize, assert_parity):
 def test_layer_config_reads_the_torch_layer():
     cfg = layer_config(_decoder_layer(48, 6, 80, False, nn.GELU(approximate="tanh")))
     assert (cfg.arch, cfg.d_model, cfg.n_heads, cfg.ffn_dim) == ("encdec", 48, 6, 80)
-    assert (cfg.wrap, cfg.activation, cfg.norm_eps) == ("post", "gelu_tanh", 1e-5)
+    assert (cfg.wrap, cfg.activation, cfg.family.norm_eps) == ("post", "gelu_tanh", 1e-5)
 
 
 def test_unsupported_modules_are_input_errors():

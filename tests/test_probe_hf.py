@@ -122,7 +122,9 @@ def test_compare_rewires_the_same_shape(tmp_path, capsys):
     )
     runs = json.loads(out.read_text())
     assert [r["config"]["model"]["wrap"] for r in runs] == ["parallel", "pre", "post"]
-    assert {r["config"]["model"]["rope_dims"] for r in runs} == {4}  # GPT-NeoX's partial rotary kept
+    assert {r["config"]["model"]["family"]["rope_dims"] for r in runs} == {
+        4
+    }  # GPT-NeoX's partial rotary kept
     assert "wrap=post" in capsys.readouterr().out
 
 

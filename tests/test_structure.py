@@ -3,8 +3,8 @@ cycle, and sit at module top except the optional extras.
 
 Layers, bottom to top (a module may import its own layer and those below, never above):
 
-    foundation (errors, version, jsonable, fit, intervals, paths, config_base, config, corpus, display, frames,
-    progress)
+    foundation (errors, version, jsonable, fit, intervals, paths, config_base, config_family, config, corpus,
+    display, frames, progress)
     -> model -> interop -> probe -> watch -> train -> integrations -> study -> report -> reproduce
     -> docgen -> cli
 
@@ -33,6 +33,7 @@ LAYERS = [
         "intervals",
         "paths",
         "config_base",
+        "config_family",
         "config",
         "corpus",
         "display",

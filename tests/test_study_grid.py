@@ -71,20 +71,25 @@ def test_duplicate_combinations_are_dropped():
     "grid, field",
     [
         ({"axes": {"wrapp": ["post"]}}, "axes.wrapp"),  # unknown axis field
-        ({"axes": {"wrap": ["post", "prenorm"]}}, "wrap"),  # unknown value
-        ({"axes": {"n_layers": [2, "six"]}}, "n_layers"),  # wrong type
-        ({"axes": {"lr": ["fast"]}}, "lr"),
+        ({"axes": {"wrap": ["post", "prenorm"]}}, "axes.wrap"),  # unknown value
+        ({"axes": {"n_layers": [2, "six"]}}, "axes.n_layers"),  # wrong type
+        ({"axes": {"lr": ["fast"]}}, "axes.lr"),
         ({"axes": {"n_layers": 4}}, "axes.n_layers"),  # not a list
         ({"axes": {"n_layers": []}}, "axes.n_layers"),
         ({"model": {"d_modle": 32}}, "model.d_modle"),  # typo in a base section
-        ({"train": {"lr": -1.0}}, "lr"),
+        ({"train": {"lr": -1.0}}, "train.lr"),
         ({"axes": {"variant": [{"wrap": "pre", "residul": []}]}}, "residul"),
+        ({"axes": {"variant": [{"wrap": "prenorm"}]}}, "axes.variant.wrap"),  # in one of an axis's mappings
         ({"axis": {"wrap": ["pre"]}}, "axis"),  # unknown top-level key
-        ({"train": {"seq_len": 512}, "model": {"max_len": 64}}, "seq_len"),
-        ({"axes": {"d_model": [30]}}, "d_model"),  # not a multiple of n_heads
+        ({"train": {"seq_len": 512}, "model": {"max_len": 64}}, "train.seq_len"),
+        ({"axes": {"d_model": [30]}}, "axes.d_model"),  # not a multiple of n_heads
+        ({"model": {"d_head": 0}}, "model.d_head"),  # a family option, named flat as in the grid
+        ({"axes": {"sliding_window": [4]}, "model": {"arch": "encoder"}}, "axes.sliding_window"),
+        ({"model": {"n_heads": 3}}, "d_model"),  # no key set d_model: its default is named as the field
     ],
 )
-def test_bad_grids_name_the_field(grid, field):
+def test_bad_grids_name_the_key(grid, field):
+    """The error names the grid key that set the bad value (what the user typed), else the field."""
     with pytest.raises(ConfigError) as e:
         StudyConfig.from_dict({"name": "bad", **grid})
     assert e.value.field == field

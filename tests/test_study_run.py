@@ -297,7 +297,7 @@ def test_run_and_study_keys_are_those_earlier_stores_hold():
         assert [s.hash for s in specs[:3]] == run_keys
         assert all(s.data_sha256 is None for s in specs)
         spec = specs[0]
-        assert spec.config_dict() == {"model": spec.model.to_dict(), "train": spec.train.to_dict()}
+        assert spec.config_dict() == {"model": spec.model.flat_dict(), "train": spec.train.flat_dict()}
 
 
 def test_a_field_added_at_its_default_leaves_the_keys_alone():

@@ -10,6 +10,7 @@ import os
 import sys
 
 from depthlab.cli import explain, forecast, probe, report, reproduce, study, train
+from depthlab.cli.common import as_typed
 from depthlab.errors import ConfigError, InputError
 
 # What ``depthlab --help`` says (the module docstring above is for developers).
@@ -36,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for command in COMMANDS:
         command.add_parser(sub)
+    for p in sub.choices.values():  # each command's flags, so that an error can name the one typed
+        p.set_defaults(flags={a.dest: a for a in p._actions if a.option_strings})
     return parser
 
 
@@ -43,7 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args) or 0)
-    except (ConfigError, InputError) as e:
+    except ConfigError as e:
+        sys.stderr.write(f"depthlab {args.command}: error: {as_typed(e, args, args.flags)}\n")
+        return 2
+    except InputError as e:
         sys.stderr.write(f"depthlab {args.command}: error: {e}\n")
         return 2
     except KeyboardInterrupt:

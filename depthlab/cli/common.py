@@ -92,7 +92,11 @@ def _add_init_flags(g, d: ModelConfig) -> None:
         help=f"{'|'.join(INITS)} (default {d.init}; normal = N(0, --init-std) everywhere, Hugging Face's)",
     )
     _flag(
-        g, "--init-std", type=float, default=d.init_std, help=f"std of gpt2 and normal (default {d.init_std})"
+        g,
+        "--init-std",
+        type=float,
+        default=d.family.init_std,
+        help=f"std of gpt2 and normal (default {d.family.init_std})",
     )
     _flag(
         g,
@@ -175,6 +179,30 @@ FIELD_OF_FLAG = {
 }
 
 
+# A field -> the dest of the flag that sets it, where the two names differ (n_layers -> --layers). The
+# flags that invert their field (--no-bias, --no-residual) are left out: their value is not the field's.
+DEST_OF_FIELD = {
+    **{field: flag for flag, field in FIELD_OF_FLAG.items() if flag != field and not flag.startswith("no_")},
+    "jacobian_probes": "jacobian",  # probe --jacobian N
+}
+
+
+def as_typed(error: ConfigError, args: argparse.Namespace, flags: dict) -> str:
+    """The error's line in the words the user typed: ``--layers 0 is not allowed: ...`` where a flag of
+    this command (``flags``: dest -> its argparse action) set the field, else the error as it is (a
+    field no flag sets, or one an imported --hf family set and no flag given changed)."""
+    dest = DEST_OF_FIELD.get(error.field, error.field)
+    action = flags.get(dest)
+    from_family = getattr(args, "hf", None) and dest in FIELD_OF_FLAG and dest not in given_model_flags(args)
+    if action is None or from_family:
+        return str(error)
+    flag = max(action.option_strings, key=len)
+    if action.nargs == 0:  # a switch: its value is its presence
+        return f"{flag} is not allowed: {error.allowed}"
+    shown = error.value if isinstance(error.value, (str, int, float)) else repr(error.value)
+    return f"{flag} {shown} is not allowed: {error.allowed}"
+
+
 def given_model_flags(args: argparse.Namespace) -> list[str]:
     """The model flags given on the command line (dests, in FIELD_OF_FLAG's order)."""
     given = getattr(args, "given_flags", None) or set()
@@ -189,7 +217,7 @@ def model_config_from_args(args: argparse.Namespace, **overrides) -> ModelConfig
     family's own per-stack depths unless --enc-layers / --dec-layers are given)."""
     if not getattr(args, "hf", None):
         values = {field: flag_value(args, flag, args.arch) for flag, field in FIELD_OF_FLAG.items()}
-        return ModelConfig(**{**values, **overrides})
+        return ModelConfig.from_dict({**values, **overrides})  # the family options named flat
     base, _ = imported_config(args.hf)
     arch = args.arch if "arch" in given_model_flags(args) else base.arch
     changes = {FIELD_OF_FLAG[f]: flag_value(args, f, arch) for f in given_model_flags(args)}

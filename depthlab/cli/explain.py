@@ -36,7 +36,7 @@ def run(args) -> int:
     check_output_file(args.json, "--json")  # before anything is printed
     info = explain(cfg, force_memory=args.force_memory)
     if args.hf:
-        changed = [f"{FIELD_OF_FLAG[f]}={getattr(cfg, FIELD_OF_FLAG[f])}" for f in given_model_flags(args)]
+        changed = [f"{FIELD_OF_FLAG[f]}={cfg.value_of(FIELD_OF_FLAG[f])}" for f in given_model_flags(args)]
         info["family"] = family_info(args.hf, changed)
     if args.json == "-":
         write_json(info, "-")

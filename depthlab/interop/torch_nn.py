@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from depthlab.config import ModelConfig
+from depthlab.config import FamilyOptions, ModelConfig
 from depthlab.errors import InputError
 from depthlab.interop.state import put_linear
 from depthlab.model.layers import Block
@@ -57,12 +57,12 @@ def layer_config(layer: nn.Module) -> ModelConfig:
         d_ff=layer.linear1.out_features,
         wrap="pre" if layer.norm_first else "post",
         norm="layernorm",
-        norm_eps=layer.norm1.eps,
         activation=_activation(layer.activation),
         position="none",
         final_norm="off",
         bias=layer.linear1.bias is not None,
         dropout=float(layer.dropout.p),
+        family=FamilyOptions(norm_eps=layer.norm1.eps),
     )
 
 

@@ -122,28 +122,28 @@ def explain(cfg: ModelConfig, *, force_memory: bool = False) -> Wiring:
 def wiring_summary(cfg: ModelConfig) -> str:
     """The wiring in one line of depthlab's words: wrapping, norm, FFN, positions and every family option
     that is set ("sandwich, rmsnorm (1 + w), geglu_tanh FFN, rope, attention soft-cap 50, ...")."""
-    norm = cfg.norm + (" (1 + w)" if cfg.gain_offset else "")
+    norm = cfg.norm + (" (1 + w)" if cfg.family.gain_offset else "")
     parts = [cfg.wrap, norm, f"{cfg.activation} FFN", _position_words(cfg)]
     if cfg.qk_norm:
-        parts.append(f"QK-norm per {'head' if cfg.qk_norm_scope == 'head' else 'whole projection'}")
-    if cfg.d_head is not None:
-        parts.append(f"head width {cfg.d_head}")
+        parts.append(f"QK-norm per {'head' if cfg.family.qk_norm_scope == 'head' else 'whole projection'}")
+    if cfg.family.d_head is not None:
+        parts.append(f"head width {cfg.family.d_head}")
     if cfg.kv_heads != cfg.n_heads:
         parts.append(f"{cfg.kv_heads} kv heads")
-    if cfg.attn_scale is not None:
-        parts.append(f"scores x {cfg.attn_scale:.4g}")
+    if cfg.family.attn_scale is not None:
+        parts.append(f"scores x {cfg.family.attn_scale:.4g}")
     for name, what in (("attn_softcap", "attention soft-cap"), ("logit_softcap", "logit soft-cap")):
-        if getattr(cfg, name) is not None:
-            parts.append(f"{what} {getattr(cfg, name):g}")
-    if cfg.sliding_window is not None:
-        k = cfg.global_every
+        if getattr(cfg.family, name) is not None:
+            parts.append(f"{what} {getattr(cfg.family, name):g}")
+    if cfg.family.sliding_window is not None:
+        k = cfg.family.global_every
         every = f"every {k}{_ordinal(k)} layer global" if k else "on every layer"
-        parts.append(f"sliding window {cfg.sliding_window} ({every})")
-    parts += [words for flag, words in _FLAG_WORDS if getattr(cfg, flag)]
-    if cfg.d_embed:
-        parts.append(f"{cfg.d_embed}-wide embedding projected in and out")
-    if cfg.biases is not None:
-        parts.append(f"biases on {', '.join(cfg.biases) or 'nothing'}")
+        parts.append(f"sliding window {cfg.family.sliding_window} ({every})")
+    parts += [words for flag, words in _FLAG_WORDS if getattr(cfg.family, flag)]
+    if cfg.family.d_embed:
+        parts.append(f"{cfg.family.d_embed}-wide embedding projected in and out")
+    if cfg.family.biases is not None:
+        parts.append(f"biases on {', '.join(cfg.family.biases) or 'nothing'}")
     elif not cfg.bias:
         parts.append("no biases")
     return ", ".join(parts)
@@ -162,18 +162,18 @@ def _ordinal(k: int) -> str:
 
 def _position_words(cfg: ModelConfig) -> str:
     if cfg.position == "rope":
-        part = f" on {cfg.rope_dims} of {cfg.head_dim} features" if cfg.rope_dims else ""
-        local = f", {cfg.rope_local_base:g} on local layers" if cfg.rope_local_base else ""
+        part = f" on {cfg.family.rope_dims} of {cfg.head_dim} features" if cfg.family.rope_dims else ""
+        local = f", {cfg.family.rope_local_base:g} on local layers" if cfg.family.rope_local_base else ""
         return f"rope{part} (base {cfg.rope_base:g}{local})"
     if cfg.position == "relative":
-        return f"relative position buckets ({cfg.rel_buckets}, max distance {cfg.rel_max_distance})"
+        return f"relative position buckets ({cfg.family.rel_buckets}, max distance {cfg.family.rel_max_distance})"
     return f"{cfg.position} positions"
 
 
 def init_summary(cfg: ModelConfig) -> str:
     """The init conventions, which decide the stream's scale at init as much as the wrapping:
     "xavier, tied head, embeddings x sqrt(d)" or "normal(0.02), untied head, embeddings x 1"."""
-    scheme = cfg.init if cfg.init == "xavier" else f"{cfg.init}({cfg.init_std:g})"
+    scheme = cfg.init if cfg.init == "xavier" else f"{cfg.init}({cfg.family.init_std:g})"
     head = "tied head" if cfg.tie_embeddings else "untied head"
     return f"{scheme}, {head}, embeddings x {'sqrt(d)' if cfg.embed_scale else '1'}"
 

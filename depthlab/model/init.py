@@ -8,7 +8,7 @@ Weight schemes (``ModelConfig.init``):
 | gpt2   | N(0, s); residual outputs N(0, s/sqrt(2L))      | N(0, s)                     | GPT-2; nanoGPT model.py |
 | normal | N(0, s) everywhere, no depth scaling            | N(0, s)                     | Hugging Face ``_init_weights`` (Llama, Qwen, Mistral, OPT, ...) |
 
-s is ``ModelConfig.init_std`` (default 0.02, HF's ``initializer_range``). Whether the token embeddings
+s is ``ModelConfig.family.init_std`` (default 0.02, HF's ``initializer_range``). Whether the token embeddings
 are scaled by sqrt(d) (``embed_scale``) and whether the head is tied (``tie_embeddings``) are separate
 choices; the probe and ``explain`` name all three, because together they decide the scale of the
 stream at init as much as the wrapping does (a Llama shape under xavier, tied and scaled, and under

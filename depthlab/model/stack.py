@@ -44,15 +44,15 @@ class Embedding(nn.Module):
 
     def __init__(self, cfg: ModelConfig, tok: nn.Embedding | None = None):
         super().__init__()
-        width = cfg.d_embed or cfg.d_model
+        width = cfg.family.d_embed or cfg.d_model
         self.tok = tok if tok is not None else nn.Embedding(cfg.vocab_size, width)
         self.scale = math.sqrt(cfg.d_model) if cfg.embed_scale else 1.0
         # OPT-350m's project_in: a factorised embedding (Lan et al. 2020, ALBERT), no bias
-        self.proj = nn.Linear(width, cfg.d_model, bias=False) if cfg.d_embed else None
+        self.proj = nn.Linear(width, cfg.d_model, bias=False) if cfg.family.d_embed else None
         self.pos = nn.Embedding(cfg.max_len, cfg.d_model) if cfg.position == "learned" else None
         if cfg.position == "sinusoidal":
             self.register_buffer("sinusoid", sinusoid_table(cfg.max_len, cfg.d_model), persistent=False)
-        self.norm = _norm_factory(cfg)() if cfg.embed_norm else nn.Identity()
+        self.norm = _norm_factory(cfg)() if cfg.family.embed_norm else nn.Identity()
         self.drop = nn.Dropout(cfg.dropout)
         # learned and sinusoidal positions have a table of max_len rows; rope and none have no limit
         self.max_len = cfg.max_len if cfg.position in ("learned", "sinusoidal") else None
@@ -151,7 +151,7 @@ class EncoderDecoder(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embed = Embedding(cfg)
-        if cfg.side_embeddings:  # registered only then: other models' state dicts keep their keys
+        if cfg.family.side_embeddings:  # registered only then: other models' state dicts keep their keys
             self.dec_embed = Embedding(cfg, tok=self.embed.tok)
         self.encoder = build_stack(cfg, "encoder", cfg.enc_depth)
         self.decoder = build_stack(cfg, "decoder", cfg.dec_depth)
@@ -181,7 +181,7 @@ class EncoderDecoder(nn.Module):
             memory=memory,
             memory_padding_mask=src_padding_mask,
         )
-        embed = self.dec_embed if self.cfg.side_embeddings else self.embed
+        embed = self.dec_embed if self.cfg.family.side_embeddings else self.embed
         out, states = self.decoder(embed(tgt), ctx, return_states)
         logits = _logits(self, out)  # (B, T_tgt, V)
         return (logits, states) if return_states else logits
@@ -247,7 +247,9 @@ def build_model(cfg: ModelConfig) -> nn.Module:
     check_config(cfg)
     model = EncoderDecoder(cfg) if cfg.arch == "encdec" else LanguageModel(cfg)
     scaled = WRAPPINGS[cfg.wrap].SCALED_RESIDUAL_INIT
-    init_weights(model, cfg.init, cfg.enc_depth + cfg.dec_depth, scale_residual=scaled, std=cfg.init_std)
+    init_weights(
+        model, cfg.init, cfg.enc_depth + cfg.dec_depth, scale_residual=scaled, std=cfg.family.init_std
+    )
     for module in model.modules():
         if isinstance(module, Wrapping):
             module.init_branch()
@@ -278,7 +280,9 @@ def build_stack(cfg: ModelConfig, side: str, n_layers: int) -> Stack:
     final = make_norm() if uses_final_norm(cfg) else None
     rel_bias = None
     if cfg.position == "relative":
-        rel_bias = RelativeBias(cfg.n_heads, cfg.rel_buckets, cfg.rel_max_distance, not causal, cfg.d_model)
+        rel_bias = RelativeBias(
+            cfg.n_heads, cfg.family.rel_buckets, cfg.family.rel_max_distance, not causal, cfg.d_model
+        )
     return Stack(layers, final, activation_checkpointing=cfg.activation_checkpointing, rel_bias=rel_bias)
 
 
@@ -286,10 +290,11 @@ def _attention(cfg: ModelConfig, causal: bool, cross: bool, window: int | None =
     q_norm = k_norm = None
     if cfg.qk_norm:  # a norm over each head's features, or over the whole q and k projections
         q_width, k_width = cfg.head_dim, cfg.head_dim
-        if cfg.qk_norm_scope == "projection":
+        if cfg.family.qk_norm_scope == "projection":
             q_width, k_width = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
         q_norm, k_norm = (
-            make_norm(cfg.norm, w, cfg.norm_eps, gain_offset=cfg.gain_offset) for w in (q_width, k_width)
+            make_norm(cfg.norm, w, cfg.family.norm_eps, gain_offset=cfg.family.gain_offset)
+            for w in (q_width, k_width)
         )
     return Attention(
         cfg.d_model,
@@ -303,26 +308,28 @@ def _attention(cfg: ModelConfig, causal: bool, cross: bool, window: int | None =
         rope=cfg.position == "rope",
         q_norm=q_norm,
         k_norm=k_norm,
-        qk_scope=cfg.qk_norm_scope,
-        scale=cfg.attn_scale,
-        softcap=cfg.attn_softcap,
+        qk_scope=cfg.family.qk_norm_scope,
+        scale=cfg.family.attn_scale,
+        softcap=cfg.family.attn_softcap,
         window=window,
         dropout=cfg.dropout,
     )
 
 
 def _norm_factory(cfg: ModelConfig):
-    return lambda: make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.dyt_alpha, gain_offset=cfg.gain_offset)
+    return lambda: make_norm(
+        cfg.norm, cfg.d_model, cfg.family.norm_eps, cfg.dyt_alpha, gain_offset=cfg.family.gain_offset
+    )
 
 
 def _head(cfg: ModelConfig, embed: Embedding) -> tuple[nn.Linear, nn.Linear | None]:
     """(the vocabulary projection, tied to the token table if ``tie_embeddings``; the d_model -> d_embed
     projection before it, or None)."""
-    width = cfg.d_embed or cfg.d_model
+    width = cfg.family.d_embed or cfg.d_model
     head = nn.Linear(width, cfg.vocab_size, bias=cfg.has_bias("head"))
     if cfg.tie_embeddings:
         head.weight = embed.tok.weight
-    proj = nn.Linear(cfg.d_model, width, bias=False) if cfg.d_embed else None  # OPT's project_out
+    proj = nn.Linear(cfg.d_model, width, bias=False) if cfg.family.d_embed else None  # OPT's project_out
     return head, proj
 
 
@@ -330,13 +337,13 @@ def _logits(model: nn.Module, out: torch.Tensor) -> torch.Tensor:
     """The last stream (after any final norm) -> (B, T, V) logits: [x d_model^-1/2 (T5)] -> [project to
     d_embed (OPT)] -> head -> [c tanh(logits / c) (Gemma 2)]."""
     cfg = model.cfg
-    if cfg.head_scale:
+    if cfg.family.head_scale:
         out = out * cfg.d_model**-0.5
     if model.head_proj is not None:
         out = model.head_proj(out)
     logits = model.head(out)
-    if cfg.logit_softcap is not None:
-        logits = cfg.logit_softcap * torch.tanh(logits / cfg.logit_softcap)
+    if cfg.family.logit_softcap is not None:
+        logits = cfg.family.logit_softcap * torch.tanh(logits / cfg.family.logit_softcap)
     return logits
 
 
@@ -347,6 +354,6 @@ def _context(cfg: ModelConfig, tokens: torch.Tensor, **fields) -> Context:
     if cfg.position == "rope":
         T, dims, device = tokens.shape[1], cfg.rotary_dims, tokens.device
         rope = rope_tables(T, dims, cfg.rope_base, device=device)
-        if cfg.rope_local_base is not None:
-            rope_local = rope_tables(T, dims, cfg.rope_local_base, device=device)
+        if cfg.family.rope_local_base is not None:
+            rope_local = rope_tables(T, dims, cfg.family.rope_local_base, device=device)
     return Context(rope=rope, rope_local=rope_local, **fields)

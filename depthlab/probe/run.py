@@ -98,7 +98,7 @@ def note_batch(result: ProbeResult, batch_size: int, seq_len: int, vocab_size: i
 def reference_init(cfg: ModelConfig) -> ModelConfig | None:
     """``cfg`` under the reference init conventions, or None when it already has them."""
     ref = cfg.replace(**REFERENCE_INIT)
-    return None if ref.replace(init_std=cfg.init_std) == cfg else ref
+    return None if ref.replace(init_std=cfg.family.init_std) == cfg else ref
 
 
 def attribute_to_init(

@@ -33,7 +33,14 @@ import typing
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, replace
 
-from depthlab.config import ModelConfig, TrainConfig, current_name, field_types
+from depthlab.config import (
+    ConfigBase,
+    ModelConfig,
+    TrainConfig,
+    current_name,
+    flat_field_names,
+    flat_field_types,
+)
 from depthlab.corpus import check_length, read_data_file, split
 from depthlab.errors import ConfigError, InputError
 from depthlab.interop.hf import imported_config, rewire
@@ -42,8 +49,9 @@ from depthlab.study.gridfile import read_grid_file
 from depthlab.train.tasks import check_task
 
 HF_KEY = "hf"  # model.hf: a Hugging Face config to start from (not a ModelConfig field)
-MODEL_FIELDS = {f.name for f in fields(ModelConfig)} | {HF_KEY}
-TRAIN_FIELDS = {f.name for f in fields(TrainConfig)}
+# a grid names every field flat, the family options too (``d_head: 8``, not ``family: {d_head: 8}``)
+MODEL_FIELDS = set(flat_field_names(ModelConfig)) | {HF_KEY}
+TRAIN_FIELDS = set(flat_field_names(TrainConfig))
 TOP_KEYS = ("name", "description", "model", "train", "axes")
 # A study larger than this is refused unless its caller raises the limit (``--max-runs``): a typo such
 # as an axis of 1,000 values crossed with another of 1,000 must not queue a million runs unasked. The
@@ -113,7 +121,9 @@ class RunSpec:
         return axes_label(self.axes)
 
     def config_dict(self) -> dict:
-        d = {"model": self.model.to_dict(), "train": self.train.to_dict()}
+        """Both configs as the store records them: flat (the family options beside the core fields),
+        the one form of every row, whether written before the options were grouped or after."""
+        d = {"model": self.model.flat_dict(), "train": self.train.flat_dict()}
         if self.data_sha256 is not None:
             d["data_sha256"] = self.data_sha256
         return d
@@ -162,7 +172,7 @@ def _coerce(cls, name: str, value):
                 "model.hf", value, "a path to a Hugging Face config.json or save_pretrained folder"
             )
         return value
-    hint = field_types(cls)[name]
+    hint = flat_field_types(cls)[name]
     floaty = hint is float or float in typing.get_args(hint)
     if floaty and isinstance(value, str):
         try:
@@ -333,10 +343,12 @@ class StudyConfig:
         for combo in itertools.product(*[vals for _, vals in axes]):
             labels = {name: label for (name, _), (label, _) in zip(axes, combo)}
             model, train = dict(self.model), dict(self.train)
-            for _, over in combo:
+            typed = {k: f"{side}.{k}" for side, sec in (("model", model), ("train", train)) for k in sec}
+            for (name, _), (label, over) in zip(axes, combo):
                 model.update(over["model"])
                 train.update(over["train"])
-            spec = _build(model, train, labels)
+                typed.update(_axis_keys(name, label, over))
+            spec = _build(model, train, labels, typed)
             path = spec.train.data
             if path is not None:
                 info = data[path] if path in data else data.setdefault(path, data_file_info(path))
@@ -361,29 +373,46 @@ def _refuse_overlapping_axes(axes: list) -> None:
             owner[f] = f"axes.{name}"
 
 
-def _build(model: dict, train: dict, labels: dict) -> RunSpec:
+def _axis_keys(name: str, label, over: dict) -> dict:
+    """field -> the grid key that set it on this axis: ``axes.n_layers``, or ``axes.wrapping.wrap`` for
+    a field in one of an axis's mappings."""
+    keys = [k for side in ("model", "train") for k in over[side]]
+    return {k: f"axes.{name}.{k}" if isinstance(label, dict) else f"axes.{name}" for k in keys}
+
+
+def _build(model: dict, train: dict, labels: dict, typed: dict | None = None) -> RunSpec:
     """Both configs from field values (a ``model.hf`` config first, the other fields over it); a
-    ConfigError keeps its field and gains the combination."""
+    ConfigError names the grid key that set its field (``typed``: field -> key, ``model.n_layers`` or
+    ``axes.n_layers``; a field no key set, a default or the family's, keeps its name) and gains the
+    combination."""
     try:
         if HF_KEY in model:
             model = dict(model)
             base = imported_config(model.pop(HF_KEY), flag="model.hf")[0]
-            model = {**base.to_dict(), **rewire(base, model)}  # n_layers or arch: the stacks' own depths go
+            model = {**base.flat_dict(), **rewire(base, model)}  # n_layers or arch: the stacks' own depths go
         m, t = ModelConfig.from_dict(model), TrainConfig.from_dict(train)
         check_task(m, t)  # as training will check it, but before any run
     except ConfigError as e:
         where = axes_label(labels) if labels else ""
         raise ConfigError(
-            e.field, e.value, e.allowed + (f" (grid combination: {where})" if where else "")
+            (typed or {}).get(e.field, e.field),
+            e.value,
+            e.allowed + (f" (grid combination: {where})" if where else ""),
         ) from None
     return RunSpec(model=m, train=t, axes=labels)
 
 
 def field_help() -> str:
-    """The fields a grid may set, with their defaults (for ``depthlab study --fields``)."""
+    """The fields a grid may set, with their defaults (for ``depthlab study --fields``): the core
+    fields of each config, then the family options (named flat in a grid as everywhere)."""
     lines = ["model.hf: a Hugging Face config.json or save_pretrained folder to start from (optional)"]
-    for side, cls in (("model", ModelConfig), ("train", TrainConfig)):
+    for side, config in (("model", ModelConfig()), ("train", TrainConfig())):
         lines.append(f"{side}:")
-        for f in fields(cls):
-            lines.append(f"  {f.name:16} default {getattr(cls(), f.name)!r}")
+        for f in fields(config):
+            value = getattr(config, f.name)
+            if isinstance(value, ConfigBase):
+                lines.append(f"{side}, family options (what released model families need; named flat too):")
+                lines += [f"  {g.name:16} default {getattr(value, g.name)!r}" for g in fields(value)]
+            else:
+                lines.append(f"  {f.name:16} default {value!r}")
     return "\n".join(lines)

@@ -184,13 +184,15 @@ class RunOutput:
 
     def same_run(self, stored: dict) -> None:
         """Refuse to resume a run with other settings or other data (a stored config written before a
-        field was renamed or added is read as today's configs read it)."""
+        field was renamed, added or grouped is read as today's configs read it; fields compare by their
+        flat names, so a difference names the one option, ``model.d_head``)."""
         mine = self.config()
+        flat = {"model": self.trainer.model_cfg.flat_dict(), "train": self.trainer.cfg.flat_dict()}
         diffs = []
         for side, cls in (("model", ModelConfig), ("train", TrainConfig)):
             theirs = _normalised(cls, stored.get(side) or {})
             diffs += [
-                f"{side}.{k} {theirs.get(k)!r} -> {v!r}" for k, v in mine[side].items() if theirs.get(k) != v
+                f"{side}.{k} {theirs.get(k)!r} -> {v!r}" for k, v in flat[side].items() if theirs.get(k) != v
             ]
         if diffs:
             raise InputError(
@@ -227,9 +229,10 @@ class RunOutput:
 
 
 def _normalised(cls, stored: dict) -> dict:
-    """A stored config section as ``cls`` writes it today (renamed fields under their new names, added
-    fields at their defaults); the raw section when it does not even load (then every field differs)."""
+    """A stored config section by today's flat field names (renamed fields under their new names, added
+    fields at their defaults, grouped ones flat); the raw section when it does not even load (then
+    every field differs)."""
     try:
-        return cls.from_dict(stored).to_dict()
+        return cls.from_dict(stored).flat_dict()
     except (ValueError, TypeError):
         return stored

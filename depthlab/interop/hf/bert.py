@@ -7,7 +7,7 @@ learned position table (depthlab has no token types). The pooler and MLM head ar
 
 from __future__ import annotations
 
-from depthlab.config import ModelConfig
+from depthlab.config import FamilyOptions, ModelConfig
 from depthlab.interop.hf.family import Family, activation, fused, register, require, take
 
 
@@ -26,16 +26,14 @@ def bert_config(c) -> ModelConfig:
         max_len=c.max_position_embeddings,
         wrap="post",
         norm="layernorm",
-        norm_eps=c.layer_norm_eps,
         activation=activation("hidden_act", c.hidden_act),
         position="learned",
         final_norm="off",  # post-LN: the stream is already normalised by every sublayer
-        embed_norm=True,
         embed_scale=False,
         tie_embeddings=True,
         dropout=float(c.hidden_dropout_prob),
         init="normal",
-        init_std=float(c.initializer_range),
+        family=FamilyOptions(norm_eps=c.layer_norm_eps, embed_norm=True, init_std=float(c.initializer_range)),
     )
 
 

@@ -113,7 +113,7 @@ def head_dim(c) -> int:
 
 
 def own_head_dim(c) -> int | None:
-    """``ModelConfig.d_head``: None when the head width is the default d_model / n_heads."""
+    """``ModelConfig.family.d_head``: None when the head width is the default d_model / n_heads."""
     hd = head_dim(c)
     return None if hd * c.num_attention_heads == c.hidden_size else hd
 

@@ -6,7 +6,7 @@ output is q | k | v, each d_model wide, heads contiguous within each: our qkv la
 
 from __future__ import annotations
 
-from depthlab.config import ModelConfig
+from depthlab.config import FamilyOptions, ModelConfig
 from depthlab.interop.hf.family import Family, activation, put_linear, register, require, take
 
 
@@ -25,7 +25,6 @@ def gpt2_config(c) -> ModelConfig:
         max_len=c.n_positions,
         wrap="pre",
         norm="layernorm",
-        norm_eps=c.layer_norm_epsilon,
         activation=activation("activation_function", c.activation_function),
         position="learned",
         final_norm="on",
@@ -33,7 +32,7 @@ def gpt2_config(c) -> ModelConfig:
         tie_embeddings=bool(getattr(c, "tie_word_embeddings", True)),
         dropout=float(c.resid_pdrop),
         init="gpt2",
-        init_std=float(c.initializer_range),
+        family=FamilyOptions(norm_eps=c.layer_norm_epsilon, init_std=float(c.initializer_range)),
     )
 
 

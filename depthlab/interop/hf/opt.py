@@ -9,7 +9,7 @@ ours do not.
 
 from __future__ import annotations
 
-from depthlab.config import ModelConfig
+from depthlab.config import FamilyOptions, ModelConfig
 from depthlab.interop.hf.family import Family, activation, fused, head_weight, register, require, take
 
 OFFSET = 2  # OPTLearnedPositionalEmbedding's first two rows are never used for real positions
@@ -28,17 +28,19 @@ def opt_config(c) -> ModelConfig:
         max_len=c.max_position_embeddings,
         wrap="pre" if pre else "post",
         norm="layernorm",
-        norm_eps=1e-5,  # nn.LayerNorm's default, which OPT uses
         activation=activation("activation_function", c.activation_function),
         position="learned",
         final_norm="on" if pre and not getattr(c, "_remove_final_layer_norm", False) else "off",
         embed_scale=False,
-        d_embed=c.word_embed_proj_dim if c.word_embed_proj_dim != c.hidden_size else None,
         bias=bool(c.enable_bias),
         tie_embeddings=bool(getattr(c, "tie_word_embeddings", True)),
         dropout=float(c.dropout),
         init="normal",
-        init_std=float(c.init_std),
+        family=FamilyOptions(
+            norm_eps=1e-5,  # nn.LayerNorm's default, which OPT uses
+            d_embed=c.word_embed_proj_dim if c.word_embed_proj_dim != c.hidden_size else None,
+            init_std=float(c.init_std),
+        ),
     )
 
 
@@ -48,7 +50,7 @@ def opt_state(hf: dict, cfg: ModelConfig, c=None) -> dict:
         "embed.tok.weight": hf[f"{g}.embed_tokens.weight"],
         "embed.pos.weight": hf[f"{g}.embed_positions.weight"][OFFSET:],
     }
-    if cfg.d_embed:
+    if cfg.family.d_embed:
         out["embed.proj.weight"] = hf[f"{g}.project_in.weight"]
         out["head_proj.weight"] = hf[f"{g}.project_out.weight"]
     for i in range(cfg.n_layers):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from depthlab.config import ModelConfig
+from depthlab.config import FamilyOptions, ModelConfig
 from depthlab.errors import ConfigError
 from depthlab.interop.hf.family import (
     Family,
@@ -33,7 +33,8 @@ from depthlab.interop.hf.family import (
 
 
 def _decoder(c, **fields) -> ModelConfig:
-    """Fields every family here shares (LayerNorm, RoPE, final norm, HF's normal init), then ``fields``."""
+    """Fields every family here shares (LayerNorm, RoPE, final norm, HF's normal init), then ``fields``
+    (family options named flat, as :meth:`ModelConfig.from_dict` reads them)."""
     base = dict(
         arch="decoder",
         n_layers=c.num_hidden_layers,
@@ -50,7 +51,7 @@ def _decoder(c, **fields) -> ModelConfig:
         init_std=float(c.initializer_range),
     )
     base.update(fields)
-    return ModelConfig(**base)
+    return ModelConfig.from_dict(base)
 
 
 def _rotary(c, factor: float) -> int | None:
@@ -118,17 +119,19 @@ def gptj_config(c) -> ModelConfig:
         max_len=c.n_positions,
         wrap="parallel_shared",
         norm="layernorm",
-        norm_eps=c.layer_norm_epsilon,
         activation=activation("activation_function", c.activation_function),
         position="rope",
-        rope_dims=c.rotary_dim,
         final_norm="on",
         embed_scale=False,
-        biases=("ffn", "head"),
         tie_embeddings=bool(getattr(c, "tie_word_embeddings", False)),
         dropout=float(c.resid_pdrop),
         init="normal",
-        init_std=float(c.initializer_range),
+        family=FamilyOptions(
+            norm_eps=c.layer_norm_epsilon,
+            rope_dims=c.rotary_dim,
+            biases=("ffn", "head"),
+            init_std=float(c.initializer_range),
+        ),
     )
 
 

@@ -57,7 +57,8 @@ def bias_fields(qkv: bool, out: bool, ffn: bool) -> dict:
 
 
 def rope_decoder_config(c, **options) -> ModelConfig:
-    """The fields these families share (RMSNorm, RoPE, GQA, gated FFN, HF's normal init), then ``options``."""
+    """The fields these families share (RMSNorm, RoPE, GQA, gated FFN, HF's normal init), then ``options``
+    (family options named flat, as :meth:`ModelConfig.from_dict` reads them)."""
     kv = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
     act = getattr(c, "hidden_activation", None) or c.hidden_act
     fields = dict(
@@ -84,7 +85,7 @@ def rope_decoder_config(c, **options) -> ModelConfig:
         init_std=float(c.initializer_range),
     )
     fields.update(options)
-    return ModelConfig(**fields)
+    return ModelConfig.from_dict(fields)
 
 
 def llama_config(c) -> ModelConfig:

@@ -9,7 +9,7 @@ not interleaved as in depthlab's ``sinusoidal``: it is imported as a learned tab
 
 from __future__ import annotations
 
-from depthlab.config import ModelConfig
+from depthlab.config import FamilyOptions, ModelConfig
 from depthlab.errors import ConfigError
 from depthlab.interop.hf.family import Family, activation, fused, put_linear, register, take
 
@@ -37,18 +37,20 @@ def seq2seq_config(c, embed_norm: bool) -> ModelConfig:
         max_len=c.max_position_embeddings,
         wrap="post",
         norm="layernorm",
-        norm_eps=1e-5,  # nn.LayerNorm's default, which both use
         activation=activation("activation_function", c.activation_function),
         position="learned",
         final_norm="off",
-        embed_norm=embed_norm,
         embed_scale=bool(c.scale_embedding),
-        side_embeddings=True,
-        biases=("qkv", "out", "ffn", "head"),
         tie_embeddings=True,
         dropout=float(c.dropout),
         init="normal",
-        init_std=float(c.init_std),
+        family=FamilyOptions(
+            norm_eps=1e-5,  # nn.LayerNorm's default, which both use
+            embed_norm=embed_norm,
+            side_embeddings=True,
+            biases=("qkv", "out", "ffn", "head"),
+            init_std=float(c.init_std),
+        ),
     )
 
 
@@ -81,7 +83,7 @@ def seq2seq_state(hf: dict, cfg: ModelConfig, offset: int) -> dict:
     out["head.bias"] = hf["final_logits_bias"].reshape(-1)
     for side, ours in (("encoder", "embed"), ("decoder", "dec_embed")):
         out[f"{ours}.pos.weight"] = hf[f"model.{side}.embed_positions.weight"][offset:]
-        if cfg.embed_norm:
+        if cfg.family.embed_norm:
             take(out, f"{ours}.norm", hf, f"model.{side}.layernorm_embedding")
         for i in range(cfg.enc_depth if side == "encoder" else cfg.dec_depth):
             h, d = f"model.{side}.layers.{i}", f"{side}.layers.{i}"

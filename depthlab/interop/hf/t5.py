@@ -9,7 +9,7 @@ built from a T5 config here uses xavier instead (the import of weights is exact)
 
 from __future__ import annotations
 
-from depthlab.config import ModelConfig
+from depthlab.config import FamilyOptions, ModelConfig
 from depthlab.errors import ConfigError
 from depthlab.interop.hf.family import Family, fused, head_weight, register, take
 
@@ -34,24 +34,26 @@ def t5_config(c) -> ModelConfig:
         dec_layers=c.num_decoder_layers,
         d_model=c.d_model,
         n_heads=c.num_heads,
-        d_head=None if c.d_kv * c.num_heads == c.d_model else c.d_kv,
         d_ff=c.d_ff,
         vocab_size=c.vocab_size,
         wrap="pre",
         norm="rmsnorm",
-        norm_eps=c.layer_norm_epsilon,
         activation=act,
         position="relative",
-        rel_buckets=c.relative_attention_num_buckets,
-        rel_max_distance=c.relative_attention_max_distance,
-        attn_scale=1.0,
         final_norm="on",
         embed_scale=False,
         bias=False,
         tie_embeddings=bool(getattr(c, "tie_word_embeddings", True)),
-        head_scale=bool(getattr(c, "scale_decoder_outputs", getattr(c, "tie_word_embeddings", True))),
         dropout=float(c.dropout_rate),
         init="xavier",
+        family=FamilyOptions(
+            d_head=None if c.d_kv * c.num_heads == c.d_model else c.d_kv,
+            attn_scale=1.0,
+            rel_buckets=c.relative_attention_num_buckets,
+            rel_max_distance=c.relative_attention_max_distance,
+            norm_eps=c.layer_norm_epsilon,
+            head_scale=bool(getattr(c, "scale_decoder_outputs", getattr(c, "tie_word_embeddings", True))),
+        ),
     )
 
 
