@@ -33,6 +33,13 @@ SPECIAL_FILES = {
 }
 
 
+def printable(text) -> str:
+    """``text`` as one line of a terminal shows it: control characters (a newline, an ANSI escape, a
+    carriage return) written as their Python escapes, so a hostile name cannot move the cursor or
+    forge a second line."""
+    return "".join(c if c.isprintable() or c == " " else ascii(c)[1:-1] for c in str(text))
+
+
 def check_path(path: str | Path, flag: str) -> None:
     """Refuse (InputError naming ``flag``) a path the filesystem cannot hold, before anything is made or
     read: a NUL byte, a component longer than the filesystem's name limit, or a whole path longer

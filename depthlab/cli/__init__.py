@@ -11,6 +11,7 @@ import sys
 
 from depthlab.cli import explain, forecast, probe, report, reproduce, study, train
 from depthlab.errors import ConfigError, InputError
+from depthlab.paths import printable
 
 # What ``depthlab --help`` says (the module docstring above is for developers).
 DESCRIPTION = (
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.run(args) or 0)
     except (ConfigError, InputError) as e:
-        sys.stderr.write(f"depthlab {args.command}: error: {e}\n")
+        sys.stderr.write(f"depthlab {args.command}: error: {printable(e)}\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
@@ -55,6 +56,6 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("DEPTHLAB_DEBUG"):
             raise
         sys.stderr.write(
-            f"depthlab {args.command}: failed: {type(e).__name__}: {e} (DEPTHLAB_DEBUG=1 for a traceback)\n"
+            f"depthlab {args.command}: failed: {type(e).__name__}: {printable(e)} (DEPTHLAB_DEBUG=1 for a traceback)\n"
         )
         return 1

@@ -13,7 +13,7 @@ from depthlab.study import StudyConfig, plan, preset, run_study
 from depthlab.study.executors import EXECUTORS, check_executor, default_workers
 from depthlab.study.grid import MAX_RUNS, field_help
 from depthlab.study.runner import plural, store_note
-from depthlab.study.store import DEFAULT_DB
+from depthlab.study.store import DEFAULT_DB, check_store_path
 
 
 def add_parser(sub) -> None:
@@ -71,6 +71,7 @@ def run(args) -> int:
         print(field_help())
         return 0
     refuse_flags(args, "contradicts --no-report", report=args.report and args.no_report)
+    check_store_path(args.db)  # a path where no result could be kept, before the grid is even read
     check_executor(args.executor, args.workers, args.ray_address)  # a dry run checks them too
     study = _study(args)
     report_dir = None if args.no_report else (args.report or default_report_dir(args.db, study.name))

@@ -22,7 +22,7 @@ from depthlab.errors import InputError
 from depthlab.model.memory import USABLE, available_memory, gb
 from depthlab.study.executors import available_cores, check_executor, make_executor, threads_per_worker
 from depthlab.study.grid import MAX_RUNS, RunSpec, StudyConfig
-from depthlab.study.store import DEFAULT_DB, Store, check_sqlite_header, owner_id
+from depthlab.study.store import DEFAULT_DB, Store, check_sqlite_header, check_store_path, owner_id
 from depthlab.study.tensorboard import StudyEvents
 from depthlab.study.worker import Task
 from depthlab.train.tasks import train_memory
@@ -70,6 +70,7 @@ def run_study(
     ``force_memory``; not checked for a Ray cluster, whose memory is its own).
     """
     out = out or sys.stdout
+    check_store_path(db)  # a path where no result could be kept is refused before any run
     specs = _checked(study, workers, executor, ray_address, max_runs, force_memory)
     threads = threads_per_worker(workers)
     note = store_note(db)
