@@ -7,10 +7,13 @@ writes through a temporary file, so a failed write keeps the old file; replacing
 
 from __future__ import annotations
 
+import errno
+import functools
 import json
 import os
 import stat
 import sys
+import tempfile
 from pathlib import Path
 
 from depthlab.errors import InputError
@@ -143,6 +146,7 @@ def check_output_file(path: str | None, flag: str, formats: tuple[str, ...] = ()
     if not os.access(folder, os.W_OK):
         raise InputError(f"{flag} {path}: the folder {folder} is not writable")
     exists = os.path.lexists(path)
+    check_replaceable(path, flag)
     if exists and not os.access(path, os.W_OK):
         raise InputError(f"{flag} {path} is read-only; it is not replaced")
     return exists
@@ -164,18 +168,88 @@ def write_json(obj, path: str | None, flag: str = "--json") -> None:
         sys.stdout.write(text)
         return
     existed = check_output_file(path, flag)
-    target = os.path.realpath(path)  # a symlink stays a link: its target is replaced
-    tmp = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.tmp")
     try:
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, target)
+        replace_file(path, text, flag)
     except BAD_PATH as e:
-        raise InputError(f"cannot write {path}: {e.strerror}") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        raise InputError(f"cannot write {printable(path)}: {e.strerror}") from None
     note_replaced(path, existed)
+
+
+def check_replaceable(path: str | Path, flag: str) -> None:
+    """Refuse (InputError naming ``flag``) to replace anything but a regular file: a device node (as
+    root, replacing /dev/null would remove it), a FIFO or a socket. A symbolic link is judged by its
+    target, which is what gets replaced."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as e:
+        raise InputError(f"{flag} {printable(path)}: {e.strerror}") from None
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        kind = SPECIAL_FILES.get(stat.S_IFMT(mode), "not a regular file")
+        raise InputError(f"{flag} {printable(path)} is {kind}; only a regular file is replaced (name a file)")
+
+
+def replace_file(path: str | Path, data: str | bytes, flag: str = "--out") -> None:
+    """Write ``data`` to ``path`` atomically: into a temporary file that ``mkstemp`` makes beside the
+    target (a name no user file has: it is created exclusively), synced, then renamed over it. Only a
+    regular file (or a new name) is replaced (:func:`check_replaceable`); a symbolic link stays a link,
+    its target replaced. A full disk is one InputError naming the path and the space needed; the
+    temporary file is removed whatever happens."""
+    check_replaceable(path, flag)
+    target = os.path.realpath(path)
+    raw = data.encode() if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=os.path.dirname(target)
+    )
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, target)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise disk_full(path, len(raw)) from None
+        raise
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+
+
+def disk_full(path: str | Path, need: int) -> InputError:
+    """The one line for a write that the disk had no room for: the path, the space it needed, the space free."""
+    free = free_bytes(os.path.dirname(os.path.abspath(path)))
+    have = "" if free is None else f", {_size(free)} free there"
+    return InputError(
+        f"the disk is full: writing {printable(path)} needs about {_size(need)}{have}; free some space "
+        "or write elsewhere"
+    )
+
+
+def free_bytes(path: str | Path) -> int | None:
+    """The bytes free to this user on the filesystem holding ``path`` (None when it cannot be told)."""
+    try:
+        st = os.statvfs(existing_ancestor(path))
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+@functools.cache
+def _umask() -> int:
+    """The process's umask (mkstemp makes its file 0600: the replaced file gets the usual mode)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def safe_name(text: str, keep: str = "-_.=+,", limit: int = NAME_CHARS) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from depthlab.paths import printable
 from depthlab.report import default_report_dir, load, render, summary_table, write_run_report
 from depthlab.report.lr_tables import lr_summary
 from depthlab.study.store import DEFAULT_DB
@@ -41,7 +42,7 @@ def run(args) -> int:
         return 0
     data = load(args.db, args.study, x=args.x)
     print(f"report: {render(data, args.out or default_report_dir(args.db, data.name))}")
-    print(f"\noutcome per cell (final validation loss), study {data.name!r}, store {args.db}:\n")
+    print(f"\noutcome per cell (final validation loss), study {data.name!r}, store {printable(args.db)}:\n")
     print(summary_table(data))
     if data.lr_curves:
         print("\n" + lr_summary(data))

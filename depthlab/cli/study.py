@@ -7,6 +7,7 @@ import signal
 
 from depthlab.cli.common import add_memory_flag, refuse_flags
 from depthlab.errors import InputError
+from depthlab.paths import printable
 from depthlab.report import check_report_dir, default_report_dir, load, render, summary_table
 from depthlab.report.lr_tables import lr_summary
 from depthlab.study import StudyConfig, plan, preset, run_study
@@ -111,7 +112,7 @@ def run(args) -> int:
     data = load(args.db, res.study_id)
     if report_dir is not None:
         print(f"report: {render(data, report_dir)}")
-    print(f"\noutcome per cell (final validation loss), store {args.db}:\n")
+    print(f"\noutcome per cell (final validation loss), store {printable(args.db)}:\n")
     print(summary_table(data))
     if data.lr_curves:
         print("\n" + lr_summary(data))
@@ -140,7 +141,7 @@ def dry_run(study, db: str, max_runs: int) -> int:
     runs = plan(study, db)  # reads the store now: a bad one is refused before anything is printed
     shape = " x ".join(str(n) for n in study.shape()) or "no axes"
     count = study.count()
-    print(f"study {study.name!r}: {plural(count, 'run')} ({shape}), store {db}", flush=True)
+    print(f"study {study.name!r}: {plural(count, 'run')} ({shape}), store {printable(db)}", flush=True)
     if count > max_runs:
         print(f"more than --max-runs {max_runs:,}: the real run needs --max-runs {count}", flush=True)
     note = store_note(db)

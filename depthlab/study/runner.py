@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from depthlab.errors import InputError
 from depthlab.model.memory import USABLE, available_memory, gb
+from depthlab.paths import printable
 from depthlab.study.executors import available_cores, check_executor, make_executor, threads_per_worker
 from depthlab.study.grid import MAX_RUNS, RunSpec, StudyConfig
 from depthlab.study.store import DEFAULT_DB, Store, check_sqlite_header, check_store_path, owner_id
@@ -85,7 +86,7 @@ def run_study(
         print(
             f"study {study.name!r}: {res.total} runs, {res.skipped} already done, {len(todo)} to run "
             f"({executor}: {plural(workers, 'worker')} x {plural(threads, 'thread')}, "
-            f"{plural(available_cores(), 'core')}) -> {db}",
+            f"{plural(available_cores(), 'core')}) -> {printable(db)}",
             file=out,
             flush=True,
         )
@@ -123,7 +124,7 @@ def plan(study: StudyConfig, db: str = DEFAULT_DB) -> Iterator[tuple[RunSpec, st
 def store_note(db: str) -> str | None:
     """The line that says an existing empty ``db`` file becomes a new store (None otherwise)."""
     if os.path.isfile(db) and os.path.getsize(db) == 0:
-        return f"{db} is an empty file: it becomes a new study store"
+        return f"{printable(db)} is an empty file: it becomes a new study store"
     return None
 
 
