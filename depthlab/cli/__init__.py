@@ -6,7 +6,9 @@ Exit codes (docs/design.md): 0 success, 2 bad input (one line on stderr, no trac
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import sys
 
 from depthlab.cli import explain, forecast, probe, report, reproduce, study, train
@@ -28,8 +30,25 @@ class Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one line on stderr and exit code 2."""
 
     def error(self, message):
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        choice = re.match(r"argument \w+: invalid choice: '(.*)' \(choose from (.*)\)$", message)
+        if choice:  # a mistyped subcommand: the closest one
+            names = re.findall(r"'([^']*)'", choice.group(2))
+            close = difflib.get_close_matches(choice.group(1), names, n=1, cutoff=0.6)
+            message += f" (did you mean {close[0]}?)" if close else ""
+        sys.stderr.write(f"{self.prog}: error: {printable(message)}\n")
         raise SystemExit(2)
+
+    def unrecognized(self, extras: list[str]) -> None:
+        """The usage error for arguments this (sub)command does not take, with the flag each mistyped
+        one was closest to (``--warmpu`` -> did you mean --warmup?)."""
+        flags = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
+        hints = []
+        for arg in extras:
+            if arg.startswith("-"):
+                close = difflib.get_close_matches(arg.split("=", 1)[0], flags, n=1, cutoff=0.6)
+                hints += [f"{arg.split('=', 1)[0]}: did you mean {close[0]}?"] if close else []
+        said = f" ({'; '.join(hints)})" if hints else ""
+        self.error(f"unrecognized arguments: {' '.join(extras)}{said}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,11 +56,22 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for command in COMMANDS:
         command.add_parser(sub)
+    parser.subcommands = sub.choices  # name -> the subcommand's parser (see parse)
     return parser
 
 
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The parsed arguments; a flag the subcommand does not take is that subcommand's usage error
+    (``depthlab train: error: ...``), not the top-level one."""
+    parser = build_parser()
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        parser.subcommands.get(args.command, parser).unrecognized(extras)
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     try:
         return int(args.run(args) or 0)
     except (ConfigError, InputError) as e:

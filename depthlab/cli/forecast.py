@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from depthlab.paths import write_json
+from depthlab.errors import ConfigError
+from depthlab.paths import check_output_file, write_json
 from depthlab.study.forecast import forecast
 from depthlab.study.store import DEFAULT_DB
 
@@ -26,6 +27,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    if not (isinstance(args.share, float) and 0 < args.share <= 1):  # NaN fails both comparisons
+        raise ConfigError("share", args.share, "a number > 0 and <= 1 (the early share of each run's steps)")
+    check_output_file(args.json, "--json")  # before the forecast: a bad path must not cost its work
     table = forecast(args.db, args.study, args.tune, args.share)
     print(table["text"])
     t = table["tuned"]

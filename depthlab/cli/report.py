@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from depthlab.cli.common import refuse_flags
 from depthlab.paths import printable
 from depthlab.report import default_report_dir, load, render, summary_table, write_run_report
 from depthlab.report.lr_tables import lr_summary
@@ -38,6 +39,13 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     if args.run_dir is not None:
+        refuse_flags(
+            args,
+            "names a study; --run reports one run folder instead",
+            study=args.study is not None,
+            db=args.db != DEFAULT_DB,
+            x=args.x != "auto",
+        )
         print(f"report: {write_run_report(args.run_dir, args.out)}")
         return 0
     data = load(args.db, args.study, x=args.x)

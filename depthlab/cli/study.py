@@ -75,7 +75,10 @@ def run(args) -> int:
     check_store_path(args.db)  # a path where no result could be kept, before the grid is even read
     check_executor(args.executor, args.workers, args.ray_address)  # a dry run checks them too
     study = _study(args)
-    report_dir = None if args.no_report else (args.report or default_report_dir(args.db, study.name))
+    # a dry run writes no report: its folder is not checked (a read-only store's folder is fine)
+    report_dir = (
+        None if args.no_report or args.dry_run else (args.report or default_report_dir(args.db, study.name))
+    )
     if report_dir is not None:
         try:  # refused now, not after every run has been run and stored
             check_report_dir(report_dir)
@@ -124,7 +127,7 @@ def _study(args):
     first, then every combination (a dry run builds them one at a time as it prints them, and lists any
     number of runs)."""
     if not args.grid:
-        return preset(args.preset or "default")
+        return preset("default" if args.preset is None else args.preset)  # --preset '' is no preset
     limit = None if args.dry_run else args.max_runs
     return StudyConfig.from_yaml(args.grid, max_runs=limit, validate=not args.dry_run)
 

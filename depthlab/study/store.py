@@ -29,6 +29,8 @@ from depthlab.study.storefile import (
     BUSY_TIMEOUT_S,
     check_is_store,
     check_quick,
+    check_row,
+    check_run_shape,
     check_sqlite_header,
     check_store_path,
     connect,
@@ -250,14 +252,16 @@ class Store:
             d = dict(r)
             d["config"] = json.loads(d.pop("config_json"))
             d["axes"] = json.loads(d.pop("axes_json"))
-            out.append(d)
+            out.append(check_run_shape(self.path, d))
         return out
 
     @reads
     def metrics(self, run_id: int) -> list[dict]:
         """The run's logged steps in order: step plus METRIC_COLUMNS."""
         rows = self.conn.execute("SELECT * FROM metrics WHERE run_id = ? ORDER BY step", (run_id,)).fetchall()
-        return [dict(r) for r in rows]
+        return [
+            check_row(self.path, f"run {run_id}'s metrics", dict(r), ("step", *METRIC_COLUMNS)) for r in rows
+        ]
 
     @reads
     def layer_metrics(self, run_id: int) -> list[dict]:
@@ -265,7 +269,8 @@ class Store:
         rows = self.conn.execute(
             "SELECT * FROM layer_metrics WHERE run_id = ? ORDER BY step, layer", (run_id,)
         ).fetchall()
-        return [dict(r) for r in rows]
+        what = f"run {run_id}'s telemetry"
+        return [check_row(self.path, what, dict(r), ("step", "layer", *LAYER_COLUMNS)) for r in rows]
 
     @reads
     def probe_layers(self, run_id: int) -> list[dict]:
@@ -273,7 +278,8 @@ class Store:
         rows = self.conn.execute(
             "SELECT * FROM probe_layers WHERE run_id = ? ORDER BY layer", (run_id,)
         ).fetchall()
-        return [dict(r) for r in rows]
+        what = f"run {run_id}'s probe"
+        return [check_row(self.path, what, dict(r), ("layer", *PROBE_LAYER_COLUMNS)) for r in rows]
 
     @reads
     def probe(self, run_id: int) -> dict | None:

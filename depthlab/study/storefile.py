@@ -20,6 +20,9 @@ from depthlab.errors import InputError
 from depthlab.paths import check_input_file, check_path
 from depthlab.paths import printable as shown
 
+STORE_TABLES = {"studies", "runs", "study_runs", "metrics", "layer_metrics", "probes", "probe_layers"}
+RUN_NUMBERS = ("outcome_step", "final_train_loss", "val_loss", "val_bpb", "unigram_loss", "accuracy",
+               "tokens_per_s", "seconds", "attempts")  # fmt: skip
 SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite 3 database file
 BUSY_TIMEOUT_S = 60.0
 
@@ -90,10 +93,37 @@ def check_is_store(conn: sqlite3.Connection, path: str, create: bool) -> None:
         if create:
             return
         raise InputError(f"{path} is not a depthlab store (it is empty); choose another --db")
-    if "schema_version" in tables and ({"studies", "runs"} <= tables or tables == {"schema_version"}):
+    if "schema_version" in tables and tables == {"schema_version"}:
+        return  # a store whose first migration another process is making
+    if "schema_version" in tables and {"studies", "runs"} <= tables:
+        missing = sorted(STORE_TABLES - tables)
+        if missing:  # refused before a byte is written: a study would record itself, then fail
+            raise InputError(damaged(path, f"its table {', '.join(missing)} is missing"))
         return
     shown = ", ".join(sorted(tables)[:8]) + (", ..." if len(tables) > 8 else "")
     raise InputError(f"{path} is not a depthlab store (it holds tables: {shown}); choose another --db")
+
+
+def check_row(path: str, what: str, row: dict, numeric: tuple[str, ...]) -> dict:
+    """``row`` once its ``numeric`` columns hold numbers or NULL (SQLite keeps any text a hand wrote in
+    a REAL column); InputError naming the store, the row and the column otherwise."""
+    for k in numeric:
+        v = row.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            shown_v = repr(v) if len(repr(v)) <= 30 else repr(v)[:26] + "..."
+            raise InputError(damaged(path, f"{what}: {k} holds {shown_v}, not a number"))
+    return row
+
+
+def check_run_shape(path: str, row: dict) -> dict:
+    """A decoded run row of :meth:`Store.runs`, checked: its config a {model, train} object, its axes
+    an object, its numbers numbers (InputError naming the run otherwise)."""
+    cfg, what = row.get("config"), f"run {row.get('id')}"
+    if not (isinstance(cfg, dict) and all(isinstance(cfg.get(k), dict) for k in ("model", "train"))):
+        raise InputError(damaged(path, f"{what}: its config_json is not a run's config"))
+    if not isinstance(row.get("axes"), dict):
+        raise InputError(damaged(path, f"{what}: its axes_json is not an object"))
+    return check_row(path, what, row, RUN_NUMBERS)
 
 
 def check_quick(conn: sqlite3.Connection, path: str) -> None:
