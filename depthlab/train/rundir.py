@@ -199,7 +199,7 @@ class RunOutput:
             if checkpoint.newest_intact(str(d.path), t.load_state_dict, self.note) is None:
                 self.note(
                     f"--resume: {printable(d.path)} holds no checkpoint yet (the run stopped before its first, "
-                    f"due at step {t.cfg.checkpoint_every}); it starts over from step 0"
+                    f"due at step {min(t.cfg.checkpoint_every, t.cfg.steps)}); it starts over from step 0"
                 )
         t.metrics = d.read_metrics(upto_step=t.step) if resume else []
         t.dist.barrier()  # everyone has read before rank 0 writes
