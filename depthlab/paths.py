@@ -1,8 +1,11 @@
 """Where results go: the checks made before any work on a path a user named, and safe writes.
 
 The rule these serve: a bad output path is refused before the work it would receive (InputError, one
-line naming the flag or argument), and nothing a user stored is replaced silently. ``write_json``
-writes through a temporary file, so a failed write keeps the old file; replacing a file says so.
+line naming the flag or argument), and nothing a user stored is replaced silently. Every output is
+written by :func:`replace_file`: through a temporary file ``mkstemp`` makes beside it (so a failed
+write keeps the old file, and no user file is ever taken for the temporary one), replacing only a
+regular file (never a device node, FIFO or socket); a full disk is one line naming the space needed.
+``write_json`` says when it replaced a file.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from pathlib import Path
 
 from depthlab.errors import InputError
 
-# Errors that mean the user named a path that cannot be written: bad input. Others, such as a full
-# disk (ENOSPC) or an I/O error, are not the user's input and are left to propagate.
+# Errors that mean the user named a path that cannot be written: bad input. A full disk is said in its
+# own words (disk_full); others, such as an I/O error, are not the user's input and are left to propagate.
 BAD_PATH = (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError)
 # The figure formats depthlab writes (matplotlib draws each without a display).
 PLOT_FORMATS = ("png", "pdf", "svg")

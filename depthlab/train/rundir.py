@@ -8,7 +8,8 @@
 
 An existing, non-empty DIR is refused unless ``resume`` (continue it) or ``force`` (delete the files
 above and start over; other files in DIR are left alone); ``resume`` of a DIR without config.json
-(missing, empty, or not a run) is refused too. Files are strict JSON: a non-finite number
+(missing, empty, or not a run) is refused too, and so is a folder whose run files are not regular files
+(a FIFO would block the read forever) or hold JSON of another shape. Files are strict JSON: a non-finite number
 (the loss of a diverged run) is written as null.
 """
 
