@@ -59,11 +59,13 @@ def test_the_cli_refuses_before_training(tmp_path, capsys, monkeypatch, db):
 
 
 def test_a_path_with_control_characters_is_shown_escaped(tmp_path, capsys):
-    code = main(
-        ["study", "--preset", "smoke", "--db", str(tmp_path / "a\nb\x1b[31m"), "--dry-run", "--no-report"]
-    )
+    db = str(tmp_path / "a\nb\x1b[31m.sqlite")
+    assert main(["study", "--preset", "smoke", "--db", db, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "a\\nb\\x1b[31m.sqlite" in out
+    assert main(["report", "--db", db]) == 2
     err = capsys.readouterr().err
-    assert code in (0, 2) and "\x1b" not in err and err.count("\n") <= 1
+    assert err.count("\n") == 1 and "\x1b" not in err and "a\\nb" in err
 
 
 def test_a_good_store_still_runs(tmp_path):
