@@ -46,11 +46,15 @@ class ConfigBase:
 
     def key_dict(self) -> dict:
         """The dict every hash of this config is taken of (see the module docstring): the flat fields,
-        a renamed one under its first name, one added since the first release left out at its default."""
+        each value in its canonical form (:func:`canonical`: one number, one spelling), a renamed one
+        under its first name, one added since the first release left out while it holds its default."""
+        hints = flat_field_types(type(self))
         out = {}
         for name, value, default in self._flat_items():
-            if name not in self.FIRST_FIELDS and name not in self.RENAMED and value == default:
-                continue
+            value = canonical(value, hints[name])
+            if name not in self.FIRST_FIELDS and name not in self.RENAMED:
+                if value == canonical(default, hints[name]):
+                    continue
             out[self.RENAMED.get(name, name)] = value
         return out
 
@@ -79,7 +83,7 @@ class ConfigBase:
         become tuples. A field given twice (flat and in its group) is refused, naming both."""
         if not isinstance(d, dict):
             raise ConfigError(cls.__name__, d, "a JSON object of fields")
-        d = {current_name(cls, k): v for k, v in d.items()}
+        d = one_spelling(cls, d, cls.__name__)
         groups = {name: _group_fields(sub, d.pop(name, {}), name) for name, sub in nested_groups(cls).items()}
         owner = group_of_field(cls)
         for k in list(d):
@@ -137,7 +141,7 @@ class ConfigBase:
         value = getattr(self, name)
         if value is None and optional:
             return
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value)
         ok = ok and (value > low if strict_low else value >= low) and value <= high
         if not ok:
             bound = f"> {low}" if strict_low else f">= {low}"
@@ -153,6 +157,14 @@ class ConfigBase:
 # torch seeds a generator with any integer below 2**64; depthlab derives a few streams as seed + k, so
 # a seed stays within a signed 64-bit integer (which is also what JSON readers and SQLite hold exactly)
 SEED_MAX = 2**63 - 1
+
+
+def _finite(value) -> bool:
+    """Whether a number is finite as a float (an int beyond a float's range is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def check_int(name: str, value, low: int = 1, high: int | None = None) -> None:
@@ -219,6 +231,40 @@ def _group_fields(sub, given, name: str) -> dict:
 def current_name(cls, name: str) -> str:
     """A field's current name, given its current or first name (``checkpoint`` -> ``activation_checkpointing``)."""
     return {v: k for k, v in cls.RENAMED.items()}.get(name, name)
+
+
+def one_spelling(cls, d: dict, where: str) -> dict:
+    """``d`` with each key under its current name (``checkpoint`` -> ``activation_checkpointing``);
+    ConfigError naming both when one field is given under two names (one of them would be dropped)."""
+    out: dict = {}
+    given: dict = {}
+    for k, v in d.items():
+        name = current_name(cls, k)
+        if name in out:
+            raise ConfigError(
+                f"{where}.{k}", v, f"one spelling of the field: {given[name]!r} and {k!r} both set {name}"
+            )
+        out[name], given[name] = v, k
+    return out
+
+
+def canonical(value, hint):
+    """``value`` of a field typed ``hint`` in the one form its key is taken of: a number in a float
+    field is a float (``0``, ``0.0`` and ``-0.0`` are one value: every float field depthlab has is a
+    magnitude, so its sign at zero means nothing), a tuple a list. Ints, bools, strings and None
+    stay as they are, so an int-valued field keeps its ints."""
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and _floaty(hint):
+        value = float(value)
+        return 0.0 if value == 0 else value
+    return value
+
+
+@functools.cache
+def _floaty(hint) -> bool:
+    """Whether a field typed ``hint`` holds a float (``float`` or ``float | None``)."""
+    return hint is float or float in typing.get_args(hint)
 
 
 def _jsonable(v):

@@ -1,22 +1,28 @@
 """Where results go: the checks made before any work on a path a user named, and safe writes.
 
 The rule these serve: a bad output path is refused before the work it would receive (InputError, one
-line naming the flag or argument), and nothing a user stored is replaced silently. ``write_json``
-writes through a temporary file, so a failed write keeps the old file; replacing a file says so.
+line naming the flag or argument), and nothing a user stored is replaced silently. Every output is
+written by :func:`replace_file`: through a temporary file ``mkstemp`` makes beside it (so a failed
+write keeps the old file, and no user file is ever taken for the temporary one), replacing only a
+regular file (never a device node, FIFO or socket); a full disk is one line naming the space needed.
+``write_json`` says when it replaced a file.
 """
 
 from __future__ import annotations
 
+import errno
+import functools
 import json
 import os
 import stat
 import sys
+import tempfile
 from pathlib import Path
 
 from depthlab.errors import InputError
 
-# Errors that mean the user named a path that cannot be written: bad input. Others, such as a full
-# disk (ENOSPC) or an I/O error, are not the user's input and are left to propagate.
+# Errors that mean the user named a path that cannot be written: bad input. A full disk is said in its
+# own words (disk_full); others, such as an I/O error, are not the user's input and are left to propagate.
 BAD_PATH = (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError)
 # The figure formats depthlab writes (matplotlib draws each without a display).
 PLOT_FORMATS = ("png", "pdf", "svg")
@@ -31,6 +37,13 @@ SPECIAL_FILES = {
     stat.S_IFBLK: "a block device",
     stat.S_IFSOCK: "a socket",
 }
+
+
+def printable(text) -> str:
+    """``text`` as one line of a terminal shows it: control characters (a newline, an ANSI escape, a
+    carriage return) written as their Python escapes, so a hostile name cannot move the cursor or
+    forge a second line."""
+    return "".join(c if c.isprintable() or c == " " else ascii(c)[1:-1] for c in str(text))
 
 
 def check_path(path: str | Path, flag: str) -> None:
@@ -136,6 +149,7 @@ def check_output_file(path: str | None, flag: str, formats: tuple[str, ...] = ()
     if not os.access(folder, os.W_OK):
         raise InputError(f"{flag} {path}: the folder {folder} is not writable")
     exists = os.path.lexists(path)
+    check_replaceable(path, flag)
     if exists and not os.access(path, os.W_OK):
         raise InputError(f"{flag} {path} is read-only; it is not replaced")
     return exists
@@ -157,18 +171,88 @@ def write_json(obj, path: str | None, flag: str = "--json") -> None:
         sys.stdout.write(text)
         return
     existed = check_output_file(path, flag)
-    target = os.path.realpath(path)  # a symlink stays a link: its target is replaced
-    tmp = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.tmp")
     try:
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, target)
+        replace_file(path, text, flag)
     except BAD_PATH as e:
-        raise InputError(f"cannot write {path}: {e.strerror}") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        raise InputError(f"cannot write {printable(path)}: {e.strerror}") from None
     note_replaced(path, existed)
+
+
+def check_replaceable(path: str | Path, flag: str) -> None:
+    """Refuse (InputError naming ``flag``) to replace anything but a regular file: a device node (as
+    root, replacing /dev/null would remove it), a FIFO or a socket. A symbolic link is judged by its
+    target, which is what gets replaced."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as e:
+        raise InputError(f"{flag} {printable(path)}: {e.strerror}") from None
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        kind = SPECIAL_FILES.get(stat.S_IFMT(mode), "not a regular file")
+        raise InputError(f"{flag} {printable(path)} is {kind}; only a regular file is replaced (name a file)")
+
+
+def replace_file(path: str | Path, data: str | bytes, flag: str = "--out") -> None:
+    """Write ``data`` to ``path`` atomically: into a temporary file that ``mkstemp`` makes beside the
+    target (a name no user file has: it is created exclusively), synced, then renamed over it. Only a
+    regular file (or a new name) is replaced (:func:`check_replaceable`); a symbolic link stays a link,
+    its target replaced. A full disk is one InputError naming the path and the space needed; the
+    temporary file is removed whatever happens."""
+    check_replaceable(path, flag)
+    target = os.path.realpath(path)
+    raw = data.encode() if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=os.path.dirname(target)
+    )
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, target)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise disk_full(path, len(raw)) from None
+        raise
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+
+
+def disk_full(path: str | Path, need: int) -> InputError:
+    """The one line for a write that the disk had no room for: the path, the space it needed, the space free."""
+    free = free_bytes(os.path.dirname(os.path.abspath(path)))
+    have = "" if free is None else f", {_size(free)} free there"
+    return InputError(
+        f"the disk is full: writing {printable(path)} needs about {_size(need)}{have}; free some space "
+        "or write elsewhere"
+    )
+
+
+def free_bytes(path: str | Path) -> int | None:
+    """The bytes free to this user on the filesystem holding ``path`` (None when it cannot be told)."""
+    try:
+        st = os.statvfs(existing_ancestor(path))
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+@functools.cache
+def _umask() -> int:
+    """The process's umask (mkstemp makes its file 0600: the replaced file gets the usual mode)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def safe_name(text: str, keep: str = "-_.=+,", limit: int = NAME_CHARS) -> str:

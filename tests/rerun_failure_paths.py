@@ -30,6 +30,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import failure_paths_second as second_round  # noqa: E402 (found through the path above)
+
 LIMIT_AS = 8 * 2**30
 TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--max-len", "16"]
 TRAIN = ["train", *TINY, "--steps", "2", "--batch-size", "2", "--seq-len", "8", "--threads", "1", "--quiet"]
@@ -389,6 +391,8 @@ def main(argv=None) -> int:
     try:
         for section in (limits, grids, stores, checkpoints, blocking_and_flags):
             section(t, tmp)
+        for section in second_round.SECTIONS:  # tests/failure_paths_second.py
+            section(t, tmp, cli, refused)
         api(t)
         if not a.quick:
             kills(t)

@@ -76,19 +76,31 @@ def test_explain_json_replacement_is_said(tmp_path, capsys):
     assert json.loads(js.read_text())["layers"][0]["sublayers"][0]["wrap"] == "post"
 
 
-def test_a_full_disk_is_exit_1_and_keeps_the_old_file(tmp_path, capsys, monkeypatch):
-    """ENOSPC is not bad input (exit 1, not 2), and the file it was replacing survives."""
+def test_a_full_disk_is_one_line_naming_the_space_and_keeps_the_old_file(tmp_path, capsys, monkeypatch):
+    """ENOSPC (simulated: the write into the temporary file fails) is one line naming the file and the
+    space it needed; the file it was replacing survives and no temporary file is left."""
     import depthlab.paths as common
 
     js = tmp_path / "e.json"
     js.write_text("mine")
+    real = common.os.fdopen
 
-    def full(path, *args, **kw):
-        raise OSError(errno.ENOSPC, "No space left on device", path)
+    class Full:
+        def __init__(self, fd, *args, **kw):
+            self.f = real(fd, *args, **kw)
 
-    monkeypatch.setattr(common, "open", full, raising=False)
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(common.os, "fdopen", Full)
     code, _, err = _run(capsys, ["explain", *TINY, "--json", js])
-    assert code == 1 and err.count("\n") == 1 and "No space left" in err
+    assert code == 2 and err.count("\n") == 1 and "disk is full" in err and "e.json needs about" in err
     assert js.read_text() == "mine" and [p.name for p in tmp_path.iterdir()] == ["e.json"]
 
 

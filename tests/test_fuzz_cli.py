@@ -223,3 +223,141 @@ def test_any_grid_structure_is_loaded_or_refused_by_name(sandbox, capsys, grid):
 def test_any_grid_text_is_loaded_or_refused_by_name(sandbox, capsys, text):
     _load(text, sandbox)
     _check(["study", "--grid", "fuzz.yaml", "--db", "store.sqlite", "--no-report"], capsys, sandbox)
+
+
+# -- canonical keys ------------------------------------------------------------------------------------
+FLOAT_FIELDS = [("train", "lr", 1e-3), ("train", "clip", 0.0), ("train", "weight_decay", 0.0),
+                ("train", "spike_factor", 3.0), ("train", "z_loss", 0.0), ("model", "dropout", 0.0),
+                ("model", "rope_base", 10000.0), ("model", "init_std", 0.02)]  # fmt: skip
+
+
+def _spellings(value: float) -> list:
+    """Ways a grid writes one number: float, int where integral, -0.0 at zero, YAML 1.1's strings."""
+    out = [value, repr(value), f"{value:e}"]
+    if value == int(value):
+        out += [int(value), str(int(value))]
+    if value == 0:
+        out += [-0.0, "-0.0", "-0"]
+    return out
+
+
+@FUZZ
+@given(
+    which=st.sampled_from(FLOAT_FIELDS),
+    value=st.sampled_from([0.0, 1.0, 2.0, 3.0, 0.5, 1e-3, 0.25, 4.0, 10000.0]),
+    data=st.data(),
+)
+def test_any_two_spellings_of_one_value_give_one_key(which, value, data):
+    side, name, default = which
+    spellings = data.draw(st.lists(st.sampled_from(_spellings(value)), min_size=2, max_size=4))
+    base = {"model": {"d_model": 16, "n_heads": 2, "n_layers": 2}, "train": {"steps": 4}}
+    try:
+        study = StudyConfig.from_dict({**base, "name": "s", "axes": {f"{side}.{name}": spellings}})
+    except ConfigError:  # a value outside the field's range, refused whatever its spelling
+        return
+    assert len(study.expand()) == 1
+    if value == default:  # the default written or omitted: one key
+        assert study.expand()[0].hash == StudyConfig.from_dict({**base, "name": "t"}).expand()[0].hash
+
+
+@FUZZ
+@given(fields_=st.dictionaries(st.sampled_from(["warmup", "clip", "weight_decay", "z_loss", "seed", "eps"]),
+                               st.just(None), max_size=6))  # fmt: skip
+def test_defaults_written_or_omitted_give_one_key(fields_):
+    from depthlab.config import TrainConfig
+
+    defaults = TrainConfig()
+    written = {k: getattr(defaults, k) for k in fields_}
+    as_ints = {k: int(v) if float(v).is_integer() else v for k, v in written.items()}
+    assert (
+        TrainConfig(**written).config_hash() == TrainConfig(**as_ints).config_hash() == defaults.config_hash()
+    )
+
+
+# -- paths that are not regular files ------------------------------------------------------------------
+def _not_regular(folder, kind: str):
+    """A path of ``kind`` under ``folder`` (made here); None where this user cannot make one."""
+    import socket
+
+    path = folder / f"odd-{kind}"
+    if os.path.lexists(path):
+        return path
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(path))
+        s.close()
+    elif kind == "chardev":
+        if os.geteuid():
+            return None
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    elif kind == "dangling":
+        path.symlink_to(folder / "nowhere" / "x")
+    elif kind == "link-to-fifo":
+        path.symlink_to(_not_regular(folder, "fifo"))
+    return path
+
+
+ODD_KINDS = ["fifo", "socket", "chardev", "dangling", "link-to-fifo"]
+ODD_ROLES = [
+    ["study", "--preset", "smoke", "--no-report", "--db", "{p}"],
+    ["study", "--preset", "smoke", "--dry-run", "--db", "{p}"],
+    ["report", "--db", "{p}"],
+    ["study", "--grid", "{p}", "--db", "store.sqlite", "--no-report"],
+    ["train", "--steps", "1", "--data", "{p}"],
+    ["explain", "--layers", "2", "--json", "{p}"],
+    ["probe", "--layers", "2", "--json", "{p}"],
+    ["report", "--run", "run", "--out", "{p}"],
+]
+
+
+@pytest.mark.timeout(120)
+@FUZZ
+@given(kind=st.sampled_from(ODD_KINDS), role=st.sampled_from(ODD_ROLES))
+def test_any_path_that_is_not_a_regular_file_is_refused(sandbox, capsys, kind, role):
+    path = _not_regular(sandbox, kind)
+    if path is None:
+        return
+    before = os.lstat(path)
+    argv = [a.replace("{p}", str(path)) for a in role]
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    err = capsys.readouterr().err
+    if kind == "dangling" and role[-2] in ("--json",):  # a link to a new file: writing it is a success
+        assert code in (1, 2), (argv, err)  # 1: the stand-in for the work; 2: its folder does not exist
+    else:
+        assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, (argv, err)
+    after = os.lstat(path)
+    assert (stat.S_IFMT(after.st_mode), after.st_ino) == (stat.S_IFMT(before.st_mode), before.st_ino), argv
+
+
+@pytest.mark.timeout(120)
+@FUZZ
+@given(kind=st.sampled_from(["fifo", "socket"]),
+       name=st.sampled_from(["metrics.jsonl", "result.json", "config.json", "checkpoints/step-000006.pt",
+                             "checkpoints/step-000006.pt.sha256"]),
+       mode=st.sampled_from(["--resume", "--force"]))  # fmt: skip
+def test_any_run_file_that_is_not_regular_is_refused(tmp_path_factory, capsys, kind, name, mode):
+    import shutil
+    from pathlib import Path
+
+    out = tmp_path_factory.mktemp("run") / "run"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "legacy_store" / "run", out)
+    (out / "result.json").unlink()
+    (out / name).unlink(missing_ok=True)
+    if kind == "fifo":
+        os.mkfifo(out / name)
+    else:
+        import socket
+
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(out / name))
+        s.close()
+    argv = ["train", "--layers", "2", "--d-model", "16", "--heads", "2", "--steps", "6", "--batch-size", "4",
+            "--seq-len", "16", "--log-every", "2", "--quiet", "--out", str(out), mode]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and name.split("/")[-1] in err, err

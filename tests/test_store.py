@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -174,7 +175,7 @@ def test_non_finite_numbers_are_stored_as_missing(tmp_path):
 def test_dead_owner_is_detected():
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
-    host = owner_id().rsplit(":", 1)[0]
+    host = socket.gethostname()
     assert owner_is_gone(f"{host}:{proc.pid}")
     parent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:

@@ -6,12 +6,15 @@ Exit codes (docs/design.md): 0 success, 2 bad input (one line on stderr, no trac
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import sys
 
 from depthlab.cli import explain, forecast, probe, report, reproduce, study, train
 from depthlab.cli.common import as_typed
 from depthlab.errors import ConfigError, InputError
+from depthlab.paths import printable
 
 # What ``depthlab --help`` says (the module docstring above is for developers).
 DESCRIPTION = (
@@ -28,8 +31,25 @@ class Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one line on stderr and exit code 2."""
 
     def error(self, message):
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        choice = re.match(r"argument \w+: invalid choice: '(.*)' \(choose from (.*)\)$", message)
+        if choice:  # a mistyped subcommand: the closest one
+            names = re.findall(r"'([^']*)'", choice.group(2))
+            close = difflib.get_close_matches(choice.group(1), names, n=1, cutoff=0.6)
+            message += f" (did you mean {close[0]}?)" if close else ""
+        sys.stderr.write(f"{self.prog}: error: {printable(message)}\n")
         raise SystemExit(2)
+
+    def unrecognized(self, extras: list[str]) -> None:
+        """The usage error for arguments this (sub)command does not take, with the flag each mistyped
+        one was closest to (``--warmpu`` -> did you mean --warmup?)."""
+        flags = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
+        hints = []
+        for arg in extras:
+            if arg.startswith("-"):
+                close = difflib.get_close_matches(arg.split("=", 1)[0], flags, n=1, cutoff=0.6)
+                hints += [f"{arg.split('=', 1)[0]}: did you mean {close[0]}?"] if close else []
+        said = f" ({'; '.join(hints)})" if hints else ""
+        self.error(f"unrecognized arguments: {' '.join(extras)}{said}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,18 +59,29 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_parser(sub)
     for p in sub.choices.values():  # each command's flags, so that an error can name the one typed
         p.set_defaults(flags={a.dest: a for a in p._actions if a.option_strings})
+    parser.subcommands = sub.choices  # name -> the subcommand's parser (see parse)
     return parser
 
 
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The parsed arguments; a flag the subcommand does not take is that subcommand's usage error
+    (``depthlab train: error: ...``), not the top-level one."""
+    parser = build_parser()
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        parser.subcommands.get(args.command, parser).unrecognized(extras)
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     try:
         return int(args.run(args) or 0)
     except ConfigError as e:
-        sys.stderr.write(f"depthlab {args.command}: error: {as_typed(e, args, args.flags)}\n")
+        sys.stderr.write(f"depthlab {args.command}: error: {printable(as_typed(e, args, args.flags))}\n")
         return 2
     except InputError as e:
-        sys.stderr.write(f"depthlab {args.command}: error: {e}\n")
+        sys.stderr.write(f"depthlab {args.command}: error: {printable(e)}\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
@@ -61,6 +92,6 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("DEPTHLAB_DEBUG"):
             raise
         sys.stderr.write(
-            f"depthlab {args.command}: failed: {type(e).__name__}: {e} (DEPTHLAB_DEBUG=1 for a traceback)\n"
+            f"depthlab {args.command}: failed: {type(e).__name__}: {printable(e)} (DEPTHLAB_DEBUG=1 for a traceback)\n"
         )
         return 1

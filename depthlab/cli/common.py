@@ -217,13 +217,21 @@ def model_config_from_args(args: argparse.Namespace, **overrides) -> ModelConfig
     family's own per-stack depths unless --enc-layers / --dec-layers are given)."""
     if not getattr(args, "hf", None):
         values = {field: flag_value(args, flag, args.arch) for flag, field in FIELD_OF_FLAG.items()}
-        return ModelConfig.from_dict({**values, **overrides})  # the family options named flat
+        return _std_applies(args, ModelConfig.from_dict({**values, **overrides}))  # family options named flat
     base, _ = imported_config(args.hf)
     arch = args.arch if "arch" in given_model_flags(args) else base.arch
     changes = {FIELD_OF_FLAG[f]: flag_value(args, f, arch) for f in given_model_flags(args)}
     if changes.get("bias") is False:
         changes["biases"] = None  # --no-bias: none anywhere, whatever sites the family had
-    return rewired_config(args.hf, {**changes, **overrides})
+    return _std_applies(args, rewired_config(args.hf, {**changes, **overrides}))
+
+
+def _std_applies(args: argparse.Namespace, cfg: ModelConfig) -> ModelConfig:
+    """``cfg``, unless --init-std was given for an init that reads no std (xavier: from each shape)."""
+    if "init_std" in given_model_flags(args) and cfg.init == "xavier":
+        raise InputError("--init-std does nothing with --init xavier (its scale comes from each layer's shape); "
+                         "use --init normal or gpt2")  # fmt: skip
+    return cfg
 
 
 def flag_value(args: argparse.Namespace, flag: str, arch: str):

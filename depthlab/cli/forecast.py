@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from depthlab.paths import write_json
+from depthlab.errors import ConfigError
+from depthlab.paths import check_output_file, write_json
 from depthlab.study.detectors import benchmark, format_benchmark
 from depthlab.study.forecast import forecast, load_runs
 from depthlab.study.store import DEFAULT_DB
@@ -33,6 +34,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    if not (isinstance(args.share, float) and 0 < args.share <= 1):  # NaN fails both comparisons
+        raise ConfigError("share", args.share, "a number > 0 and <= 1 (the early share of each run's steps)")
+    check_output_file(args.json, "--json")  # before the forecast: a bad path must not cost its work
     if args.detectors:
         table = benchmark(load_runs(args.db, args.study))
         print(format_benchmark(table))

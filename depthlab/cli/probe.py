@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import sys
 
 from depthlab.cli.common import (
@@ -21,6 +22,10 @@ from depthlab.paths import PLOT_FORMATS, check_output_file, note_replaced, write
 from depthlab.probe import LOSSES
 from depthlab.probe.compare import Comparison, compare
 from depthlab.probe.saved_hf import probe_hf
+
+# The most combinations one --compare probes: every wrapping under every norm (12 x 5) fits; a longer
+# list is a typo or a script's runaway loop, refused before the first probe (docs/failure-paths.md).
+MAX_COMPARE = 64
 
 
 def add_parser(sub) -> None:
@@ -125,6 +130,11 @@ def run(args) -> int:
     )
     refuse_flags(
         args,
+        "needs --lr: the warmup scales the first update at that learning rate",
+        warmup=args.warmup != 0 and args.lr is None,
+    )
+    refuse_flags(
+        args,
         "does nothing in probe: it runs the model in eval mode, and only training recomputes blocks",
         checkpoint_activations=args.checkpoint_activations,
     )
@@ -189,6 +199,13 @@ def configs_from_args(args) -> list[tuple[str, object]]:
         name: _split(getattr(args, attr))
         for name, attr in (("wrap", "wrap"), ("norm", "norm"), ("no-residual", "no_residual"))
     }
+    count = math.prod(len(v) for v in lists.values())  # from the lengths: nothing is built yet
+    if count > MAX_COMPARE:
+        sizes = " x ".join(f"{len(v)} --{n}" for n, v in lists.items() if len(v) > 1)
+        raise InputError(
+            f"--compare: {count:,} combinations ({sizes}), more than the limit of {MAX_COMPARE}; "
+            "compare fewer values at once"
+        )
     combos = list(itertools.product(*lists.values()))
     if len(combos) > 1 and not args.compare:
         name = next(n for n, v in lists.items() if len(v) > 1)
@@ -197,10 +214,13 @@ def configs_from_args(args) -> list[tuple[str, object]]:
             name.replace("-", "_"), ",".join(lists[name]), f"one value (several need --compare{hint})"
         )
     varying = [n for n, v in lists.items() if len(v) > 1]
-    out = []
+    out, seen = [], set()
     for wrap, norm, no_res in combos:
         one = argparse.Namespace(**{**vars(args), "wrap": wrap, "norm": norm, "no_residual": no_res})
         cfg = model_config_from_args(one)
+        if cfg.config_hash() in seen:  # attn+ffn and ffn+attn build one model: it is probed once
+            continue
+        seen.add(cfg.config_hash())
         values = {"wrap": wrap, "norm": norm, "no-residual": no_res}
         label = " ".join(f"{n}={values[n]}" for n in varying) or f"wrap={cfg.wrap}"
         out.append((label, cfg))
@@ -208,7 +228,9 @@ def configs_from_args(args) -> list[tuple[str, object]]:
 
 
 def _split(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()] or [value]
+    """A comma list's values, each once, in the order given (``pre,pre,post`` compares two)."""
+    values = [v.strip() for v in value.split(",") if v.strip()] or [value]
+    return list(dict.fromkeys(values))
 
 
 def _report(args, runs: Comparison, plot_existed: bool) -> None:

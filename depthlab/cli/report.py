@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from depthlab.cli.common import refuse_flags
+from depthlab.paths import printable
 from depthlab.report import (
     default_report_dir,
     load,
@@ -46,6 +48,13 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     if args.run_dir is not None:
+        refuse_flags(
+            args,
+            "names a study; --run reports run folders instead",
+            study=args.study is not None,
+            db=args.db != DEFAULT_DB,
+            x=args.x != "auto",
+        )
         if len(args.run_dir) == 1:
             print(f"report: {write_run_report(args.run_dir[0], args.out)}")
         else:
@@ -53,7 +62,7 @@ def run(args) -> int:
         return 0
     data = load(args.db, args.study, x=args.x)
     print(f"report: {render(data, args.out or default_report_dir(args.db, data.name))}")
-    print(f"\noutcome per cell (final validation loss), study {data.name!r}, store {args.db}:\n")
+    print(f"\noutcome per cell (final validation loss), study {data.name!r}, store {printable(args.db)}:\n")
     print(summary_table(data))
     if data.lr_curves:
         print("\n" + lr_summary(data))

@@ -9,6 +9,7 @@ import textwrap
 
 from depthlab.cli.common import add_memory_flag, refuse_flags
 from depthlab.errors import InputError
+from depthlab.paths import printable
 from depthlab.report import check_report_dir, default_report_dir, load, render, summary_table
 from depthlab.report.lr_tables import lr_summary
 from depthlab.study import StudyConfig, plan, preset, run_study
@@ -16,7 +17,7 @@ from depthlab.study.executors import EXECUTORS, check_executor, default_workers
 from depthlab.study.grid import MAX_RUNS, field_help
 from depthlab.study.presets import preset_lines
 from depthlab.study.runner import plural, store_note
-from depthlab.study.store import DEFAULT_DB
+from depthlab.study.store import DEFAULT_DB, check_store_path
 
 
 def add_parser(sub) -> None:
@@ -82,9 +83,13 @@ def run(args) -> int:
         print(field_help())
         return 0
     refuse_flags(args, "contradicts --no-report", report=args.report and args.no_report)
+    check_store_path(args.db)  # a path where no result could be kept, before the grid is even read
     check_executor(args.executor, args.workers, args.ray_address)  # a dry run checks them too
     study = _study(args)
-    report_dir = None if args.no_report else (args.report or default_report_dir(args.db, study.name))
+    # a dry run writes no report: its folder is not checked (a read-only store's folder is fine)
+    report_dir = (
+        None if args.no_report or args.dry_run else (args.report or default_report_dir(args.db, study.name))
+    )
     if report_dir is not None:
         try:  # refused now, not after every run has been run and stored
             check_report_dir(report_dir)
@@ -121,7 +126,7 @@ def run(args) -> int:
     data = load(args.db, res.study_id)
     if report_dir is not None:
         print(f"report: {render(data, report_dir)}")
-    print(f"\noutcome per cell (final validation loss), store {args.db}:\n")
+    print(f"\noutcome per cell (final validation loss), store {printable(args.db)}:\n")
     print(summary_table(data))
     if data.lr_curves:
         print("\n" + lr_summary(data))
@@ -133,7 +138,7 @@ def _study(args):
     first, then every combination (a dry run builds them one at a time as it prints them, and lists any
     number of runs)."""
     if not args.grid:
-        return preset(args.preset or "default")
+        return preset("default" if args.preset is None else args.preset)  # --preset '' is no preset
     limit = None if args.dry_run else args.max_runs
     return StudyConfig.from_yaml(args.grid, max_runs=limit, validate=not args.dry_run)
 
@@ -150,7 +155,7 @@ def dry_run(study, db: str, max_runs: int) -> int:
     runs = plan(study, db)  # reads the store now: a bad one is refused before anything is printed
     shape = " x ".join(str(n) for n in study.shape()) or "no axes"
     count = study.count()
-    print(f"study {study.name!r}: {plural(count, 'run')} ({shape}), store {db}", flush=True)
+    print(f"study {study.name!r}: {plural(count, 'run')} ({shape}), store {printable(db)}", flush=True)
     if count > max_runs:
         print(f"more than --max-runs {max_runs:,}: the real run needs --max-runs {count}", flush=True)
     note = store_note(db)

@@ -12,6 +12,7 @@ from depthlab.cli.common import (
     seed_from_args,
 )
 from depthlab.config import DEVICES, OPTIMIZERS, SCHEDULES, TASKS, TrainConfig
+from depthlab.paths import printable
 from depthlab.train import train
 from depthlab.train.distributed import Dist, set_torch_threads
 
@@ -190,6 +191,6 @@ def run(args) -> int:
         print(result.summary())
         if args.out:
             print(
-                f"wrote {args.out}/ (config.json, metrics.jsonl, result.json, checkpoints/, TensorBoard events)"
+                f"wrote {printable(args.out)}/ (config.json, metrics.jsonl, result.json, checkpoints/, TensorBoard events)"
             )
     return 0

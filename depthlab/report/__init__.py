@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 from depthlab.errors import InputError
-from depthlab.paths import safe_name
+from depthlab.paths import replace_file, safe_name
 from depthlab.report.data import StudyData, load
 from depthlab.report.figures import FIGURES, save_figures
 from depthlab.report.html import page
@@ -77,10 +77,7 @@ def render(data: StudyData, out_dir: str) -> str:
     _prepare(out_dir)
     figures = save_figures(data, out_dir)
     path = os.path.join(out_dir, "index.html")
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(page(data, figures))
-    os.replace(tmp, path)  # a reader never sees half a page
+    replace_file(path, page(data, figures), "--out")  # a reader never sees half a page
     return path
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from depthlab.display import esc
 from depthlab.display import table as _table
 from depthlab.errors import InputError
-from depthlab.paths import check_path
+from depthlab.paths import check_path, replace_file
 from depthlab.report.figures import DPI, PageFigure
 from depthlab.report.html import CSS
 from depthlab.report.plots import colormap, finish, panel_axes, title_of
@@ -258,7 +258,5 @@ def render_run(run: dict, folder: str, out_dir: str, prepare) -> str:
             fig.savefig(os.path.join(out_dir, name), dpi=DPI, bbox_inches="tight")
             figures.append(PageFigure(name, title_of(fig), caption))
     path = os.path.join(out_dir, "index.html")
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(run_page(run, folder, figures))
-    os.replace(path + ".tmp", path)
+    replace_file(path, run_page(run, folder, figures), "--out")
     return path

@@ -41,6 +41,7 @@ from depthlab.config import (
     flat_field_names,
     flat_field_types,
 )
+from depthlab.config_base import one_spelling
 from depthlab.corpus import check_length, read_data_file, split
 from depthlab.errors import ConfigError, InputError
 from depthlab.interop.hf import imported_config, rewire
@@ -187,8 +188,16 @@ def _overrides(mapping, where: str) -> dict:
     if not isinstance(mapping, dict):
         raise ConfigError(where, mapping, "a mapping of field: value")
     out: dict[str, dict] = {"model": {}, "train": {}}
+    given: dict[tuple[str, str], object] = {}
     for name, value in mapping.items():
         side, fname = route(name)
+        if (side, fname) in given:  # `wrap` and `model.wrap`, or a field's old and new name
+            raise ConfigError(
+                f"{where}.{name}",
+                value,
+                f"one spelling of the field: {given[side, fname]!r} and {name!r} both set {side}.{fname}",
+            )
+        given[side, fname] = name
         cls = ModelConfig if side == "model" else TrainConfig
         out[side][fname] = _coerce(cls, fname, value)
     return out
@@ -201,7 +210,7 @@ def _section(d: dict, side: str) -> dict:
         raise ConfigError(side, sec, f"a mapping of {side} config fields")
     cls = ModelConfig if side == "model" else TrainConfig
     known = MODEL_FIELDS if side == "model" else TRAIN_FIELDS
-    sec = {current_name(cls, k): v for k, v in sec.items()}
+    sec = one_spelling(cls, sec, side)
     for k in sec:
         if k not in known:
             raise ConfigError(f"{side}.{k}", sec[k], f"a field of {cls.__name__}: {', '.join(sorted(known))}")

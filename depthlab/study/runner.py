@@ -20,9 +20,10 @@ from tqdm import tqdm
 
 from depthlab.errors import InputError
 from depthlab.model.memory import USABLE, available_memory, gb
+from depthlab.paths import printable
 from depthlab.study.executors import available_cores, check_executor, make_executor, threads_per_worker
 from depthlab.study.grid import MAX_RUNS, RunSpec, StudyConfig
-from depthlab.study.store import DEFAULT_DB, Store, check_sqlite_header, owner_id
+from depthlab.study.store import DEFAULT_DB, Store, check_sqlite_header, check_store_path, owner_id
 from depthlab.study.tensorboard import StudyEvents
 from depthlab.study.worker import Task
 from depthlab.train.tasks import train_memory
@@ -70,6 +71,7 @@ def run_study(
     ``force_memory``; not checked for a Ray cluster, whose memory is its own).
     """
     out = out or sys.stdout
+    check_store_path(db)  # a path where no result could be kept is refused before any run
     specs = _checked(study, workers, executor, ray_address, max_runs, force_memory)
     threads = threads_per_worker(workers)
     note = store_note(db)
@@ -84,7 +86,7 @@ def run_study(
         print(
             f"study {study.name!r}: {res.total} runs, {res.skipped} already done, {len(todo)} to run "
             f"({executor}: {plural(workers, 'worker')} x {plural(threads, 'thread')}, "
-            f"{plural(available_cores(), 'core')}) -> {db}",
+            f"{plural(available_cores(), 'core')}) -> {printable(db)}",
             file=out,
             flush=True,
         )
@@ -122,7 +124,7 @@ def plan(study: StudyConfig, db: str = DEFAULT_DB) -> Iterator[tuple[RunSpec, st
 def store_note(db: str) -> str | None:
     """The line that says an existing empty ``db`` file becomes a new store (None otherwise)."""
     if os.path.isfile(db) and os.path.getsize(db) == 0:
-        return f"{db} is an empty file: it becomes a new study store"
+        return f"{printable(db)} is an empty file: it becomes a new study store"
     return None
 
 

@@ -9,7 +9,7 @@ Tables::
 
     studies      one row per (name, grid hash): the grid as JSON
     runs         one row per resolved config (unique by its hash, shared between studies): status
-                 queued|running|done|failed, owner (host:pid of the driver running it), outcome,
+                 queued|running|done|failed, owner (host:pid:start of the driver running it), outcome,
                  result, timings, host that ran it, error text of a failed run
     study_runs   which runs a study contains, in grid order, with the axis values that chose each
     metrics      one row per logged step of a run (loss, lr, global grad norm, val loss, tokens/s)
@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Callable
 
 from depthlab.errors import InputError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # layer_metrics' columns: the training telemetry's per-stream keys (depthlab.watch.keys.LAYER_KEYS,
 # a test keeps the two equal). Version 1 named the sublayer gradients attn_grad / ffn_grad and took them
@@ -106,7 +107,12 @@ _V3 = [
     "ALTER TABLE layer_metrics ADD COLUMN attn_logit_max REAL",
 ]
 
-MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: _V2, 3: _V3}
+# Version 4 takes every run's key of the canonical form of its config (depthlab.config_base.canonical:
+# 0, 0.0 and -0.0 one value). No table changes: the rows are re-keyed by a step in Python
+# (depthlab.study.rekey), in the same transaction as the version row.
+_V4: list[str] = []
+
+MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
 
 
 def current_version(conn: sqlite3.Connection) -> int:
@@ -115,14 +121,25 @@ def current_version(conn: sqlite3.Connection) -> int:
     if not has:
         return 0
     row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
-    return int(row[0] or 0)
+    value = 0 if row[0] is None else row[0]
+    if not isinstance(value, int) or value < 0:  # SQLite keeps whatever a hand wrote in the column
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:36] + "..."
+        raise InputError(
+            f"the store's schema_version holds {shown}, not a version number: depthlab did not write it; "
+            "restore a copy, or choose another --db"
+        )
+    return value
 
 
-def migrate(conn: sqlite3.Connection, target: int | None = None) -> int:
+def migrate(
+    conn: sqlite3.Connection, target: int | None = None, steps: dict[int, Callable] | None = None
+) -> int:
     """Apply every missing migration up to ``target`` (default SCHEMA_VERSION); returns the store's version.
 
     Each version runs in its own ``BEGIN IMMEDIATE`` transaction (so two processes opening a new
-    store at once do not both migrate it). Raises InputError for a store newer than this code.
+    store at once do not both migrate it): its statements, then ``steps[version](conn)`` when given
+    (a change SQL cannot make, such as re-keying the runs). Raises InputError for a store newer than
+    this code.
     """
     target = SCHEMA_VERSION if target is None else target
     conn.execute(
@@ -141,6 +158,8 @@ def migrate(conn: sqlite3.Connection, target: int | None = None) -> int:
                 return version
             for stmt in MIGRATIONS[version + 1]:
                 conn.execute(stmt)
+            if steps and version + 1 in steps:
+                steps[version + 1](conn)
             conn.execute("INSERT INTO schema_version VALUES (?, ?)", (version + 1, time.time()))
             conn.execute("COMMIT")
         except BaseException:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import sqlite3
 import time
 
 from depthlab.errors import InputError
+from depthlab.study.owner import owner_id, owner_is_gone  # noqa: F401 (the runner and tests read them here)
+from depthlab.study.rekey import rekey_runs
 from depthlab.study.schema import (
     LAYER_COLUMNS,
     METRIC_COLUMNS,
@@ -28,7 +29,10 @@ from depthlab.study.storefile import (
     BUSY_TIMEOUT_S,
     check_is_store,
     check_quick,
+    check_row,
+    check_run_shape,
     check_sqlite_header,
+    check_store_path,
     connect,
     open_error,
     reads,
@@ -36,32 +40,6 @@ from depthlab.study.storefile import (
 )
 
 DEFAULT_DB = os.path.join("runs", "depthlab.sqlite")
-
-
-def owner_id() -> str:
-    """This process as a run owner: ``host:pid``."""
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def owner_is_gone(owner: str | None) -> bool:
-    """Whether the driver that marked a run ``running`` no longer exists (so the run must be re-run).
-
-    A driver on this host is gone when its pid is dead (or is this very process: an earlier call in
-    it was interrupted). A driver on another host cannot be checked and is treated as gone: running
-    one study from two machines at once is not supported (two processes on one machine are).
-    """
-    if not owner or ":" not in owner:
-        return True
-    host, _, pid = owner.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
-        return True
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
 
 
 class Store:
@@ -73,6 +51,7 @@ class Store:
     """
 
     def __init__(self, path: str = DEFAULT_DB, create: bool = True):
+        check_store_path(path)
         if not create and not os.path.isfile(path):
             raise InputError(f"no study store at {path}")
         check_sqlite_header(path)
@@ -114,7 +93,7 @@ class Store:
         self.conn.execute("PRAGMA journal_mode = WAL")
         self.conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: a killed process loses nothing
         self.conn.execute("PRAGMA foreign_keys = ON")
-        return migrate(self.conn)
+        return migrate(self.conn, steps={4: rekey_runs})
 
     def close(self) -> None:
         self.conn.close()
@@ -176,10 +155,11 @@ class Store:
 
         Returns whether this caller now owns it (False: another driver got there first)."""
         with self.transaction() as c:
-            row = c.execute("SELECT status, owner FROM runs WHERE id = ?", (run_id,)).fetchone()
+            row = c.execute("SELECT status, owner, started_at FROM runs WHERE id = ?", (run_id,)).fetchone()
             if row is None or row["status"] == "done":
                 return False
-            if row["status"] == "running" and row["owner"] != owner and not owner_is_gone(row["owner"]):
+            live = not owner_is_gone(row["owner"], row["started_at"])
+            if row["status"] == "running" and row["owner"] != owner and live:
                 return False
             c.execute(
                 "UPDATE runs SET status = 'running', owner = ?, started_at = ?, attempts = attempts + 1, "
@@ -272,14 +252,16 @@ class Store:
             d = dict(r)
             d["config"] = json.loads(d.pop("config_json"))
             d["axes"] = json.loads(d.pop("axes_json"))
-            out.append(d)
+            out.append(check_run_shape(self.path, d))
         return out
 
     @reads
     def metrics(self, run_id: int) -> list[dict]:
         """The run's logged steps in order: step plus METRIC_COLUMNS."""
         rows = self.conn.execute("SELECT * FROM metrics WHERE run_id = ? ORDER BY step", (run_id,)).fetchall()
-        return [dict(r) for r in rows]
+        return [
+            check_row(self.path, f"run {run_id}'s metrics", dict(r), ("step", *METRIC_COLUMNS)) for r in rows
+        ]
 
     @reads
     def layer_metrics(self, run_id: int) -> list[dict]:
@@ -287,7 +269,8 @@ class Store:
         rows = self.conn.execute(
             "SELECT * FROM layer_metrics WHERE run_id = ? ORDER BY step, layer", (run_id,)
         ).fetchall()
-        return [dict(r) for r in rows]
+        what = f"run {run_id}'s telemetry"
+        return [check_row(self.path, what, dict(r), ("step", "layer", *LAYER_COLUMNS)) for r in rows]
 
     @reads
     def probe_layers(self, run_id: int) -> list[dict]:
@@ -295,7 +278,8 @@ class Store:
         rows = self.conn.execute(
             "SELECT * FROM probe_layers WHERE run_id = ? ORDER BY layer", (run_id,)
         ).fetchall()
-        return [dict(r) for r in rows]
+        what = f"run {run_id}'s probe"
+        return [check_row(self.path, what, dict(r), ("layer", *PROBE_LAYER_COLUMNS)) for r in rows]
 
     @reads
     def probe(self, run_id: int) -> dict | None:

@@ -17,17 +17,52 @@ import sqlite3
 import urllib.parse
 
 from depthlab.errors import InputError
-from depthlab.paths import check_input_file
+from depthlab.paths import check_input_file, check_path
+from depthlab.paths import printable as shown
 
+STORE_TABLES = {"studies", "runs", "study_runs", "metrics", "layer_metrics", "probes", "probe_layers"}
+RUN_NUMBERS = ("outcome_step", "final_train_loss", "val_loss", "val_bpb", "unigram_loss", "accuracy",
+               "tokens_per_s", "seconds", "attempts")  # fmt: skip
 SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite 3 database file
 BUSY_TIMEOUT_S = 60.0
+
+
+# Kernel views, not places for files: a store there could never hold a result (or would write to a device)
+KERNEL_VIEWS = ("/proc", "/sys", "/dev")
+
+
+def check_store_path(path, flag: str = "--db") -> None:
+    """Refuse (InputError, one line with the reason) a store path that SQLite would accept but where no
+    result could be kept, before any work: an empty path and ``:memory:`` (SQLite's temporary and
+    in-memory databases: everything is lost on exit), a URI, a folder, a dangling symbolic link, a
+    path in /proc, /sys or /dev, and anything :func:`depthlab.paths.check_path` refuses."""
+    if not isinstance(path, str) or not path.strip():
+        raise InputError(f"{flag}: an empty path names no file (SQLite would keep the store in a temporary file, "
+                         "lost on exit); name the store's file")  # fmt: skip
+    if path.strip() == ":memory:":
+        raise InputError(f"{flag} :memory: is SQLite's in-memory database: every result would be lost on exit; "
+                         "name a file")  # fmt: skip
+    if path.lower().startswith("file:"):
+        raise InputError(f"{flag} {shown(path)}: a SQLite URI is not accepted; name the store's file")
+    check_path(path, flag)
+    if os.path.islink(path) and not os.path.exists(path):
+        raise InputError(
+            f"{flag} {shown(path)} is a symbolic link to {shown(os.readlink(path))}, which does not exist; "
+            "name the store's file itself"
+        )
+    real = os.path.realpath(path)
+    for view in KERNEL_VIEWS:
+        if real == view or real.startswith(view + "/"):
+            raise InputError(f"{flag} {shown(path)} is in {view}, the kernel's view of the system, not a place "
+                             "for files; choose another --db")  # fmt: skip
+    if os.path.isdir(path):
+        raise InputError(f"{flag} {shown(path)} is a folder, not a study store; choose another --db")
 
 
 def check_sqlite_header(path: str) -> None:
     """Refuse (InputError) an existing, non-empty file that is not a SQLite database (reads 16 bytes),
     and anything that is not a regular file (a FIFO would block the read forever)."""
-    if os.path.isdir(path):
-        raise InputError(f"{path} is a folder, not a study store; choose another --db")
+    check_store_path(path)
     check_input_file(path, "--db", missing_ok=True)
     try:
         with open(path, "rb") as f:
@@ -58,10 +93,37 @@ def check_is_store(conn: sqlite3.Connection, path: str, create: bool) -> None:
         if create:
             return
         raise InputError(f"{path} is not a depthlab store (it is empty); choose another --db")
-    if "schema_version" in tables and ({"studies", "runs"} <= tables or tables == {"schema_version"}):
+    if "schema_version" in tables and tables == {"schema_version"}:
+        return  # a store whose first migration another process is making
+    if "schema_version" in tables and {"studies", "runs"} <= tables:
+        missing = sorted(STORE_TABLES - tables)
+        if missing:  # refused before a byte is written: a study would record itself, then fail
+            raise InputError(damaged(path, f"its table {', '.join(missing)} is missing"))
         return
     shown = ", ".join(sorted(tables)[:8]) + (", ..." if len(tables) > 8 else "")
     raise InputError(f"{path} is not a depthlab store (it holds tables: {shown}); choose another --db")
+
+
+def check_row(path: str, what: str, row: dict, numeric: tuple[str, ...]) -> dict:
+    """``row`` once its ``numeric`` columns hold numbers or NULL (SQLite keeps any text a hand wrote in
+    a REAL column); InputError naming the store, the row and the column otherwise."""
+    for k in numeric:
+        v = row.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            shown_v = repr(v) if len(repr(v)) <= 30 else repr(v)[:26] + "..."
+            raise InputError(damaged(path, f"{what}: {k} holds {shown_v}, not a number"))
+    return row
+
+
+def check_run_shape(path: str, row: dict) -> dict:
+    """A decoded run row of :meth:`Store.runs`, checked: its config a {model, train} object, its axes
+    an object, its numbers numbers (InputError naming the run otherwise)."""
+    cfg, what = row.get("config"), f"run {row.get('id')}"
+    if not (isinstance(cfg, dict) and all(isinstance(cfg.get(k), dict) for k in ("model", "train"))):
+        raise InputError(damaged(path, f"{what}: its config_json is not a run's config"))
+    if not isinstance(row.get("axes"), dict):
+        raise InputError(damaged(path, f"{what}: its axes_json is not an object"))
+    return check_row(path, what, row, RUN_NUMBERS)
 
 
 def check_quick(conn: sqlite3.Connection, path: str) -> None:

@@ -15,21 +15,29 @@ is said on stderr and passed over, never trained on.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from depthlab.errors import InputError
+from depthlab.paths import disk_full, free_bytes, replace_file
 
 SUBDIR = "checkpoints"
 KEEP = 2
 SUM = ".sha256"
 _NAME = re.compile(r"^step-(\d+)\.pt$")
 _SUM_NAME = re.compile(r"^step-(\d+)\.pt\.sha256$")
+
+
+def is_checkpoint_name(name: str) -> bool:
+    """Whether ``name`` is one a run gives a checkpoint or its checksum file."""
+    return bool(_NAME.match(name) or _SUM_NAME.match(name))
 
 
 class DamagedCheckpoint(Exception):
@@ -63,33 +71,49 @@ def sum_path(path: Path) -> Path:
 
 def save(out_dir: str, step: int, state: dict) -> Path:
     """Write ``state`` as the checkpoint of ``step`` with its checksum (each atomically, the checksum
-    first) and drop all but the newest KEEP."""
+    first) and drop all but the newest KEEP. The temporary file has a name ``mkstemp`` made (no user
+    file is ever overwritten) and is removed whatever happens; a full disk is one InputError naming the
+    checkpoint and the space it needs."""
     folder = Path(out_dir) / SUBDIR
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"step-{step:06d}.pt"
-    tmp = folder / f".{path.name}.tmp"
-    torch.save(state, tmp)
-    _flush(tmp)
-    _write_atomic(sum_path(path), f"{file_sha256(tmp)}  {path.name}\n".encode())
-    os.replace(tmp, path)
+    need = state_bytes(state)
+    free = free_bytes(folder)
+    if free is not None and free < need:
+        raise disk_full(path, need)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        replace_file(sum_path(path), f"{file_sha256(tmp)}  {path.name}\n", "--out")
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:  # torch reports a failed write as a RuntimeError
+        free = free_bytes(folder)
+        if (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)) or (
+            free is not None and free < need
+        ):
+            raise disk_full(path, need) from None
+        raise
+    finally:
+        tmp.unlink(missing_ok=True)
     for old in checkpoint_paths(out_dir)[:-KEEP]:
         old.unlink(missing_ok=True)
         sum_path(old).unlink(missing_ok=True)
     return path
 
 
-def _flush(path: Path) -> None:
-    with open(path, "rb+") as f:
-        os.fsync(f.fileno())
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def state_bytes(state) -> int:
+    """About how many bytes ``state`` takes saved: its tensors' bytes, plus a little for their structure."""
+    if isinstance(state, torch.Tensor):
+        return state.numel() * state.element_size()
+    if isinstance(state, dict):
+        return sum(state_bytes(v) for v in state.values()) + 256
+    if isinstance(state, (list, tuple)):
+        return sum(state_bytes(v) for v in state) + 64
+    return 64 if state is not None else 0
 
 
 def file_sha256(path: Path) -> str:
@@ -109,6 +133,9 @@ def load(path: str | Path) -> dict:
 def load_verified(path: Path) -> dict:
     """The state of the checkpoint at ``path`` once its bytes match the checksum beside it;
     DamagedCheckpoint (with the reason) otherwise, or when it does not load."""
+    for p in (path, sum_path(path)):  # a FIFO would block the read forever
+        if os.path.lexists(p) and not p.is_file():
+            raise DamagedCheckpoint(f"{p.name} is not a regular file")
     try:
         recorded = sum_path(path).read_text().split()
     except FileNotFoundError:

@@ -109,7 +109,8 @@ def default_threads() -> int:
 def omp_threads() -> int | None:
     """``OMP_NUM_THREADS`` as a positive integer, or None when it is unset or not one."""
     value = os.environ.get("OMP_NUM_THREADS", "").strip()
-    return int(value) if value.isdigit() and int(value) >= 1 else None
+    ok = value.isascii() and value.isdigit()  # "²" is a digit to str.isdigit, not to int()
+    return int(value) if ok and int(value) >= 1 else None
 
 
 # More threads than this many per core only slow a run down; far more (100,000) crash the OpenMP

@@ -8,7 +8,8 @@
 
 An existing, non-empty DIR is refused unless ``resume`` (continue it) or ``force`` (delete the files
 above and start over; other files in DIR are left alone); ``resume`` of a DIR without config.json
-(missing, empty, or not a run) is refused too. Files are strict JSON: a non-finite number
+(missing, empty, or not a run) is refused too, and so is a folder whose run files are not regular files
+(a FIFO would block the read forever) or hold JSON of another shape. Files are strict JSON: a non-finite number
 (the loss of a diverged run) is written as null.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import platform
 import sys
 from pathlib import Path
@@ -25,9 +27,9 @@ import torch
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.errors import InputError
 from depthlab.jsonable import finite_or_none
-from depthlab.paths import check_folder
+from depthlab.paths import check_folder, check_input_file, printable, replace_file
 from depthlab.train import checkpoint
-from depthlab.train.result import RunResult
+from depthlab.train.result import RESULT_KEYS, RunResult
 from depthlab.version import __version__
 from depthlab.watch.events import Events
 
@@ -49,10 +51,12 @@ class RunDir:
         return [p for p in fixed if p.is_file()] + ckpts + sorted(self.path.glob(EVENTS_GLOB))
 
     def check(self, resume: bool, force: bool) -> None:
-        """Refuse a folder that holds anything, unless resuming or forcing; refuse to resume nothing."""
+        """Refuse a folder that holds anything, unless resuming or forcing; refuse to resume nothing;
+        refuse a folder whose run files are not regular files (a FIFO would block the read forever)."""
         where = check_folder(self.path, "--out")
         if resume and force:
             raise InputError("--resume and --force contradict each other: continue the run, or start over")
+        self.check_regular()
         if resume and not (self.path / CONFIG).is_file():
             # a typo in the folder name must not start a fresh run unnoticed; every run writes CONFIG first
             if where != self.path.absolute():
@@ -71,6 +75,20 @@ class RunDir:
                 "--force deletes its results and starts over"
             )
 
+    def check_regular(self) -> None:
+        """InputError unless each file a run reads or replaces here is a regular file or absent, and
+        checkpoints/ a folder: nothing is opened before this check."""
+        folder = self.path / checkpoint.SUBDIR
+        if os.path.lexists(folder) and not folder.is_dir():
+            raise InputError(
+                f"--out {printable(folder)} is not a folder: a run keeps its checkpoints there; move it away"
+            )
+        names = [self.path / n for n in (CONFIG, METRICS, RESULT)] + sorted(self.path.glob(EVENTS_GLOB))
+        if folder.is_dir():
+            names += [p for p in folder.iterdir() if checkpoint.is_checkpoint_name(p.name)]
+        for p in names:
+            check_input_file(p, "--out: the run file", missing_ok=True)
+
     def make(self) -> None:
         """Create the folder; a path that cannot be one is the user's input (InputError), a full disk is not."""
         try:
@@ -81,10 +99,9 @@ class RunDir:
     def _is_run_config(self) -> bool:
         """Whether DIR/config.json is one that a depthlab run wrote (model and train sections)."""
         try:
-            stored = self.read_json(CONFIG)
-        except InputError:  # not even JSON
+            return is_run_config(self.read_json(CONFIG))
+        except InputError:  # not even a JSON object
             return False
-        return isinstance(stored, dict) and isinstance(stored.get("model"), dict) and "train" in stored
 
     def clear(self) -> None:
         """Delete the files a run writes (``--force``); checkpoints/ goes too if nothing else is in it."""
@@ -96,37 +113,44 @@ class RunDir:
 
     def write_json(self, name: str, obj: dict) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        tmp = self.path / f".{name}.tmp"
-        tmp.write_text(json.dumps(finite_or_none(obj), indent=2) + "\n")
-        tmp.replace(self.path / name)
+        replace_file(self.path / name, json.dumps(finite_or_none(obj), indent=2) + "\n", "--out")
 
     def read_json(self, name: str) -> dict | None:
+        """The JSON object in DIR/``name`` (None when there is none); InputError when it is not a
+        regular file, not JSON, or not a JSON object."""
         p = self.path / name
-        if not p.exists():
+        if not check_input_file(p, "--out: the run file", missing_ok=True):
             return None
         try:
-            return json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise InputError(f"cannot read {p}: {e}") from None
+            value = json.loads(p.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise InputError(f"cannot read {printable(p)}: {e}") from None
+        if not isinstance(value, dict):
+            raise InputError(
+                f"{printable(p)} holds a JSON {type(value).__name__}, not a run's object; --force starts over"
+            )
+        return value
 
     def read_metrics(self, upto_step: float = math.inf) -> list[dict]:
         """The metrics records of steps <= ``upto_step`` (lines cut short by a kill are skipped)."""
         p = self.path / METRICS
         kept = []
-        if p.exists():
-            for line in p.read_text().splitlines():
+        if check_input_file(p, "--out: the run file", missing_ok=True):
+            for line in p.read_text(errors="replace").splitlines():
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError:
                     continue
-                if record.get("step", math.inf) <= upto_step:
+                step = record.get("step", math.inf) if isinstance(record, dict) else None
+                if isinstance(step, (int, float)) and step <= upto_step:  # a line of another shape is skipped
                     kept.append(record)
         return kept
 
     def write_metrics(self, records: list[dict]) -> None:
         """Replace metrics.jsonl by ``records`` (a resumed run re-logs the steps after its checkpoint)."""
         self.path.mkdir(parents=True, exist_ok=True)
-        (self.path / METRICS).write_text("".join(json.dumps(finite_or_none(r)) + "\n" for r in records))
+        text = "".join(json.dumps(finite_or_none(r)) + "\n" for r in records)
+        replace_file(self.path / METRICS, text, "--out")
 
     def append_metrics(self, record: dict) -> None:
         with open(self.path / METRICS, "a") as f:
@@ -164,12 +188,20 @@ class RunOutput:
         d.check(resume, force)
         if resume:
             stored = d.read_json(CONFIG) or {}
-            if stored:
-                self.same_run(stored)
+            if not is_run_config(stored):  # the same-settings check needs both sections
+                raise InputError(
+                    f"--resume: {printable(d.path / CONFIG)} is not a depthlab run's config (no model and "
+                    "train sections); --force starts the run over"
+                )
+            self.same_run(stored)
             result = d.read_json(RESULT)
             if result is not None:
-                return RunResult.from_dict(result, d.read_metrics(), stored.get("data"))
-            checkpoint.newest_intact(str(d.path), t.load_state_dict, self.note)
+                return _stored_result(d, result, stored)
+            if checkpoint.newest_intact(str(d.path), t.load_state_dict, self.note) is None:
+                self.note(
+                    f"--resume: {printable(d.path)} holds no checkpoint yet (the run stopped before its first, "
+                    f"due at step {min(t.cfg.checkpoint_every, t.cfg.steps)}); it starts over from step 0"
+                )
         t.metrics = d.read_metrics(upto_step=t.step) if resume else []
         t.dist.barrier()  # everyone has read before rank 0 writes
         if self.main:
@@ -199,7 +231,8 @@ class RunOutput:
                 f"--resume: {self.dir.path} was started with other settings ({'; '.join(diffs[:4])}); "
                 "pass the same flags, or --force to start over"
             )
-        old_hash = stored.get("data", {}).get("sha256")
+        data = stored.get("data")
+        old_hash = data.get("sha256") if isinstance(data, dict) else None
         if old_hash is not None and old_hash != mine["data"].get("sha256"):
             raise InputError(f"--resume: the data changed since {self.dir.path} was started (sha256 differs)")
 
@@ -226,6 +259,29 @@ class RunOutput:
         if self.events is not None:
             self.events.close()
             self.events = None
+
+
+def is_run_config(stored) -> bool:
+    """Whether ``stored`` is a config.json that a depthlab run wrote: model and train objects."""
+    return isinstance(stored, dict) and all(isinstance(stored.get(k), dict) for k in ("model", "train"))
+
+
+def _stored_result(d: RunDir, result: dict, stored: dict) -> RunResult:
+    """The finished run's RunResult from its result.json; InputError when that has another shape."""
+    data = stored.get("data") if isinstance(stored.get("data"), dict) else None
+    for key in RESULT_KEYS:
+        value = result.get(key)
+        kinds = (str,) if key in ("outcome", "reason") else (int, float)
+        if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
+            raise InputError(
+                f"--resume: {printable(d.path / RESULT)} is not a run's result ({key} is {value!r}); "
+                "--force starts the run over"
+            )
+    if not isinstance(result.get("outcome"), str):
+        raise InputError(
+            f"--resume: {printable(d.path / RESULT)} names no outcome; --force starts the run over"
+        )
+    return RunResult.from_dict(result, d.read_metrics(), data)
 
 
 def _normalised(cls, stored: dict) -> dict:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from depthlab.errors import InputError
 from depthlab.jsonable import finite_or_none
-from depthlab.paths import check_folder, make_folder
+from depthlab.paths import check_folder, make_folder, replace_file
 from depthlab.watch.events import Events
 from depthlab.watch.outcome import outcome_line
 
@@ -32,9 +32,7 @@ def append_jsonl(path: Path, record: dict) -> None:
 
 def write_json(path: Path, obj: dict) -> None:
     """Write ``obj`` as strict JSON through a temporary file (a reader never sees half of it)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(finite_or_none(obj), indent=2) + "\n")
-    tmp.replace(path)
+    replace_file(path, json.dumps(finite_or_none(obj), indent=2) + "\n", "out")
 
 
 class WatchOutput:
