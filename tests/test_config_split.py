@@ -11,6 +11,7 @@ import dataclasses
 import json
 import shutil
 import sqlite3
+import typing
 from pathlib import Path
 
 import pytest
@@ -44,18 +45,38 @@ def _legacy_model() -> dict:
 # -- the store ---------------------------------------------------------------------------------------
 
 
+def _as_floats(section: dict, cls) -> dict:
+    """``section`` with every int in a float field written as a float (the spelling the code writes)."""
+    floaty = {k for k, h in typing.get_type_hints(cls).items() if h is float or float in typing.get_args(h)}
+    return {k: float(v) if k in floaty and type(v) is int else v for k, v in section.items()}
+
+
 def test_every_stored_config_loads_and_keeps_its_hashes():
+    """The split changes no key. Canonical keys (0 == 0.0) change only the key of a run whose stored
+    config spelled a float as an int (the fixture's four runs written with ``weight_decay: 0``): that
+    key is the one of the same config spelled with floats, and the store re-keys such rows once."""
     hashes = json.loads((FIXTURE / "hashes.json").read_text())["runs"]
     runs = _stored_runs()
     assert len(runs) == len(hashes) == 8
     assert any(config["model"]["d_head"] is not None for _, config in runs)  # family options are in there
+    rekeyed = 0
     for (key, config), want in zip(runs, hashes):
         model, train = ModelConfig.from_dict(config["model"]), TrainConfig.from_dict(config["train"])
-        assert key == want["config_hash"] == run_hash(model, train)
-        assert (model.config_hash(), train.config_hash()) == (want["model_hash"], want["train_hash"])
+        assert key == want["config_hash"]
+        assert model.config_hash() == want["model_hash"]
         assert model.flat_dict() == config["model"]  # the old flat form, field for field
         again = ModelConfig.from_json(model.to_json())  # through the new form and back
         assert again == model and again.config_hash() == want["model_hash"]
+        floats = TrainConfig.from_dict(_as_floats(config["train"], TrainConfig))
+        assert train.config_hash() == floats.config_hash() and run_hash(model, train) == run_hash(
+            model, floats
+        )
+        if json.dumps(floats.to_dict(), sort_keys=True) == json.dumps(config["train"], sort_keys=True):
+            assert (run_hash(model, train), train.config_hash()) == (key, want["train_hash"])
+        else:
+            rekeyed += 1
+            assert run_hash(model, train) != key
+    assert rekeyed == 4
 
 
 def test_every_stored_grid_keeps_its_key():
@@ -115,8 +136,18 @@ def test_train_resume_accepts_the_old_run_folder(tmp_path, capsys):
 def test_train_resume_names_a_changed_family_option_flat(tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(FIXTURE / "run", run)
-    argv = ["train", *RUN_FLAGS.split(), "--init-std", "0.05", "--out", str(run), "--resume", "--quiet"]
-    assert main(argv) == 2
+    argv = [
+        "train",
+        *RUN_FLAGS.split(),
+        "--init",
+        "normal",
+        "--init-std",
+        "0.05",
+        "--out",
+        str(run),
+        "--resume",
+    ]
+    assert main([*argv, "--quiet"]) == 2
     assert "model.init_std 0.02 -> 0.05" in capsys.readouterr().err
     assert (run / "config.json").read_bytes() == (FIXTURE / "run" / "config.json").read_bytes()
 

@@ -75,7 +75,7 @@ def test_flag_typos_get_a_suggestion_and_the_subcommand(capsys):
 
 
 def test_an_empty_preset_is_refused(tmp_path, capsys):
-    _refused(capsys, ["study", "--preset", "", "--db", tmp_path / "s.sqlite", "--dry-run"], "preset=''")
+    _refused(capsys, ["study", "--preset", "", "--db", tmp_path / "s.sqlite", "--dry-run"], "--preset ''")
 
 
 @pytest.mark.parametrize(
@@ -84,8 +84,8 @@ def test_an_empty_preset_is_refused(tmp_path, capsys):
         ([*PROBE, "--warmup", "5"], "--warmup needs --lr"),
         (["explain", *TINY, "--init-std", "0.1"], "--init-std does nothing with --init xavier"),
         (["report", "--run", "r", "--study", "x"], "--study names a study"),
-        (["forecast", "--share", "0"], "share=0.0"),
-        (["forecast", "--share", "nan"], "share=nan"),
+        (["forecast", "--share", "0"], "--share 0.0"),
+        (["forecast", "--share", "nan"], "--share nan"),
     ],
 )
 def test_flags_that_do_nothing_are_refused(capsys, argv, needle):

@@ -199,7 +199,10 @@ def as_typed(error: ConfigError, args: argparse.Namespace, flags: dict) -> str:
     flag = max(action.option_strings, key=len)
     if action.nargs == 0:  # a switch: its value is its presence
         return f"{flag} is not allowed: {error.allowed}"
-    shown = error.value if isinstance(error.value, (str, int, float)) else repr(error.value)
+    plain = isinstance(error.value, (int, float)) or (
+        isinstance(error.value, str) and error.value and not any(c.isspace() for c in error.value)
+    )
+    shown = error.value if plain else repr(error.value)  # '' and 'a b' quoted, so the line reads
     return f"{flag} {shown} is not allowed: {error.allowed}"
 
 
