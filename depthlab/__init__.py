@@ -8,6 +8,7 @@ from depthlab import watch  # a callable module: depthlab.watch(model, optimizer
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.errors import ConfigError, InputError
 from depthlab.model import build_model
+from depthlab.model.param_groups import param_groups
 from depthlab.report.view import open_store
 from depthlab.version import __version__
 
@@ -23,5 +24,6 @@ __all__ = [
     "__version__",
     "build_model",
     "open_store",
+    "param_groups",
     "watch",
 ]

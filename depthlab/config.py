@@ -40,6 +40,10 @@ INITS = ("xavier", "gpt2", "normal")
 QK_NORMS = ("layernorm", "rmsnorm")  # the norms that can normalise a head's queries and keys
 QK_NORM_SCOPES = ("head", "projection")  # per head (Qwen3, Gemma 3) or the whole q/k projection (OLMo 2)
 BIAS_SITES = ("qkv", "out", "ffn", "head")  # where a linear layer may carry a bias
+PARAMS = ("sp", "mup", "depth_mup", "completep")  # parametrizations (depthlab.model.parametrization)
+# checks a parametrization's rules add to ModelConfig validation (filled by depthlab.model.parametrization:
+# which wrappings refuse which parametrization is declared there, next to the rules)
+PARAM_CHECKS: list = []
 
 
 def wrap_names() -> tuple[str, ...]:
@@ -115,6 +119,9 @@ class ModelConfig(ConfigBase):
     d_embed: int | None = None  # token embedding width, projected to d_model and back (OPT-350m)
     head_scale: bool = False  # the head reads the last stream x d_model^-1/2 (T5 with its tied head)
     init_std: float = 0.02  # std of the normal and gpt2 init schemes (HF's initializer_range)
+    param: str = "sp"  # parametrization: sp | mup | depth_mup | completep (docs/transfer.md)
+    base_width: int | None = None  # the d_model the parametrization is relative to; None = d_model
+    base_depth: int | None = None  # the depth it is relative to; None = n_layers (no depth scaling)
 
     def __post_init__(self):
         for name, allowed in (
@@ -159,6 +166,26 @@ class ModelConfig(ConfigBase):
         self._check_float("rope_local_base", 1.0, strict_low=True, optional=True)
         self._check_structure()
         self._check_options()
+        self._check_param()
+
+    def _check_param(self) -> None:
+        """param, base_width and base_depth: each base only where the parametrization scales that axis,
+        never above the model's own (a proxy is the smaller model); then the parametrization's own rules."""
+        self._check_choice("param", PARAMS)
+        for name, axis, scales, most, what in (
+            ("base_width", "width", self.param != "sp", self.d_model, "d_model"),
+            ("base_depth", "depth", self.param in ("depth_mup", "completep"), min(self.side_depths), "depth"),
+        ):
+            value = getattr(self, name)
+            self._check_int(name, optional=True)
+            if value is not None and not scales:
+                raise ConfigError(name, value, f"unset: param={self.param} does not scale {axis}")
+            if value is not None and value > most:
+                raise ConfigError(
+                    name, value, f"<= the model's {what} {most} (the base is the smaller proxy)"
+                )
+        for check in PARAM_CHECKS:
+            check(self)
 
     def _check_structure(self) -> None:
         if not isinstance(self.residual, tuple) or any(r not in SUBLAYERS for r in self.residual):
@@ -279,6 +306,11 @@ class ModelConfig(ConfigBase):
         if self.arch == "encoder":
             return 0
         return self.dec_layers if self.dec_layers is not None else self.n_layers
+
+    @property
+    def side_depths(self) -> tuple[int, ...]:
+        """The depth of each stack the model has (one, or the encoder's and the decoder's)."""
+        return tuple(d for d in (self.enc_depth, self.dec_depth) if d)
 
     def has_residual(self, sublayer: str) -> bool:
         return sublayer in self.residual

@@ -12,7 +12,7 @@ import torch
 from depthlab.config import ModelConfig, check_int
 from depthlab.corpus import text_batch
 from depthlab.model import build_model
-from depthlab.model.explain import init_summary, wiring_summary
+from depthlab.model.explain import init_summary, param_summary, wiring_summary
 from depthlab.model.memory import available_memory, check_memory, estimate_memory
 from depthlab.model.stack import check_config
 from depthlab.probe.probe import check_options, probe
@@ -73,6 +73,7 @@ def _probe_built(cfg: ModelConfig, batch_size: int, seq_len: int, seed: int, opt
     result = probe(model, batch, seed=seed, model_config=cfg.to_dict(), **options)
     result.config["stack"]["wiring"] = wiring_summary(cfg)
     result.config["stack"]["init"] = init_summary(cfg)
+    result.config["stack"]["parametrization"] = param_summary(cfg)
     return result
 
 
