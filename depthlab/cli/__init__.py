@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 
-from depthlab.cli import coord, explain, forecast, probe, report, reproduce, study, train
+from depthlab.cli import coord, explain, forecast, probe, report, reproduce, study, train, transfer
 from depthlab.errors import ConfigError, InputError
 
 # What ``depthlab --help`` says (the module docstring above is for developers).
@@ -20,7 +20,7 @@ DESCRIPTION = (
 )
 
 # Each command is a module with ``add_parser(subparsers)`` (which sets ``run(args) -> int``).
-COMMANDS = (explain, probe, coord, train, study, report, forecast, reproduce)
+COMMANDS = (explain, probe, coord, train, study, report, transfer, forecast, reproduce)
 
 
 class Parser(argparse.ArgumentParser):

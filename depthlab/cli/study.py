@@ -27,7 +27,11 @@ def add_parser(sub) -> None:
         "<run>/ (see them all with: tensorboard --logdir <db folder>/tensorboard).",
     )
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--preset", help="default (the main job), smoke (tests), full (long); default: default")
+    src.add_argument(
+        "--preset",
+        help="default (the main job), smoke (tests), full (long), lr-sensitivity, depth-transfer, width-transfer "
+        "(and their -quick variants); default: default",
+    )
     src.add_argument("--grid", metavar="FILE.yaml", help="a grid file: model/train base config and axes")
     p.add_argument(
         "--db", default=DEFAULT_DB, help=f"the study store (default {DEFAULT_DB}); any other file is refused"
