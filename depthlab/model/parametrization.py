@@ -19,7 +19,8 @@ m_L = L / base_depth (L the depth of the stack a layer is in):
 
 s is the configured score scale (head_dim^-1/2 unless ``attn_scale``), so the muP scale is
 s x (d_head,base / d_head)^1/2 = d_head,base^1/2 / d_head: the 1/d_head of muP, equal to SP's at the base
-width (the model at its base shape is the SP model). Hidden matrices are the 2-D weights inside the
+width (the model at its base shape is the SP model). The width grows with ``n_heads`` fixed, so the
+head width grows with it; a set ``d_head`` does not grow, and its scale is left alone. Hidden matrices are the 2-D weights inside the
 blocks (q, k, v, out, fc1, fc2); hidden vectors their biases, norm gains and gates; "outside" the final
 norm, the embedding norm and biases outside the blocks. Xavier's init already has variance ~ 1/fan, the
 muP scaling of a hidden matrix, so ``init="xavier"`` is left as it is; the embedding keeps O(1)
