@@ -100,9 +100,11 @@ def test_cli_on_a_real_study(tmp_path, capsys):
     db = str(tmp_path / "depthlab.sqlite")
     assert main(["study", "--grid", str(grid), "--db", db, "--no-report", "--workers", "1"]) == 0
     capsys.readouterr()
-    assert main(["transfer", "--db", db, "--to-depth", "16"]) == 0
+    assert main(["transfer", "--db", db, "--to-depth", "16", "--plot", str(tmp_path / "fig")]) == 0
     out = capsys.readouterr().out
     assert "param=completep" in out and "param=sp" in out and "best lr at depth 16" in out
+    for name in ("best-lr", "loss-vs-lr"):
+        assert (tmp_path / "fig" / f"transfer-depth-{name}.png").stat().st_size > 0
     assert main(["transfer", "--db", db, "--to-width", "64"]) == 2  # no curves across width
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
     assert main(["transfer", "--db", db, "--to-depth", "0"]) == 2

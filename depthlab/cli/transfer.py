@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 from depthlab.errors import InputError
-from depthlab.paths import check_output_file, write_json
+from depthlab.paths import check_folder, check_output_file, save_figure, write_json
 from depthlab.report.data import load
+from depthlab.report.transfer_plots import best_lr_figure, loss_vs_lr_figure
 from depthlab.study.store import DEFAULT_DB
 from depthlab.study.transfer import format_transfer, transfers
 
@@ -25,6 +28,9 @@ def add_parser(sub) -> None:
     target.add_argument("--to-depth", type=int, metavar="L", help="the depth to transfer the lr to")
     target.add_argument("--to-width", type=int, metavar="W", help="the width (d_model) to transfer it to")
     p.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH ('-' for stdout)")
+    p.add_argument(
+        "--plot", metavar="DIR", help="write the figures (best lr against size; loss against lr) into DIR"
+    )
     p.set_defaults(run=run)
 
 
@@ -34,6 +40,8 @@ def run(args) -> int:
     if target < 1:
         raise InputError(f"--to-{axis} {target}: at least 1")
     check_output_file(args.json, "--json")
+    if args.plot:
+        check_folder(args.plot, "--plot")
     data = load(args.db, args.study)
     result = transfers(data.runs, axis, target)
     if not result:
@@ -54,4 +62,10 @@ def run(args) -> int:
     print(f"study {data.study['name']}: learning-rate transfer across {axis} to {target}\n")
     print("\n\n".join(format_transfer(t) for t in result))
     write_json(out, args.json)
+    if args.plot:
+        for name, fig in (
+            ("best-lr", best_lr_figure(result)),
+            ("loss-vs-lr", loss_vs_lr_figure(data.runs, axis)),
+        ):
+            print(f"figure: {save_figure(fig, os.path.join(args.plot, f'transfer-{axis}-{name}.png'))}")
     return 0
