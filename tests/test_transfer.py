@@ -61,6 +61,15 @@ def test_a_best_at_the_edge_of_the_sweep_makes_the_slope_a_bound():
     assert t.rows[0].at_edge and t.censored
 
 
+def test_a_study_cut_short_leaves_out_what_it_cannot_say():
+    """Depth 32 has runs at every lr, but no seed at all of them: its curve is left out."""
+    runs = [r for r in fake_runs(lambda L: -2.5) if r["axes"]["n_layers"] != 32]
+    deep = fake_runs(lambda L: -2.5, sizes=(32,), seeds=(0, 1))
+    runs += [r for r in deep if (r["axes"]["lr"] < 1e-2) == (r["axes"]["seed"] == 0)]
+    (t,) = transfers(runs, "depth", 64)
+    assert [r.size for r in t.rows] == [2, 8]
+
+
 def test_across_width():
     (t,) = transfers(
         fake_runs(lambda w: -1.5 - math.log10(w / 32), (32, 64, 128), field="d_model"), "width", 256

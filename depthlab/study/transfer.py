@@ -144,7 +144,8 @@ def transfers(runs: list[dict], axis: str = "depth", target: int | None = None) 
     size = "n_layers" if axis == "depth" else "d_model"
     by_setting: dict[str, list[Curve]] = {}
     for c in curves(runs, size):
-        by_setting.setdefault(c.label, []).append(c)
+        if c.seeds:  # a curve with no seed run at every lr (a study cut short) says nothing yet
+            by_setting.setdefault(c.label, []).append(c)
     return [setting_transfer(cs, axis, target) for _, cs in sorted(by_setting.items()) if len(cs) >= 2]
 
 
