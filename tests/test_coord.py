@@ -7,7 +7,7 @@ import json
 import pytest
 
 from depthlab.cli import main
-from depthlab.errors import InputError
+from depthlab.errors import ConfigError, InputError
 from depthlab.intervals import mean_interval
 from depthlab.probe.coord import CoordResult, CoordSpec, coord_check, format_coord
 from depthlab.probe.coord_plot import coord_figure, coord_vs_size_figure
@@ -63,10 +63,20 @@ def test_json_table_and_figures(result):
 
 
 @pytest.mark.parametrize(
-    "kw", [dict(sizes=(4,)), dict(sizes=(4, 4)), dict(steps=0), dict(seeds=()), dict(axis="height")]
+    "kw",
+    [
+        dict(sizes=(4,)),
+        dict(sizes=(4, 4)),
+        dict(steps=0),
+        dict(seeds=()),
+        dict(axis="height"),
+        dict(lr=0.0),
+        dict(lr=float("nan")),
+        dict(batch_size=0),
+    ],
 )
 def test_bad_specs_are_input_errors(kw):
-    with pytest.raises(InputError):
+    with pytest.raises((InputError, ConfigError)):
         tiny(**kw)
 
 
@@ -79,6 +89,8 @@ def test_bad_specs_are_input_errors(kw):
         ["--depths", "2,4", "--widths", "32,64"],
         ["--depths", "2,x"],
         ["--depths", "2,4", "--param", "mu"],
+        ["--depths", "2,4", "--lr", "-1"],
+        ["--depths", "2,4", "--seq-len", "1000"],
     ],
 )
 def test_bad_input_is_one_line_exit_2(argv, capsys):

@@ -75,6 +75,16 @@ class CoordSpec:
             raise InputError("--seeds must be at least 1")
         if not self.wraps or not self.params:
             raise InputError("give at least one --wrap and one --param")
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise InputError(f"--lr {self.lr}: a finite number > 0")
+        for flag, value in (
+            ("--batch-size", self.batch_size),
+            ("--seq-len", self.seq_len),
+            ("--heads", self.heads),
+        ):
+            if value < 1:
+                raise InputError(f"{flag} {value}: at least 1")
+        ModelConfig().check_length(self.seq_len, "seq_len")  # the position table's rows
 
     def config(self, wrap: str, param: str, size: int) -> ModelConfig:
         """The ModelConfig of one point: base = the smallest size on the swept axis, where it scales."""
