@@ -7,6 +7,7 @@
 from depthlab.config import FamilyOptions, ModelConfig, TrainConfig
 from depthlab.errors import ConfigError, InputError
 from depthlab.model import build_model
+from depthlab.model.param_groups import param_groups
 from depthlab.report.view import open_store
 from depthlab.version import __version__
 from depthlab.watch import watch  # the function: depthlab.watch(model, optimizer, every=10, out=None)
@@ -24,5 +25,6 @@ __all__ = [
     "__version__",
     "build_model",
     "open_store",
+    "param_groups",
     "watch",
 ]

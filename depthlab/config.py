@@ -49,6 +49,10 @@ FINAL_NORMS = ("auto", "on", "off")
 SUBLAYERS = ("attn", "cross", "ffn")
 INITS = ("xavier", "gpt2", "normal")
 QK_NORMS = ("layernorm", "rmsnorm")  # the norms that can normalise a head's queries and keys
+PARAMS = ("sp", "mup", "depth_mup", "completep")  # parametrizations (depthlab.model.parametrization)
+# checks a parametrization's rules add to ModelConfig validation (filled by depthlab.model.parametrization:
+# which wrappings refuse which parametrization is declared there, next to the rules)
+PARAM_CHECKS: list = []
 
 
 def wrap_names() -> tuple[str, ...]:
@@ -106,6 +110,10 @@ class ModelConfig(ConfigBase):
     dropout: float = 0.0
     # runtime
     activation_checkpointing: bool = False  # recompute each block in backward (saves memory, costs a forward)
+    # parametrization (depthlab.model.parametrization; docs/transfer.md)
+    param: str = "sp"  # sp | mup | depth_mup | completep
+    base_width: int | None = None  # the d_model the parametrization is relative to; None = d_model
+    base_depth: int | None = None  # the depth it is relative to; None = n_layers (no depth scaling)
     # what released families need for parity
     family: FamilyOptions = FamilyOptions()
 
@@ -114,6 +122,7 @@ class ModelConfig(ConfigBase):
         self._check_shape()
         self._check_wiring()
         self._check_family()
+        self._check_param()
 
     def _check_values(self) -> None:
         """Each core field alone: a known name, an integer or number in range, a bool."""
@@ -205,6 +214,25 @@ class ModelConfig(ConfigBase):
             why = f"> rel_buckets / 2 = {fam.rel_buckets // 2}"
             raise ConfigError("rel_max_distance", fam.rel_max_distance, why)
 
+    def _check_param(self) -> None:
+        """param, base_width and base_depth: each base only where the parametrization scales that axis,
+        never above the model's own (a proxy is the smaller model); then the parametrization's own rules."""
+        self._check_choice("param", PARAMS)
+        for name, axis, scales, most, what in (
+            ("base_width", "width", self.param != "sp", self.d_model, "d_model"),
+            ("base_depth", "depth", self.param in ("depth_mup", "completep"), min(self.side_depths), "depth"),
+        ):
+            value = getattr(self, name)
+            self._check_int(name, optional=True)
+            if value is not None and not scales:
+                raise ConfigError(name, value, f"unset: param={self.param} does not scale {axis}")
+            if value is not None and value > most:
+                raise ConfigError(
+                    name, value, f"<= the model's {what} {most} (the base is the smaller proxy)"
+                )
+        for check in PARAM_CHECKS:
+            check(self)
+
     def check_length(self, n_tokens: int, field: str = "seq_len", value=None) -> None:
         """ConfigError naming ``field`` (and ``value``, default ``n_tokens``) unless a sequence of
         ``n_tokens`` fits the position table: learned and sinusoidal positions have ``max_len`` rows,
@@ -259,6 +287,11 @@ class ModelConfig(ConfigBase):
         if self.arch == "encoder":
             return 0
         return self.dec_layers if self.dec_layers is not None else self.n_layers
+
+    @property
+    def side_depths(self) -> tuple[int, ...]:
+        """The depth of each stack the model has (one, or the encoder's and the decoder's)."""
+        return tuple(d for d in (self.enc_depth, self.dec_depth) if d)
 
     def has_residual(self, sublayer: str) -> bool:
         return sublayer in self.residual

@@ -32,7 +32,8 @@ def run(script: str, *args: str, timeout: float = 240) -> subprocess.CompletedPr
 
 
 @pytest.mark.parametrize(
-    "script", ["throughput.py", "memory_depth.py", "gpu.py", "run_all.py", "study_throughput.py"]
+    "script",
+    ["throughput.py", "memory_depth.py", "gpu.py", "run_all.py", "study_throughput.py", "coord_time.py"],
 )
 def test_help(script):
     assert "usage:" in run(script, "--help").stdout

@@ -10,6 +10,7 @@ from depthlab.config import (
     FINAL_NORMS,
     INITS,
     NORMS,
+    PARAMS,
     POSITIONS,
     SUBLAYERS,
     ModelConfig,
@@ -77,6 +78,7 @@ def add_model_flags(p: argparse.ArgumentParser, multi: bool = False) -> None:
         f"all, or none (default none; cross needs --arch encdec){lst}",
     )
     _add_init_flags(g, d)
+    _add_param_flags(g, d)
     _flag(g, "--qk-norm", switch=True, help="normalise queries and keys per head")
     _flag(g, "--no-bias", switch=True, help="linear layers without biases")
     _flag(g, "--checkpoint-activations", switch=True, help="recompute blocks in backward to save memory")
@@ -105,6 +107,23 @@ def _add_init_flags(g, d: ModelConfig) -> None:
         help="on|off: the output head is the token table (default on; most HF decoders are untied)",
     )
     _flag(g, "--embed-scale", default="on", help="on|off: token embeddings x sqrt(d_model) (default on)")
+
+
+def _add_param_flags(g, d: ModelConfig) -> None:
+    """The parametrization and the base shape it is relative to (docs/transfer.md)."""
+    _flag(
+        g,
+        "--param",
+        default=d.param,
+        help=f"{'|'.join(PARAMS)}: how multipliers, init and per-group Adam lr/eps scale with width and "
+        f"depth (default {d.param}, the standard parametrization)",
+    )
+    _flag(
+        g, "--base-width", type=int, help="the d_model the parametrization is relative to (default --d-model)"
+    )
+    _flag(
+        g, "--base-depth", type=int, help="the depth it is relative to (default --layers: no depth scaling)"
+    )
 
 
 def seed_from_args(args: argparse.Namespace) -> int:
@@ -176,6 +195,9 @@ FIELD_OF_FLAG = {
     "qk_norm": "qk_norm",
     "no_bias": "bias",
     "checkpoint_activations": "activation_checkpointing",
+    "param": "param",
+    "base_width": "base_width",
+    "base_depth": "base_depth",
 }
 
 

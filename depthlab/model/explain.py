@@ -8,11 +8,13 @@ itself as the wiring table (:class:`Wiring`).
 
 from __future__ import annotations
 
-from depthlab.config import WRAPPINGS, ModelConfig
+from depthlab.config import WRAPPINGS, ModelConfig, TrainConfig
 from depthlab.display import LEVEL_COLOURS, badge, block, esc, para, table
 from depthlab.frames import to_frame
+from depthlab.model import parametrization
 from depthlab.model.layers import Attention, FeedForward
 from depthlab.model.memory import available_memory, check_line, check_memory, estimate_memory
+from depthlab.model.param_groups import group_table
 from depthlab.model.stack import build_model, check_config, uses_final_norm
 from depthlab.model.wrappings import Wrapping
 
@@ -111,6 +113,11 @@ def explain(cfg: ModelConfig, *, force_memory: bool = False) -> Wiring:
         config=cfg.to_dict(),
         wiring=wiring_summary(cfg),
         init=init_summary(cfg),
+        parametrization={
+            **parametrization.describe(cfg),
+            "summary": param_summary(cfg),
+            "groups": group_table(model, TrainConfig().lr, weight_decay=1.0, eps=TrainConfig().eps),
+        },
         final_norm=uses_final_norm(cfg),
         params=_params(model),
         memory={**estimate.to_dict(), "available": free},
@@ -176,6 +183,19 @@ def init_summary(cfg: ModelConfig) -> str:
     scheme = cfg.init if cfg.init == "xavier" else f"{cfg.init}({cfg.family.init_std:g})"
     head = "tied head" if cfg.tie_embeddings else "untied head"
     return f"{scheme}, {head}, embeddings x {'sqrt(d)' if cfg.embed_scale else '1'}"
+
+
+def param_summary(cfg: ModelConfig) -> str:
+    """The parametrization in one line: "sp" or "completep relative to width 64, depth 2: branch x0.25 ..."
+    (the multipliers of the deepest stack)."""
+    if cfg.param == "sp":
+        return "sp (the standard parametrization: no width or depth scaling)"
+    d = parametrization.describe(cfg)
+    m = parametrization.multipliers(cfg, max(cfg.side_depths))
+    base = f"width {d['base_width']}" + (
+        f", depth {d['base_depth']}" if parametrization.scales_depth(cfg) else ""
+    )
+    return f"{cfg.param} relative to {base}: {parametrization.format_multipliers(m)}"
 
 
 def _stacks(model):
@@ -257,6 +277,8 @@ def format_explain(info: dict) -> str:
         f"d_ff={cfg['d_ff'] or 4 * cfg['d_model']}",
         f"wiring: {info['wiring']}",
         f"init: {info['init']}",
+        f"parametrization: {info['parametrization']['summary']}",
+        *_group_lines(info["parametrization"]["groups"]),
         f"params: total {p['total']:,}   one FFN {p['ffn_weights']:,} weights   one self-attention "
         f"{p['attn_weights']:,} weights",
         f"memory: {check_line(info['memory'], info['memory']['available'])}",
@@ -275,6 +297,19 @@ def format_explain(info: dict) -> str:
     for w in info["warnings"]:
         lines.append(f"warning: {w}")
     return "\n".join(lines)
+
+
+def _group_lines(groups: list[dict]) -> list[str]:
+    """One line per optimizer group: its lr and eps at the default lr and eps, its weight decay as a
+    multiple of --weight-decay."""
+    t = TrainConfig()
+    lines = [f"optimizer groups at --lr {t.lr:g} --eps {t.eps:g} (each scales with them):"]
+    for g in groups:
+        lines.append(
+            f"  {g['name']:22} {g['tensors']:>4} tensors  lr {g['lr']:.4g}  eps {g['eps']:.3g}  "
+            f"weight decay x{g['weight_decay']:.3g}"
+        )
+    return lines
 
 
 def _family_lines(family: dict | None) -> list[str]:

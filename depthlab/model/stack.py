@@ -16,6 +16,7 @@ from torch.utils.checkpoint import checkpoint
 
 from depthlab.config import WRAPPINGS, ModelConfig
 from depthlab.errors import InputError
+from depthlab.model import parametrization
 from depthlab.model.init import init_weights
 from depthlab.model.layers import Attention, Block, Context, FeedForward
 from depthlab.model.norms import make_norm
@@ -246,10 +247,11 @@ def build_model(cfg: ModelConfig) -> nn.Module:
     is not a ModelConfig. It does not check memory: :mod:`depthlab.model.memory` estimates it first."""
     check_config(cfg)
     model = EncoderDecoder(cfg) if cfg.arch == "encdec" else LanguageModel(cfg)
-    scaled = WRAPPINGS[cfg.wrap].SCALED_RESIDUAL_INIT
+    scaled = parametrization.scaled_residual_init(cfg, WRAPPINGS[cfg.wrap].SCALED_RESIDUAL_INIT)
     init_weights(
         model, cfg.init, cfg.enc_depth + cfg.dec_depth, scale_residual=scaled, std=cfg.family.init_std
     )
+    parametrization.rescale_hidden_init(model, cfg)
     for module in model.modules():
         if isinstance(module, Wrapping):
             module.init_branch()
@@ -262,12 +264,15 @@ def build_stack(cfg: ModelConfig, side: str, n_layers: int) -> Stack:
     causal = side == "decoder"
     has_cross = cfg.arch == "encdec" and causal
     layers = []
+    branch = parametrization.multipliers(cfg, n_layers).branch
     for i in range(n_layers):
         site = Site(cfg.arch, side, i + 1, n_layers, cfg.enc_depth, cfg.dec_depth, 2 + has_cross, cfg.d_model)
         wrapping = WRAPPINGS[cfg.wrap].for_layer(cfg, i + 1, n_layers)
 
         def wrapped(kind: str, f: nn.Module, wrapping=wrapping, site=site) -> Wrapping:
-            return wrapping.build(f, make_norm, cfg.has_residual(kind), site)
+            w = wrapping.build(f, make_norm, cfg.has_residual(kind), site)
+            parametrization.attach_branch_multiplier(w, branch)
+            return w
 
         window = cfg.window(i + 1) if causal else None
         attn = wrapped("attn", _attention(cfg, causal=causal, cross=False, window=window))
@@ -309,7 +314,7 @@ def _attention(cfg: ModelConfig, causal: bool, cross: bool, window: int | None =
         q_norm=q_norm,
         k_norm=k_norm,
         qk_scope=cfg.family.qk_norm_scope,
-        scale=cfg.family.attn_scale,
+        scale=parametrization.attention_scale(cfg),
         softcap=cfg.family.attn_softcap,
         window=window,
         dropout=cfg.dropout,
@@ -339,6 +344,9 @@ def _logits(model: nn.Module, out: torch.Tensor) -> torch.Tensor:
     cfg = model.cfg
     if cfg.family.head_scale:
         out = out * cfg.d_model**-0.5
+    output = parametrization.multipliers(cfg).output  # muP's readout 1/m_w (1 under sp: no op)
+    if output != 1.0:
+        out = out * output
     if model.head_proj is not None:
         out = model.head_proj(out)
     logits = model.head(out)

@@ -26,6 +26,7 @@ from torch import nn
 
 from depthlab.config import check_seed
 from depthlab.errors import ConfigError, InputError
+from depthlab.model.param_groups import param_groups
 from depthlab.probe.capture import StreamCapture, find_norms, stream_tensor
 from depthlab.probe.doctor import diagnose
 from depthlab.probe.locate import StackInfo, locate_stack, missing_sublayers, with_sublayers
@@ -378,19 +379,29 @@ GAIN_LR = 1e-5
 def _first_update_change(model, batch, run: PassRecord, lr1: float) -> float:
     """||f(theta - lr1 g / (|g| + eps)) - f(theta)|| / ||f(theta)|| for the model's output f: how far
     Adam's first update (bias-corrected, so the sign of the gradient times lr1) moves it. Weights are
-    restored exactly; parameters without a gradient do not move."""
+    restored exactly; parameters without a gradient do not move. A depthlab model under a
+    parametrization moves each parameter by its own group's lr (:func:`depthlab.param_groups`)."""
     grads = run.param_grads
     params = [p for p in model.parameters() if grads.get(id(p)) is not None]
+    scale = _lr_scales(model)
     saved = [p.detach().clone() for p in params]
     try:
         for p in params:
             g = grads[id(p)]
-            p.sub_(lr1 * g / (g.abs() + ADAM_EPS))
+            p.sub_(lr1 * scale.get(id(p), 1.0) * g / (g.abs() + ADAM_EPS))
         output = model_output(call_model(model, batch))
     finally:
         for p, s in zip(params, saved):
             p.copy_(s)
     return _rel(output, run.output)
+
+
+def _lr_scales(model) -> dict[int, float]:
+    """id(parameter) -> its group's lr over the base lr, for a depthlab model beyond sp; else empty."""
+    cfg = getattr(model, "cfg", None)
+    if getattr(cfg, "param", "sp") == "sp":
+        return {}
+    return {id(p): g["lr"] for g in param_groups(model, 1.0) for p in g["params"]}
 
 
 def _rel(new: torch.Tensor, old: torch.Tensor) -> float:

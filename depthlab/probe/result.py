@@ -146,7 +146,7 @@ class ProbeResult:
             f"weight perturbation of {pr['perturbation']:g}"
             + (f" ({pr['output_change_note']})" if pr.get("output_change_note") else ""),
         ]
-        lines += [f"{key}: {st[key]}" for key in ("wiring", "init") if st.get(key)]
+        lines += [f"{key}: {st[key]}" for key in ("wiring", "init", "parametrization") if st.get(key)]
         if pr.get("source"):
             lines.append(f"source: {pr['source']}")
         if pr.get("batch"):

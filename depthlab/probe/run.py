@@ -14,7 +14,7 @@ import torch
 from depthlab.config import ModelConfig, check_int
 from depthlab.corpus import describe_batch, text_batch
 from depthlab.model import build_model
-from depthlab.model.explain import init_summary, wiring_summary
+from depthlab.model.explain import init_summary, param_summary, wiring_summary
 from depthlab.model.memory import available_memory, check_memory, estimate_memory
 from depthlab.model.stack import check_config
 from depthlab.probe.probe import check_options, probe
@@ -85,6 +85,7 @@ def _probe_built(
     result.config["stack"]["wiring"] = wiring_summary(cfg)
     result.config["stack"]["init"] = init_summary(cfg)
     note_batch(result, batch_size, seq_len, cfg.vocab_size, data)
+    result.config["stack"]["parametrization"] = param_summary(cfg)
     return result
 
 

@@ -47,6 +47,65 @@ LR_WRAPPINGS = [
 # layers, so the sweep was extended to 1 (the preset must reach every wrapping's failure).
 LR_SWEEP = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0]
 
+# Learning-rate transfer (docs/transfer.md): the parametrizations, each relative to the sweep's
+# smallest size (a base for sp is refused: sp scales nothing).
+DEPTH_PARAMS = [
+    {"param": "sp"},
+    {"param": "depth_mup", "base_depth": 2},
+    {"param": "completep", "base_depth": 2},
+]
+WIDTH_PARAMS = [{"param": "sp"}, {"param": "mup", "base_width": 32}]
+QUICK_SWEEP = [1e-3, 3e-3, 1e-2, 3e-2, 1e-1]  # half decades around the tiny regime's best
+
+
+def _transfer(name: str, what: str, axes: dict, steps: int, **model) -> dict:
+    return {
+        "name": name,
+        "description": what,
+        "model": {**TINY_LM_MODEL, **model},
+        "train": {**TINY_LM_TRAIN, "steps": steps, "schedule": "cosine", "warmup": 10},
+        "axes": {**axes, "seed": [0, 1, 2]},
+    }
+
+
+TRANSFER_PRESETS = {
+    "depth-transfer": _transfer(
+        "depth-transfer",
+        "Final loss against learning rate (1e-4 to 1, half decades) at 2 to 32 layers for pre-LN, sandwich "
+        "and post-LN under sp, depth_mup and completep (base depth 2), 3 seeds: does the best lr move with "
+        "depth (depthlab transfer --to-depth L)?",
+        {"wrapping": [{"wrap": "pre"}, {"wrap": "sandwich"}, {"wrap": "post"}], "parametrization": DEPTH_PARAMS,
+         "n_layers": [2, 4, 8, 16, 32], "lr": LR_SWEEP},
+        150,
+    ),
+    "depth-transfer-quick": _transfer(
+        "depth-transfer-quick",
+        "depth-transfer's quick variant: pre-LN under sp and completep at 2, 4 and 8 layers, lr 1e-3 to 1e-1, "
+        "3 seeds, 100 steps.",
+        {"wrapping": [{"wrap": "pre"}], "parametrization": [DEPTH_PARAMS[0], DEPTH_PARAMS[2]],
+         "n_layers": [2, 4, 8], "lr": QUICK_SWEEP},
+        100,
+    ),
+    "width-transfer": _transfer(
+        "width-transfer",
+        "Final loss against learning rate (1e-4 to 1, half decades) at d_model 32 to 256 (4 layers) for "
+        "pre-LN and sandwich under sp and mup (base width 32), 3 seeds (depthlab transfer --to-width W).",
+        {"wrapping": [{"wrap": "pre"}, {"wrap": "sandwich"}], "parametrization": WIDTH_PARAMS,
+         "d_model": [32, 64, 128, 256], "lr": LR_SWEEP},
+        150,
+        n_layers=4,
+    ),
+    "width-transfer-quick": _transfer(
+        "width-transfer-quick",
+        "width-transfer's quick variant: pre-LN under sp and mup at d_model 32, 64 and 128 (4 layers), lr "
+        "1e-3 to 1e-1, 3 seeds, 100 steps.",
+        {"wrapping": [{"wrap": "pre"}], "parametrization": WIDTH_PARAMS, "d_model": [32, 64, 128],
+         "lr": QUICK_SWEEP},
+        100,
+        n_layers=4,
+    ),
+}  # fmt: skip
+
 PRESETS: dict[str, dict] = {
     "default": {
         "name": "default",
@@ -101,12 +160,18 @@ PRESETS: dict[str, dict] = {
 }
 
 
+PRESETS.update(TRANSFER_PRESETS)
+
 # One line per preset for ``study --help`` (each preset's full "description" is stored with its study).
 SUMMARIES: dict[str, str] = {
     "default": "the main job: five wrappings at 2, 6 and 24 layers, warmup 0 and 50",
     "lr-sensitivity": "final loss against learning rate, 1e-4 to 1, five wrappings, 3 seeds",
     "smoke": "a handful of tiny runs that exercise the whole pipeline (tests)",
     "full": "the long run: eight wrappings, 2-96 layers, 3 lr, 3 warmups, 3 seeds",
+    "depth-transfer": "best lr against depth, 2-32 layers, under sp, depth_mup and completep, 3 seeds",
+    "depth-transfer-quick": "a quick depth-transfer: fewer depths and lrs",
+    "width-transfer": "best lr against width under sp and mup, 3 seeds",
+    "width-transfer-quick": "a quick width-transfer: fewer widths and lrs",
 }
 
 

@@ -168,16 +168,18 @@ def _refine(points: list[Point], mean: list[float], i: int) -> float:
     return 10 ** min(max(-b / (2 * a), xs[0]), xs[2])
 
 
-def curves(runs: list[dict]) -> list[Curve]:
+def curves(runs: list[dict], size: str = "n_layers") -> list[Curve]:
     """The learning-rate curves of a study's runs (store run dicts with "config", "axes", "outcome",
-    "val_loss" and, for l0, "metrics"); curves with fewer than two learning rates are left out."""
+    "val_loss" and, for l0, "metrics"); curves with fewer than two learning rates are left out.
+    ``size``: the model field a curve is at (``Curve.depth`` holds it): n_layers, or d_model for
+    curves across width."""
     groups: dict[tuple, dict] = {}
     for r in runs:
         if r.get("status", "done") != "done":
             continue
         m, t = r["config"]["model"], r["config"]["train"]
-        key = setting_key(r.get("axes") or {})
-        g = groups.setdefault((tuple(key.items()), m["n_layers"]), {"key": key, "points": {}, "l0": []})
+        key = setting_key(r.get("axes") or {}, size)
+        g = groups.setdefault((tuple(key.items()), m[size]), {"key": key, "points": {}, "l0": []})
         point = g["points"].setdefault(t["lr"], Point(t["lr"]))
         loss = r.get("val_loss")
         point.loss[t["seed"]] = loss if isinstance(loss, (int, float)) and math.isfinite(loss) else None
@@ -202,14 +204,16 @@ def setting_label(key: dict) -> str:
     return " ".join(first + [f"{k}={v}" for k, v in key.items() if k != "wrap"]) or "all runs"
 
 
-def setting_key(axes: dict) -> dict:
-    """A run's axis values other than lr, seed and depth, flattened to field=value pairs."""
+def setting_key(axes: dict, size: str = "n_layers") -> dict:
+    """A run's axis values other than lr, seed and the size (depth, or ``size``), flattened to
+    field=value pairs."""
     out = {}
+    grouped_out = (*GROUPED_OUT[:2], size)
     for name, value in axes.items():
-        if name in GROUPED_OUT:
+        if name in grouped_out:
             continue
         if isinstance(value, dict):
-            out.update({k: _show(v) for k, v in value.items() if k not in GROUPED_OUT})
+            out.update({k: _show(v) for k, v in value.items() if k not in grouped_out})
         else:
             out[name] = _show(value)
     return out
@@ -233,7 +237,7 @@ def best_lr_slope(curve_list: list[Curve], per_seed: bool = False) -> dict:
         seeds = sorted(set.intersection(*(set(c.seeds) for c in cs)))
         slopes = []
         for s in seeds:
-            best = [_seed_best(c, s) for c in cs]
+            best = [seed_best(c, s) for c in cs]
             slope = loglog_slope([c.depth for c in cs], best)
             if slope is not None:
                 slopes.append(slope)
@@ -242,7 +246,8 @@ def best_lr_slope(curve_list: list[Curve], per_seed: bool = False) -> dict:
     return out
 
 
-def _seed_best(c: Curve, seed: int) -> float:
+def seed_best(c: Curve, seed: int) -> float:
+    """``seed``'s best learning rate on curve ``c`` (its own curve's argmin, refined as :func:`_refine`)."""
     vals = [p.capped(seed, c.l0) for p in c.points]
     return _refine(c.points, vals, min(range(len(vals)), key=vals.__getitem__))
 

@@ -21,6 +21,7 @@ import math
 import torch
 
 from depthlab.config import TrainConfig
+from depthlab.model.param_groups import param_groups
 
 
 def lr_factor(name: str, t: int, warmup: int, steps: int, d_model: int, min_ratio: float) -> float:
@@ -71,14 +72,10 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
     With ``adam`` the decay is an L2 term in the gradient; with ``adamw`` it is decoupled (Loshchilov &
     Hutter 2019): each update multiplies the weights by 1 - lr_t * weight_decay. With ``independent_wd``
     AdamW's coefficient is weight_decay / lr, so the factor is 1 - (lr_t / lr) * weight_decay: the
-    decay follows the schedule but not the peak learning rate (Wortsman et al. 2023).
+    decay follows the schedule but not the peak learning rate (Wortsman et al. 2023). The groups, and
+    their per-group lr, eps and decay under a parametrization, are :func:`depthlab.param_groups`'s.
     """
-    params = [p for p in model.parameters() if p.requires_grad]
     decay = cfg.weight_decay / cfg.lr if cfg.independent_wd else cfg.weight_decay
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    groups = [g for g in groups if g["params"]]
+    groups = param_groups(model, cfg.lr, weight_decay=decay, eps=cfg.eps)
     cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
     return cls(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)

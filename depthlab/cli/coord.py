@@ -1,0 +1,123 @@
+"""depthlab coord: a coordinate check over depth or width, per wrapping and parametrization."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from depthlab.config import PARAMS, wrap_names
+from depthlab.errors import InputError
+from depthlab.paths import check_folder, check_output_file, safe_name, save_figure, write_json
+from depthlab.probe.coord import BAND, CoordSpec, coord_check, format_coord
+from depthlab.probe.coord_plot import coord_figure, coord_vs_size_figure
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "coord",
+        help="coordinate check: does each module's activation scale stay flat across depth or width?",
+        description="Train the same stack at several depths (--depths, at one --width) or widths (--widths, "
+        "at one --depth) for a few Adam steps under each --wrap and --param, record every module's mean "
+        "|coordinate| at each step, and fit its log-log slope against the size with a 95%% interval over "
+        "seeds: flat, grows, shrinks or unclear (docs/transfer.md).",
+    )
+    p.add_argument("--depths", help="comma-separated depths, e.g. 2,4,8,16 (a sweep over depth)")
+    p.add_argument("--widths", help="comma-separated widths (d_model), e.g. 64,128,256 (a sweep over width)")
+    p.add_argument("--width", type=int, default=128, help="d_model of a depth sweep (default 128)")
+    p.add_argument("--depth", type=int, default=4, help="layers of a width sweep (default 4)")
+    p.add_argument("--wrap", default="pre", help=f"comma-separated wrappings: {'|'.join(wrap_names())}")
+    p.add_argument("--param", default="sp,completep", help=f"comma-separated: {'|'.join(PARAMS)}")
+    p.add_argument("--steps", type=int, default=10, help="Adam steps (default 10)")
+    p.add_argument("--lr", type=float, default=1e-2, help="Adam learning rate (default 1e-2)")
+    p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (default 3)")
+    p.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
+    p.add_argument("--batch-size", type=int, default=8, help="sequences per step (default 8)")
+    p.add_argument("--seq-len", type=int, default=32, help="tokens per sequence (default 32)")
+    p.add_argument("--band", type=float, default=BAND, help=f"|slope| below this is flat (default {BAND})")
+    p.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH ('-' for stdout)")
+    p.add_argument("--plot", metavar="DIR", help="write the figures (png) into DIR")
+    p.set_defaults(run=run)
+
+
+def _ints(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise InputError(f"{flag} {text}: comma-separated integers, e.g. 2,4,8") from None
+    if any(v < 1 for v in values):
+        raise InputError(f"{flag} {text}: every value must be at least 1")
+    if len(set(values)) < 2:
+        raise InputError(f"{flag} {text}: at least two different values (a slope needs two sizes)")
+    return tuple(sorted(set(values)))
+
+
+def _names(text: str, allowed, flag: str) -> tuple[str, ...]:
+    names = tuple(v.strip() for v in text.split(",") if v.strip())
+    for n in names:
+        if n not in allowed:
+            raise InputError(f"{flag} {n}: one of {', '.join(allowed)}")
+    if not names:
+        raise InputError(f"{flag}: give at least one")
+    return names
+
+
+def spec_from_args(args) -> CoordSpec:
+    """The CoordSpec of the flags (InputError, one line, for a bad one)."""
+    if (args.depths is None) == (args.widths is None):
+        raise InputError("give --depths (a sweep over depth) or --widths (over width), not both or neither")
+    axis = "depth" if args.depths is not None else "width"
+    sizes = _ints(args.depths if axis == "depth" else args.widths, f"--{axis}s")
+    for flag, value, low in (
+        ("--steps", args.steps, 1),
+        ("--seeds", args.seeds, 1),
+        ("--heads", args.heads, 1),
+    ):
+        if value < low:
+            raise InputError(f"{flag} {value}: at least {low}")
+    if not 0 < args.band < 1:
+        raise InputError(f"--band {args.band}: a number in (0, 1)")
+    return CoordSpec(
+        axis=axis,
+        sizes=sizes,
+        fixed=args.width if axis == "depth" else args.depth,
+        wraps=_names(args.wrap, wrap_names(), "--wrap"),
+        params=_names(args.param, PARAMS, "--param"),
+        steps=args.steps,
+        lr=args.lr,
+        seeds=tuple(range(args.seeds)),
+        heads=args.heads,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        band=args.band,
+    )
+
+
+def run(args) -> int:
+    spec = spec_from_args(args)
+    spec.configs()  # every combination validated: a refused one is one line before any run
+    check_output_file(args.json, "--json")
+    if args.plot:
+        check_folder(args.plot, "--plot")
+    total = len(spec.wraps) * len(spec.params) * len(spec.sizes) * len(spec.seeds)
+    done = [0]
+
+    def progress(wrap, param, size, seed):
+        done[0] += 1
+        if sys.stderr.isatty():
+            sys.stderr.write(f"\r{done[0]}/{total} {wrap} {param} {spec.axis} {size} seed {seed}   ")
+
+    result = coord_check(spec, on_point=progress)
+    if sys.stderr.isatty():
+        sys.stderr.write("\n")
+    if args.json == "-":
+        write_json(result.to_dict(), "-")
+        return 0
+    print(format_coord(result))
+    write_json(result.to_dict(), args.json)
+    if args.plot:
+        for wrap, param in result.values:
+            path = os.path.join(args.plot, safe_name(f"coord-{spec.axis}-{wrap}-{param}.png"))
+            print(f"figure: {save_figure(coord_figure(result, wrap, param), path)}")
+        path = os.path.join(args.plot, f"coord-{spec.axis}-activations.png")
+        print(f"figure: {save_figure(coord_vs_size_figure(result), path)}")
+    return 0

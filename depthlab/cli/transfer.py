@@ -1,0 +1,71 @@
+"""depthlab transfer: the best learning rate per depth (or width) of a study, its slope, and the lr for a target."""
+
+from __future__ import annotations
+
+import os
+
+from depthlab.errors import InputError
+from depthlab.paths import check_folder, check_output_file, save_figure, write_json
+from depthlab.report.data import load
+from depthlab.report.transfer_plots import best_lr_figure, loss_vs_lr_figure
+from depthlab.study.store import DEFAULT_DB
+from depthlab.study.transfer import format_transfer, transfers
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "transfer",
+        help="the best learning rate per depth or width of a study, and the one for a target size",
+        description="From a study that swept the learning rate across depths (or widths), per setting: "
+        "the best lr at each size with its 95%% interval over seeds (flagged at the sweep's edge), the "
+        "slope of log best lr against log size, the best lr extrapolated to --to-depth (or --to-width), "
+        "the transfer penalty of using the smallest size's lr, and the seeds that would halve the "
+        "slope's interval (docs/transfer.md). Presets: depth-transfer, width-transfer (and -quick).",
+    )
+    p.add_argument("--db", default=DEFAULT_DB, help=f"the study store (default {DEFAULT_DB})")
+    p.add_argument("--study", help="study name or id (default: the most recently run study)")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to-depth", type=int, metavar="L", help="the depth to transfer the lr to")
+    target.add_argument("--to-width", type=int, metavar="W", help="the width (d_model) to transfer it to")
+    p.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH ('-' for stdout)")
+    p.add_argument(
+        "--plot", metavar="DIR", help="write the figures (best lr against size; loss against lr) into DIR"
+    )
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    axis = "depth" if args.to_depth is not None else "width"
+    target = args.to_depth if axis == "depth" else args.to_width
+    if target < 1:
+        raise InputError(f"--to-{axis} {target}: at least 1")
+    check_output_file(args.json, "--json")
+    if args.plot:
+        check_folder(args.plot, "--plot")
+    data = load(args.db, args.study)
+    result = transfers(data.runs, axis, target)
+    if not result:
+        field = "n_layers" if axis == "depth" else "d_model"
+        raise InputError(
+            f"study {data.study['name']!r} has no setting with learning-rate curves at two or more "
+            f"{axis}s (a grid sweeping lr and {field}; e.g. --preset {axis}-transfer-quick)"
+        )
+    out = {
+        "study": data.study["name"],
+        "axis": axis,
+        "target": target,
+        "settings": [t.to_dict() for t in result],
+    }
+    if args.json == "-":
+        write_json(out, "-")
+        return 0
+    print(f"study {data.study['name']}: learning-rate transfer across {axis} to {target}\n")
+    print("\n\n".join(format_transfer(t) for t in result))
+    write_json(out, args.json)
+    if args.plot:
+        for name, fig in (
+            ("best-lr", best_lr_figure(result)),
+            ("loss-vs-lr", loss_vs_lr_figure(data.runs, axis)),
+        ):
+            print(f"figure: {save_figure(fig, os.path.join(args.plot, f'transfer-{axis}-{name}.png'))}")
+    return 0

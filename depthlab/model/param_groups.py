@@ -1,0 +1,120 @@
+"""The optimizer side of a parametrization: torch param groups with per-group lr, eps and weight decay.
+
+``param_groups(model, lr, weight_decay=..., eps=...)`` is what ``depthlab train``, the studies and a
+user's own loop pass to ``torch.optim.Adam``/``AdamW``. Under ``sp`` it is today's two groups: the
+matrices (and embeddings) with the weight decay, the vectors without (nanoGPT's ``configure_optimizers``:
+decaying a norm gain toward 0 would shrink the stream). Under the other parametrizations the groups
+are those of :mod:`depthlab.model.parametrization`'s table, per stack (an encoder and a decoder of
+different depths have different depth multipliers):
+
+| group          | parameters                                           | lr               | eps               | weight decay |
+|----------------|------------------------------------------------------|------------------|-------------------|--------------|
+| embeddings     | token and position tables, an untied head, T5's bias | lr               | eps x outer_eps   | wd           |
+| hidden         | 2-D weights inside the blocks                        | lr x hidden_lr   | eps x hidden_eps  | wd x hidden_wd |
+| hidden vectors | biases, norm gains, gates inside the blocks          | lr x vector_lr   | eps x hidden_eps  | 0            |
+| outer matrices | the factorised embedding's projections (d_embed)     | lr / m_w         | eps x outer_eps   | wd x m_w     |
+| outer vectors  | final norm, embedding norm, biases outside the blocks| lr               | eps x outer_eps   | 0            |
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from depthlab.model import parametrization
+from depthlab.model.stack import Stack
+
+
+def param_groups(model: nn.Module, lr: float, weight_decay: float = 0.0, eps: float = 1e-8) -> list[dict]:
+    """Param groups for ``torch.optim.Adam``/``AdamW`` under ``model.cfg.param`` (a model built by
+    :func:`depthlab.build_model`): each a dict with "params", "lr", "eps", "weight_decay" (and, beyond
+    sp, a "name"). Only parameters that require grad; empty groups are left out. A module with no
+    depthlab config (``model.cfg``) gets the standard parametrization's two groups."""
+    cfg = getattr(model, "cfg", None)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if getattr(cfg, "param", "sp") == "sp":
+        groups = [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ]
+        return [{**g, "lr": lr, "eps": eps} for g in groups if g["params"]]
+    return [g for g in _scaled_groups(model, cfg, params, lr, weight_decay, eps) if g["params"]]
+
+
+def _scaled_groups(model, cfg, params, lr, wd, eps) -> list[dict]:
+    """The table's groups (see the module docstring), in a fixed order."""
+    wanted = {id(p) for p in params}
+    inside: dict[int, str] = {}  # id(param) -> the stack it sits in
+    stacks = [(name, m) for name, m in model.named_children() if isinstance(m, Stack)]
+    groups = []
+    for name, stack in stacks:
+        m = parametrization.multipliers(cfg, len(stack.layers))
+        block_params = [p for p in stack.layers.parameters() if id(p) in wanted]
+        inside.update((id(p), name) for p in block_params)
+        hidden_eps = eps * m.hidden_eps
+        groups.append(
+            {
+                "name": f"{name} hidden",
+                "params": [p for p in block_params if p.dim() >= 2],
+                "lr": lr * m.hidden_lr,
+                "eps": hidden_eps,
+                "weight_decay": wd * m.hidden_wd,
+            }
+        )
+        groups.append(
+            {
+                "name": f"{name} hidden vectors",
+                "params": [p for p in block_params if p.dim() < 2],
+                "lr": lr * m.vector_lr,
+                "eps": hidden_eps,
+                "weight_decay": 0.0,
+            }
+        )
+    m = parametrization.multipliers(cfg)
+    outer = [p for p in params if id(p) not in inside]
+    tables = {id(mod.weight) for mod in model.modules() if isinstance(mod, nn.Embedding)}
+    head = getattr(model, "head", None)
+    if isinstance(head, nn.Linear):
+        tables.add(id(head.weight))
+    outer_eps = eps * m.outer_eps
+    groups += [
+        {"name": "embeddings", "params": [p for p in outer if id(p) in tables], "lr": lr},
+        {
+            "name": "outer matrices",
+            "params": [p for p in outer if id(p) not in tables and p.dim() >= 2],
+            "lr": lr / m.width,
+        },
+        {
+            "name": "outer vectors",
+            "params": [p for p in outer if id(p) not in tables and p.dim() < 2],
+            "lr": lr,
+        },
+    ]
+    for g, decay in zip(groups[-3:], (wd, wd * m.width, 0.0), strict=True):
+        g.update(eps=outer_eps, weight_decay=decay)
+    return groups
+
+
+def group_table(model: nn.Module, lr: float, weight_decay: float = 0.0, eps: float = 1e-8) -> list[dict]:
+    """For explain: each group's name, parameter tensors and count, lr, eps and weight decay."""
+    out = []
+    for g in param_groups(model, lr, weight_decay, eps):
+        name = g.get("name") or ("matrices" if g["params"][0].dim() >= 2 else "vectors")
+        out.append(
+            {
+                "name": name,
+                "tensors": len(g["params"]),
+                "numel": sum(p.numel() for p in g["params"]),
+                "lr": g["lr"],
+                "eps": g["eps"],
+                "weight_decay": g["weight_decay"],
+            }
+        )
+    return out
+
+
+def make_adam(
+    model: nn.Module, lr: float, *, weight_decay: float = 0.0, eps: float = 1e-8, betas=(0.9, 0.98)
+):
+    """Adam over :func:`param_groups` (the coordinate check's optimizer)."""
+    return torch.optim.Adam(param_groups(model, lr, weight_decay, eps), lr=lr, betas=betas, eps=eps)

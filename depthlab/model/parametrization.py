@@ -1,0 +1,251 @@
+"""Parametrizations: how multipliers, init and per-group Adam settings scale with width and depth.
+
+``ModelConfig.param`` names the rule set, ``base_width``/``base_depth`` the shape it is relative to
+(None: the model's own, so that axis is not scaled). With m_w = d_model / base_width and
+m_L = L / base_depth (L the depth of the stack a layer is in):
+
+| quantity                     | sp  | mup                 | depth_mup (alpha = 1/2)    | completep (alpha = 1)     |
+|------------------------------|-----|---------------------|----------------------------|---------------------------|
+| residual branch multiplier   | 1   | 1                   | m_L^-1/2                   | m_L^-1                    |
+| output logits (head input)   | 1   | x 1/m_w             | x 1/m_w                    | x 1/m_w                   |
+| attention score scale        | s   | s x m_w^-1/2        | s x m_w^-1/2               | s x m_w^-1/2              |
+| hidden weight init std       | as configured | x m_w^-1/2 (normal, gpt2) | the same, no 1/sqrt(2L) | the same, no 1/sqrt(2L) |
+| Adam lr, hidden matrices     | lr  | lr / m_w            | lr / m_w x m_L^-1/2        | lr / m_w                  |
+| Adam lr, hidden vectors      | lr  | lr                  | lr x m_L^-1/2              | lr                        |
+| Adam lr, embeddings, outside | lr  | lr                  | lr                         | lr                        |
+| Adam eps, hidden             | eps | eps / m_w           | eps / m_w x m_L^-1/2       | eps / m_w x m_L^-1        |
+| Adam eps, embeddings, outside| eps | eps / m_w           | eps / m_w                  | eps / m_w                 |
+| weight decay, hidden matrices| wd  | wd x m_w            | wd x m_w                   | wd x m_w                  |
+
+s is the configured score scale (head_dim^-1/2 unless ``attn_scale``), so the muP scale is
+s x (d_head,base / d_head)^1/2 = d_head,base^1/2 / d_head: the 1/d_head of muP, equal to SP's at the base
+width (the model at its base shape is the SP model). The width grows with ``n_heads`` fixed, so the
+head width grows with it; a set ``d_head`` does not grow, and its scale is left alone. Hidden matrices are the 2-D weights inside the
+blocks (q, k, v, out, fc1, fc2); hidden vectors their biases, norm gains and gates; "outside" the final
+norm, the embedding norm and biases outside the blocks. Xavier's init already has variance ~ 1/fan, the
+muP scaling of a hidden matrix, so ``init="xavier"`` is left as it is; the embedding keeps O(1)
+coordinates under every scheme depthlab has (N(0, d^-1/2) x sqrt(d), or N(0, s) unscaled).
+
+Sources: muP, Yang et al. 2021 (Tensor Programs V), Table 3 and microsoft/mup (``MuAdam``: a matrix's
+lr / width_mult and weight decay x width_mult; ``MuReadout``: the output x 1/width_mult; attention
+1/d). depth-muP: Yang et al. 2023 (Tensor Programs VI) and Bordelon et al. 2023: branches x L^-1/2,
+Adam's lr x L^-1/2. CompleteP: Dey et al. 2025 ("Don't be lazy: CompleteP enables compute-efficient deep
+transformers"), with its code (EleutherAI/nanoGPT-mup, ``depth_alpha_exp``): branches x m_L^-alpha,
+hidden lr x m_L^(alpha - 1), hidden eps x m_w^-1 m_L^-alpha, embedding eps x m_w^-1 (their eq. 40), and
+GPT-2's 1/sqrt(2L) residual init replaced by the multiplier. depth_mup is that rule at alpha = 1/2.
+
+Where the multiplier enters is declared per wrapping in :data:`BRANCH_END` (the module whose output
+is the branch's last step, so x + m F(LN x), LN(x + m F(x)), x + m LN(F(LN x)), ...), and the wrappings
+whose own constants already set the skip-to-branch ratio by depth refuse a depth parametrization
+(:data:`DEPTH_REFUSED`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from depthlab.config import PARAM_CHECKS, WRAPPINGS, ModelConfig
+from depthlab.errors import ConfigError
+from depthlab.model.layers import Block
+
+ALPHA = {"sp": None, "mup": None, "depth_mup": 0.5, "completep": 1.0}  # the depth exponent
+SCALES_WIDTH = {"sp": False, "mup": True, "depth_mup": True, "completep": True}
+
+# wrapping -> the attribute of its module whose output ends the residual branch (m multiplies it)
+BRANCH_END = {
+    "post": "f",  # LN(x + m F(x))
+    "pre": "f",  # x + m F(LN(x))
+    "sandwich": "norm_out",  # x + m LN_out(F(LN_in(x))): after the out-norm, which would undo it
+    "reorder": "norm",  # x + m LN(F(x)): likewise after the norm
+    "rezero": "f",  # x + a m F(x)
+    "lns": "f",  # x + m F(LN(x) / sqrt(l))
+    "parallel": "f",  # x + m sum_i F_i(LN_i(x))
+    "parallel_shared": "f",  # x + m sum_i F_i(LN(x))
+    # mix builds post and pre modules (MixLN.for_layer): each follows its own entry
+}
+# wrapping -> why a depth parametrization has no meaning for it (refused in one line)
+DEPTH_REFUSED = {
+    "deepnorm": "DeepNorm's alpha and beta already set the skip-to-branch ratio by depth (Wang et al. 2022)",
+    "admin": "Admin's omega already sets the skip-to-branch ratio by depth (Liu et al. 2020)",
+    "layerscale": "LayerScale's lambda already sets the branch scale by depth (CaiT: 0.1, 1e-5, 1e-6)",
+}
+RESOLVED_PER_LAYER = ("mix",)  # wrappings with no module of their own (their layers' classes decide)
+
+
+@dataclass(frozen=True)
+class Multipliers:
+    """The scalings of one stack under a config's parametrization (all 1 under sp or at the base shape).
+
+    ``width``/``depth``: m_w and m_L; ``branch``: the residual branch multiplier; ``output``: the
+    head input's; ``attention``: the factor on the score scale; ``hidden_init``: on the hidden weights'
+    std (normal and gpt2 schemes); ``hidden_lr``/``vector_lr``: on the hidden matrices' and hidden
+    vectors' lr; ``hidden_eps``/``outer_eps``: on eps inside and outside the blocks; ``hidden_wd``: on
+    the hidden matrices' weight decay.
+    """
+
+    param: str
+    width: float
+    depth: float
+    alpha: float | None
+    branch: float
+    output: float
+    attention: float
+    hidden_init: float
+    hidden_lr: float
+    vector_lr: float
+    hidden_eps: float
+    outer_eps: float
+    hidden_wd: float
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def width_mult(cfg: ModelConfig) -> float:
+    """m_w = d_model / base_width (1 without a width rule or a base width)."""
+    if not SCALES_WIDTH[cfg.param] or cfg.base_width is None:
+        return 1.0
+    return cfg.d_model / cfg.base_width
+
+
+def depth_mult(cfg: ModelConfig, depth: int) -> float:
+    """m_L = depth / base_depth for a stack of ``depth`` layers (1 without a depth rule or base)."""
+    if ALPHA[cfg.param] is None or cfg.base_depth is None:
+        return 1.0
+    return depth / cfg.base_depth
+
+
+def multipliers(cfg: ModelConfig, depth: int | None = None) -> Multipliers:
+    """The :class:`Multipliers` of the stack of ``depth`` layers (default ``cfg.n_layers``)."""
+    mw = width_mult(cfg)
+    mL = depth_mult(cfg, cfg.n_layers if depth is None else depth)
+    alpha = ALPHA[cfg.param]
+    a = 0.0 if alpha is None else alpha
+    normal = cfg.init in ("normal", "gpt2")
+    return Multipliers(
+        param=cfg.param,
+        width=mw,
+        depth=mL,
+        alpha=alpha,
+        branch=mL**-a,
+        output=1.0 / mw,
+        attention=mw**-0.5 if cfg.family.d_head is None else 1.0,  # a set d_head does not grow with d_model
+        hidden_init=mw**-0.5 if normal else 1.0,
+        hidden_lr=mL ** (a - 1) / mw if alpha is not None else 1.0 / mw,
+        vector_lr=mL ** (a - 1) if alpha is not None else 1.0,
+        hidden_eps=mL**-a / mw,
+        outer_eps=1.0 / mw,
+        hidden_wd=mw,
+    )
+
+
+def scales_depth(cfg: ModelConfig) -> bool:
+    """Whether the parametrization has a depth rule (depth_mup, completep)."""
+    return ALPHA[cfg.param] is not None
+
+
+def check_param(cfg: ModelConfig) -> None:
+    """ConfigError when ``cfg.wrap`` refuses ``cfg.param`` (:data:`DEPTH_REFUSED`), naming why."""
+    if scales_depth(cfg) and cfg.wrap in DEPTH_REFUSED:
+        raise ConfigError("param", cfg.param, f"sp or mup with wrap={cfg.wrap}: {DEPTH_REFUSED[cfg.wrap]}")
+
+
+PARAM_CHECKS.append(check_param)
+
+
+def attention_scale(cfg: ModelConfig) -> float | None:
+    """The score scale the attention layers get: ``cfg.attn_scale`` (None = head_dim^-1/2) unless the
+    parametrization changes it (then a number). Untouched at factor 1, so sp stays bit-identical."""
+    factor = multipliers(cfg).attention
+    if factor == 1.0:
+        return cfg.family.attn_scale
+    base = cfg.family.attn_scale if cfg.family.attn_scale is not None else cfg.head_dim**-0.5
+    return base * factor
+
+
+class _Multiply:
+    """A forward hook multiplying a module's output by ``m`` (picklable, unlike a lambda)."""
+
+    def __init__(self, m: float):
+        self.m = m
+
+    def __call__(self, module, args, output):
+        return output * self.m
+
+
+def branch_end(wrapping: nn.Module) -> nn.Module:
+    """The module of ``wrapping`` whose output ends its residual branch (:data:`BRANCH_END`)."""
+    name = type(wrapping).name
+    if name not in BRANCH_END:
+        raise ConfigError("wrap", name, "a wrapping whose branch end is declared in BRANCH_END")
+    return getattr(wrapping, BRANCH_END[name])
+
+
+def attach_branch_multiplier(wrapping: nn.Module, m: float) -> None:
+    """Multiply ``wrapping``'s residual branch by ``m`` (nothing at m = 1: sp is untouched). The
+    multiplier is a forward hook on the branch's last module, so the state dict keeps its keys; it is
+    recorded as ``wrapping.branch_multiplier`` for explain and the probe."""
+    wrapping.branch_multiplier = m
+    if m != 1.0:
+        branch_end(wrapping).register_forward_hook(_Multiply(m))
+
+
+@torch.no_grad()
+def rescale_hidden_init(model: nn.Module, cfg: ModelConfig) -> None:
+    """Multiply every linear weight inside the blocks by the hidden init factor (muP's std x m_w^-1/2
+    under normal and gpt2); nothing when it is 1."""
+    c = multipliers(cfg).hidden_init
+    if c == 1.0:
+        return
+    for block in (m for m in model.modules() if isinstance(m, Block)):
+        for lin in (m for m in block.modules() if isinstance(m, nn.Linear)):
+            lin.weight.mul_(c)
+
+
+def scaled_residual_init(cfg: ModelConfig, wrapping_default: bool) -> bool:
+    """Whether GPT-2's 1/sqrt(2L) residual init applies: the wrapping's default, except under a depth
+    rule, whose branch multiplier takes its place (CompleteP's code drops it)."""
+    return wrapping_default and not scales_depth(cfg)
+
+
+def describe(cfg: ModelConfig) -> dict:
+    """For explain: the parametrization, its base shape and the multipliers of each stack's depth."""
+    depths = sorted(set(cfg.side_depths))
+    return {
+        "param": cfg.param,
+        "base_width": cfg.base_width if cfg.base_width is not None else cfg.d_model,
+        "base_depth": cfg.base_depth if cfg.base_depth is not None else cfg.n_layers,
+        "attention_scale": attention_scale(cfg),
+        "stacks": {str(d): multipliers(cfg, d).to_dict() for d in depths},
+    }
+
+
+def format_multipliers(m: Multipliers) -> str:
+    """One line: 'branch x0.25  output x0.5  scores x0.707  hidden lr x0.5  ...' (1s left out)."""
+    parts = [
+        ("branch", m.branch),
+        ("logits", m.output),
+        ("scores", m.attention),
+        ("hidden init", m.hidden_init),
+        ("hidden lr", m.hidden_lr),
+        ("vector lr", m.vector_lr),
+        ("hidden eps", m.hidden_eps),
+        ("outer eps", m.outer_eps),
+        ("hidden wd", m.hidden_wd),
+    ]
+    shown = [f"{k} x{v:.4g}" for k, v in parts if not math.isclose(v, 1.0)]
+    return "  ".join(shown) or "every multiplier 1 (the standard parametrization)"
+
+
+def wrappings_declared() -> set[str]:
+    """Every registered wrapping that has a rule here: a branch end, a refusal, or per-layer classes."""
+    return set(BRANCH_END) | set(DEPTH_REFUSED) | set(RESOLVED_PER_LAYER)
+
+
+def undeclared() -> set[str]:
+    """The registered wrappings with no entry here (a new wrapping needs a branch end or a refusal)."""
+    return set(WRAPPINGS) - wrappings_declared()

@@ -1,0 +1,184 @@
+"""Learning-rate transfer across depth or width, measured from a study's runs.
+
+From the learning-rate curves of :mod:`depthlab.study.sensitivity` (final loss against lr, per setting
+and size, over seeds), for each setting:
+
+- the best lr at each size with a 95% interval over seeds: each seed's best (its own curve's argmin,
+  refined by a parabola in log10 lr) averaged in log space, and flagged when the seed-averaged best is
+  the smallest or largest lr swept: then the true best lies beyond the sweep, and every slope through
+  it is a bound, not an estimate;
+- the slope of log best lr against log size, fitted per seed, with its t-interval over seeds
+  (0 = the best lr transfers; under SP Wortsman et al. 2023 and this package's lr-sensitivity study find
+  it negative across depth);
+- the best lr extrapolated to a target size: each seed's fitted line evaluated there, averaged in log
+  space with its interval;
+- the transfer penalty at each size: the loss with the lr tuned at the smallest size (the best swept lr
+  there) minus the loss at that size's own best swept lr, per seed, with its interval (0 where the
+  proxy's lr is as good as the size's own);
+- how many seeds would halve the slope's interval: the t-interval's half-width is t_{n-1} s / sqrt(n),
+  so the n' with t_{n'-1} / sqrt(n') <= t_{n-1} / (2 sqrt(n)) at the same seed-to-seed spread s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from depthlab import intervals
+from depthlab.study.sensitivity import Curve, curves, seed_best
+
+
+@dataclass(frozen=True)
+class SizeRow:
+    """One size of a setting: its best lr (mean, low, high in lr), whether it sat at the sweep's edge,
+    and the transfer penalty (mean, low, high in nats; None at the smallest size's own lr)."""
+
+    size: int
+    seeds: int
+    best_lr: tuple[float, float, float]
+    at_edge: bool
+    penalty: tuple[float, float, float] | None
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One setting's transfer across ``axis`` (see the module docstring)."""
+
+    setting: str
+    axis: str
+    rows: tuple[SizeRow, ...]
+    proxy_lr: float
+    slope: tuple[float, float, float] | None
+    censored: bool
+    target: int | None
+    target_lr: tuple[float, float, float] | None
+    seeds_to_halve: int | None
+    slope_seeds: int = 0
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["rows"] = [dict(r.__dict__) for r in self.rows]
+        return d
+
+
+def _log_interval(values: list[float]) -> tuple[float, float, float]:
+    """(mean, low, high) of positive ``values`` averaged in log10 space, back in linear units."""
+    logs = [math.log10(v) for v in values]
+    if len(logs) == 1:
+        return values[0], values[0], values[0]
+    iv = intervals.mean_interval(logs)
+    return 10**iv.mean, 10**iv.low, 10**iv.high
+
+
+def _interval(values: list[float]) -> tuple[float, float, float]:
+    if len(values) == 1:
+        return values[0], values[0], values[0]
+    iv = intervals.mean_interval(values)
+    return iv.mean, iv.low, iv.high
+
+
+def seeds_to_halve(n: int) -> int | None:
+    """The seeds that would halve a t-interval of ``n`` seeds at the same spread (None below 2)."""
+    if n < 2:
+        return None
+    goal = intervals.t_quantile(0.975, n - 1) / math.sqrt(n) / 2
+    m = n + 1
+    while intervals.t_quantile(0.975, m - 1) / math.sqrt(m) > goal:
+        m += 1
+    return m
+
+
+def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """(intercept, slope) of least squares y = a + b x."""
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return my - b * mx, b
+
+
+def setting_transfer(cs: list[Curve], axis: str, target: int | None = None) -> Transfer:
+    """The :class:`Transfer` of one setting's curves (one per size, sorted by size)."""
+    cs = sorted(cs, key=lambda c: c.depth)
+    seeds = sorted(set.intersection(*(set(c.seeds) for c in cs)))
+    proxy = cs[0]
+    proxy_best = proxy.best()
+    i0 = next(i for i, p in enumerate(proxy.points) if p.lr == proxy_best["lr_swept"])
+    rows = []
+    for c in cs:
+        best = c.best()
+        own = next(i for i, p in enumerate(c.points) if p.lr == best["lr_swept"])
+        at_proxy = next((p for p in c.points if p.lr == proxy.points[i0].lr), None)
+        penalty = None
+        if c is not proxy and at_proxy is not None and seeds:
+            diffs = [at_proxy.capped(s, c.l0) - c.points[own].capped(s, c.l0) for s in seeds]
+            penalty = _interval(diffs)
+        per_seed = [seed_best(c, s) for s in c.seeds]
+        rows.append(SizeRow(c.depth, len(c.seeds), _log_interval(per_seed), best["at_edge"], penalty))
+    slope = target_lr = None
+    slopes, predicted = [], []
+    xs = [math.log10(c.depth) for c in cs]
+    for s in seeds if len(cs) >= 2 else []:
+        a, b = _fit(xs, [math.log10(seed_best(c, s)) for c in cs])
+        slopes.append(b)
+        if target is not None:
+            predicted.append(10 ** (a + b * math.log10(target)))
+    if slopes:
+        slope = _interval(slopes)
+        target_lr = _log_interval(predicted) if predicted else None
+    return Transfer(
+        setting=cs[0].label,
+        axis=axis,
+        rows=tuple(rows),
+        proxy_lr=proxy.points[i0].lr,
+        slope=slope,
+        censored=any(r.at_edge for r in rows),
+        target=target,
+        target_lr=target_lr,
+        seeds_to_halve=seeds_to_halve(len(slopes)),
+        slope_seeds=len(slopes),
+    )
+
+
+def transfers(runs: list[dict], axis: str = "depth", target: int | None = None) -> list[Transfer]:
+    """Per setting with curves at two or more sizes, its :class:`Transfer` (``axis``: depth or width)."""
+    size = "n_layers" if axis == "depth" else "d_model"
+    by_setting: dict[str, list[Curve]] = {}
+    for c in curves(runs, size):
+        if c.seeds:  # a curve with no seed run at every lr (a study cut short) says nothing yet
+            by_setting.setdefault(c.label, []).append(c)
+    return [setting_transfer(cs, axis, target) for _, cs in sorted(by_setting.items()) if len(cs) >= 2]
+
+
+def _lr(v: tuple[float, float, float]) -> str:
+    m, lo, hi = v
+    return f"{m:.3g}" if lo == hi else f"{m:.3g} [{lo:.3g}, {hi:.3g}]"
+
+
+def format_transfer(t: Transfer) -> str:
+    """The text of one setting: the per-size table, the slope, the extrapolation, the seeds to halve."""
+    head = f"  {t.axis:>6}  {'seeds':>5}  {'best lr [95%]':30} {'edge':5} penalty at lr {t.proxy_lr:g} [95%]"
+    lines = [t.setting, head]
+    for r in t.rows:
+        pen = "(the proxy)" if r is t.rows[0] else "-"
+        if r.penalty is not None:
+            pen = f"{r.penalty[0]:+.3f} [{r.penalty[1]:+.3f}, {r.penalty[2]:+.3f}]"
+        lines.append(
+            f"  {r.size:>6}  {r.seeds:>5}  {_lr(r.best_lr):30} {'EDGE' if r.at_edge else '':5} {pen}"
+        )
+    if t.slope is None:
+        lines.append("  slope: needs a seed with a run at every size")
+        return "\n".join(lines)
+    m, lo, hi = t.slope
+    bound = ""
+    if t.censored:
+        bound = " (a bound, not an estimate: a best lr at the sweep's edge, marked EDGE, lies beyond it)"
+    lines.append(f"  slope of log best lr against log {t.axis}: {m:+.2f} [{lo:+.2f}, {hi:+.2f}]{bound}")
+    if t.target_lr is not None:
+        sizes = [r.size for r in t.rows]
+        where = "within" if min(sizes) <= t.target <= max(sizes) else "extrapolated beyond"
+        lines.append(f"  best lr at {t.axis} {t.target}: {_lr(t.target_lr)} ({where} the sizes swept)")
+    if t.seeds_to_halve is not None:
+        lines.append(
+            f"  {t.seeds_to_halve} seeds (now {t.slope_seeds}) would halve the slope's interval at the same spread"
+        )
+    return "\n".join(lines)

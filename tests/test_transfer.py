@@ -1,0 +1,119 @@
+"""depthlab transfer: best lr per size, edge flags, the slope, the extrapolation, the penalty, the presets."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+
+import pytest
+
+from depthlab.cli import main
+from depthlab.study.presets import preset
+from depthlab.study.transfer import seeds_to_halve, transfers
+
+SWEEP = [10 ** (-4 + k / 2) for k in range(7)]  # 1e-4 .. 1e-1 in half decades
+
+
+def fake_runs(centre, sizes=(2, 8, 32), seeds=(0, 1, 2), field="n_layers", shift=0.05) -> list[dict]:
+    """Runs whose loss is a parabola in log10 lr around ``centre(size) + shift * (seed - 1)``."""
+    runs = []
+    for size in sizes:
+        for seed in seeds:
+            for lr in SWEEP:
+                c = centre(size) + shift * (seed - 1)
+                loss = 2.0 + (math.log10(lr) - c) ** 2 + 0.01 * seed
+                model = {"n_layers": 4, "d_model": 32, field: size}
+                runs.append(
+                    {
+                        "status": "done",
+                        "config": {"model": model, "train": {"lr": lr, "seed": seed}},
+                        "axes": {"wrap": "pre", field: size, "lr": lr, "seed": seed},
+                        "val_loss": loss,
+                        "outcome": "trained",
+                        "metrics": [{"step": 1, "loss": 5.5}],
+                    }
+                )
+    return runs
+
+
+def test_the_slope_the_extrapolation_and_the_penalty_are_recovered():
+    """Best lr = 10^(-2 - 0.5 log10 depth): slope -0.5; at depth 128, 10^-3.05."""
+    (t,) = transfers(fake_runs(lambda L: -2 - 0.5 * math.log10(L)), "depth", 128)
+    assert t.slope[0] == pytest.approx(-0.5, abs=1e-6) and t.slope[1] < -0.5 < t.slope[2]
+    assert not t.censored
+    assert [r.size for r in t.rows] == [2, 8, 32]
+    assert t.rows[0].best_lr[0] == pytest.approx(10 ** (-2 - 0.5 * math.log10(2)), rel=1e-6)
+    assert t.target_lr[0] == pytest.approx(10 ** (-2 - 0.5 * math.log10(128)), rel=1e-6)
+    assert t.rows[0].penalty is None
+    # the lr tuned at depth 2 (the best swept there, 1e-2... 10^-2.15 -> 10^-2) at depth 32 (best 10^-2.75)
+    assert t.rows[2].penalty[0] > t.rows[1].penalty[0] > 0
+    assert t.seeds_to_halve == seeds_to_halve(3) and t.seeds_to_halve > 3
+
+
+def test_a_flat_best_lr_has_a_slope_of_zero_and_no_penalty():
+    (t,) = transfers(fake_runs(lambda L: -2.5), "depth", 64)
+    assert t.slope[0] == pytest.approx(0.0, abs=1e-9)
+    assert all(r.penalty[0] == pytest.approx(0.0) for r in t.rows[1:])
+
+
+def test_a_best_at_the_edge_of_the_sweep_makes_the_slope_a_bound():
+    (t,) = transfers(fake_runs(lambda L: -1 if L == 2 else -2), "depth", 64)
+    assert t.rows[0].at_edge and t.censored
+
+
+def test_a_study_cut_short_leaves_out_what_it_cannot_say():
+    """Depth 32 has runs at every lr, but no seed at all of them: its curve is left out."""
+    runs = [r for r in fake_runs(lambda L: -2.5) if r["axes"]["n_layers"] != 32]
+    deep = fake_runs(lambda L: -2.5, sizes=(32,), seeds=(0, 1))
+    runs += [r for r in deep if (r["axes"]["lr"] < 1e-2) == (r["axes"]["seed"] == 0)]
+    (t,) = transfers(runs, "depth", 64)
+    assert [r.size for r in t.rows] == [2, 8]
+
+
+def test_across_width():
+    (t,) = transfers(
+        fake_runs(lambda w: -1.5 - math.log10(w / 32), (32, 64, 128), field="d_model"), "width", 256
+    )
+    assert t.axis == "width" and t.slope[0] == pytest.approx(-1.0, abs=1e-6)
+
+
+def test_seeds_to_halve():
+    assert seeds_to_halve(1) is None
+    # t_{n-1} / sqrt(n) halves between 3 seeds (4.30 / 1.73 = 2.48) and 8 (2.36 / 2.83 = 0.84)
+    assert 5 <= seeds_to_halve(3) <= 8
+
+
+def test_presets_validate_and_transfer_quick_variants_are_small():
+    for name, runs in (("depth-transfer", 1215), ("width-transfer", 432)):
+        assert len(preset(name).expand()) == runs
+        assert len(preset(f"{name}-quick").expand()) == 90
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_cli_on_a_real_study(tmp_path, capsys):
+    grid = tmp_path / "g.yaml"
+    grid.write_text(
+        textwrap.dedent(
+            """
+            name: tiny-transfer
+            model: {arch: decoder, d_model: 16, n_heads: 2, vocab_size: 256, max_len: 16}
+            train: {task: lm, steps: 6, batch_size: 4, seq_len: 16, log_every: 3, eval_batches: 1}
+            axes:
+              parametrization: [{param: sp}, {param: completep, base_depth: 2}]
+              n_layers: [2, 4]
+              lr: [1.0e-3, 1.0e-2, 1.0e-1]
+              seed: [0, 1]
+            """
+        )
+    )
+    db = str(tmp_path / "depthlab.sqlite")
+    assert main(["study", "--grid", str(grid), "--db", db, "--no-report", "--workers", "1"]) == 0
+    capsys.readouterr()
+    assert main(["transfer", "--db", db, "--to-depth", "16", "--plot", str(tmp_path / "fig")]) == 0
+    out = capsys.readouterr().out
+    assert "param=completep" in out and "param=sp" in out and "best lr at depth 16" in out
+    for name in ("best-lr", "loss-vs-lr"):
+        assert (tmp_path / "fig" / f"transfer-depth-{name}.png").stat().st_size > 0
+    assert main(["transfer", "--db", db, "--to-width", "64"]) == 2  # no curves across width
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert main(["transfer", "--db", db, "--to-depth", "0"]) == 2
