@@ -164,11 +164,11 @@ PRESETS.update(TRANSFER_PRESETS)
 
 # One line per preset for ``study --help`` (each preset's full "description" is stored with its study).
 SUMMARIES: dict[str, str] = {
-    "default": "the main job: five wrappings at 2, 6 and 24 layers, warmup 0 and 50",
-    "lr-sensitivity": "final loss against learning rate, 1e-4 to 1, five wrappings, 3 seeds",
+    "default": "the main job: five wrappings, 2, 6 and 24 layers, warmup 0 and 50",
+    "lr-sensitivity": "final loss against lr, 1e-4 to 1, five wrappings, 3 seeds",
     "smoke": "a handful of tiny runs that exercise the whole pipeline (tests)",
-    "full": "the long run: eight wrappings, 2-96 layers, 3 lr, 3 warmups, 3 seeds",
-    "depth-transfer": "best lr against depth, 2-32 layers, under sp, depth_mup and completep, 3 seeds",
+    "full": "the long run: 8 wrappings, 2-96 layers, 3 lrs, 3 warmups, 3 seeds",
+    "depth-transfer": "best lr against depth, 2-32, under sp, depth_mup, completep",
     "depth-transfer-quick": "a quick depth-transfer: fewer depths and lrs",
     "width-transfer": "best lr against width under sp and mup, 3 seeds",
     "width-transfer-quick": "a quick width-transfer: fewer widths and lrs",
