@@ -164,7 +164,7 @@ PRESETS.update(TRANSFER_PRESETS)
 
 # One line per preset for ``study --help`` (each preset's full "description" is stored with its study).
 SUMMARIES: dict[str, str] = {
-    "default": "the main job: five wrappings, 2, 6 and 24 layers, warmup 0 and 50",
+    "default": "the main job: 5 wrappings, 2, 6 and 24 layers, warmup 0 and 50",
     "lr-sensitivity": "final loss against lr, 1e-4 to 1, five wrappings, 3 seeds",
     "smoke": "a handful of tiny runs that exercise the whole pipeline (tests)",
     "full": "the long run: 8 wrappings, 2-96 layers, 3 lrs, 3 warmups, 3 seeds",
