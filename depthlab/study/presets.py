@@ -166,8 +166,8 @@ PRESETS.update(TRANSFER_PRESETS)
 SUMMARIES: dict[str, str] = {
     "default": "the main job: 5 wrappings, 2, 6 and 24 layers, warmup 0 and 50",
     "lr-sensitivity": "final loss against lr, 1e-4 to 1, five wrappings, 3 seeds",
-    "smoke": "a handful of tiny runs that exercise the whole pipeline (tests)",
-    "full": "the long run: 8 wrappings, 2-96 layers, 3 lrs, 3 warmups, 3 seeds",
+    "smoke": "a handful of tiny runs through the whole pipeline (tests)",
+    "full": "long run: 8 wrappings, 2-96 layers, 3 lrs, 3 warmups, 3 seeds",
     "depth-transfer": "best lr against depth, 2-32, under sp, depth_mup, completep",
     "depth-transfer-quick": "a quick depth-transfer: fewer depths and lrs",
     "width-transfer": "best lr against width under sp and mup, 3 seeds",
