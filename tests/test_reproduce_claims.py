@@ -332,7 +332,11 @@ def test_the_document_shows_registrations_and_revisions(tmp_path, monkeypatch):
     all_mod.run_all(quick=True, out_dir=str(tmp_path / "runs"), doc=str(doc), names=["warmup"])
     text = doc.read_text()
     reg = REGISTRATIONS["warmup"]
-    assert f"**Registered** {reg.date}" in text and "`clear` = 0.1" in text and "- regime (small):" in text
+    assert (
+        f"**Registered** in commit {reg.commit[:7]}" in text
+        and "`clear` = 0.1" in text
+        and "- regime (small):" in text
+    )
     assert (
         "| warmup | 2026-11-30 07:48 UTC | `expectation.failed_run_counts_as_worse` | False | True |" in text
     )

@@ -75,7 +75,7 @@ def summary(parts: list[Reproduction], seconds: dict) -> list[str]:
         total = {k: total[k] + n[k] for k in total}
         reg = REGISTRATIONS.get(p.name)
         lines.append(
-            f"| [{p.name}](#{p.name}) | {cell(p.source)} | {reg.date if reg else '-'} | {n[AGREE]} | {n[MISMATCH]} "
+            f"| [{p.name}](#{p.name}) | {cell(p.source)} | {reg.commit[:7] if reg else '-'} | {n[AGREE]} | {n[MISMATCH]} "
             f"| {n[INCONCLUSIVE]} | {n['sanity']} | {seconds[p.name]:.0f} s |"
         )
     counted = total[AGREE] + total[MISMATCH] + total[INCONCLUSIVE]
@@ -103,7 +103,12 @@ def registration_block(name: str, scale: str) -> list[str]:
     if reg is None:
         return []
     lines = [
-        f"**Registered** {reg.date}"
+        f"**Registered** in commit {reg.commit[:7]}"
+        + (
+            f' (typed in the code as "{reg.typed_date}", a hand-written label, not a timestamp)'
+            if reg.typed_date
+            else ""
+        )
         + (f" ({len(reg.revisions)} revisions, listed at the end)." if reg.revisions else "."),
         "",
     ]

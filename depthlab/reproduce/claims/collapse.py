@@ -80,7 +80,8 @@ LARGE = {
     "seeds": [0, 1, 2],
 }
 REGISTRATION = Registration(
-    date="2026-11-30 05:05 UTC",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30 05:05 UTC",
     expectation={
         # pre-LN: the update ratio decays with the layer index like l^(-1/2): a fitted slope <= decay at
         # every L; the last quarter's share of x_L falls with L and, at the deepest L, is below the first

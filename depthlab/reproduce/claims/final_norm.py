@@ -47,7 +47,8 @@ LARGE = {
     "seeds": [0, 1, 2],
 }
 REGISTRATION = Registration(
-    date="2026-11-30 05:23 UTC",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30 05:23 UTC",
     expectation={
         # "far from unit scale": the trained model's last stream has rms >= this (a norm's output has rms 1)
         "far": 2.0,

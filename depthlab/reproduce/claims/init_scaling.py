@@ -61,7 +61,8 @@ GROWS_CLAIM = (
     "tested before"
 )
 REGISTRATION = Registration(
-    date="2026-11-30 04:22 UTC",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30 04:22 UTC",
     expectation={
         "slope_tolerance": 0.15,  # a fitted exponent "matches" a predicted one within +-0.15
         "post_last_grad": 0.0,  # Xiong et al. Theorem 1: flat in L

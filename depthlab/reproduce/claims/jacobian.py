@@ -46,7 +46,8 @@ NOTEBOOK_KNOWN = (
     "dropout) was seen before these thresholds were registered"
 )
 REGISTRATION = Registration(
-    date="2026-11-30 08:25 UTC",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30 08:25 UTC",
     expectation={
         "vanish": 1e-2,  # post-LN "vanishes": MSV below this
         "grows": 10.0,  # pre-LN "grows": MSV above this, orders of magnitude above ReZero's

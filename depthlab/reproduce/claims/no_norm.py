@@ -25,7 +25,8 @@ from depthlab.reproduce.reproduction import Reproduction, register, resolve, see
 SMALL = {"init_depth": 48, "train_depth": 12, "lr": 1e-3, "steps": 150, "seeds": [0, 1, 2, 3, 4]}
 LARGE = {"init_depth": 48, "train_depth": 12, "lr": 1e-3, "steps": 2000, "seeds": [0, 1, 2]}
 REGISTRATION = Registration(
-    date="2026-11-30",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30",
     expectation={
         # "exploding activations": at init the growth without the norm at least this many times the growth with it
         "explodes_factor": 10.0,

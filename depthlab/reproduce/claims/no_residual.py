@@ -18,7 +18,8 @@ from depthlab.reproduce.reproduction import Reproduction, register, resolve, see
 SMALL = {"depths": [2, 4, 8, 16], "lr": 1e-3, "steps": 150, "seeds": [0, 1, 2, 3, 4]}
 LARGE = {"depths": [2, 4, 8, 16], "lr": 1e-3, "steps": 2000, "seeds": [0, 1, 2]}
 REGISTRATION = Registration(
-    date="2026-11-30",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30",
     expectation={
         # "extra layers make results worse": without skips, deepest - shallowest final loss at least this
         "worse_by": 0.10,

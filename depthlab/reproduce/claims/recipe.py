@@ -54,7 +54,8 @@ NOAM_LR = LR * math.sqrt(TINY_MODEL["d_model"] * WARMUP)  # Noam's peak = the ot
 SMALL = {"n_layers": N_LAYERS, "lr": LR, "warmup": WARMUP, "steps": 150, "seeds": [0, 1, 2, 3, 4]}
 LARGE = {"n_layers": N_LAYERS, "lr": LR, "warmup": 700, "steps": 2000, "seeds": [0, 1, 2]}
 REGISTRATION = Registration(
-    date="2026-11-30 05:05 UTC",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30 05:05 UTC",
     expectation={
         "post, no warmup, beta2 0.98": "fails",
         "post, warmup, beta2 0.98": "trains",

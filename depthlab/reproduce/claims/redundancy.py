@@ -37,7 +37,8 @@ WRAPS = ("pre", "post", "mix", "lns")
 SMALL = {"depths": [12, 24], "lr": 1e-3, "warmup": 133, "steps": 400, "eval_batches": 8, "seeds": [0, 1, 2]}
 LARGE = {"depths": [12, 24], "lr": 1e-3, "warmup": 1000, "steps": 3000, "eval_batches": 8, "seeds": [0, 1, 2]}
 REGISTRATION = Registration(
-    date="2026-11-30 05:23 UTC",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30 05:23 UTC",
     expectation={
         # over the deep half of the stack, pre-LN's mean angular distance and mean loss increase on
         # removal are both smaller than each other wrapping's, for trained models

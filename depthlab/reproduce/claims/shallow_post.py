@@ -21,7 +21,8 @@ from depthlab.reproduce.reproduction import Reproduction, register, resolve, see
 SMALL = {"depth": 6, "lr": 1e-3, "steps": 300, "warmups": [0, 30, 100], "seeds": [0, 1, 2, 3, 4]}
 LARGE = {"depth": 6, "lr": 1e-3, "steps": 3000, "warmups": [0, 300, 1000], "seeds": [0, 1, 2]}
 REGISTRATION = Registration(
-    date="2026-11-30 05:23 UTC",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30 05:23 UTC",
     expectation={
         # post-LN's best final loss at most this many nats above pre-LN's best (seed-to-seed noise)
         "tolerance": 0.02,

@@ -29,7 +29,8 @@ CURVE_KNOWN = (
     "partly: seed 0's loss curves were in the previous document's figure; no threshold was read off it"
 )
 REGISTRATION = Registration(
-    date="2026-11-30 05:23 UTC",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30 05:23 UTC",
     expectation={
         # "stalls near the unigram level": the final loss is within this many nats of it, or above
         "stall_within": 0.10,

@@ -36,7 +36,8 @@ RESTORED = (
     "registered is restored, and the later rule is shown beside it"
 )
 REGISTRATION = Registration(
-    date="2026-11-30 05:23 UTC",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30 05:23 UTC",
     expectation={
         # post-LN "clearly worse" without warmup: its final loss at least this many nats higher
         "clear": 0.10,
