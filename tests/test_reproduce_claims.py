@@ -308,7 +308,9 @@ def test_all_writes_the_document_and_refuses_a_foreign_file(tmp_path, monkeypatc
     assert "Sanity checks (not counted):" in text and "holds by construction" in text
     assert "a measured table" in text and "| 0 | 1.5 |" in text and "## Revisions" in text
     assert "ZeroDivisionError" in text and "![fake](img/fake-curve.png)" in text
-    assert "| **all** | | | **0** | **2** | **1** | **1** |" in text  # the sanity check is not counted
+    # the sanity check is not counted; no revised rule; Holm over the one check with an interval
+    assert "| **all** | | | **0** | **2** | **1** | 0/2/1 | 0/2/1 | **1** |" in text
+    assert "Under the first registrations: 0 of 3 counted checks agree" in text
     assert (tmp_path / "docs" / "img" / "fake-curve.png").read_bytes() == b"\x89PNG fake"
     assert [c.claim for c in result.checks][:2] == ["broken: the reproduction runs", "fake: c | 1"]
     assert not result.ok and "fake" in result.format()

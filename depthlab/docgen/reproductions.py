@@ -14,6 +14,7 @@ runs the claims that have a large scale and writes docs/reproductions-large.md.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import glob
 import os
@@ -148,11 +149,7 @@ def run_all(
 
 def collect(parts: list[Reproduction], seconds: dict, context: dict) -> Collection:
     """Every part's checks under one Reproduction, with the run's context and each part's counts."""
-    checks = [
-        Check(f"{p.name}: {c.claim}", c.stated, c.measured, c.result, c.sanity, c.interval)
-        for p in parts
-        for c in p.checks
-    ]
+    checks = [dataclasses.replace(c, claim=f"{p.name}: {c.claim}") for p in parts for c in p.checks]
     each = {
         p.name: {**p.to_dict(), "ok": p.ok, "counts": counts(p.checks), "seconds": round(seconds[p.name], 1)}
         for p in parts

@@ -197,4 +197,22 @@ def to_seeds(
 
 # Revisions of the shared decision code (depthlab.reproduce.check_code.SHARED), keyed
 # "code.MODULE.FUNCTION", old and new the function's digest; replayed like a claim's revisions.
-SHARED_REVISIONS: tuple[Revision, ...] = ()
+SHARED_REVISIONS: tuple[Revision, ...] = (
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.reproduction.seeded_check",
+        "550a77f84fd99d96",
+        "ddae7d8816180984",
+        "a registered log scale for positive multiplicative quantities, and the p-value of each decision "
+        "(for the family-wise column); a linear-scale check decides as before",
+        "yes: no check registered before this revision changes result (none was on a log scale)",
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.reproduction.counts",
+        "85eaa11ae9e82b82",
+        "f3fd71cfac714650",
+        "counts under the first registration (the results that decide) or under the revised rules",
+        "yes: the first registration's counts are the ones that decide, as before",
+    ),
+)

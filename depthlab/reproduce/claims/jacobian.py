@@ -28,7 +28,15 @@ from depthlab.probe import measure
 from depthlab.reproduce.claim_plots import new_figure, save
 from depthlab.reproduce.jacobian_setups import STEPS, walk
 from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
-from depthlab.reproduce.reproduction import Check, Reproduction, combined, register, resolve, seeded_check
+from depthlab.reproduce.reproduction import (
+    Check,
+    Reproduction,
+    combined,
+    register,
+    resolve,
+    seeded_check,
+    with_revision,
+)
 
 BATCH, SEQ = 2, 32
 STATED = {"post": 0.000, "pre": 66.3, "rezero": 2.14}
@@ -45,6 +53,8 @@ NOTEBOOK_KNOWN = (
     "yes: one exploratory trial of the reconstructed setup (seed 0, post-LN and pre-LN, with and without "
     "dropout) was seen before these thresholds were registered"
 )
+LOG_CODE = "each MSV check also computed on log10 (the revised rule), beside the raw-scale result"
+LOG_KNOWN = "yes: the raw-scale result, as first registered, still decides"
 REGISTRATION = Registration(
     commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
     typed_date="2026-11-30 08:25 UTC",
@@ -55,6 +65,8 @@ REGISTRATION = Registration(
         # the notebook's setup, rebuilt: the same expectations there
         "notebook_vanish": 1e-2,
         "notebook_grows": 10.0,
+        # the interval's scale under the revision of 2026-12-01 (shown beside, never deciding)
+        "msv_interval_scale": "log",
         "decision": DECISION,
     },
     regimes={"small": SMALL},
@@ -69,6 +81,18 @@ REGISTRATION = Registration(
             "the notebook's setup rebuilt, to find where its numbers and depthlab's part", NOTEBOOK_KNOWN,
         ),
         Revision("2026-11-30", "regime.small.walk_seeds", None, [0, 1, 2], "the factor walk's seeds", "no"),
+        Revision(
+            "2026-12-01", "expectation.msv_interval_scale", None, "log",
+            "an MSV is a positive multiplicative quantity: seeds spread by factors, and a raw-scale interval "
+            "reaches below zero, a value an MSV cannot take",
+            "yes: every check's results were published; the raw-scale result decides and the log-scale one "
+            "is shown beside it",
+        ),
+        Revision(
+            "2026-12-01", "code._checks", "74549eab9be3d0d5", "4e0b94b51f078155", LOG_CODE, LOG_KNOWN,
+        ),
+        Revision("2026-12-01", "code._msv_check", None, "65f4978e22b16f66", LOG_CODE, LOG_KNOWN),
+        Revision("2026-12-01", "code.LOG_REVISION", None, "dafba3cd6325173b", LOG_CODE, LOG_KNOWN),
     ),
 )  # fmt: skip
 ISOMETRY_SANITY = "by construction: a = 0 at init makes every ReZero layer the identity, so J = I and MSV = 1"
@@ -134,23 +158,32 @@ def reproduce_jacobian(quick: bool = False, out_dir: str | None = None, scale: s
     return Reproduction("jacobian", data, checks, plots, source="Bachlechner et al. 2020 (ReZero)")
 
 
+LOG_REVISION = "interval on log10 MSV (a positive multiplicative quantity)"
+
+
+def _msv_check(claim: str, stated: str, values: list[float], **kw) -> Check:
+    """An MSV check as first registered (raw-scale interval), its log-scale result kept as revised."""
+    first = seeded_check(claim, stated, values, **kw)
+    return with_revision(first, seeded_check(claim, stated, values, scale="log", **kw), LOG_REVISION)
+
+
 def _checks(values: dict, depth: int, where: str, vanish: float, grows: float) -> list[Check]:
     post, pre, rz = values["post"], values["pre"], values["rezero"]
     iso = REGISTRATION.expectation["isometry_factor"]
     checks = [
-        seeded_check(
+        _msv_check(
             f"{where}: post-LN, {depth} layers: the Jacobian vanishes (MSV)",
             f"< {vanish:g} (0.000)",
             post,
             at_most=vanish,
         ),
-        seeded_check(
+        _msv_check(
             f"{where}: pre-LN, {depth} layers: the Jacobian grows (MSV)",
             f"> {grows:g} (66.3)",
             pre,
             at_least=grows,
         ),
-        seeded_check(
+        _msv_check(
             f"{where}: ReZero, {depth} layers: near isometry (MSV)",
             f"within x{iso:g} of 2.14",
             rz,

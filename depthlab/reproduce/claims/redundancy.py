@@ -31,7 +31,14 @@ from depthlab.reproduce.registration import (
     Revision,
     to_seeds,
 )
-from depthlab.reproduce.reproduction import INCONCLUSIVE, Check, Reproduction, register, resolve, seeded_check
+from depthlab.reproduce.reproduction import (
+    Check,
+    Reproduction,
+    register,
+    resolve,
+    revised_unless_control,
+    seeded_check,
+)
 
 WRAPS = ("pre", "post", "mix", "lns")
 SMALL = {"depths": [12, 24], "lr": 1e-3, "warmup": 133, "steps": 400, "eval_batches": 8, "seeds": [0, 1, 2]}
@@ -67,6 +74,15 @@ REGISTRATION = Registration(
             "a comparison with a model that did not train tests nothing: it cannot be decided, which is what "
             "'inconclusive' says (the three-way verdict did not exist before)",
             "yes: it moves the two 24L post-LN rows of the single-seed run from MISMATCH to inconclusive",
+        ),
+        Revision(
+            "2026-12-01",
+            "code._check",
+            "74c80e6810a9d43d",
+            "263ba374a5c08137",
+            "a rule revised with results known never decides: the first registration's result (the failure "
+            "counted) decides again, and the revised rule's result (inconclusive) is shown beside it",
+            "yes: it moves the results that the revision had moved back to the first registration's",
         ),
     ),
 )
@@ -150,10 +166,13 @@ def _check(depth: int, runs: dict, m: dict, other: str, key: str) -> Check:
         level = seeded_check(w, "", [below_unigram(x) / x.unigram_loss for x in runs[w]], at_most=-share)
         if level.result != "agree":
             untrained.append(f"{w} ({'/'.join(x.outcome for x in runs[w])})")
-    if untrained:
-        check.result = INCONCLUSIVE
-        check.measured += f"; {' and '.join(untrained)} not clearly trained: no comparison of trained models"
-    return check
+    # the rule for an untrained side was revised with results known: it is shown, it does not decide
+    return revised_unless_control(
+        check,
+        not untrained,
+        f"{' and '.join(untrained)} not clearly trained: no comparison of trained models",
+        "expectation.untrained_comparison: MISMATCH -> inconclusive",
+    )
 
 
 @register("redundancy", REGISTRATION)
