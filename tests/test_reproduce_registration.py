@@ -152,18 +152,20 @@ def test_code_pins_ignore_comments_and_docstrings_only():
 
 def test_a_silent_change_fails_and_a_revision_makes_it_visible():
     reg = REGISTRATIONS["warmup"]
-    first = PINS["warmup"]["values"]
+    first, code = first_values("warmup"), claim_pins(REPRODUCTIONS["warmup"])
     changed = Registration(
         reg.commit, {**reg.expectation, "clear": 0.05}, reg.regimes, reg.notes, reg.revisions
     )
-    problems = unrevised_changes(first, changed)
+    problems = unrevised_changes(first, changed, code)
     assert len(problems) == 1 and "expectation.clear" in problems[0]
     fix = Revision("2026-12-01", "expectation.clear", 0.10, 0.05, "a reason", "yes")
     revised = Registration(reg.commit, changed.expectation, reg.regimes, reg.notes, (*reg.revisions, fix))
-    assert unrevised_changes(first, revised) == []
+    assert unrevised_changes(first, revised, code) == []
     regimes = copy.deepcopy(reg.regimes)
     regimes["small"]["steps"] = 401
-    assert unrevised_changes(first, Registration(reg.commit, reg.expectation, regimes, "", reg.revisions))
+    assert unrevised_changes(
+        first, Registration(reg.commit, reg.expectation, regimes, "", reg.revisions), code
+    )
 
 
 def test_a_revision_whose_old_value_is_wrong_breaks_the_chain():

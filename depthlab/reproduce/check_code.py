@@ -37,6 +37,7 @@ SHARED = {
         "outcomes",
         "paired_outcomes",
         "_summarise",
+        "all_trained",
     ),
 }
 # Names that are never pinned: the registration (pinned as values) and what only draws or reports.

@@ -142,9 +142,10 @@ def train_seeds(label: str, model: dict, train: dict, seeds, scale: str = "small
 
 
 def final_loss(run: Run) -> float:
-    """The run's validation loss; a run that ended without one (non-finite: diverged) counts as the loss
-    of a uniform prediction over the vocabulary, ln V, the level of a model that learned nothing."""
-    if math.isfinite(run.val_loss):
+    """The run's validation loss; a diverged run (its outcome, whatever loss it still reported: a run
+    can diverge at step 21 and be evaluated finite later) or a run that ended without one counts as the
+    loss of a uniform prediction over the vocabulary, ln V, the level of a model that learned nothing."""
+    if run.outcome != "diverged" and math.isfinite(run.val_loss):
         return run.val_loss
     return math.log(run.model_cfg.get("vocab_size", 256))
 
@@ -274,3 +275,13 @@ STALL_SHARE = STALL_MARGIN
 def relative_to_unigram(run: Run) -> float:
     """final_loss / unigram loss - 1: below -STALL_SHARE the run learned more than byte frequencies."""
     return final_loss(run) / run.unigram_loss - 1
+
+
+def all_trained(*groups: list[Run]) -> bool:
+    """Whether every run of every group ended below the stall level (more than STALL_SHARE under the
+    unigram loss): a "close" or "no worse" comparison means something only between trained runs (two
+    stalled runs are close)."""
+    return all(relative_to_unigram(r) < -STALL_SHARE for runs in groups for r in runs)
+
+
+BOTH_TRAINED = "close and no worse need both sides trained"

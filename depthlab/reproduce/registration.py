@@ -215,4 +215,21 @@ SHARED_REVISIONS: tuple[Revision, ...] = (
         "counts under the first registration (the results that decide) or under the revised rules",
         "yes: the first registration's counts are the ones that decide, as before",
     ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.lm_runs.final_loss",
+        "85cdb69f85506c92",
+        "36660ad41f4501d8",
+        "the registered rule, a diverged run counts as ln V, applied to a diverged run that still reported "
+        "a finite validation loss (a run can diverge at step 21 and be evaluated finite later)",
+        "yes: the documented results were computed before it; the registered rule decides",
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.lm_runs.all_trained",
+        None,
+        "60e57f9de7de91b0",
+        "whether both sides of a close or no-worse comparison trained (the revised rule shown beside them)",
+        "yes: it decides no result",
+    ),
 )

@@ -63,6 +63,22 @@ REGISTRATION = Registration(
         Revision("2026-11-30", "expectation.intact_within_orders", None, 1.0, NEW_CLAIMS, CURVE_KNOWN),
         Revision("2026-11-30", "expectation.falls_by", None, 0.5, NEW_CLAIMS, CURVE_KNOWN),
         Revision("2026-11-30", "expectation.stalls_within", None, 0.05, NEW_CLAIMS, CURVE_KNOWN),
+        Revision(
+            "2026-12-01",
+            "code.ZERO_ORDERS",
+            None,
+            "e961116b02e01170",
+            "a zero bottom gradient is the strongest starvation, not a missing value: the registered medians over logged steps keep those steps (a zero ratio is 0, and ZERO_ORDERS orders of magnitude)",
+            "yes: the documented results were computed without those steps; the registered quantity (every logged step) decides",
+        ),
+        Revision(
+            "2026-12-01",
+            "code.bottom_to_top",
+            "7b1840a5c7679051",
+            "debf63fbe4a0bc1d",
+            "a zero bottom gradient is the strongest starvation, not a missing value: the registered medians over logged steps keep those steps (a zero ratio is 0, and ZERO_ORDERS orders of magnitude)",
+            "yes: the documented results were computed without those steps; the registered quantity (every logged step) decides",
+        ),
     ),
 )
 
@@ -80,21 +96,28 @@ QUICK = {"steps": 150, "seeds": [0]}
 FED_SANITY = "cannot fail: pre-LN's identity path brings at least the top's gradient to every stream"
 
 
+# a zero ratio's departure in orders of magnitude: the range of a double (log10 of its smallest normal)
+ZERO_ORDERS = 308.0
+
+
 def bottom_to_top(grad_by_step: list, bottom: int) -> dict:
     """Per logged step, max and min over streams 0..bottom-1 of ||g_i|| / ||g_L||; their medians over
     steps, and the largest departure |log10(ratio)| over every stream and step ("orders").
 
-    ``grad_by_step``: [(step, [||g_0||, ..., ||g_L||])]. Returns {"max", "min", "orders"}.
+    ``grad_by_step``: [(step, [||g_0||, ..., ||g_L||])]. Returns {"max", "min", "orders"}. A step whose
+    bottom gradient is 0 is the strongest starvation, not a missing value: it is kept, as the ratio 0 and
+    as ZERO_ORDERS orders of magnitude; a step with a gradient not measured (None) or a zero top (no
+    ratio) is left out.
     """
     highs, lows, orders = [], [], []
     for _, grads in grad_by_step:
         top = grads[-1]
-        if not top or any(g is None or g <= 0 for g in grads[:bottom]):
+        if not top or any(g is None for g in grads[:bottom]):
             continue
         ratios = [g / top for g in grads[:bottom]]
         highs.append(max(ratios))
         lows.append(min(ratios))
-        orders.append(max(abs(math.log10(x)) for x in ratios))
+        orders.append(max(abs(math.log10(x)) if x > 0 else ZERO_ORDERS for x in ratios))
     if not highs:
         return {"max": math.nan, "min": math.nan, "orders": math.nan}
     return {"max": statistics.median(highs), "min": statistics.median(lows), "orders": max(orders)}
