@@ -114,12 +114,12 @@ def test_collapse_results_follow_the_measurements():
         False,
         False,
         True,
+        False,
         True,
         True,
         True,
         True,
-        True,
-    ]  # init slopes: sanity
+    ]  # init slopes and DeepNorm's share at init: sanity
     bad = collapse._checks(_fake(-0.1, -0.4, [0.2, 0.25, 0.3], [0.05, 0.01, 0.2]))
     assert len(bad) == 8 and all(c.result == "MISMATCH" for c in bad)
     # falling, but still above the first quarter's share at the deepest L: the claim is not met

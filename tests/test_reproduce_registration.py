@@ -128,15 +128,14 @@ FINAL_NORM = Path(REPRODUCTIONS_FILE["final-norm"]).read_text()
 )
 def test_a_change_to_what_a_check_does_fails_the_pin(old, new):
     assert FINAL_NORM.count(old) == 1
+    today = claim_pins(REPRODUCTIONS["final-norm"])
     pins = module_pins(FINAL_NORM.replace(old, new), REPRODUCTIONS["final-norm"].__name__)
-    assert pins != CODE["final-norm"]
+    assert pins != today
     reg = REGISTRATIONS["final-norm"]
+    assert unrevised_changes(first_values("final-norm"), reg, today) == []
     assert unrevised_changes(first_values("final-norm"), reg, pins), "the mutation went unnoticed"
-    changed = [k for k in pins if pins[k] != CODE["final-norm"][k]]
-    fixes = tuple(
-        Revision("2026-12-01", f"code.{k}", CODE["final-norm"][k], pins[k], "a reason", "yes")
-        for k in changed
-    )
+    changed = [k for k in pins if pins[k] != today[k]]
+    fixes = tuple(Revision("2026-12-01", f"code.{k}", today[k], pins[k], "a reason", "yes") for k in changed)
     revised = Registration(reg.commit, reg.expectation, reg.regimes, reg.notes, (*reg.revisions, *fixes))
     assert unrevised_changes(first_values("final-norm"), revised, pins) == []
 

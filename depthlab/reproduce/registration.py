@@ -233,3 +233,12 @@ SHARED_REVISIONS: tuple[Revision, ...] = (
         "yes: it decides no result",
     ),
 )
+
+# The revision that moved checks holding by construction (or known before registration) to sanity.
+TO_SANITY = (
+    "a check that holds by construction, holds without training, tests a measurement already counted, or "
+    "was known before registration is a sanity check: shown with its result, not counted"
+)
+TO_SANITY_KNOWN = (
+    "yes: the results were published; the check leaves the counts whatever its result and is still shown"
+)

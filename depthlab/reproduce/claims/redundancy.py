@@ -27,6 +27,8 @@ from depthlab.reproduce.claim_plots import profiles
 from depthlab.reproduce.lm_runs import announce, below_unigram, eval_loss, lm_batches, train_seeds
 from depthlab.reproduce.registration import (
     DECISION,
+    TO_SANITY,
+    TO_SANITY_KNOWN,
     Registration,
     Revision,
     to_seeds,
@@ -41,6 +43,10 @@ from depthlab.reproduce.reproduction import (
 )
 
 WRAPS = ("pre", "post", "mix", "lns")
+ANGLE_SANITY = (
+    "the angle rows have the same sign and size at init as after training: they test the wrapping, "
+    "not what training made of it"
+)
 SMALL = {"depths": [12, 24], "lr": 1e-3, "warmup": 133, "steps": 400, "eval_batches": 8, "seeds": [0, 1, 2]}
 LARGE = {"depths": [12, 24], "lr": 1e-3, "warmup": 1000, "steps": 3000, "eval_batches": 8, "seeds": [0, 1, 2]}
 REGISTRATION = Registration(
@@ -83,6 +89,22 @@ REGISTRATION = Registration(
             "a rule revised with results known never decides: the first registration's result (the failure "
             "counted) decides again, and the revised rule's result (inconclusive) is shown beside it",
             "yes: it moves the results that the revision had moved back to the first registration's",
+        ),
+        Revision(
+            "2026-12-01",
+            "code.ANGLE_SANITY",
+            None,
+            "ca0d7b5599d2b229",
+            TO_SANITY,
+            TO_SANITY_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code._check",
+            "263ba374a5c08137",
+            "819225f41aa0900d",
+            TO_SANITY,
+            TO_SANITY_KNOWN,
         ),
     ),
 )
@@ -160,6 +182,7 @@ def _check(depth: int, runs: dict, m: dict, other: str, key: str) -> Check:
         diffs,
         at_least=0.0,
         fmt="+.4f",
+        sanity=ANGLE_SANITY if key == "angles" else "",
     )
     untrained = []
     for w in ("pre", other):

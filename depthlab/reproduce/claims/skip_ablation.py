@@ -19,7 +19,14 @@ import statistics
 
 from depthlab.reproduce.claim_plots import loss_curves, profiles
 from depthlab.reproduce.lm_runs import NO_ATTN_SKIP, Run, announce, below_unigram, outcomes, train_seeds
-from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
+from depthlab.reproduce.registration import (
+    DECISION,
+    TO_SANITY,
+    TO_SANITY_KNOWN,
+    Registration,
+    Revision,
+    to_seeds,
+)
 from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check
 
 SMALL = {"depth": 48, "bottom": 20, "lr": 1e-3, "steps": 300, "seeds": [0, 1, 2]}
@@ -79,6 +86,22 @@ REGISTRATION = Registration(
             "a zero bottom gradient is the strongest starvation, not a missing value: the registered medians over logged steps keep those steps (a zero ratio is 0, and ZERO_ORDERS orders of magnitude)",
             "yes: the documented results were computed without those steps; the registered quantity (every logged step) decides",
         ),
+        Revision(
+            "2026-12-01",
+            "code.FALLS_SANITY",
+            None,
+            "a650fd5bcae51d08",
+            TO_SANITY,
+            TO_SANITY_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code._checks_without_skip",
+            "ff073800fe1c7e5c",
+            "29a0c2128dd86c94",
+            TO_SANITY,
+            TO_SANITY_KNOWN,
+        ),
     ),
 )
 
@@ -93,6 +116,9 @@ AT_SCALE = (
 QUICK = {"steps": 150, "seeds": [0]}
 # pre-LN's identity path carries the top's gradient to every stream and each branch adds to it, so at
 # every stream the gradient is at least about the top's: the lower bound cannot fail with the skip in place
+FALLS_SANITY = (
+    "implied by the first check: a run that stalls near the unigram loss fell from ln V to it first"
+)
 FED_SANITY = "cannot fail: pre-LN's identity path brings at least the top's gradient to every stream"
 
 
@@ -198,6 +224,7 @@ def _checks_without_skip(cut: list, ratio_cut: list, shape: list, bottom: int) -
             [x["falls"] for x in shape],
             at_least=e["falls_by"],
             fmt=".2f",
+            sanity=FALLS_SANITY,
         ),
         seeded_check(
             "without it, per step: then stalls (second quarter's mean loss - last quarter's, nats)",
