@@ -226,6 +226,14 @@ SHARED_REVISIONS: tuple[Revision, ...] = (
     ),
     Revision(
         "2026-12-01",
+        "code.depthlab.reproduce.reproduction.seeded_check",
+        "ddae7d8816180984",
+        "d9fc7d81d27a1e6b",
+        "each check carries the rule it applied (bounds and scale) into the run record",
+        "yes: no result changes",
+    ),
+    Revision(
+        "2026-12-01",
         "code.depthlab.reproduce.lm_runs.all_trained",
         None,
         "60e57f9de7de91b0",

@@ -59,6 +59,8 @@ class Check:
     p: float = math.nan
     revised: str = ""
     revision: str = ""
+    bounds: dict | None = None
+    revised_bounds: dict | None = None
 
     def __post_init__(self):
         if isinstance(self.result, bool):
@@ -98,6 +100,10 @@ class Check:
         if self.revised:
             d["revised"] = self.revised
             d["revision"] = self.revision
+        if self.bounds is not None:
+            d["bounds"] = self.bounds
+        if self.revised_bounds is not None:
+            d["revised_bounds"] = self.revised_bounds
         return d
 
 
@@ -138,7 +144,8 @@ def seeded_check(
     p = p_value(values, at_least=at_least, at_most=at_most, scale=scale)
     mean = "geometric mean" if scale == "log" else "mean"
     measured = f"{mean} {interval.format(fmt)}; per seed {seeds}{tail}"
-    return Check(claim, stated, measured, result, sanity, interval, p)
+    bounds = {"at_least": at_least, "at_most": at_most, "scale": scale}
+    return Check(claim, stated, measured, result, sanity, interval, p, bounds=bounds)
 
 
 def with_revision(first: Check, revised: Check, revision: str) -> Check:
@@ -146,6 +153,7 @@ def with_revision(first: Check, revised: Check, revision: str) -> Check:
     revised with results known; ``revision`` says what changed. The measured text shows both."""
     first.revised = revised.result
     first.revision = revision
+    first.revised_bounds = revised.bounds
     if revised.measured != first.measured:
         first.measured += f"; revised ({revision}): {revised.measured}"
     return first
