@@ -42,7 +42,17 @@ result that does not survive it reads inconclusive there.
 results were known is a *sanity* check: it still guards against bugs and is shown apart, but it is not
 counted. "N of M agree" counts only checks that could have failed.
 
+**The large scale** (`--scale large`: d_model 256, 2,000 to 10,000 steps, three seeds or more per setting)
+is for a GPU, not for a CPU night. `python benchmarks/gpu.py --reproduce --dry-run` prints, from the
+registrations alone, each claim's steps, seeds, tokens per run and what they are in passes over the
+default corpus's training split (about 4.2 MB): 1.9 to 9.7 passes at the registered lengths, so the
+corpus is too small for longer or wider runs without repeating itself. Each claim prints its expected
+time on the machine at hand before it starts (`depthlab.reproduce.cost`); `python benchmarks/gpu.py
+--reproduce` runs the whole registered large scale in one command where a GPU is lent.
+
 Every measured number below comes from the run this page records; the stated numbers are the sources'.
+Every run and check behind it is recorded in the JSON file beside it (`reproductions-record.json`), from
+which every result over seeds can be decided again without rerunning.
 """
 
 

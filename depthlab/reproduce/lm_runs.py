@@ -3,8 +3,9 @@ the per-seed numbers the results are decided on.
 
 Scales: ``small`` is the tiny regime (:mod:`depthlab.train.regimes`) at lr 1e-3: in it a 24-layer post-LN
 model without warmup ends at the unigram loss while pre-LN trains, in seconds on two cores. ``large``
-is the d_model 256 regime of the same module, for a GPU or a long CPU night. Each claim overrides what
-its source varies (wrapping, depth, warmup, learning rate, steps, seed).
+is the d_model 256 regime of the same module, for a GPU, not a CPU night (``benchmarks/gpu.py
+--reproduce --dry-run`` prints its plan). Each claim overrides what its source varies (wrapping, depth,
+warmup, learning rate, steps, seed).
 
 ``train_run`` memoises on the resolved configs, so that ``depthlab reproduce all`` trains a
 configuration that two claims share only once (training is deterministic for a given seed).
