@@ -14,9 +14,13 @@ INTRO = """\
 
 What depthlab measured for each number of the source texts (the seeds) and each published claim they
 rest on (docs/references.md, "Published results"), on the machine below. Each claim's expectation and
-regime were registered, with a date, before the runs that test them (a `Registration` in its module
-under `depthlab/reproduce/`); every later change is a revision listed at the end, with the old and new
-value, the reason, and whether results were known when it was made. Each section opens with the claim as
+regime is a `Registration` in its module under `depthlab/reproduce/claims/`, fixed by the git commit that
+first recorded its values (tests/test_reproduce_registration.py checks each one against the history; a
+date once typed by hand is shown as a label, not as its time). Most were recorded after single-seed
+results had been seen: the registrations' notes and revisions say which. The code that computes and
+decides each check is pinned as well; every later change to a value or to that code is a revision
+listed at the end, with the old and new value, the reason, and whether results were known when it was
+made. Each section opens with the claim as
 its source states it, then its counts: the claim is what was tested, not what was found.
 
 **Results.** A measurement over seeds is decided on its mean with a 95% interval ({method}, see
