@@ -12,6 +12,7 @@ time before it starts) and writes docs/reproductions-large.md.
 
     python benchmarks/gpu.py                 # on a machine with CUDA
     python benchmarks/gpu.py --reproduce     # the reproductions' large scale (hours on one GPU)
+    python benchmarks/gpu.py --reproduce --dry-run   # what it would run, from the registrations; trains nothing
     python benchmarks/gpu.py --reproduce depth,warmup --doc runs/large.md   # some claims only
     python benchmarks/gpu.py --device cpu --shape 32x2x2x16 --batch 2 --rounds 2   # a smoke test
 """
@@ -26,7 +27,10 @@ import torch
 from common import THREADS, median, pin_threads, time_alternating
 from peers import Shape, build, check_param_counts, train_flops, train_step
 
-from depthlab.docgen.reproductions import run_all
+from depthlab.corpus import load_corpus
+from depthlab.docgen.reproductions import names_to_run, run_all
+from depthlab.reproduce import REGISTRATIONS, load_all
+from depthlab.reproduce.lm_runs import LARGE_TRAIN
 
 # Dense (no sparsity) bf16 tensor-core peaks from the vendors' data sheets, FLOP/s.
 NOMINAL_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12, "L4": 121e12}
@@ -50,6 +54,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         const="all",
         metavar="NAMES",
         help="run the reproductions' large scale instead (comma-separated claims; default all)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="with --reproduce: print each claim's registered large regime, tokens per run and passes over "
+        "the corpus, and the command; train nothing (no GPU needed)",
     )
     p.add_argument("--doc", help="with --reproduce: the Markdown file (default docs/reproductions-large.md)")
     p.add_argument("--out", default="runs/reproduce-large", help="with --reproduce: folder for the plots")
@@ -119,8 +129,39 @@ def reproduce_large(names: str, doc: str | None, out: str) -> int:
     return 0
 
 
+def plan_large(names: str) -> list[str]:
+    """The large scale's plan from the registrations alone: per claim, its steps, seeds, tokens per run
+    (steps x batch x sequence length) and what that is in passes over the default corpus's training
+    split; then the command that runs it."""
+    chosen = None if names == "all" else names.split(",")
+    todo = names_to_run(load_all(), chosen, "large")
+    corpus_bytes = int(load_corpus(None, LARGE_TRAIN["seq_len"]).train.numel())
+    lines = [
+        f"# the registered large scale: {len(todo)} claims; corpus training split {corpus_bytes:,} bytes"
+    ]
+    for name in todo:
+        regime = REGISTRATIONS[name].regimes["large"]
+        steps = regime.get("steps", LARGE_TRAIN["steps"])
+        tokens = (
+            steps
+            * regime.get("batch_size", LARGE_TRAIN["batch_size"])
+            * regime.get("seq_len", LARGE_TRAIN["seq_len"])
+        )
+        seeds = regime.get("seeds", [])
+        n_seeds = len(seeds) if isinstance(seeds, list) else sum(len(v) for v in seeds.values())
+        lines.append(
+            f"{name}: {steps} steps, {n_seeds} seeds, {tokens / 1e6:.1f}M tokens per run "
+            f"({tokens / corpus_bytes:.1f} passes over the corpus)"
+        )
+    command = "python benchmarks/gpu.py --reproduce" + ("" if names == "all" else f" {names}")
+    return lines + [f"run it with: {command}"]
+
+
 def main(argv=None) -> int:
     a = parse_args(argv)
+    if a.reproduce and a.dry_run:
+        print("\n".join(plan_large(a.reproduce)))
+        return 0
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         print("No GPU: torch.cuda.is_available() is False on this machine, so nothing was measured.")
         what = "python benchmarks/gpu.py" + (" --reproduce" if a.reproduce else "")

@@ -17,6 +17,14 @@ the sqrt(n / (n - 1)) small-sample correction and the t quantile's heavier tail)
 normally distributed and is the standard, conservative choice at small n; its price is width: with 3
 seeds the multiplier is t_2 = 4.30, so many claims end "inconclusive", which is the honest outcome.
 
+A positive multiplicative quantity (a ratio, a mean squared value, a gradient norm) spreads over seeds by
+factors, not by steps: one seed at 7.75 and one at 0.725 make a raw-scale interval reach below zero, a
+value such a quantity cannot take. :func:`log_interval` computes the t-interval on the log10 values and
+shows it back on the original scale (the geometric mean and its interval); which scale a check uses is
+registered with the check. :func:`p_value` gives the two-sided p-value of a check's decision (the
+interval excludes the threshold exactly when it is below 1 - level), and :func:`holm` applies Holm's
+step-down rule to a family of them.
+
 Values must be finite: what a failed measurement (a diverged run's NaN loss) counts as is the caller's
 decision, stated where the caller makes it. This module knows nothing about training or reproductions;
 anything with seeds (learning-rate curves, probes at init) can use it.
@@ -32,6 +40,8 @@ from dataclasses import dataclass
 AGREE, MISMATCH, INCONCLUSIVE = "agree", "MISMATCH", "inconclusive"
 RESULTS = (AGREE, MISMATCH, INCONCLUSIVE)
 METHOD = "Student's t-interval for the mean over seeds"
+LOG_METHOD = "Student's t-interval for the mean of log10 over seeds, shown on the original scale"
+SCALES = ("linear", "log")
 
 
 @dataclass(frozen=True)
@@ -44,6 +54,7 @@ class Interval:
     level: float
     values: tuple[float, ...]
     method: str = METHOD
+    scale: str = "linear"
 
     @property
     def n(self) -> int:
@@ -69,6 +80,7 @@ class Interval:
             "n": self.n,
             "values": list(self.values),
             "method": self.method,
+            "scale": self.scale,
         }
 
 
@@ -90,6 +102,67 @@ def mean_interval(values: Sequence[float], level: float = 0.95) -> Interval:
         return Interval(mean, -math.inf, math.inf, level, tuple(xs))
     half = t_quantile((1 + level) / 2, len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
     return Interval(mean, mean - half, mean + half, level, tuple(xs))
+
+
+def log_interval(values: Sequence[float], level: float = 0.95) -> Interval:
+    """The t-interval of log10 ``values`` (all > 0), shown back on the original scale: ``mean`` is the
+    geometric mean, ``low`` and ``high`` 10 ** the log-scale bounds; ``values`` stay as given.
+
+    Raises ValueError on an empty list or a value that is not finite and positive.
+    """
+    xs = [float(v) for v in values]
+    if not xs or not all(math.isfinite(v) and v > 0 for v in xs):
+        raise ValueError(f"log_interval needs finite positive values, got {xs}")
+    on_log = mean_interval([math.log10(v) for v in xs], level)
+    return Interval(10**on_log.mean, 10**on_log.low, 10**on_log.high, level, tuple(xs), LOG_METHOD, "log")
+
+
+def p_value(values: Sequence[float], *, at_least=None, at_most=None, scale: str = "linear") -> float:
+    """The two-sided p-value of the decision of "value >= at_least" and/or "<= at_most" on ``values``.
+
+    Against the bound the interval is decided on: p <= 1 - level exactly when the level interval lies
+    wholly on one side of it. Both bounds: when the mean lies inside, agreeing needs both sides, so p is
+    the larger of the two (an intersection-union test); outside, the bound it lies beyond. On the log
+    scale the values and bounds are taken in log10. nan for fewer than two values.
+    """
+    xs = [float(v) for v in values]
+    if len(xs) < 2:
+        return math.nan
+    if scale == "log":
+        xs = [math.log10(v) for v in xs]
+        at_least = None if at_least is None else math.log10(at_least) if at_least > 0 else -math.inf
+        at_most = None if at_most is None else math.log10(at_most) if at_most > 0 else -math.inf
+    mean, df = statistics.fmean(xs), len(xs) - 1
+    se = statistics.stdev(xs) / math.sqrt(len(xs))
+
+    def p(bound: float) -> float:
+        if not math.isfinite(bound):
+            return 0.0
+        if se == 0:
+            return 0.0 if mean != bound else 1.0
+        return 2 * (1 - t_cdf(abs(mean - bound) / se, df))
+
+    bounds = [b for b in (at_least, at_most) if b is not None]
+    if not bounds:
+        raise ValueError("p_value needs at_least, at_most or both")
+    if at_least is not None and mean < at_least:
+        return p(at_least)
+    if at_most is not None and mean > at_most:
+        return p(at_most)
+    return max(p(b) for b in bounds)
+
+
+def holm(pvalues: Sequence[float], alpha: float = 0.05) -> list[bool]:
+    """Holm's step-down rule: for each p-value, whether it is rejected with the family-wise error rate
+    at ``alpha`` (the k-th smallest of m is compared with alpha / (m - k + 1), stopping at the first
+    that fails). nan is never rejected and does not count in m."""
+    order = sorted((p, i) for i, p in enumerate(pvalues) if not math.isnan(p))
+    out, m = [False] * len(pvalues), len(order)
+    for k, (p, i) in enumerate(order):
+        if p > alpha / (m - k):
+            break
+        out[i] = True
+    return out
 
 
 def decide(interval: Interval, *, at_least: float | None = None, at_most: float | None = None) -> str:

@@ -114,12 +114,12 @@ def test_collapse_results_follow_the_measurements():
         False,
         False,
         True,
+        False,
         True,
         True,
         True,
         True,
-        True,
-    ]  # init slopes: sanity
+    ]  # init slopes and DeepNorm's share at init: sanity
     bad = collapse._checks(_fake(-0.1, -0.4, [0.2, 0.25, 0.3], [0.05, 0.01, 0.2]))
     assert len(bad) == 8 and all(c.result == "MISMATCH" for c in bad)
     # falling, but still above the first quarter's share at the deepest L: the claim is not met
@@ -168,13 +168,14 @@ class _Run:
         return {"outcome": self.outcome}
 
 
-def test_recipe_failure_counts_only_when_the_full_recipe_trains():
+def test_recipe_failure_without_the_full_recipe_is_inconclusive_only_under_the_revised_rule():
     no_warmup = recipe.SETTINGS[0]
     assert not no_warmup.expect_trains
     stalled = [_Run(3.08, "stalled"), _Run(3.10, "stalled"), _Run(3.05, "stalled")]
     assert recipe._setting_check(no_warmup, stalled, control="agree").result == "agree"
+    # the control rule was added with results known: it is shown in ``revised``, the first rule decides
     check = recipe._setting_check(no_warmup, stalled, control="MISMATCH")
-    assert check.result == "inconclusive" and "not evidence" in check.measured
+    assert check.result == "agree" and check.revised == "inconclusive" and "not evidence" in check.measured
     trained = [_Run(2.6), _Run(2.7), _Run(2.65)]
     check = recipe._setting_check(no_warmup, trained, control="agree")
     assert check.result == "MISMATCH" and "outcomes trained/trained/trained" in check.measured

@@ -308,7 +308,9 @@ def test_all_writes_the_document_and_refuses_a_foreign_file(tmp_path, monkeypatc
     assert "Sanity checks (not counted):" in text and "holds by construction" in text
     assert "a measured table" in text and "| 0 | 1.5 |" in text and "## Revisions" in text
     assert "ZeroDivisionError" in text and "![fake](img/fake-curve.png)" in text
-    assert "| **all** | | | **0** | **2** | **1** | **1** |" in text  # the sanity check is not counted
+    # the sanity check is not counted; no revised rule; Holm over the one check with an interval
+    assert "| **all** | | | **0** | **2** | **1** | 0/2/1 | 0/2/1 | **1** |" in text
+    assert "Under the first registrations: 0 of 3 counted checks agree" in text
     assert (tmp_path / "docs" / "img" / "fake-curve.png").read_bytes() == b"\x89PNG fake"
     assert [c.claim for c in result.checks][:2] == ["broken: the reproduction runs", "fake: c | 1"]
     assert not result.ok and "fake" in result.format()
@@ -332,7 +334,11 @@ def test_the_document_shows_registrations_and_revisions(tmp_path, monkeypatch):
     all_mod.run_all(quick=True, out_dir=str(tmp_path / "runs"), doc=str(doc), names=["warmup"])
     text = doc.read_text()
     reg = REGISTRATIONS["warmup"]
-    assert f"**Registered** {reg.date}" in text and "`clear` = 0.1" in text and "- regime (small):" in text
+    assert (
+        f"**Registered** in commit {reg.commit[:7]}" in text
+        and "`clear` = 0.1" in text
+        and "- regime (small):" in text
+    )
     assert (
         "| warmup | 2026-11-30 07:48 UTC | `expectation.failed_run_counts_as_worse` | False | True |" in text
     )
@@ -381,7 +387,8 @@ def test_jacobian_walks_from_the_notebook_setup_to_depthlabs(monkeypatch, tmp_pa
     monkeypatch.setattr(jac, "QUICK", {"depth": 3, "probes": 2, "seeds": [0, 1], "walk_seeds": [0]})
     result = jac.reproduce_jacobian(quick=True, out_dir=str(tmp_path))
     assert len(result.checks) == 8 and [c.counted for c in result.checks].count(False) == 2  # ReZero rows
-    (table,) = result.data["tables"]
+    cell, table = result.data["tables"]  # the notebook's own cell is run only in the full regime
+    assert cell["rows"] == [] and "ReZero weight 0.1" in cell["title"]
     assert [row[1] for row in table["rows"]] == [label for label, _ in STEPS]
     assert result.data["where_they_part"] in table["title"]
     json.dumps(result.to_dict())

@@ -3,20 +3,42 @@
 tests/registered_expectations.json holds every claim's values as first registered. Replaying the
 claim's revisions on them must give today's values: an expectation or regime changed in the code without
 a revision (old value, new value, reason, results known) fails here.
+
+tests/registered_code.json holds the digests of the code that computes and decides each check
+(depthlab.reproduce.check_code), pinned from the commit that added it on; a change to that code also
+needs a revision (key "code.NAME", old and new digests). Each registration's commit is checked against
+the repository's history: the first commit whose tests/registered_expectations.json holds the claim's
+first values, and whose claim file (under any of its past names) defines a Registration.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from depthlab.reproduce import REGISTRATIONS, REPRODUCTIONS
-from depthlab.reproduce.registration import Registration, Revision, replay, unrevised_changes
+from depthlab.reproduce.check_code import claim_pins, module_pins, shared_pins
+from depthlab.reproduce.registration import (
+    SHARED_REVISIONS,
+    Registration,
+    Revision,
+    replay,
+    unrevised_changes,
+)
 
-PINS = json.loads((Path(__file__).parent / "registered_expectations.json").read_text())
+ROOT = Path(__file__).parent.parent
+PINS_PATH = "tests/registered_expectations.json"
+PINS = json.loads((ROOT / PINS_PATH).read_text())
+CODE = json.loads((Path(__file__).parent / "registered_code.json").read_text())
+
+
+def first_values(name: str) -> dict:
+    return {**PINS[name]["values"], **{f"code.{k}": v for k, v in CODE[name].items()}}
 
 
 def test_every_reproduction_is_registered_and_pinned():
@@ -24,31 +46,125 @@ def test_every_reproduction_is_registered_and_pinned():
     assert set(PINS) == set(REGISTRATIONS), (
         "a new claim needs its first values in registered_expectations.json"
     )
+    assert set(CODE) - {"_shared"} == set(REGISTRATIONS), "a new claim needs its code in registered_code.json"
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRATIONS))
-def test_registered_values_change_only_through_revisions(name):
+def test_registered_values_and_code_change_only_through_revisions(name):
     reg = REGISTRATIONS[name]
-    assert reg.date == PINS[name]["date"], "the registration date is history: it does not change"
-    assert unrevised_changes(PINS[name]["values"], reg) == []
+    assert reg.typed_date == PINS[name]["date"], "the typed date is history: it does not change"
+    assert unrevised_changes(first_values(name), reg, claim_pins(REPRODUCTIONS[name])) == []
     for r in reg.revisions:
         assert r.reason.strip() and r.results_known.strip(), r
 
 
+def test_shared_decision_code_changes_only_through_revisions():
+    first = {f"code.{k}": v for k, v in CODE["_shared"].items()}
+    replayed, problems = replay(first, SHARED_REVISIONS)
+    now = {f"code.{k}": v for k, v in shared_pins().items()}
+    assert problems == [] and replayed == now, "shared decision code changed without a revision"
+
+
+def _git(*args: str) -> str:
+    try:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as e:  # an sdist or an unpacked archive has no history
+        pytest.skip(f"no git history here: {e}")
+    return done.stdout
+
+
+def _history_of_pins() -> list[tuple[str, dict]]:
+    if _git("rev-parse", "--is-shallow-repository").strip() == "true":
+        pytest.fail(
+            "a shallow clone: the registrations' commits need the full history (git fetch --unshallow)"
+        )
+    commits = _git("log", "--full-history", "--reverse", "--format=%H", "--", PINS_PATH).split()
+    return [(c, json.loads(_git("show", f"{c}:{PINS_PATH}"))) for c in commits]
+
+
+def _claim_file_names(name: str) -> set[str]:
+    path = Path(REPRODUCTIONS_FILE[name]).resolve().relative_to(ROOT.resolve()).as_posix()
+    names = _git("log", "--follow", "--format=", "--name-only", "--", path).split()
+    return {path, *names}
+
+
+REPRODUCTIONS_FILE = {name: sys.modules[fn.__module__].__file__ for name, fn in REPRODUCTIONS.items()}
+
+
+def test_each_registration_is_the_commit_that_first_recorded_its_values():
+    history = _history_of_pins()
+    for name, reg in sorted(REGISTRATIONS.items()):
+        first = next(
+            (c for c, pins in history if pins.get(name, {}).get("values") == PINS[name]["values"]), None
+        )
+        assert first is not None, f"{name}: its first values are in no commit of {PINS_PATH}"
+        assert reg.commit == first, f"{name}: registered as {reg.commit}, but {first} first recorded it"
+        sources = []
+        for path in _claim_file_names(name):
+            try:
+                sources.append(
+                    subprocess.run(
+                        ["git", "show", f"{first}:{path}"],
+                        cwd=ROOT,
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                    ).stdout
+                )
+            except subprocess.CalledProcessError:
+                continue
+        assert any("Registration(" in s for s in sources), f"{name}: no Registration in its file at {first}"
+
+
+FINAL_NORM = Path(REPRODUCTIONS_FILE["final-norm"]).read_text()
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ('at_least=e["far"],', 'at_least=e["far"] / 4,'),  # a threshold weakened where it is used
+        ("all(b > a for a, b", "all(b >= a for a, b"),  # a comparison operator in a check
+    ],
+)
+def test_a_change_to_what_a_check_does_fails_the_pin(old, new):
+    assert FINAL_NORM.count(old) == 1
+    today = claim_pins(REPRODUCTIONS["final-norm"])
+    pins = module_pins(FINAL_NORM.replace(old, new), REPRODUCTIONS["final-norm"].__name__)
+    assert pins != today
+    reg = REGISTRATIONS["final-norm"]
+    assert unrevised_changes(first_values("final-norm"), reg, today) == []
+    assert unrevised_changes(first_values("final-norm"), reg, pins), "the mutation went unnoticed"
+    changed = [k for k in pins if pins[k] != today[k]]
+    fixes = tuple(Revision("2026-12-01", f"code.{k}", today[k], pins[k], "a reason", "yes") for k in changed)
+    revised = Registration(reg.commit, reg.expectation, reg.regimes, reg.notes, (*reg.revisions, *fixes))
+    assert unrevised_changes(first_values("final-norm"), revised, pins) == []
+
+
+def test_code_pins_ignore_comments_and_docstrings_only():
+    src = 'X = 2\n\ndef f(a):\n    """doc"""\n    return g(a) > X\n\ndef g(a):\n    return a\n\ndef plot_h():\n    pass\n'
+    pins = module_pins(src, "f")
+    assert set(pins) == {"f", "g", "X"}
+    assert module_pins(src.replace('"""doc"""', '"""other"""  # why'), "f") == pins
+    assert module_pins(src.replace("return a", "return a * 1"), "f")["g"] != pins["g"]
+    assert module_pins(src.replace("X = 2", "X = 3"), "f")["X"] != pins["X"]
+
+
 def test_a_silent_change_fails_and_a_revision_makes_it_visible():
     reg = REGISTRATIONS["warmup"]
-    first = PINS["warmup"]["values"]
+    first, code = first_values("warmup"), claim_pins(REPRODUCTIONS["warmup"])
     changed = Registration(
-        reg.date, {**reg.expectation, "clear": 0.05}, reg.regimes, reg.notes, reg.revisions
+        reg.commit, {**reg.expectation, "clear": 0.05}, reg.regimes, reg.notes, reg.revisions
     )
-    problems = unrevised_changes(first, changed)
+    problems = unrevised_changes(first, changed, code)
     assert len(problems) == 1 and "expectation.clear" in problems[0]
     fix = Revision("2026-12-01", "expectation.clear", 0.10, 0.05, "a reason", "yes")
-    revised = Registration(reg.date, changed.expectation, reg.regimes, reg.notes, (*reg.revisions, fix))
-    assert unrevised_changes(first, revised) == []
+    revised = Registration(reg.commit, changed.expectation, reg.regimes, reg.notes, (*reg.revisions, fix))
+    assert unrevised_changes(first, revised, code) == []
     regimes = copy.deepcopy(reg.regimes)
     regimes["small"]["steps"] = 401
-    assert unrevised_changes(first, Registration(reg.date, reg.expectation, regimes, "", reg.revisions))
+    assert unrevised_changes(
+        first, Registration(reg.commit, reg.expectation, regimes, "", reg.revisions), code
+    )
 
 
 def test_a_revision_whose_old_value_is_wrong_breaks_the_chain():

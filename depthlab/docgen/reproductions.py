@@ -5,7 +5,9 @@ A document generator, not a claim: it is not in the reproductions' registry.
 The document holds, per reproduction, its source, its registration (expectation and regime with the
 date they were fixed), what it checks, the counted checks and the sanity checks apart, any measured
 tables and its plots (copied to ``img/`` beside the document), then every revision of every
-registration, with the command, the machine, the date and the time taken. Every measured number in it
+registration, with the command, the machine, the date and the time taken. Beside it,
+docs/reproductions-record.json records every run and check (:mod:`depthlab.reproduce.run_record`), from
+which every result over seeds can be decided again without rerunning. Every measured number in it
 comes from the run; the expectations are the registrations, the results are computed. A reproduction
 that raises is recorded as a failed check with its error, and the others still run. ``--scale large``
 runs the claims that have a large scale and writes docs/reproductions-large.md.
@@ -14,6 +16,7 @@ runs the claims that have a large scale and writes docs/reproductions-large.md.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import glob
 import os
@@ -27,8 +30,8 @@ import torch
 
 from depthlab.docgen.reproductions_text import render
 from depthlab.errors import ConfigError, InputError
-from depthlab.reproduce import Check, Reproduction, load_all
-from depthlab.reproduce.reproduction import counts, format_counts, run_claim, supports
+from depthlab.reproduce import Check, Reproduction, load_all, run_record
+from depthlab.reproduce.reproduction import REGISTRATIONS, counts, format_counts, run_claim, supports
 
 # The order of the document: the seeds' numbers first, then the papers' claims; any other registered
 # reproduction follows in alphabetical order.
@@ -143,16 +146,19 @@ def run_all(
     os.makedirs(os.path.dirname(doc) or ".", exist_ok=True)
     with open(doc, "w", encoding="utf-8") as f:
         f.write(MARKER + "\n" + text)
-    return collect(parts, seconds, {**context, "doc": doc})
+    record_path = record_path_of(doc)
+    run_record.write(run_record.build(parts, REGISTRATIONS), record_path)
+    return collect(parts, seconds, {**context, "doc": doc, "record": record_path})
+
+
+def record_path_of(doc: str) -> str:
+    """The run record beside ``doc``: docs/reproductions.md -> docs/reproductions-record.json."""
+    return os.path.splitext(doc)[0] + "-record.json"
 
 
 def collect(parts: list[Reproduction], seconds: dict, context: dict) -> Collection:
     """Every part's checks under one Reproduction, with the run's context and each part's counts."""
-    checks = [
-        Check(f"{p.name}: {c.claim}", c.stated, c.measured, c.result, c.sanity, c.interval)
-        for p in parts
-        for c in p.checks
-    ]
+    checks = [dataclasses.replace(c, claim=f"{p.name}: {c.claim}") for p in parts for c in p.checks]
     each = {
         p.name: {**p.to_dict(), "ok": p.ok, "counts": counts(p.checks), "seconds": round(seconds[p.name], 1)}
         for p in parts

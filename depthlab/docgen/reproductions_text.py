@@ -7,16 +7,20 @@ import re
 import sys
 
 from depthlab.intervals import AGREE, INCONCLUSIVE, METHOD, MISMATCH
-from depthlab.reproduce.reproduction import REGISTRATIONS, Reproduction, counts
+from depthlab.reproduce.reproduction import REGISTRATIONS, Reproduction, counts, family_results
 
 INTRO = """\
 # Reproductions
 
 What depthlab measured for each number of the source texts (the seeds) and each published claim they
 rest on (docs/references.md, "Published results"), on the machine below. Each claim's expectation and
-regime were registered, with a date, before the runs that test them (a `Registration` in its module
-under `depthlab/reproduce/`); every later change is a revision listed at the end, with the old and new
-value, the reason, and whether results were known when it was made. Each section opens with the claim as
+regime is a `Registration` in its module under `depthlab/reproduce/claims/`, fixed by the git commit that
+first recorded its values (tests/test_reproduce_registration.py checks each one against the history; a
+date once typed by hand is shown as a label, not as its time). Most were recorded after single-seed
+results had been seen: the registrations' notes and revisions say which. The code that computes and
+decides each check is pinned as well; every later change to a value or to that code is a revision
+listed at the end, with the old and new value, the reason, and whether results were known when it was
+made. Each section opens with the claim as
 its source states it, then its counts: the claim is what was tested, not what was found.
 
 **Results.** A measurement over seeds is decided on its mean with a 95% interval ({method}, see
@@ -24,12 +28,35 @@ its source states it, then its counts: the claim is what was tested, not what wa
 interval is on the expected side of the registered threshold, **MISMATCH** when all of it is on the other
 side, **inconclusive** when it straddles the threshold; one seed alone is always inconclusive. Per-seed
 values are shown beside every mean. A MISMATCH or an inconclusive result is a finding, not an error.
+Where a check's registration puts its interval on a log scale (a positive multiplicative quantity: a
+ratio, a mean squared value, a gradient norm), the t-interval is computed on log10 values and shown back
+on the original scale as a geometric mean.
+
+**First registration and revised rules.** A rule changed after a check's results were known never
+decides it: the result shown first is the one under the check's first registration, the column "revised"
+gives the result under the revised rule, and the counts are given under both.
+
+**Chance.** At 95% per check, a check whose true value sat exactly on its threshold would read agree by
+chance 2.5% of the time and MISMATCH 2.5% of the time; the summary says how many wrong results chance
+alone would give over all counted checks. The column "Holm" gives each claim's results under Holm's
+step-down rule over that claim's checks with an interval (family-wise error 5% per claim): a decided
+result that does not survive it reads inconclusive there.
 
 **Counts.** A check that holds by construction, cannot fail in its regime, or was added after the
 results were known is a *sanity* check: it still guards against bugs and is shown apart, but it is not
 counted. "N of M agree" counts only checks that could have failed.
 
+**The large scale** (`--scale large`: d_model 256, 2,000 to 10,000 steps, three seeds or more per setting)
+is for a GPU, not for a CPU night. `python benchmarks/gpu.py --reproduce --dry-run` prints, from the
+registrations alone, each claim's steps, seeds, tokens per run and what they are in passes over the
+default corpus's training split (about 4.2 MB): 1.9 to 9.7 passes at the registered lengths, so the
+corpus is too small for longer or wider runs without repeating itself. Each claim prints its expected
+time on the machine at hand before it starts (`depthlab.reproduce.cost`); `python benchmarks/gpu.py
+--reproduce` runs the whole registered large scale in one command where a GPU is lent.
+
 Every measured number below comes from the run this page records; the stated numbers are the sources'.
+Every run and check behind it is recorded in the JSON file beside it (`reproductions-record.json`), from
+which every result over seeds can be decided again without rerunning.
 """
 
 
@@ -62,31 +89,74 @@ def header(context: dict) -> list[str]:
     ]
 
 
+def _tally(parts: list[Reproduction], registration: str) -> dict:
+    total = {AGREE: 0, MISMATCH: 0, INCONCLUSIVE: 0, "sanity": 0}
+    for p in parts:
+        n = counts(p.checks, registration)
+        total = {k: total[k] + n[k] for k in total}
+    return total
+
+
+def _holm_tally(parts: list[Reproduction]) -> dict:
+    total = {AGREE: 0, MISMATCH: 0, INCONCLUSIVE: 0}
+    for p in parts:
+        for r in family_results(p.checks):
+            if r:
+                total[r] += 1
+    return total
+
+
 def summary(parts: list[Reproduction], seconds: dict) -> list[str]:
     lines = [
         "## Summary",
         "",
-        "| reproduction | source | registered | agree | MISMATCH | inconclusive | sanity (not counted) | time |",
-        "|---|---|---|---|---|---|---|---|",
+        "| reproduction | source | registered | agree | MISMATCH | inconclusive | revised rules (a/M/i) "
+        "| Holm (a/M/i) | sanity (not counted) | time |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    total = {AGREE: 0, MISMATCH: 0, INCONCLUSIVE: 0, "sanity": 0}
     for p in parts:
-        n = counts(p.checks)
-        total = {k: total[k] + n[k] for k in total}
+        n, rev = counts(p.checks), counts(p.checks, "revised")
+        holm_n = _holm_tally([p])
         reg = REGISTRATIONS.get(p.name)
         lines.append(
-            f"| [{p.name}](#{p.name}) | {cell(p.source)} | {reg.date if reg else '-'} | {n[AGREE]} | {n[MISMATCH]} "
-            f"| {n[INCONCLUSIVE]} | {n['sanity']} | {seconds[p.name]:.0f} s |"
+            f"| [{p.name}](#{p.name}) | {cell(p.source)} | {reg.commit[:7] if reg else '-'} | {n[AGREE]} "
+            f"| {n[MISMATCH]} | {n[INCONCLUSIVE]} | {_abbrev(rev) if rev != n else 'same'} | {_abbrev(holm_n)} "
+            f"| {n['sanity']} | {seconds[p.name]:.0f} s |"
         )
+    total, revised, holm_total = _tally(parts, "first"), _tally(parts, "revised"), _holm_tally(parts)
     counted = total[AGREE] + total[MISMATCH] + total[INCONCLUSIVE]
     lines.append(
         f"| **all** | | | **{total[AGREE]}** | **{total[MISMATCH]}** | **{total[INCONCLUSIVE]}** "
-        f"| **{total['sanity']}** | {sum(seconds.values()) / 60:.0f} min |"
+        f"| {_abbrev(revised)} | {_abbrev(holm_total)} | **{total['sanity']}** "
+        f"| {sum(seconds.values()) / 60:.0f} min |"
     )
+    lines += ["", *totals_text(total, revised, holm_total, counted), ""]
+    return lines
+
+
+def _abbrev(n: dict) -> str:
+    return f"{n[AGREE]}/{n[MISMATCH]}/{n[INCONCLUSIVE]}"
+
+
+def totals_text(total: dict, revised: dict, holm_total: dict, counted: int) -> list[str]:
+    """The headline counts under the first registrations and the revised rules, Holm's, and chance's."""
+    lines = [
+        f"Under the first registrations: {total[AGREE]} of {counted} counted checks agree, "
+        f"{total[MISMATCH]} MISMATCH, {total[INCONCLUSIVE]} inconclusive; {total['sanity']} sanity checks are "
+        "shown apart.",
+    ]
+    if revised != total:
+        lines += [
+            "",
+            f"Under the rules revised with results known (shown, never deciding): {revised[AGREE]} agree, "
+            f"{revised[MISMATCH]} MISMATCH, {revised[INCONCLUSIVE]} inconclusive.",
+        ]
     lines += [
         "",
-        f"{total[AGREE]} of {counted} counted checks agree; {total['sanity']} sanity checks are shown apart.",
-        "",
+        f"Chance alone: were every counted check's true value on its threshold, about {0.025 * counted:.1f} "
+        f"of the {counted} would read agree and {0.025 * counted:.1f} MISMATCH by chance (2.5% each at 95% "
+        f"per check). With Holm's rule per claim: {holm_total[AGREE]} agree, {holm_total[MISMATCH]} MISMATCH, "
+        f"{holm_total[INCONCLUSIVE]} inconclusive.",
     ]
     return lines
 
@@ -103,7 +173,12 @@ def registration_block(name: str, scale: str) -> list[str]:
     if reg is None:
         return []
     lines = [
-        f"**Registered** {reg.date}"
+        f"**Registered** in commit {reg.commit[:7]}"
+        + (
+            f' (typed in the code as "{reg.typed_date}", a hand-written label, not a timestamp)'
+            if reg.typed_date
+            else ""
+        )
         + (f" ({len(reg.revisions)} revisions, listed at the end)." if reg.revisions else "."),
         "",
     ]
@@ -121,21 +196,42 @@ def registration_block(name: str, scale: str) -> list[str]:
     return lines + [""]
 
 
+def _shown(result: str) -> str:
+    return {AGREE: "agree", MISMATCH: "**MISMATCH**", INCONCLUSIVE: "*inconclusive*", "": "-"}[result]
+
+
 def check_rows(checks) -> list[str]:
-    lines = ["| claim | expected | measured | result |", "|---|---|---|---|"]
-    for c in checks:
-        result = {AGREE: "agree", MISMATCH: "**MISMATCH**", INCONCLUSIVE: "*inconclusive*"}[c.result]
-        lines.append(f"| {cell(c.claim)} | {cell(c.stated)} | {cell(c.measured)} | {result} |")
+    """The counted checks of one claim: the result under the first registration, the result under a
+    rule revised with results known (if any), and the result under Holm's rule over the claim."""
+    family = family_results(checks)
+    lines = [
+        "| claim | expected | measured | result | revised | Holm |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c, h in zip(checks, family):
+        if not c.counted:
+            continue
+        revised = _shown(c.revised) if c.revised else "-"
+        lines.append(
+            f"| {cell(c.claim)} | {cell(c.stated)} | {cell(c.measured)} | {_shown(c.result)} | {revised} "
+            f"| {_shown(h)} |"
+        )
     return lines + [""]
 
 
 def result_line(checks) -> str:
-    """'**Result:** N of M counted checks agree (k MISMATCH, j inconclusive); s sanity checks apart.'"""
-    n = counts(checks)
+    """'**Result:** N of M counted checks agree (k MISMATCH, j inconclusive); s sanity checks apart.',
+    with the counts under rules revised with results known when they differ."""
+    n, rev = counts(checks), counts(checks, "revised")
     counted_n = n[AGREE] + n[MISMATCH] + n[INCONCLUSIVE]
     result = f"**Result:** {n[AGREE]} of {counted_n} counted checks agree"
     extra = [f"{n[k]} {k}" for k in (MISMATCH, INCONCLUSIVE) if n[k]]
     result += f" ({', '.join(extra)})" if extra else ""
+    if rev != n:
+        result += (
+            f"; under rules revised with results known {rev[AGREE]} agree, {rev[MISMATCH]} MISMATCH, "
+            f"{rev[INCONCLUSIVE]} inconclusive"
+        )
     return result + (f"; {n['sanity']} sanity checks apart." if n["sanity"] else ".")
 
 
@@ -191,9 +287,8 @@ def section(p: Reproduction, fn, images: list[str], seconds: float, quick: bool,
             "</details>",
             "",
         ]
-    counted = [c for c in p.checks if c.counted]
-    if counted:
-        lines += check_rows(counted)
+    if any(c.counted for c in p.checks):
+        lines += check_rows(p.checks)
     lines += sanity_rows([c for c in p.checks if not c.counted])
     lines += measured_tables(p.data.get("tables", []))
     n = counts(p.checks)

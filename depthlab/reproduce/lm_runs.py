@@ -3,8 +3,9 @@ the per-seed numbers the results are decided on.
 
 Scales: ``small`` is the tiny regime (:mod:`depthlab.train.regimes`) at lr 1e-3: in it a 24-layer post-LN
 model without warmup ends at the unigram loss while pre-LN trains, in seconds on two cores. ``large``
-is the d_model 256 regime of the same module, for a GPU or a long CPU night. Each claim overrides what
-its source varies (wrapping, depth, warmup, learning rate, steps, seed).
+is the d_model 256 regime of the same module, for a GPU, not a CPU night (``benchmarks/gpu.py
+--reproduce --dry-run`` prints its plan). Each claim overrides what its source varies (wrapping, depth,
+warmup, learning rate, steps, seed).
 
 ``train_run`` memoises on the resolved configs, so that ``depthlab reproduce all`` trains a
 configuration that two claims share only once (training is deterministic for a given seed).
@@ -142,9 +143,10 @@ def train_seeds(label: str, model: dict, train: dict, seeds, scale: str = "small
 
 
 def final_loss(run: Run) -> float:
-    """The run's validation loss; a run that ended without one (non-finite: diverged) counts as the loss
-    of a uniform prediction over the vocabulary, ln V, the level of a model that learned nothing."""
-    if math.isfinite(run.val_loss):
+    """The run's validation loss; a diverged run (its outcome, whatever loss it still reported: a run
+    can diverge at step 21 and be evaluated finite later) or a run that ended without one counts as the
+    loss of a uniform prediction over the vocabulary, ln V, the level of a model that learned nothing."""
+    if run.outcome != "diverged" and math.isfinite(run.val_loss):
         return run.val_loss
     return math.log(run.model_cfg.get("vocab_size", 256))
 
@@ -274,3 +276,13 @@ STALL_SHARE = STALL_MARGIN
 def relative_to_unigram(run: Run) -> float:
     """final_loss / unigram loss - 1: below -STALL_SHARE the run learned more than byte frequencies."""
     return final_loss(run) / run.unigram_loss - 1
+
+
+def all_trained(*groups: list[Run]) -> bool:
+    """Whether every run of every group ended below the stall level (more than STALL_SHARE under the
+    unigram loss): a "close" or "no worse" comparison means something only between trained runs (two
+    stalled runs are close)."""
+    return all(relative_to_unigram(r) < -STALL_SHARE for runs in groups for r in runs)
+
+
+BOTH_TRAINED = "close and no worse need both sides trained"

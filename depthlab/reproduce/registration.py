@@ -1,11 +1,14 @@
-"""A claim's registration: its expectation and regime, fixed with a date before the claim is run.
+"""A claim's registration: its expectation and regime, fixed by the commit that first recorded them.
 
 An expectation (thresholds, expected directions, the decision rule) and a regime (sizes, steps, learning
 rates, seeds, per scale) are written down before the runs that test them. Changing one afterwards is a
 :class:`Revision`: the old value, the new value, the reason, and whether the results were known when it
-was made. docs/reproductions.md shows every registration with its date and every revision, and
+was made. docs/reproductions.md shows every registration with its commit and every revision, and
 tests/test_reproduce_registration.py replays the revisions on the values first registered
 (tests/registered_expectations.json): a value changed without a revision fails it (:func:`replay`).
+The same test checks each registration's commit against the repository's history (the first commit
+whose pinned values are today's first values) and pins the code that computes and decides each check
+(:mod:`depthlab.reproduce.check_code`): a change to that code is a revision too, keyed "code.NAME".
 """
 
 from __future__ import annotations
@@ -45,19 +48,24 @@ class Revision:
 
 @dataclass(frozen=True)
 class Registration:
-    """What a claim expects and under which regime, as registered on ``date``.
+    """What a claim expects and under which regime, as registered in ``commit``.
 
+    ``commit``: the git commit that first recorded the registration's values (checked against the
+    history by tests/test_reproduce_registration.py): the registration's only timestamp.
+    ``typed_date``: the date string once typed in the code by hand; shown as what it was, never used as
+    the registration's time (one was typed 30 minutes after the commit that carried it).
     ``expectation``: named thresholds and expected outcomes (JSON-able values). ``regimes``: per scale
     ("small", "large"), the sizes, steps, learning rates and seeds that the claim runs. ``notes``: how the
-    regime was chosen (say so when pilot results were known). ``revisions``: every change since ``date``,
+    regime was chosen (say so when pilot results were known). ``revisions``: every change since ``commit``,
     oldest first. The claim's code reads its values from here, so what runs is what is registered.
     """
 
-    date: str
+    commit: str
     expectation: dict
     regimes: dict = field(default_factory=dict)
     notes: str = ""
     revisions: tuple[Revision, ...] = ()
+    typed_date: str = ""
 
     def regime(self, scale: str) -> dict:
         """The regime of ``scale`` (KeyError names the scales registered)."""
@@ -74,7 +82,8 @@ class Registration:
 
     def to_dict(self) -> dict:
         return {
-            "date": self.date,
+            "commit": self.commit,
+            "typed_date": self.typed_date,
             "expectation": _plain(self.expectation),
             "regimes": _plain(self.regimes),
             "notes": self.notes,
@@ -116,13 +125,15 @@ def is_regime(key: str) -> bool:
     return len(parts) == 2 and parts[0] == "regime"
 
 
-def unrevised_changes(first: dict, registration: Registration) -> list[str]:
+def unrevised_changes(first: dict, registration: Registration, code: dict | None = None) -> list[str]:
     """The differences between ``registration`` and its first values that no revision accounts for.
 
     Empty when the revisions lead from ``first`` (the values as first registered) to today's values.
+    ``code``: today's digests of the claim's check code ({name: digest}, compared as "code.NAME" with
+    the first values' "code.NAME" entries).
     """
     replayed, problems = replay(first, registration.revisions)
-    now = registration.values()
+    now = {**registration.values(), **{f"code.{k}": v for k, v in (code or {}).items()}}
     for key in sorted(set(replayed) | set(now)):
         if replayed.get(key, "<absent>") != now.get(key, "<absent>"):
             problems.append(
@@ -182,3 +193,60 @@ def to_seeds(
             Revision(date, "regime.large", None, large, LARGE_REASON, "no: not run before it was registered")
         )
     return tuple(out)
+
+
+# Revisions of the shared decision code (depthlab.reproduce.check_code.SHARED), keyed
+# "code.MODULE.FUNCTION", old and new the function's digest; replayed like a claim's revisions.
+SHARED_REVISIONS: tuple[Revision, ...] = (
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.reproduction.seeded_check",
+        "550a77f84fd99d96",
+        "ddae7d8816180984",
+        "a registered log scale for positive multiplicative quantities, and the p-value of each decision "
+        "(for the family-wise column); a linear-scale check decides as before",
+        "yes: no check registered before this revision changes result (none was on a log scale)",
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.reproduction.counts",
+        "85eaa11ae9e82b82",
+        "f3fd71cfac714650",
+        "counts under the first registration (the results that decide) or under the revised rules",
+        "yes: the first registration's counts are the ones that decide, as before",
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.lm_runs.final_loss",
+        "85cdb69f85506c92",
+        "36660ad41f4501d8",
+        "the registered rule, a diverged run counts as ln V, applied to a diverged run that still reported "
+        "a finite validation loss (a run can diverge at step 21 and be evaluated finite later)",
+        "yes: the documented results were computed before it; the registered rule decides",
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.reproduction.seeded_check",
+        "ddae7d8816180984",
+        "d9fc7d81d27a1e6b",
+        "each check carries the rule it applied (bounds and scale) into the run record",
+        "yes: no result changes",
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.lm_runs.all_trained",
+        None,
+        "60e57f9de7de91b0",
+        "whether both sides of a close or no-worse comparison trained (the revised rule shown beside them)",
+        "yes: it decides no result",
+    ),
+)
+
+# The revision that moved checks holding by construction (or known before registration) to sanity.
+TO_SANITY = (
+    "a check that holds by construction, holds without training, tests a measurement already counted, or "
+    "was known before registration is a sanity check: shown with its result, not counted"
+)
+TO_SANITY_KNOWN = (
+    "yes: the results were published; the check leaves the counts whatever its result and is still shown"
+)

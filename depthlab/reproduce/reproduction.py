@@ -8,6 +8,10 @@ A check's result is ``agree``, ``MISMATCH`` or ``inconclusive`` (:mod:`depthlab.
 measurement over seeds is decided on its mean and interval). A check that holds by construction, cannot
 fail in the regime, or was added after the results were known is a *sanity* check: it still guards
 against bugs and is shown, but it is not counted in "N of M agree".
+
+A rule changed after a check's results were known (a revision with results known) never decides it: the
+check's ``result`` stays the one under its first registration, and the result under the revised rule is
+kept beside it in ``revised`` (:func:`with_revision`); the document shows both and the counts under both.
 """
 
 from __future__ import annotations
@@ -17,7 +21,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from depthlab.errors import ConfigError
-from depthlab.intervals import AGREE, INCONCLUSIVE, MISMATCH, RESULTS, Interval, decide, mean_interval
+from depthlab.intervals import (
+    AGREE,
+    INCONCLUSIVE,
+    MISMATCH,
+    RESULTS,
+    Interval,
+    decide,
+    holm,
+    log_interval,
+    mean_interval,
+    p_value,
+)
 from depthlab.reproduce.registration import Registration
 
 SCALES = ("small", "large")
@@ -30,6 +45,9 @@ class Check:
     ``result``: agree / MISMATCH / inconclusive (True and False stand for agree and MISMATCH).
     ``sanity``: empty for a check that could have failed; otherwise why it is not counted.
     ``interval``: the mean and interval over seeds the result was decided on, if any.
+    ``p``: the two-sided p-value of that decision (nan without an interval), for the family-wise column.
+    ``revised``: the result under a rule revised with results known ("" when no such revision touches
+    the check); it is shown, never counted as the check's result. ``revision``: what the revision changed.
     """
 
     claim: str
@@ -38,12 +56,22 @@ class Check:
     result: str | bool
     sanity: str = ""
     interval: Interval | None = None
+    p: float = math.nan
+    revised: str = ""
+    revision: str = ""
+    bounds: dict | None = None
+    revised_bounds: dict | None = None
 
     def __post_init__(self):
         if isinstance(self.result, bool):
             self.result = AGREE if self.result else MISMATCH
-        if self.result not in RESULTS:
-            raise ValueError(f"result {self.result!r} is not one of {RESULTS}")
+        for r in (self.result, self.revised or AGREE):
+            if r not in RESULTS:
+                raise ValueError(f"result {r!r} is not one of {RESULTS}")
+
+    def under(self, registration: str) -> str:
+        """The result under the "first" registration or the "revised" rules."""
+        return self.revised if registration == "revised" and self.revised else self.result
 
     @property
     def ok(self) -> bool:
@@ -67,6 +95,15 @@ class Check:
             d["sanity"] = self.sanity
         if self.interval is not None:
             d["interval"] = self.interval.to_dict()
+        if not math.isnan(self.p):
+            d["p"] = self.p
+        if self.revised:
+            d["revised"] = self.revised
+            d["revision"] = self.revision
+        if self.bounds is not None:
+            d["bounds"] = self.bounds
+        if self.revised_bounds is not None:
+            d["revised_bounds"] = self.revised_bounds
         return d
 
 
@@ -80,10 +117,13 @@ def seeded_check(
     fmt: str = ".3g",
     context: str = "",
     sanity: str = "",
+    scale: str = "linear",
 ) -> Check:
     """A check decided on the mean over seeds of ``values`` (one per seed) and its 95% t-interval.
 
-    ``measured`` shows the mean, the interval and every seed's value, then ``context``.
+    ``scale``: "linear", or "log" for a positive multiplicative quantity (the interval on log10 values,
+    shown as a geometric mean; a value <= 0 makes the check inconclusive). ``measured`` shows the mean,
+    the interval and every seed's value, then ``context``.
     """
     seeds = "/".join(format(v, fmt) for v in values)
     tail = f"; {context}" if context else ""
@@ -95,11 +135,28 @@ def seeded_check(
             INCONCLUSIVE,
             sanity,
         )
-    interval = mean_interval(values)
+    if scale == "log" and not all(v > 0 for v in values):
+        return Check(
+            claim, stated, f"per seed {seeds} (a value <= 0 on a log scale){tail}", INCONCLUSIVE, sanity
+        )
+    interval = log_interval(values) if scale == "log" else mean_interval(values)
     result = decide(interval, at_least=at_least, at_most=at_most) if interval.n > 1 else INCONCLUSIVE
-    return Check(
-        claim, stated, f"mean {interval.format(fmt)}; per seed {seeds}{tail}", result, sanity, interval
-    )
+    p = p_value(values, at_least=at_least, at_most=at_most, scale=scale)
+    mean = "geometric mean" if scale == "log" else "mean"
+    measured = f"{mean} {interval.format(fmt)}; per seed {seeds}{tail}"
+    bounds = {"at_least": at_least, "at_most": at_most, "scale": scale}
+    return Check(claim, stated, measured, result, sanity, interval, p, bounds=bounds)
+
+
+def with_revision(first: Check, revised: Check, revision: str) -> Check:
+    """``first`` (decided as first registered), carrying ``revised``'s result as the one under a rule
+    revised with results known; ``revision`` says what changed. The measured text shows both."""
+    first.revised = revised.result
+    first.revision = revision
+    first.revised_bounds = revised.bounds
+    if revised.measured != first.measured:
+        first.measured += f"; revised ({revision}): {revised.measured}"
+    return first
 
 
 def unanimous_check(
@@ -120,6 +177,16 @@ def unless_control(check: Check, control: str, note: str) -> Check:
     if control != AGREE:
         check.result = INCONCLUSIVE
         check.measured += f"; {note}"
+    return check
+
+
+def revised_unless_control(check: Check, control: bool, note: str, revision: str) -> Check:
+    """``check`` as first registered; under a control rule added with results known (``revision``) it
+    would be inconclusive when ``control`` (the compared runs trained) is False: kept in ``revised``."""
+    if not control:
+        check.revised = INCONCLUSIVE
+        check.revision = revision
+        check.measured += f"; {note} (inconclusive under the revised rule)"
     return check
 
 
@@ -144,22 +211,47 @@ def resolve(
     return {**registration.regimes[scale], **((quick_changes or {}) if quick else {})}
 
 
-def counts(checks: Sequence[Check]) -> dict[str, int]:
-    """{agree, MISMATCH, inconclusive}: counted checks by result; sanity: the checks not counted."""
+def counts(checks: Sequence[Check], registration: str = "first") -> dict[str, int]:
+    """{agree, MISMATCH, inconclusive}: counted checks by result under the "first" registration (the
+    results that decide) or the "revised" rules; sanity: the checks not counted."""
     out = {AGREE: 0, MISMATCH: 0, INCONCLUSIVE: 0, "sanity": 0}
     for c in checks:
-        out[c.result if c.counted else "sanity"] += 1
+        out[c.under(registration) if c.counted else "sanity"] += 1
     return out
 
 
-def format_counts(checks: Sequence[Check]) -> str:
-    """e.g. '3 of 5 agree (1 MISMATCH, 1 inconclusive); 2 sanity checks'."""
-    n = counts(checks)
+def family_results(checks: Sequence[Check], alpha: float = 0.05) -> list[str]:
+    """Each check's result under Holm's family-wise rule over the counted checks with a p-value (one
+    claim's checks are one family): a decided result whose p-value Holm does not reject becomes
+    inconclusive; a check without a p-value keeps its result; a sanity check gives ""."""
+    family = [i for i, c in enumerate(checks) if c.counted and not math.isnan(c.p)]
+    kept = dict(zip(family, holm([checks[i].p for i in family], alpha)))
+    out = []
+    for i, c in enumerate(checks):
+        if not c.counted:
+            out.append("")
+        elif i in kept and not kept[i] and c.result != INCONCLUSIVE:
+            out.append(INCONCLUSIVE)
+        else:
+            out.append(c.result)
+    return out
+
+
+def _count_text(n: dict) -> str:
     counted = n[AGREE] + n[MISMATCH] + n[INCONCLUSIVE]
     text = f"{n[AGREE]} of {counted} agree"
     others = [f"{n[k]} {k}" for k in (MISMATCH, INCONCLUSIVE) if n[k]]
-    if others:
-        text += f" ({', '.join(others)})"
+    return text + (f" ({', '.join(others)})" if others else "")
+
+
+def format_counts(checks: Sequence[Check]) -> str:
+    """e.g. '3 of 5 agree (1 MISMATCH, 1 inconclusive); 2 sanity checks', then the counts under revised
+    rules when a revision made with results known would change them."""
+    n = counts(checks)
+    text = _count_text(n)
+    revised = counts(checks, "revised")
+    if revised != n:
+        text += f"; under rules revised with results known: {_count_text(revised)}"
     if n["sanity"]:
         text += f"; {n['sanity']} sanity check{'s' if n['sanity'] > 1 else ''} not counted"
     return text

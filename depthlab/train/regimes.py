@@ -14,7 +14,8 @@ TINY_LM_TRAIN = {"task": "lm", "steps": 150, "batch_size": 16, "seq_len": 32, "b
 
 # The reproductions' large scale (`depthlab reproduce NAME --scale large`): the same byte-level task
 # with a d_model 256 decoder (8 heads of 32) on 32 windows of 128 bytes per update; each claim sets
-# its own steps (2,000 or more). Sized for a GPU or a long CPU night, not for a laptop.
+# its own steps (2,000 or more). Sized for a GPU, not a CPU night (benchmarks/gpu.py --reproduce
+# --dry-run prints its plan).
 LARGE_LM_MODEL = {"arch": "decoder", "d_model": 256, "n_heads": 8, "vocab_size": 256, "max_len": 128}
 LARGE_LM_TRAIN = {
     "task": "lm", "steps": 2000, "batch_size": 32, "seq_len": 128, "beta2": 0.98, "log_every": 50,

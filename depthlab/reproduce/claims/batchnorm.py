@@ -33,7 +33,8 @@ SMALL = {"n_layers": 2, "d_model": 32, "lr": 3e-3, "warmup": 10, "steps": 150, "
 LARGE = {"n_layers": 2, "d_model": 256, "lr": 1e-3, "warmup": 200, "steps": 2000, "seeds": [0, 1, 2]}
 ADDED_AFTER = "added after the registered training check failed (results known): shown, not counted"
 REGISTRATION = Registration(
-    date="2026-11-30 03:31 UTC",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30 03:31 UTC",
     expectation={
         # "does not depend" = equal to float32 rounding; "depends" = a relative change of at least 1%
         "same": 1e-5,

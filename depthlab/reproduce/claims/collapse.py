@@ -55,7 +55,14 @@ from depthlab.probe.stats import stream_table
 from depthlab.reproduce import cost
 from depthlab.reproduce.claim_plots import new_figure, save
 from depthlab.reproduce.lm_runs import base
-from depthlab.reproduce.registration import DECISION, Registration, to_seeds
+from depthlab.reproduce.registration import (
+    DECISION,
+    TO_SANITY,
+    TO_SANITY_KNOWN,
+    Registration,
+    Revision,
+    to_seeds,
+)
 from depthlab.reproduce.reproduction import Check, Reproduction, combined, register, resolve, seeded_check
 from depthlab.train import train
 from depthlab.train.tasks import LMTask
@@ -80,7 +87,8 @@ LARGE = {
     "seeds": [0, 1, 2],
 }
 REGISTRATION = Registration(
-    date="2026-11-30 05:05 UTC",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30 05:05 UTC",
     expectation={
         # pre-LN: the update ratio decays with the layer index like l^(-1/2): a fitted slope <= decay at
         # every L; the last quarter's share of x_L falls with L and, at the deepest L, is below the first
@@ -91,13 +99,23 @@ REGISTRATION = Registration(
         "decision": DECISION,
     },
     regimes={"small": SMALL, "large": LARGE},
-    revisions=to_seeds(
-        "2026-11-30",
-        "one seed: every depth's slope and share as measured",
-        {"regime.small.seeds": ([0], SMALL["seeds"])},
-        LARGE,
-        known="yes for seed 0 with the earlier own optimiser loop (2026-11-30 08:25 UTC); no for the "
-        "training loop's batches and the other seeds",
+    revisions=(
+        *to_seeds(
+            "2026-11-30",
+            "one seed: every depth's slope and share as measured",
+            {"regime.small.seeds": ([0], SMALL["seeds"])},
+            LARGE,
+            known="yes for seed 0 with the earlier own optimiser loop (2026-11-30 08:25 UTC); no for the "
+            "training loop's batches and the other seeds",
+        ),
+        Revision(
+            "2026-12-01",
+            "code._checks",
+            "22dd226acfa5127e",
+            "d7f52a28244d0d55",
+            TO_SANITY,
+            TO_SANITY_KNOWN,
+        ),
     ),
 )
 
@@ -259,7 +277,7 @@ def _checks(data: dict) -> list[Check]:
                 ratios,
                 Ls[1:],
                 {"at_least": lo, "at_most": hi},
-                "",
+                sanity,
             )
         )
     return checks

@@ -20,7 +20,8 @@ from depthlab.reproduce.reproduction import Check, Reproduction, register, resol
 EXPECTED = {"post": "fails", "pre": "trains", "deepnorm": "trains", "admin": "trains", "rezero": "trains"}
 LARGE = {"depths": [24, 48], "lr": 1e-3, "warmup": 0, "steps": 2000, "seeds": [0, 1, 2]}
 REGISTRATION = Registration(
-    date="2026-11-30 05:23 UTC",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30 05:23 UTC",
     expectation={
         **EXPECTED,
         # "fails": the final loss is within this many nats of the unigram loss, or above it

@@ -23,7 +23,8 @@ from depthlab.reproduce.reproduction import Check, Reproduction, combined, regis
 SMALL = {"depths": [6, 12], "lr": 1e-3, "steps": 150, "seeds": [0, 1, 2, 3, 4]}
 LARGE = {"depths": [6, 12], "lr": 1e-3, "steps": 2000, "seeds": [0, 1, 2]}
 REGISTRATION = Registration(
-    date="2026-11-30 05:23 UTC",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30 05:23 UTC",
     expectation={
         # "comparably": DyT trains and its final loss is within this many nats of LayerNorm's
         "close": 0.10,

@@ -32,7 +32,14 @@ from depthlab.fit import loglog_slope
 from depthlab.model import build_model
 from depthlab.probe import measure
 from depthlab.reproduce.claim_plots import new_figure, save
-from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
+from depthlab.reproduce.registration import (
+    DECISION,
+    TO_SANITY,
+    TO_SANITY_KNOWN,
+    Registration,
+    Revision,
+    to_seeds,
+)
 from depthlab.reproduce.reproduction import Check, Reproduction, register, resolve, seeded_check
 
 STACKS = (  # (label, wrap, residual)
@@ -61,7 +68,8 @@ GROWS_CLAIM = (
     "tested before"
 )
 REGISTRATION = Registration(
-    date="2026-11-30 04:22 UTC",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30 04:22 UTC",
     expectation={
         "slope_tolerance": 0.15,  # a fitted exponent "matches" a predicted one within +-0.15
         "post_last_grad": 0.0,  # Xiong et al. Theorem 1: flat in L
@@ -86,10 +94,38 @@ REGISTRATION = Registration(
             GROWS_CLAIM,
             "yes for seed 0 (the previous single-seed document's post-LN slope)",
         ),
+        Revision(
+            "2026-12-01",
+            "code.BY_CONSTRUCTION",
+            "73eb694923bc0c46",
+            "b70513e295ff28b5",
+            TO_SANITY,
+            TO_SANITY_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code.SLOPE_CHECKS",
+            "8ca6c93eb263adf4",
+            "f40b9f5d6c330463",
+            TO_SANITY,
+            TO_SANITY_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code.checks_for",
+            "cadf4ce6e5dbc55f",
+            "1ec35f7cc7014600",
+            TO_SANITY,
+            TO_SANITY_KNOWN,
+        ),
     ),
 )
 BY_CONSTRUCTION = {
     "post_rms": "by construction at init: x_L is a LayerNorm's output with gain 1 (a check of the wiring)",
+    "pre_rms": "by construction at init (Xiong et al. 2020, Lemma 2): the same property is final-norm's "
+    "sanity check of the stream's growth",
+    "post_grows": "the same fitted slope as the post-LN flat check, tested against the opposite reading: one "
+    "measurement, counted once",
     "pre_context": "cannot fail: pre-LN's identity path brings at least the top's gradient to layer 1",
 }
 
@@ -147,7 +183,7 @@ SLOPE_CHECKS = (
         "pre",
         "final_rms",
         "pre_final_rms",
-        "",
+        "pre_rms",
     ),
     (
         "post-LN stream is renormalised: rms flat in L: slope",
@@ -192,6 +228,7 @@ def checks_for(grids: list[tuple[list[dict], dict]]) -> list[Check]:
         _slopes(grids, "post", "last_grad"),
         at_least=e["post_grows_slope_at_least"],
         fmt="+.2f",
+        sanity=BY_CONSTRUCTION["post_grows"],
     )
     deepest = max(r["L"] for r in grids[0][0])
     nores = [

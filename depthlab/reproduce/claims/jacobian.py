@@ -12,7 +12,10 @@ stream entering layer 1, x_L the one leaving layer L (before any final norm), fo
 a = 0 at init every ReZero layer is the identity, so its Jacobian is I and its MSV exactly 1 (a sanity
 check): the notebook's 2.14 cannot be an at-init value of a ReZero layer whose a starts at 0.
 
-Where depthlab's numbers and the notebook's part is found by rebuilding the notebook's setup and
+The notebook's own cell is run as written too (:mod:`depthlab.reproduce.rezero_notebook`: width 16,
+4 tokens, ReZero's weight 0.1, 10 draws), and its printed numbers are shown beside what it gives here;
+the "notebook's setup" of the checks below is depthlab's reconstruction at d_model 128, a different
+experiment. Where depthlab's numbers and that reconstruction part is found by rebuilding it and
 walking from it to depthlab's one factor at a time (:mod:`depthlab.reproduce.jacobian_setups`); the
 table after the checks shows every step.
 """
@@ -28,7 +31,16 @@ from depthlab.probe import measure
 from depthlab.reproduce.claim_plots import new_figure, save
 from depthlab.reproduce.jacobian_setups import STEPS, walk
 from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
-from depthlab.reproduce.reproduction import Check, Reproduction, combined, register, resolve, seeded_check
+from depthlab.reproduce.reproduction import (
+    Check,
+    Reproduction,
+    combined,
+    register,
+    resolve,
+    seeded_check,
+    with_revision,
+)
+from depthlab.reproduce.rezero_notebook import PRINTED, notebook_msv
 
 BATCH, SEQ = 2, 32
 STATED = {"post": 0.000, "pre": 66.3, "rezero": 2.14}
@@ -45,8 +57,13 @@ NOTEBOOK_KNOWN = (
     "yes: one exploratory trial of the reconstructed setup (seed 0, post-LN and pre-LN, with and without "
     "dropout) was seen before these thresholds were registered"
 )
+LOG_CODE = "each MSV check also computed on log10 (the revised rule), beside the raw-scale result"
+CELL = "the ReZero notebook's Jacobian cell run as written, shown beside depthlab's setup (a measured table)"
+CELL_KNOWN = "yes: the notebook's printed numbers were known; the table decides no check"
+LOG_KNOWN = "yes: the raw-scale result, as first registered, still decides"
 REGISTRATION = Registration(
-    date="2026-11-30 08:25 UTC",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30 08:25 UTC",
     expectation={
         "vanish": 1e-2,  # post-LN "vanishes": MSV below this
         "grows": 10.0,  # pre-LN "grows": MSV above this, orders of magnitude above ReZero's
@@ -54,6 +71,8 @@ REGISTRATION = Registration(
         # the notebook's setup, rebuilt: the same expectations there
         "notebook_vanish": 1e-2,
         "notebook_grows": 10.0,
+        # the interval's scale under the revision of 2026-12-01 (shown beside, never deciding)
+        "msv_interval_scale": "log",
         "decision": DECISION,
     },
     regimes={"small": SMALL},
@@ -68,6 +87,22 @@ REGISTRATION = Registration(
             "the notebook's setup rebuilt, to find where its numbers and depthlab's part", NOTEBOOK_KNOWN,
         ),
         Revision("2026-11-30", "regime.small.walk_seeds", None, [0, 1, 2], "the factor walk's seeds", "no"),
+        Revision(
+            "2026-12-01", "expectation.msv_interval_scale", None, "log",
+            "an MSV is a positive multiplicative quantity: seeds spread by factors, and a raw-scale interval "
+            "reaches below zero, a value an MSV cannot take",
+            "yes: every check's results were published; the raw-scale result decides and the log-scale one "
+            "is shown beside it",
+        ),
+        Revision(
+            "2026-12-01", "code._checks", "74549eab9be3d0d5", "4e0b94b51f078155", LOG_CODE, LOG_KNOWN,
+        ),
+        Revision("2026-12-01", "code._msv_check", None, "65f4978e22b16f66", LOG_CODE, LOG_KNOWN),
+        Revision("2026-12-01", "code.LOG_REVISION", None, "dafba3cd6325173b", LOG_CODE, LOG_KNOWN),
+        Revision("2026-12-01", "code._cell_table", None, "cd572849419964bf", CELL, CELL_KNOWN),
+        Revision(
+            "2026-12-01", "code.reproduce_jacobian", "c9ba2ae12da494b6", "3e50301374712eed", CELL, CELL_KNOWN,
+        ),
     ),
 )  # fmt: skip
 ISOMETRY_SANITY = "by construction: a = 0 at init makes every ReZero layer the identity, so J = I and MSV = 1"
@@ -120,36 +155,59 @@ def reproduce_jacobian(quick: bool = False, out_dir: str | None = None, scale: s
             for i, row in enumerate(rows)
         ],
     }
+    cell = {n: notebook_msv(n) for n in (() if quick else sorted(PRINTED))}
     data = {
         "scale": scale,
         "regime": r,
         "msv": values,
+        "notebook_cell": {str(n): v for n, v in cell.items()},
         "notebook_setup": notebook,
         "walk": rows,
         "stated": STATED,
     }
-    data.update(where_they_part=part, steps=[s for s, _ in STEPS], tables=[table])
+    data.update(where_they_part=part, steps=[s for s, _ in STEPS], tables=[_cell_table(cell), table])
     plots = [p for p in [_plot({w: sum(v) / len(v) for w, v in values.items()}, depth, out_dir)] if p]
     return Reproduction("jacobian", data, checks, plots, source="Bachlechner et al. 2020 (ReZero)")
+
+
+LOG_REVISION = "interval on log10 MSV (a positive multiplicative quantity)"
+
+
+def _msv_check(claim: str, stated: str, values: list[float], **kw) -> Check:
+    """An MSV check as first registered (raw-scale interval), its log-scale result kept as revised."""
+    first = seeded_check(claim, stated, values, **kw)
+    return with_revision(first, seeded_check(claim, stated, values, scale="log", **kw), LOG_REVISION)
+
+
+def _cell_table(cell: dict) -> dict:
+    """The notebook's Jacobian cell run as written (width 16, 4 tokens, residual weight 0.1 for ReZero,
+    10 draws): printed vs reproduced, post / pre / ReZero, beside depthlab's own setup above."""
+    rows = [[str(n), *(f"{p:.3f} / {v:.3f}" for p, v in zip(PRINTED[n], cell[n], strict=True))] for n in cell]
+    return {
+        "title": "The ReZero notebook's Jacobian cell as written (d 16, 4 tokens, 4 heads, FFN 64, dropout 0, one "
+        "shared norm, ReZero weight 0.1, 10 draws after seed 0): MSV printed by the notebook / reproduced here",
+        "columns": ["layers", "post-LN", "pre-LN", "ReZero (0.1)"],
+        "rows": rows,
+    }
 
 
 def _checks(values: dict, depth: int, where: str, vanish: float, grows: float) -> list[Check]:
     post, pre, rz = values["post"], values["pre"], values["rezero"]
     iso = REGISTRATION.expectation["isometry_factor"]
     checks = [
-        seeded_check(
+        _msv_check(
             f"{where}: post-LN, {depth} layers: the Jacobian vanishes (MSV)",
             f"< {vanish:g} (0.000)",
             post,
             at_most=vanish,
         ),
-        seeded_check(
+        _msv_check(
             f"{where}: pre-LN, {depth} layers: the Jacobian grows (MSV)",
             f"> {grows:g} (66.3)",
             pre,
             at_least=grows,
         ),
-        seeded_check(
+        _msv_check(
             f"{where}: ReZero, {depth} layers: near isometry (MSV)",
             f"within x{iso:g} of 2.14",
             rz,

@@ -56,7 +56,8 @@ SMALL = {
 LARGE = {**SMALL, "d_model": 256, "steps": 2000, "warmup": 200}
 QUICK = {"depths": [1, 2], "lrs": [1e-3, 1e-1], "seeds": [0, 1], "steps": 20, "warmup": 2, "control_depth": 2}
 REGISTRATION = Registration(
-    date="2026-11-30 16:27 UTC",
+    commit="8e7b55565cd02de40a759dd2728ea4f0e5588f4c",
+    typed_date="2026-11-30 16:27 UTC",
     expectation={
         # (a) per seed: [S_post(deepest) - S_post(shallowest)] - [S_pre(deepest) - S_pre(shallowest)] (nats)
         "depth_growth_post_minus_pre": 0.0,

@@ -38,7 +38,8 @@ BATCH, SEQ = 8, 32
 SMALL = {"depths": [6, 12, 24, 48, 96], "steps": 4, "lr": 1e-4, "seeds": [0, 1, 2, 3, 4]}
 LARGE = {"depths": [6, 12, 24, 48, 96], "steps": 4, "lr": 1e-4, "seeds": list(range(10))}
 REGISTRATION = Registration(
-    date="2026-11-30 05:23 UTC",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30 05:23 UTC",
     expectation={
         # "grows": the deepest model's change at least this many times the 6-layer one's (DeepNet's post-LN
         # curve rises several-fold from 6L to 100L); "about flat": the same ratio within FLAT

@@ -19,13 +19,15 @@ from depthlab.model import build_model
 from depthlab.probe.stats import stream_rms
 from depthlab.reproduce.claim_plots import loss_curves
 from depthlab.reproduce.lm_runs import announce, base, final_loss, paired_outcomes, train_seeds
-from depthlab.reproduce.registration import Registration
+from depthlab.reproduce.registration import TO_SANITY, TO_SANITY_KNOWN, Registration, Revision
 from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check
 
+EXPLODES_SANITY = "known before registration: the growth at init without a norm was measured first"
 SMALL = {"init_depth": 48, "train_depth": 12, "lr": 1e-3, "steps": 150, "seeds": [0, 1, 2, 3, 4]}
 LARGE = {"init_depth": 48, "train_depth": 12, "lr": 1e-3, "steps": 2000, "seeds": [0, 1, 2]}
 REGISTRATION = Registration(
-    date="2026-11-30",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30",
     expectation={
         # "exploding activations": at init the growth without the norm at least this many times the growth with it
         "explodes_factor": 10.0,
@@ -36,6 +38,24 @@ REGISTRATION = Registration(
     notes="Registered with one relevant result known: the tour's probe of a 48-layer pre-LN stack without "
     "norms (d_model 64, seed 0) had shown an exploding stream and a non-finite gradient. No training run "
     "without norms had been seen.",
+    revisions=(
+        Revision(
+            "2026-12-01",
+            "code.EXPLODES_SANITY",
+            None,
+            "0ee32b0f7a9d01e8",
+            TO_SANITY,
+            TO_SANITY_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code.reproduce_no_norm",
+            "a56cf588d208dd0b",
+            "b86e4b8627d8d5c8",
+            TO_SANITY,
+            TO_SANITY_KNOWN,
+        ),
+    ),
 )
 
 # What a larger scale is expected to change, shown in docs/reproductions.md under a MISMATCH or an
@@ -80,6 +100,7 @@ def reproduce_no_norm(quick: bool = False, out_dir: str | None = None, scale: st
             + "/".join(f"{v:.3g}" for v in ratios["none"])
             + ", with "
             + "/".join(f"{v:.3g}" for v in ratios["layernorm"]),
+            sanity=EXPLODES_SANITY,
         ),
         seeded_check(
             f"{depth}L trained: final loss without the norm - with it (nats)",

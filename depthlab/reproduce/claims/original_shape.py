@@ -41,7 +41,8 @@ LARGE = {
     "seeds": [0, 1, 2],
 }
 REGISTRATION = Registration(
-    date="2026-11-30",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30",
     expectation={
         "without_warmup": "fails",  # final loss not below the stall level
         "with_warmup": "trains",  # the control: the original schedule trains

@@ -34,7 +34,8 @@ LARGE = {
     "seeds": [0, 1, 2],
 }
 REGISTRATION = Registration(
-    date="2026-11-30",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30",
     expectation={
         # "diverged around 20 layers": the deepest depth at which post-LN trains lies in this range
         "stops_training_between": [16, 24],

@@ -20,7 +20,8 @@ from depthlab.reproduce.reproduction import Reproduction, register, resolve, una
 SMALL = {"depth": 24, "lrs": [1e-3, 3e-3, 1e-2, 3e-2], "steps": 300, "seeds": [0, 1, 2]}
 LARGE = {"depth": 24, "lrs": [1e-3, 3e-3, 1e-2, 3e-2], "steps": 2000, "seeds": [0, 1, 2]}
 REGISTRATION = Registration(
-    date="2026-11-30",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30",
     expectation={"outcome": "diverged", "within_steps": 300},
     regimes={"small": SMALL, "large": LARGE},
     notes="Registered before any run of this sweep; the lr 1e-3 row's outcome was known (the depth claim: "

@@ -39,11 +39,11 @@ from depthlab.reproduce.registration import (
 )
 from depthlab.reproduce.reproduction import (
     AGREE,
-    INCONCLUSIVE,
     Check,
     Reproduction,
     register,
     resolve,
+    revised_unless_control,
     seeded_check,
 )
 
@@ -54,7 +54,8 @@ NOAM_LR = LR * math.sqrt(TINY_MODEL["d_model"] * WARMUP)  # Noam's peak = the ot
 SMALL = {"n_layers": N_LAYERS, "lr": LR, "warmup": WARMUP, "steps": 150, "seeds": [0, 1, 2, 3, 4]}
 LARGE = {"n_layers": N_LAYERS, "lr": LR, "warmup": 700, "steps": 2000, "seeds": [0, 1, 2]}
 REGISTRATION = Registration(
-    date="2026-11-30 05:05 UTC",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30 05:05 UTC",
     expectation={
         "post, no warmup, beta2 0.98": "fails",
         "post, warmup, beta2 0.98": "trains",
@@ -90,6 +91,15 @@ REGISTRATION = Registration(
             "a failure without the full recipe's success says nothing about the missing ingredient: it cannot "
             "be decided, which is what 'inconclusive' says (the three-way verdict did not exist before)",
             "yes, but the control trained in that run, so no verdict moved",
+        ),
+        Revision(
+            "2026-12-01",
+            "code._setting_check",
+            "fd83f86a21cf446b",
+            "aab0fd090278e0b4",
+            "a rule revised with results known never decides: the first registration's result (the failure "
+            "counted) decides again, and the revised rule's result (inconclusive) is shown beside it",
+            "yes: it moves the results that the revision had moved back to the first registration's",
         ),
     ),
 )
@@ -199,14 +209,18 @@ def _level(setting: Setting, runs: list) -> Check:
 
 def _setting_check(setting: Setting, runs: list, control: str) -> Check:
     """The check of one setting. A failure expected from a missing ingredient counts only if the full
-    recipe (the control) trained; otherwise it is inconclusive."""
+    recipe (the control) trained; otherwise it is inconclusive. That rule was added with results known
+    (the revision of expectation.control_failed), so it never decides: the result stays the first
+    registration's and the rule's result is kept beside it."""
     check = _level(setting, runs)
-    if not setting.expect_trains and control != AGREE:
-        check.result = INCONCLUSIVE
-        check.measured += (
-            "; the full recipe did not clearly train in these runs, so this failure is not evidence"
-        )
-    return check
+    if setting.expect_trains:
+        return check
+    return revised_unless_control(
+        check,
+        control == AGREE,
+        "the full recipe did not clearly train in these runs, so this failure is not evidence",
+        "expectation.control_failed: MISMATCH -> inconclusive",
+    )
 
 
 def _plot(first_seed: dict, out_dir: str | None, n_layers: int) -> list[str]:

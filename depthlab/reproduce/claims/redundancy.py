@@ -27,17 +27,31 @@ from depthlab.reproduce.claim_plots import profiles
 from depthlab.reproduce.lm_runs import announce, below_unigram, eval_loss, lm_batches, train_seeds
 from depthlab.reproduce.registration import (
     DECISION,
+    TO_SANITY,
+    TO_SANITY_KNOWN,
     Registration,
     Revision,
     to_seeds,
 )
-from depthlab.reproduce.reproduction import INCONCLUSIVE, Check, Reproduction, register, resolve, seeded_check
+from depthlab.reproduce.reproduction import (
+    Check,
+    Reproduction,
+    register,
+    resolve,
+    revised_unless_control,
+    seeded_check,
+)
 
 WRAPS = ("pre", "post", "mix", "lns")
+ANGLE_SANITY = (
+    "the angle rows have the same sign and size at init as after training: they test the wrapping, "
+    "not what training made of it"
+)
 SMALL = {"depths": [12, 24], "lr": 1e-3, "warmup": 133, "steps": 400, "eval_batches": 8, "seeds": [0, 1, 2]}
 LARGE = {"depths": [12, 24], "lr": 1e-3, "warmup": 1000, "steps": 3000, "eval_batches": 8, "seeds": [0, 1, 2]}
 REGISTRATION = Registration(
-    date="2026-11-30 05:23 UTC",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30 05:23 UTC",
     expectation={
         # over the deep half of the stack, pre-LN's mean angular distance and mean loss increase on
         # removal are both smaller than each other wrapping's, for trained models
@@ -66,6 +80,31 @@ REGISTRATION = Registration(
             "a comparison with a model that did not train tests nothing: it cannot be decided, which is what "
             "'inconclusive' says (the three-way verdict did not exist before)",
             "yes: it moves the two 24L post-LN rows of the single-seed run from MISMATCH to inconclusive",
+        ),
+        Revision(
+            "2026-12-01",
+            "code._check",
+            "74c80e6810a9d43d",
+            "263ba374a5c08137",
+            "a rule revised with results known never decides: the first registration's result (the failure "
+            "counted) decides again, and the revised rule's result (inconclusive) is shown beside it",
+            "yes: it moves the results that the revision had moved back to the first registration's",
+        ),
+        Revision(
+            "2026-12-01",
+            "code.ANGLE_SANITY",
+            None,
+            "ca0d7b5599d2b229",
+            TO_SANITY,
+            TO_SANITY_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code._check",
+            "263ba374a5c08137",
+            "819225f41aa0900d",
+            TO_SANITY,
+            TO_SANITY_KNOWN,
         ),
     ),
 )
@@ -143,16 +182,20 @@ def _check(depth: int, runs: dict, m: dict, other: str, key: str) -> Check:
         diffs,
         at_least=0.0,
         fmt="+.4f",
+        sanity=ANGLE_SANITY if key == "angles" else "",
     )
     untrained = []
     for w in ("pre", other):
         level = seeded_check(w, "", [below_unigram(x) / x.unigram_loss for x in runs[w]], at_most=-share)
         if level.result != "agree":
             untrained.append(f"{w} ({'/'.join(x.outcome for x in runs[w])})")
-    if untrained:
-        check.result = INCONCLUSIVE
-        check.measured += f"; {' and '.join(untrained)} not clearly trained: no comparison of trained models"
-    return check
+    # the rule for an untrained side was revised with results known: it is shown, it does not decide
+    return revised_unless_control(
+        check,
+        not untrained,
+        f"{' and '.join(untrained)} not clearly trained: no comparison of trained models",
+        "expectation.untrained_comparison: MISMATCH -> inconclusive",
+    )
 
 
 @register("redundancy", REGISTRATION)

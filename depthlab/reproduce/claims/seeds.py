@@ -43,7 +43,8 @@ ROUNDED = "(within 1 in the 4th decimal: the text rounds LN(x0) first)"
 TEXTS_OWN = "the texts' own statements, not tested before"
 KNOWN = "yes: the inputs are the texts' own numbers, which were read before the thresholds were set"
 REGISTRATION = Registration(
-    date="2026-11-30 04:22 UTC",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30 04:22 UTC",
     expectation={
         "small_factor": 10.0,  # "within a small factor": at most one order of magnitude between any two depths
         "orders_of_magnitude": 1e-2,  # "orders of magnitude smaller": bottom/top below this

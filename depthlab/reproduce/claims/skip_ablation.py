@@ -19,7 +19,14 @@ import statistics
 
 from depthlab.reproduce.claim_plots import loss_curves, profiles
 from depthlab.reproduce.lm_runs import NO_ATTN_SKIP, Run, announce, below_unigram, outcomes, train_seeds
-from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
+from depthlab.reproduce.registration import (
+    DECISION,
+    TO_SANITY,
+    TO_SANITY_KNOWN,
+    Registration,
+    Revision,
+    to_seeds,
+)
 from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check
 
 SMALL = {"depth": 48, "bottom": 20, "lr": 1e-3, "steps": 300, "seeds": [0, 1, 2]}
@@ -29,7 +36,8 @@ CURVE_KNOWN = (
     "partly: seed 0's loss curves were in the previous document's figure; no threshold was read off it"
 )
 REGISTRATION = Registration(
-    date="2026-11-30 05:23 UTC",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30 05:23 UTC",
     expectation={
         # "stalls near the unigram level": the final loss is within this many nats of it, or above
         "stall_within": 0.10,
@@ -62,6 +70,38 @@ REGISTRATION = Registration(
         Revision("2026-11-30", "expectation.intact_within_orders", None, 1.0, NEW_CLAIMS, CURVE_KNOWN),
         Revision("2026-11-30", "expectation.falls_by", None, 0.5, NEW_CLAIMS, CURVE_KNOWN),
         Revision("2026-11-30", "expectation.stalls_within", None, 0.05, NEW_CLAIMS, CURVE_KNOWN),
+        Revision(
+            "2026-12-01",
+            "code.ZERO_ORDERS",
+            None,
+            "e961116b02e01170",
+            "a zero bottom gradient is the strongest starvation, not a missing value: the registered medians over logged steps keep those steps (a zero ratio is 0, and ZERO_ORDERS orders of magnitude)",
+            "yes: the documented results were computed without those steps; the registered quantity (every logged step) decides",
+        ),
+        Revision(
+            "2026-12-01",
+            "code.bottom_to_top",
+            "7b1840a5c7679051",
+            "debf63fbe4a0bc1d",
+            "a zero bottom gradient is the strongest starvation, not a missing value: the registered medians over logged steps keep those steps (a zero ratio is 0, and ZERO_ORDERS orders of magnitude)",
+            "yes: the documented results were computed without those steps; the registered quantity (every logged step) decides",
+        ),
+        Revision(
+            "2026-12-01",
+            "code.FALLS_SANITY",
+            None,
+            "a650fd5bcae51d08",
+            TO_SANITY,
+            TO_SANITY_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code._checks_without_skip",
+            "ff073800fe1c7e5c",
+            "29a0c2128dd86c94",
+            TO_SANITY,
+            TO_SANITY_KNOWN,
+        ),
     ),
 )
 
@@ -76,24 +116,34 @@ AT_SCALE = (
 QUICK = {"steps": 150, "seeds": [0]}
 # pre-LN's identity path carries the top's gradient to every stream and each branch adds to it, so at
 # every stream the gradient is at least about the top's: the lower bound cannot fail with the skip in place
+FALLS_SANITY = (
+    "implied by the first check: a run that stalls near the unigram loss fell from ln V to it first"
+)
 FED_SANITY = "cannot fail: pre-LN's identity path brings at least the top's gradient to every stream"
+
+
+# a zero ratio's departure in orders of magnitude: the range of a double (log10 of its smallest normal)
+ZERO_ORDERS = 308.0
 
 
 def bottom_to_top(grad_by_step: list, bottom: int) -> dict:
     """Per logged step, max and min over streams 0..bottom-1 of ||g_i|| / ||g_L||; their medians over
     steps, and the largest departure |log10(ratio)| over every stream and step ("orders").
 
-    ``grad_by_step``: [(step, [||g_0||, ..., ||g_L||])]. Returns {"max", "min", "orders"}.
+    ``grad_by_step``: [(step, [||g_0||, ..., ||g_L||])]. Returns {"max", "min", "orders"}. A step whose
+    bottom gradient is 0 is the strongest starvation, not a missing value: it is kept, as the ratio 0 and
+    as ZERO_ORDERS orders of magnitude; a step with a gradient not measured (None) or a zero top (no
+    ratio) is left out.
     """
     highs, lows, orders = [], [], []
     for _, grads in grad_by_step:
         top = grads[-1]
-        if not top or any(g is None or g <= 0 for g in grads[:bottom]):
+        if not top or any(g is None for g in grads[:bottom]):
             continue
         ratios = [g / top for g in grads[:bottom]]
         highs.append(max(ratios))
         lows.append(min(ratios))
-        orders.append(max(abs(math.log10(x)) for x in ratios))
+        orders.append(max(abs(math.log10(x)) if x > 0 else ZERO_ORDERS for x in ratios))
     if not highs:
         return {"max": math.nan, "min": math.nan, "orders": math.nan}
     return {"max": statistics.median(highs), "min": statistics.median(lows), "orders": max(orders)}
@@ -174,6 +224,7 @@ def _checks_without_skip(cut: list, ratio_cut: list, shape: list, bottom: int) -
             [x["falls"] for x in shape],
             at_least=e["falls_by"],
             fmt=".2f",
+            sanity=FALLS_SANITY,
         ),
         seeded_check(
             "without it, per step: then stalls (second quarter's mean loss - last quarter's, nats)",

@@ -34,7 +34,8 @@ AT_SCALE = (
 
 QUICK = {"depths": [6, 24], "seeds": [0]}
 REGISTRATION = Registration(
-    date="2026-11-30",
+    commit="9fcf9413329ed4ec7efa19b6764a1e0122a1169b",
+    typed_date="2026-11-30",
     expectation={
         # "faster than independence": ||x_L||^2 / (||x_0||^2 + sum ||delta_l||^2) above this at every L
         "correlated_ratio_above": 1.0,

@@ -1,0 +1,34 @@
+"""benchmarks/gpu.py --reproduce --dry-run: the registered large scale's plan, on a CPU, training nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from depthlab.reproduce import REGISTRATIONS
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_the_large_scale_dry_run_names_every_registered_claim_and_trains_nothing(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(
+        [sys.executable, "gpu.py", "--reproduce", "--dry-run", "--out", str(tmp_path / "runs")],
+        cwd=ROOT / "benchmarks",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    large = [n for n, r in REGISTRATIONS.items() if "large" in r.regimes]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"# the registered large scale: {len(large)} claims")
+    assert {ln.split(":")[0] for ln in lines[1:-1]} == set(large)
+    assert (
+        "passes over the corpus" in lines[1]
+        and lines[-1] == "run it with: python benchmarks/gpu.py --reproduce"
+    )
+    assert not (tmp_path / "runs").exists()  # nothing trained, nothing written

@@ -1,0 +1,63 @@
+"""Paths to a false agree, each hit by runs built for it (no training): a diverged run that still
+reported a finite loss, two stalled runs that are "close", and the steps where the bottom gradient is 0."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from depthlab.intervals import AGREE, INCONCLUSIVE
+from depthlab.reproduce.claims import no_residual, shallow_post, skip_ablation, warmup
+from depthlab.reproduce.lm_runs import Run, final_loss
+
+UNIGRAM = 3.1
+
+
+def run(val: float, outcome: str = "trained", label: str = "r") -> Run:
+    return Run(label, {"n_layers": 2, "vocab_size": 256}, {}, outcome, None, val, val, UNIGRAM, 0.0)
+
+
+def test_a_diverged_run_counts_as_ln_v_whatever_loss_it_reported():
+    # a run with a NaN gradient at step 21 that was evaluated finite later
+    assert final_loss(run(3.267, "diverged")) == pytest.approx(math.log(256))
+    assert final_loss(run(2.5)) == 2.5
+
+
+def stalled(n: int = 3) -> list[Run]:
+    return [run(UNIGRAM - 0.01 * i, "stalled") for i in range(n)]
+
+
+def test_two_stalled_sides_are_not_close_under_the_revised_rule():
+    check = warmup.close_check(6, 1e-3, (stalled(), stalled()))
+    assert check.result == AGREE  # the first registration's result, shown
+    assert check.revised == INCONCLUSIVE and "not both sides trained" in check.measured
+    trained = [run(2.50), run(2.52), run(2.51)], [run(2.49), run(2.50), run(2.52)]
+    assert warmup.close_check(6, 1e-3, trained).revised == ""
+
+
+def test_two_stalled_sides_are_not_no_worse_under_the_revised_rule():
+    check = shallow_post.no_worse_check(6, stalled(), stalled(), 0.02, {"post": 0, "pre": 0})
+    assert check.result == AGREE and check.revised == INCONCLUSIVE
+
+
+def test_with_skips_two_stalled_depths_are_not_no_worse(monkeypatch):
+    def fake_seeds(label, model, train, seeds, scale="small"):
+        if model["residual"]:  # with skips: both depths stalled at the unigram level
+            return [run(UNIGRAM - 0.001 * s, "stalled", label) for s in seeds]
+        return [run(UNIGRAM + 0.02 * model["n_layers"] + 0.01 * s, "stalled", label) for s in seeds]
+
+    monkeypatch.setattr(no_residual, "train_seeds", fake_seeds)
+    monkeypatch.setattr(no_residual, "announce", lambda *a, **k: 0.0)
+    monkeypatch.setattr(no_residual, "profiles", lambda *a, **k: None)
+    checks = no_residual.reproduce_no_residual().checks
+    with_skips = next(c for c in checks if c.claim.startswith("with skips"))
+    assert with_skips.result == AGREE and with_skips.revised == INCONCLUSIVE
+
+
+def test_a_zero_bottom_gradient_is_kept_as_the_strongest_starvation():
+    grads = [(1, [0.0, 0.0, 1.0]), (2, [0.0, 0.0, 1.0]), (3, [1e-3, 2e-3, 1.0])]
+    r = skip_ablation.bottom_to_top(grads, bottom=2)
+    assert r["max"] == 0.0 and r["min"] == 0.0 and r["orders"] == skip_ablation.ZERO_ORDERS
+    unmeasured = [(1, [None, 0.5, 1.0]), (2, [0.5, 0.5, 1.0])]
+    assert skip_ablation.bottom_to_top(unmeasured, bottom=2)["max"] == 0.5
