@@ -194,7 +194,7 @@ def compare_and_minors(t, tmp: Path, cli, refused) -> None:
     run = tmp / "mrun"
     cases = []
     for what, setup, argv, needle in [
-        ("--preset ''", None, ["study", "--preset", "", "--dry-run", "--db", "m.sqlite"], "preset=''"),
+        ("--preset ''", None, ["study", "--preset", "", "--dry-run", "--db", "m.sqlite"], "--preset ''"),
         ("result.json = []", ("result.json", "[]"), [*RUN_FLAGS, "--out", "mrun", "--resume"], "result.json"),
         ("config.json = {}", ("config.json", "{}"), [*RUN_FLAGS, "--lr", "0.5", "--out", "mrun", "--resume"], "config.json"),
         ("checkpoints a file", ("checkpoints", "x"), [*RUN_FLAGS, "--out", "mrun", "--resume"], "not a folder"),
