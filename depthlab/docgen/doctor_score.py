@@ -19,7 +19,8 @@ import time
 
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.paths import check_output_file
-from depthlab.probe.doctor import STEP_LIMIT, STEP_LIMIT_WARMUP, diagnose
+from depthlab.probe.doctor import diagnose
+from depthlab.probe.doctor_lr import STEP_LIMIT, STEP_LIMIT_WARMUP
 from depthlab.probe.result import ProbeResult
 from depthlab.report import load
 from depthlab.report.grouping import predicted
