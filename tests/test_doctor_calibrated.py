@@ -102,3 +102,53 @@ def test_the_missing_attention_skip_at_depth_is_an_error():
     found = verdicts(1e-3, n_layers=12, d_model=64, wrap="pre", residual=("ffn",))[0]
     v = found["vanishing-gradient"]
     assert v.level == "error" and "stall" in v.message
+
+
+def _run(outcome, verdicts, warmup=0):
+    return {
+        "status": "done",
+        "outcome": outcome,
+        "config": {"train": {"warmup": warmup}},
+        "probe": {"verdicts": [{"level": lv, "code": c, "message": ""} for lv, c in verdicts]},
+    }
+
+
+def test_the_record_counts_each_verdict_and_prediction_against_the_outcomes():
+    from depthlab.study.calibration import agreement
+
+    runs = [
+        _run("stalled", [("error", "learning-rate")]),
+        _run("trained", [("error", "learning-rate")]),
+        _run("trained", [("ok", "learning-rate"), ("ok", "stream-growth")]),
+        _run("diverged", [("ok", "learning-rate")]),
+        dict(_run("trained", [("ok", "learning-rate")]), status="failed"),  # not counted
+    ]
+    table = agreement(runs)
+    assert table["learning-rate:error"] == {
+        "runs": 2,
+        "agreed": 1,
+        "what": "with this verdict stalled or diverged",
+    }
+    assert table["learning-rate:ok"]["runs"] == 2 and table["learning-rate:ok"]["agreed"] == 1
+    assert table["prediction:fails"]["agreed"] == 1 and table["prediction:trains"]["runs"] == 2
+    assert table["stream-growth:ok"] == {"runs": 1, "agreed": 1, "what": "with this verdict trained"}
+    assert "ok:ok" not in table
+
+
+def test_the_grid_range_spans_every_run_of_the_grids():
+    from depthlab.study import StudyConfig
+    from depthlab.study.calibration import grid_range
+
+    grid = StudyConfig.from_dict(
+        {
+            "name": "g",
+            "model": {"d_model": 32, "n_heads": 4},
+            "axes": {"n_layers": [2, 24], "lr": [1e-4, 1.0]},
+        }
+    )
+    assert grid_range([grid]) == {
+        "d_model": [32, 32],
+        "n_layers": [2, 24],
+        "lr": [1e-4, 1.0],
+        "warmup": [0, 0],
+    }

@@ -19,12 +19,14 @@ import time
 
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.paths import check_output_file
+from depthlab.probe.calibration import RECORD_PATH, load_record
 from depthlab.probe.doctor import diagnose
 from depthlab.probe.doctor_lr import STEP_LIMIT, STEP_LIMIT_WARMUP
 from depthlab.probe.result import ProbeResult
 from depthlab.report import load
 from depthlab.report.grouping import predicted
 from depthlab.study import RunSpec, StudyConfig, run_study
+from depthlab.study.calibration import calibration_record, write_record
 from depthlab.study.scoring import doctor_pairs, format_score, score
 from depthlab.study.worker import probe_at_init
 
@@ -42,17 +44,28 @@ def without_lr(probe: dict) -> dict:
     return p
 
 
-def measure(db: str = DEFAULT_DB, workers: int = 1, out=None) -> dict:
+WHERE = f"thresholds chosen on {TUNING} at width 32, scored on {HELDOUT} at widths 48-64; 150 steps"
+
+
+def measure(db: str = DEFAULT_DB, workers: int = 1, out=None, record: str = RECORD_PATH) -> dict:
     """Run (or resume) both grids into ``db``; returns {"tuning", "heldout", "heldout_before"} scores,
-    the misses on the held-out grid and the seconds the runs took."""
+    the misses on the held-out grid and the seconds the runs took. Rewrites the doctor's calibration
+    record (``record``) from the tuning runs before the held-out runs are probed again."""
     start = time.perf_counter()
     scores = {}
-    for key, grid in (("tuning", TUNING), ("heldout", HELDOUT)):
-        study = StudyConfig.from_yaml(grid)
+    grids = [StudyConfig.from_yaml(TUNING), StudyConfig.from_yaml(HELDOUT)]
+    for key, study in zip(("tuning", "heldout"), grids):
         res = run_study(study, db=db, workers=workers, progress=False, out=out)
         data = load(db, res.study_id)
         data.runs = [dict(r, probe=_probe_again(r)) for r in data.runs]
         scores[key] = score(doctor_pairs(data.runs))
+        if key == "tuning":
+            when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+            source = (
+                f"`depthlab reproduce doctor` on {when}: counts from the {len(data.runs)} runs of {TUNING}"
+            )
+            write_record(calibration_record(data.runs, grids, WHERE, source), record)
+            load_record.cache_clear()
         if key == "heldout":
             before = [dict(r, probe=without_lr(r["probe"])) if r.get("probe") else r for r in data.runs]
             scores["heldout_before"] = score(doctor_pairs(before))

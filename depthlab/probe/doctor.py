@@ -54,6 +54,7 @@ from __future__ import annotations
 import math
 
 from depthlab.fit import loglog_slope
+from depthlab.probe.calibration import evidence, load_record
 from depthlab.probe.doctor_lr import learning_rate
 from depthlab.probe.result import ProbeResult
 from depthlab.probe.verdict import Verdict
@@ -240,7 +241,8 @@ def _growth(r: ProbeResult):
         level,
         "stream-growth",
         f"stream rms grows from {rms[0]:.3g} after the first block to {rms[-1]:.3g} (x{rms[-1] / rms[0]:.3g}) "
-        f"over {L} layers; fitted rms ~ l^{p:.2f} vs sqrt(L) = {math.sqrt(L):.3g} (exponent 0.5): {tail}",
+        f"over {L} layers; fitted rms ~ l^{p:.2f} vs sqrt(L) = {math.sqrt(L):.3g} (exponent 0.5): {tail}; "
+        + (evidence(load_record(), f"stream-growth:{level}") or "no calibration run had this verdict"),
     )
 
 
