@@ -26,6 +26,7 @@ from depthlab.probe.result import ProbeResult
 from depthlab.report import load
 from depthlab.report.grouping import predicted
 from depthlab.study import RunSpec, StudyConfig, run_study
+from depthlab.study.baselines import baseline_pairs
 from depthlab.study.calibration import calibration_record, write_record
 from depthlab.study.scoring import doctor_pairs, format_score, score
 from depthlab.study.worker import probe_at_init
@@ -59,7 +60,11 @@ def measure(db: str = DEFAULT_DB, workers: int = 1, out=None, record: str = RECO
         data = load(db, res.study_id)
         data.runs = [dict(r, probe=_probe_again(r)) for r in data.runs]
         scores[key] = score(doctor_pairs(data.runs))
+        if key == "heldout":
+            pairs = baseline_pairs(tuning_runs, data.runs)
+            scores["baselines"] = {name: score(p) for name, p in pairs.items()}
         if key == "tuning":
+            tuning_runs = data.runs
             when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
             source = (
                 f"`depthlab reproduce doctor` on {when}: counts from the {len(data.runs)} runs of {TUNING}"
@@ -123,8 +128,12 @@ def render(scores: dict, db: str) -> str:
         "",
         "## Held-out score",
         "",
+        "With 95% Wilson intervals, against two baselines chosen on the tuning grid: always answering "
+        "'trains', and a lookup of the majority outcome by wrapping x learning rate on the tuning runs "
+        "(nearest tuning lr): the doctor is worth its probe only above the lookup.",
+        "",
         "```",
-        format_score(h),
+        format_score(h, scores.get("baselines")),
         "```",
         "",
         "## The same held-out runs, the doctor without the learning rate",
