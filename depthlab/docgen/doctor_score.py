@@ -55,6 +55,7 @@ def measure(db: str = DEFAULT_DB, workers: int = 1, out=None, record: str = RECO
     start = time.perf_counter()
     scores = {}
     grids = [StudyConfig.from_yaml(TUNING), StudyConfig.from_yaml(HELDOUT)]
+    tuning_runs: list[dict] = []  # the baselines are chosen on them
     for key, study in zip(("tuning", "heldout"), grids):
         res = run_study(study, db=db, workers=workers, progress=False, out=out)
         data = load(db, res.study_id)
