@@ -106,6 +106,41 @@ def _misses(data) -> list[str]:
     return out
 
 
+SCALE_SECTION = [
+    "## Across scale: registered grids, not run yet",
+    "",
+    "The grids above stop at width 64, 16 layers, lr 0.05 and 150 steps. Every learning-rate and "
+    "trainability verdict now says where it was calibrated and how often the tuning grid agreed with it "
+    "(the record `depthlab/probe/calibration.json`, rewritten from the tuning runs by this command), and a "
+    "configuration outside that range (a wider or deeper model, another lr or warmup) gets at most a "
+    "warning marked as an extrapolation. Three grids, committed before any of their runs, are to "
+    "calibrate and score the doctor where people train:",
+    "",
+    "- `grids/doctor-scale-tuning.yaml`: 540 runs, 10 wrappings x width 32 at 2 and 24 layers and width "
+    "128 at 6 x lr 1e-4 to 1 in half-decades x warmup 0 and 300, 600 steps; the cost model estimates "
+    "5.1 h of one core.",
+    "- `grids/doctor-scale-tuning-wide.yaml`: 24 runs at width 512 (post-LN, pre-LN, ReZero x lr 3e-4 to "
+    "1e-2 x warmup 0 and 300, 1,000 steps); 2.5 h of one core.",
+    "- `grids/doctor-scale-heldout.yaml`: the held-out grid across width, 36 runs (post-LN, pre-LN, "
+    "DeepNorm, ReZero x widths 128, 256, 512 x lr 6e-4, 2e-3, 6e-3, warmup 100, 1,000 steps); 3.5 h of "
+    "one core. It is never used to choose anything.",
+    "",
+    "In all about 11 hours of one core (5.6 with `--workers 2`); none of them has run yet, so no "
+    "figure here comes from them. Each resumes where it stopped:",
+    "",
+    "```",
+    "depthlab study --grid grids/doctor-scale-tuning.yaml --db runs/doctor-scale.sqlite",
+    "depthlab study --grid grids/doctor-scale-tuning-wide.yaml --db runs/doctor-scale.sqlite",
+    "depthlab study --grid grids/doctor-scale-heldout.yaml --db runs/doctor-scale.sqlite",
+    "```",
+    "",
+    "Each run's escape step (the first step its loss leaves the unigram band for good) is stored with "
+    "it and shown in the report, so a late escape from the plateau is told from a stall. Predicting the "
+    "escape step from lr, width, depth and warmup needs these runs: the grids above, at 150 steps, "
+    "cannot separate a late escape from a stall, so no such prediction is made yet.",
+]
+
+
 def render(scores: dict, db: str) -> str:
     """The Markdown of docs/doctor.md from :func:`measure`'s scores."""
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -155,6 +190,8 @@ def render(scores: dict, db: str) -> str:
         "## Held-out runs the doctor got wrong",
         "",
         *[f"- {m}" for m in scores["misses"]],
+        "",
+        *SCALE_SECTION,
         "",
         "---",
         "",
