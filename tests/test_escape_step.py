@@ -36,7 +36,7 @@ def test_the_monitor_and_the_result_line_give_it():
         m.log(step, loss)
     assert m.escape() == 20
     r = RunResult("trained", None, None, 2.0, 2.1, None, U, None, 100.0, escape_step=m.escape())
-    assert r.summary().endswith("left the unigram band at step 20")
+    assert r.summary().endswith("training loss below the unigram band from step 20")
     assert RunResult.from_dict({"outcome": "stalled", "unigram_loss": U}).escape_step is None
     assert (
         "never left the unigram band"

@@ -125,9 +125,9 @@ class RunResult:
         parts.append(f"{self.tokens_per_s:,.0f} tokens/s")
         if self.unigram_loss is not None:
             parts.append(
-                "never left the unigram band"
+                "training loss never left the unigram band"
                 if self.escape_step is None
-                else f"left the unigram band at step {self.escape_step}"
+                else f"training loss below the unigram band from step {self.escape_step}"
             )
         line = f"{head}: " + ", ".join(parts)
         return line + (f" -- {self.reason}" if self.reason else "")
