@@ -84,12 +84,17 @@ def test_exploding(ratio, expected):
 
 
 def test_stream_growth_exponent_and_level():
-    sqrt_growth = [math.sqrt(i + 1) for i in range(49)]
-    assert rms_exponent(sqrt_growth) == pytest.approx(0.5)
+    sqrt_growth = [0.02] + [math.sqrt(i) for i in range(1, 49)]  # an unscaled embedding, then sqrt(l)
+    assert rms_exponent(sqrt_growth[1:]) == pytest.approx(0.5)
     v = next(v for v in diagnose(fake([1.0] * 49, rms=sqrt_growth)) if v.code == "stream-growth")
-    assert v.level == "ok" and "^0.50" in v.message and "sqrt(L+1) = 7" in v.message
-    linear = [float(i + 1) for i in range(49)]
+    assert v.level == "ok" and "^0.50" in v.message and "sqrt(L) = 6.93" in v.message
+    linear = [0.02] + [float(i) for i in range(1, 49)]
     assert levels(fake([1.0] * 49, rms=linear))["stream-growth"] == "warning"
+
+
+def test_an_embeddings_jump_to_the_first_blocks_scale_is_not_growth():
+    """DeepNorm re-wiring a Llama-shaped model: rms 0.02 at the embedding, then LayerNorm's 1.0 throughout."""
+    assert "stream-growth" not in levels(fake([1.0] * 7, rms=[0.02] + [1.0] * 6))
 
 
 def test_missing_final_norm():

@@ -86,7 +86,7 @@ def run(args) -> int:
             flush=True,
         )
         scores = write_doctor_doc(DOCTOR_DB, args.doc or DOCTOR_DOC)
-        print(format_score(scores["heldout"]))
+        print(format_score(scores["heldout"], scores.get("baselines")))
         print(f"wrote {args.doc or DOCTOR_DOC}")
         return 0
     if args.name == "tour":

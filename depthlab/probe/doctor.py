@@ -14,13 +14,17 @@ init, a batch of 8 x 64 bytes of the default corpus, LM loss, seed 0 unless a ra
 - ``vanishing-gradient``: r = min(g0/gL, c0/cL). **error** below ``VANISH_ERROR`` = 1e-3 (three
   orders of magnitude: every skip-less attention stack from 24 layers, the toy stacks without skips), **warning**
   below ``VANISH_WARN`` = 0.1 (post-LN from 24 layers, which the literature finds diverging around
-  18-20 layers: Liu et al. 2020; Wang et al. 2019). Good stacks never go below 0.77. A layer is *starved*
+  18-20 layers: Liu et al. 2020; Wang et al. 2019), and an **error** below it too when the positions
+  have collapsed at the top (mean cosine between positions >= ``COLLAPSE_COS`` = 0.98: attention without
+  its skip, which stalls). Good stacks never go below 0.77. A layer is *starved*
   when the gradient at its output is below ``STARVED`` = 1e-2 of the top (the bottom layers of a stack
   without its attention skip get "almost no gradient"); the message counts them from the bottom.
 - ``exploding-gradient``: max_i r_i above ``EXPLODE_WARN`` = 100 (**warning**; the residual relu
   toy sits at 100, every good stack below 25) or ``EXPLODE_ERROR`` = 1e4, or any non-finite value
   (**error**).
-- ``stream-growth``: stream rms fitted as (i+1)^p over i = 0..L. Reported once rms_L / rms_0 >= 2.
+- ``stream-growth``: stream rms fitted as i^p over the streams after the first block, i = 1..L (the
+  embedding's own scale, 0.02 in GPT-2 and Llama, and its jump to the first block's is not growth).
+  Reported once rms_L / rms_1 >= 2.
   Pre-LN measures p = 0.40 / 0.52 / 0.53 / 0.58 (rms x2.2 .. x7.9), sandwich 0.57 .. 0.65: the
   sqrt(L) of the independent-sum estimate (L unit-variance updates add to variance L: p = 0.5) and Xiong et al.'s Lemma 2 (energy linear
   in depth). **ok** up to ``GROWTH_WARN_EXPONENT`` = 0.75; faster growth is a **warning**.
@@ -34,20 +38,11 @@ init, a batch of 8 x 64 bytes of the default corpus, LM loss, seed 0 unless a ra
   0.97 .. 1.37 at 4 .. 6 layers, 1.6 .. 27 at 96 .. 192; Admin 0.37 .. 0.59 (6 .. 192 layers);
   DeepNorm 0.03 .. 0.05 (96 layers). Literature: post-LN needs warmup from 6 layers (Vaswani et al. 2017, 4000 steps;
   Xiong et al. 2020: 8.45 BLEU without warmup vs ~34 with).
-- ``learning-rate`` (only when the probe is given the learning rate and warmup the model will train
-  with; it then replaces ``warmup-required``): the probe measures the model's *update gain* G, how far
-  Adam's first update moves the output per unit of learning rate (:func:`depthlab.probe.probe.measure`),
-  and the *step size* s = G x lr, the first full-size update's reach in output norms. Where blocks
-  renormalise the stream (post-LN, DeepNorm, Admin, Mix-LN's bottom layers), the run is predicted to
-  fail (**error**) when s > ``STEP_LIMIT`` = 1.3 without warmup, or s > ``STEP_LIMIT_WARMUP`` = 4.7
-  with one; otherwise the verdict is **ok** with the numbers. Stacks that never renormalise their stream
-  get no limit: on the calibration grid none of them failed by step size (pre-LN, sandwich, reorder,
-  LNS and LayerScale trained up to s = 155; ReZero diverged at lr 0.05 with s = 0.65, which no
-  threshold on s separates). The two limits were chosen on the calibration grid
-  (grids/doctor-tuning.yaml: 10 wrappings x depths 2, 6, 16 x lr 1e-3, 1e-2, 5e-2 x warmup 0, 30,
-  d_model 32, 150 steps), where they classify 61 of the 66 renormalising runs (any no-warmup limit in
-  (1.05, 1.68) and warmup limit in (4.35, 5.15) did as well: the midpoints were taken); the doctor's
-  score is measured on a separate held-out grid (docs/doctor.md).
+- ``learning-rate`` / ``update-size`` (only when the probe is given the learning rate and warmup the
+  model will train with; it then replaces ``warmup-required``): a learning-rate ceiling for every
+  wrapping, from the measured update gain and relative update and the calibrated limits, with how often
+  the calibration grid agreed and where it was calibrated; an error outside that range is a warning
+  marked as an extrapolation. The rules and their measurements: :mod:`depthlab.probe.doctor_lr`.
 - ``non-finite`` (**error**, reported alone): a stream or the loss is inf or nan: float32 overflowed
   (a norm-free stack's stream grows with depth), so nothing else can be judged.
 - ``dead-stream`` (**error**): a stream that is exactly zero (ReZero's a = 0 with its skip off).
@@ -59,6 +54,8 @@ from __future__ import annotations
 import math
 
 from depthlab.fit import loglog_slope
+from depthlab.probe.calibration import evidence, load_record
+from depthlab.probe.doctor_lr import learning_rate
 from depthlab.probe.result import ProbeResult
 from depthlab.probe.verdict import Verdict
 
@@ -70,8 +67,7 @@ EXPLODE_ERROR = 1e4
 GROWTH_REPORT = 2.0
 GROWTH_WARN_EXPONENT = 0.75
 WARMUP_K = 0.8
-STEP_LIMIT = 1.3
-STEP_LIMIT_WARMUP = 4.7
+COLLAPSE_COS = 0.98
 
 
 def diagnose(r: ProbeResult) -> list[Verdict]:
@@ -82,7 +78,7 @@ def diagnose(r: ProbeResult) -> list[Verdict]:
         return [broken]
     degenerate = _degenerate_loss(r)
     lr_given = r.config["probe"].get("lr") is not None
-    checks = [_dead, _missing_final_norm, _learning_rate if lr_given else _warmup, _growth]
+    checks = [_dead, _missing_final_norm, learning_rate if lr_given else _warmup, _growth]
     if degenerate is None:
         checks[1:1] = [_vanishing, _exploding]
     found = [v for v in [degenerate, *(check(r) for check in checks)] if v is not None]
@@ -161,7 +157,9 @@ def _vanishing(r: ProbeResult):
     prof = ctx if use_ctx else plain
     if prof[0] >= VANISH_WARN:
         return None
-    level = "error" if prof[0] < VANISH_ERROR else "warning"
+    top_cos = r.layers[-1].get("token_cos")
+    collapsed = use_ctx and top_cos is not None and top_cos >= COLLAPSE_COS
+    level = "error" if prof[0] < VANISH_ERROR or collapsed else "warning"
     starved = _starved_from_bottom(prof)
     what = "the gradient that differs between positions" if use_ctx else "the gradient"
     msg = f"{what} reaching stream 0 is {prof[0]:.1e} of its value at the top (stream {r.n_layers}); " + (
@@ -176,6 +174,8 @@ def _vanishing(r: ProbeResult):
             f"positions collapse to one vector, mean cosine between positions {cos:.3f} at the top vs "
             f"{r.layers[0].get('token_cos'):.3f} at the input: rank collapse, Dong et al. 2021)"
         )
+    if collapsed:
+        msg += "; with the positions collapsed and this little context gradient reaching the bottom, such runs stall"
     return Verdict(level, "vanishing-gradient", f"{msg}. {_vanishing_advice(r)}")
 
 
@@ -224,8 +224,11 @@ def _exploding(r: ProbeResult):
 
 
 def _growth(r: ProbeResult):
-    rms = r.column("stream_rms")
-    if rms[0] <= 0 or rms[-1] / rms[0] < GROWTH_REPORT:
+    """Judged on the streams after the first block (1..L): stream 0 is the embedding, whose scale is
+    its init's (0.02 in GPT-2 and Llama) and says nothing of how blocks add up; its jump to the first
+    block's scale is not growth. At least two blocks are needed."""
+    rms = r.column("stream_rms")[1:]
+    if len(rms) < 2 or rms[0] <= 0 or rms[-1] / rms[0] < GROWTH_REPORT:
         return None
     p, L = rms_exponent(rms), r.n_layers
     level = "warning" if p > GROWTH_WARN_EXPONENT else "ok"
@@ -237,13 +240,15 @@ def _growth(r: ProbeResult):
     return Verdict(
         level,
         "stream-growth",
-        f"stream rms grows from {rms[0]:.3g} to {rms[-1]:.3g} (x{rms[-1] / rms[0]:.3g}) over {L} layers; "
-        f"fitted rms ~ (l+1)^{p:.2f} vs sqrt(L+1) = {math.sqrt(L + 1):.3g} (exponent 0.5): {tail}",
+        f"stream rms grows from {rms[0]:.3g} after the first block to {rms[-1]:.3g} (x{rms[-1] / rms[0]:.3g}) "
+        f"over {L} layers; fitted rms ~ l^{p:.2f} vs sqrt(L) = {math.sqrt(L):.3g} (exponent 0.5): {tail}; "
+        + (evidence(load_record(), f"stream-growth:{level}") or "no calibration run had this verdict"),
     )
 
 
 def rms_exponent(rms: list[float]) -> float:
-    """p of the fit rms_i ~ (i + 1)^p over the streams with rms > 0 (0 when it cannot be fitted)."""
+    """p of the fit rms[j] ~ (j + 1)^p over the entries with rms > 0 (0 when it cannot be fitted); the
+    doctor passes streams 1..L, so j + 1 counts the blocks applied."""
     return loglog_slope(range(1, len(rms) + 1), rms) or 0.0
 
 
@@ -280,35 +285,6 @@ def _warmup(r: ProbeResult):
         "output change grows linearly with depth (Liu et al. 2020); train it with a learning-rate warmup "
         "(Vaswani et al. 2017: 4000 steps) or use pre-LN, Admin or DeepNorm",
     )
-
-
-def _learning_rate(r: ProbeResult):
-    """The step-size verdict (see the module docstring); None when the gain could not be measured."""
-    pr, st = r.config["probe"], r.config["stack"]
-    gain, step = pr.get("update_gain"), pr.get("step_size")
-    if gain is None or step is None:
-        return None
-    lr, warmup = pr["lr"], pr.get("warmup") or 0
-    limit = STEP_LIMIT_WARMUP if warmup else STEP_LIMIT
-    share = st.get("renormalised_share") or 0.0
-    reach = f"update gain {gain:.3g}: one Adam step at lr {lr:g} reaches s = {step:.3g} output norms"
-    if share > 0 and step > limit:
-        with_w = f"with a {warmup}-step warmup" if warmup else "without warmup"
-        return Verdict(
-            "error",
-            "learning-rate",
-            f"{reach}, above {limit:g}, the limit {with_w} for stacks whose blocks renormalise the stream "
-            f"({share:.0%} of them here): such runs stalled at the unigram level or diverged on the doctor's "
-            "calibration grid (Liu et al. 2020: post-LN's output moves with depth). A smaller learning rate"
-            + (", a warmup" if not warmup else "")
-            + " or a wrapping that does not renormalise the stream (pre-LN, sandwich) would train",
-        )
-    where = (
-        f"within the limit {limit:g} for stacks that renormalise the stream"
-        if share > 0
-        else "the stream is never renormalised, and no step size stopped such stacks on the calibration grid"
-    )
-    return Verdict("ok", "learning-rate", f"{reach}: {where}")
 
 
 def prediction(probe: dict, warmup: int | None = None) -> str | None:

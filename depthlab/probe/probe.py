@@ -33,6 +33,7 @@ from depthlab.probe.locate import StackInfo, locate_stack, missing_sublayers, wi
 from depthlab.probe.pass_record import PassRecord
 from depthlab.probe.result import ProbeResult
 from depthlab.probe.stats import stream_table, token_cosine
+from depthlab.probe.update_size import relative_update
 
 LOSSES = ("lm", "sum")
 # Each Jacobian projection is one more backward pass; the estimate's relative error falls as
@@ -89,7 +90,9 @@ def measure(
     ``GAIN_LR`` where the change is still linear in eta (one more forward pass; weights restored).
     gain x lr is then the first full-size update's reach ("step size" below; it saturates in the real
     model near sqrt(2), an unrelated output, which is why the gain is taken small), gain x lr / warmup
-    the first update's. Both go in ``config["probe"]`` for the doctor.
+    the first update's. Both go in ``config["probe"]`` for the doctor, with the relative update
+    (:func:`depthlab.probe.update_size.relative_update`: the first full step against the block matrices'
+    own size, comparable across width).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
@@ -136,6 +139,7 @@ def measure(
             "update_gain": gain,
             "step_size": None if gain is None else gain * lr,
             "first_step_size": None if gain is None else gain * lr / max(1, warmup),
+            "relative_update": None if lr is None else relative_update(stack.layer_params, lr, seed),
             "mode": "eval, batch norms on batch statistics" if batch_stats else "eval",
         },
     }

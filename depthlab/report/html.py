@@ -106,7 +106,9 @@ def verdict_section(data: StudyData) -> str:
 
 
 def runs_section(data: StudyData) -> str:
-    """Every run: its configuration, status/outcome, reason, losses, speed, time and host."""
+    """Every run: its configuration, status/outcome, reason, escape step (the first logged step from which
+    its loss stayed below the unigram band: a late escape from the plateau is not a stall), losses,
+    speed, time and host."""
     lay, rows = data.layout, []
     for i, r in enumerate(data.runs, 1):
         reason = r.get("reason") or (r.get("error") or "").strip().splitlines()[-1:] or [""]
@@ -120,6 +122,7 @@ def runs_section(data: StudyData) -> str:
                 esc(r["config"]["train"].get("seed")),
                 _state(state(r)),
                 esc(reason),
+                esc(r.get("escape_step") if r.get("escape_step") is not None else "-"),
                 _num(r.get("final_train_loss")),
                 _num(r.get("val_loss")),
                 _num(r.get("val_bpb")),
@@ -137,6 +140,7 @@ def runs_section(data: StudyData) -> str:
         "seed",
         "outcome",
         "reason",
+        "left the unigram band at step",
         "train loss",
         "val loss",
         "val bpb",
@@ -145,7 +149,7 @@ def runs_section(data: StudyData) -> str:
         "host",
         "config hash",
     ]
-    return "<h2>Every run</h2>\n" + table(head, rows, num={0, 2, 7, 8, 9, 10, 11})
+    return "<h2>Every run</h2>\n" + table(head, rows, num={0, 2, 7, 8, 9, 10, 11, 12})
 
 
 def page(data: StudyData, figures: list[PageFigure]) -> str:

@@ -18,7 +18,8 @@ ID = ("run_id", "wrapping", "n_layers", "setting", "seed")
 RESULTS = ("final_train_loss", "val_loss", "val_bpb", "unigram_loss", "accuracy", "tokens_per_s", "seconds")
 FRAMES = {
     # one row per run, in grid order: state = the outcome once done, else the status (queued, running,
-    # failed); outcome_step = where a stalled or diverged run was judged; probe_level / probe_codes =
+    # failed); outcome_step = where a stalled or diverged run was judged; escape_step = the first logged
+    # step from which the loss stayed below the unigram band (None: it never left); probe_level / probe_codes =
     # the at-init verdict (worst level, non-ok codes); then the varying config fields and "config"
     "runs": (
         *ID,
@@ -28,6 +29,7 @@ FRAMES = {
         "outcome",
         "reason",
         "outcome_step",
+        "escape_step",
         *RESULTS,
         "host",
         "probe_level",

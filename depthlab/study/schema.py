@@ -10,7 +10,7 @@ Tables::
     studies      one row per (name, grid hash): the grid as JSON
     runs         one row per resolved config (unique by its hash, shared between studies): status
                  queued|running|done|failed, owner (host:pid:start of the driver running it), outcome,
-                 result, timings, host that ran it, error text of a failed run
+                 result, escape step, timings, host that ran it, error text of a failed run
     study_runs   which runs a study contains, in grid order, with the axis values that chose each
     metrics      one row per logged step of a run (loss, lr, global grad norm, val loss, tokens/s)
     layer_metrics  per logged step and stream: the training telemetry (grad, rms, update ratio, ...)
@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from depthlab.errors import InputError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # layer_metrics' columns: the training telemetry's per-stream keys (depthlab.watch.keys.LAYER_KEYS,
 # a test keeps the two equal). Version 1 named the sublayer gradients attn_grad / ffn_grad and took them
@@ -112,7 +112,12 @@ _V3 = [
 # (depthlab.study.rekey), in the same transaction as the version row.
 _V4: list[str] = []
 
-MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
+# Version 5 stores each run's escape step (depthlab.watch.outcome.escape_step: the first logged step from
+# which the loss stayed below the unigram band); a step in Python (depthlab.study.backfill) computes it
+# for the runs stored before from their logged losses and unigram loss.
+_V5 = ["ALTER TABLE runs ADD COLUMN escape_step INTEGER"]
+
+MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}
 
 
 def current_version(conn: sqlite3.Connection) -> int:

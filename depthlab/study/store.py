@@ -15,6 +15,7 @@ import sqlite3
 import time
 
 from depthlab.errors import InputError
+from depthlab.study.backfill import fill_escape_steps
 from depthlab.study.owner import owner_id, owner_is_gone  # noqa: F401 (the runner and tests read them here)
 from depthlab.study.rekey import rekey_runs
 from depthlab.study.schema import (
@@ -93,7 +94,7 @@ class Store:
         self.conn.execute("PRAGMA journal_mode = WAL")
         self.conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: a killed process loses nothing
         self.conn.execute("PRAGMA foreign_keys = ON")
-        return migrate(self.conn, steps={4: rekey_runs})
+        return migrate(self.conn, steps={4: rekey_runs, 5: fill_escape_steps})
 
     def close(self) -> None:
         self.conn.close()
@@ -196,8 +197,8 @@ class Store:
             c.execute(
                 "UPDATE runs SET status = ?, owner = NULL, host = ?, outcome = ?, reason = ?, outcome_step = ?, "
                 "final_train_loss = ?, val_loss = ?, val_bpb = ?, unigram_loss = ?, accuracy = ?, "
-                "tokens_per_s = ?, result_json = ?, data_info_json = ?, error = ?, finished_at = ?, seconds = ? "
-                "WHERE id = ?",
+                "tokens_per_s = ?, escape_step = ?, result_json = ?, data_info_json = ?, error = ?, finished_at = ?, "
+                "seconds = ? WHERE id = ?",
                 (
                     status,
                     payload.get("host"),
@@ -207,6 +208,7 @@ class Store:
                     *(res.get(k) for k in ("final_train_loss", "val_loss", "val_bpb", "unigram_loss")),
                     res.get("accuracy"),
                     res.get("tokens_per_s"),
+                    res.get("escape_step"),
                     json.dumps(res) if res else None,
                     json.dumps(payload.get("data_info")) if payload.get("data_info") is not None else None,
                     payload.get("error"),

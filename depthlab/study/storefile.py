@@ -22,7 +22,7 @@ from depthlab.paths import printable as shown
 
 STORE_TABLES = {"studies", "runs", "study_runs", "metrics", "layer_metrics", "probes", "probe_layers"}
 RUN_NUMBERS = ("outcome_step", "final_train_loss", "val_loss", "val_bpb", "unigram_loss", "accuracy",
-               "tokens_per_s", "seconds", "attempts")  # fmt: skip
+               "tokens_per_s", "seconds", "attempts", "escape_step")  # fmt: skip
 SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite 3 database file
 BUSY_TIMEOUT_S = 60.0
 

@@ -271,6 +271,7 @@ class Trainer:
             unigram_loss=self.task.unigram_loss,
             accuracy=ev.get("accuracy"),
             tokens_per_s=self.window.total_tokens / max(self.window.total_seconds, 1e-9),
+            escape_step=self.monitor.escape(),
             metrics=self.metrics,
             data_info=self.task.data_info,
             model=self.model,

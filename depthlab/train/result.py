@@ -24,6 +24,7 @@ RESULT_KEYS = (
     "unigram_loss",
     "accuracy",
     "tokens_per_s",
+    "escape_step",
 )
 # The DataFrames of ``to_pandas(table)``: "metrics", one row per logged step (the metrics.jsonl keys
 # but "layers"); "layers", one row per logged step and stream ("layer" = the stream index i: 0 enters
@@ -41,7 +42,9 @@ class RunResult:
     final_train_loss: mean training loss (nats/token) over the last logging window; val_loss: at the
     end (nats/token); val_bpb: val_loss / ln 2 for byte-level lm (None otherwise); unigram_loss: the
     stalled reference level; accuracy: exact-match share of validation sequences for copy/reverse/sort
-    (None for lm); tokens_per_s: input tokens per second of training (all processes, evaluation excluded).
+    (None for lm); tokens_per_s: input tokens per second of training (all processes, evaluation excluded);
+    escape_step: the first logged step from which the loss stayed below the unigram band
+    (:func:`depthlab.watch.outcome.escape_step`; None if it never left it, and in results written before).
     metrics: the records given to ``on_log`` (one per logged step); data_info: files and hash of the data;
     model: the trained module itself (in memory only; the reproductions measure it).
     """
@@ -55,6 +58,7 @@ class RunResult:
     unigram_loss: float | None
     accuracy: float | None
     tokens_per_s: float
+    escape_step: int | None = None
     metrics: list[dict] = field(default_factory=list, repr=False)
     data_info: dict = field(default_factory=dict, repr=False)
     model: object = field(default=None, repr=False, compare=False)  # the trained nn.Module (not serialised)
@@ -119,6 +123,12 @@ class RunResult:
         if self.unigram_loss is not None:
             parts.append(f"unigram {self.unigram_loss:.3f}")
         parts.append(f"{self.tokens_per_s:,.0f} tokens/s")
+        if self.unigram_loss is not None:
+            parts.append(
+                "training loss never left the unigram band"
+                if self.escape_step is None
+                else f"training loss below the unigram band from step {self.escape_step}"
+            )
         line = f"{head}: " + ", ".join(parts)
         return line + (f" -- {self.reason}" if self.reason else "")
 

@@ -32,6 +32,11 @@ decides, against the unigram loss U (a model that learned only which tokens are 
 
 ``outcome.step`` is the update at which the run diverged, or the first update of the window where a
 stall or a fall was judged (None if trained).
+
+**The escape step** (:func:`escape_step`): the first logged step from which every logged training loss
+is below the band, (1 - ``STALL_MARGIN``) U: where the run left the unigram plateau for good. A run can
+sit on the plateau for hundreds of steps and then train; a fixed budget that ends before its escape
+calls it a stall, which is why studies store the escape step beside the outcome.
 """
 
 from __future__ import annotations
@@ -161,6 +166,10 @@ class Monitor:
             "stalled", f"final loss {final:.3f} above the unigram level {U:.3f} and flat: {trend}", start
         )
 
+    def escape(self) -> int | None:
+        """The escape step of the windows logged so far (:func:`escape_step`)."""
+        return escape_step(self.logged, self.unigram_loss)
+
     def _last_loss(self) -> float | None:
         if self.logged:
             return self.logged[-1][1]
@@ -190,6 +199,19 @@ class Monitor:
             elif k == "logged":
                 v = [tuple(x) for x in v]
             setattr(self, k, v)
+
+
+def escape_step(logged, unigram_loss: float | None) -> int | None:
+    """The first step of ``logged`` ((step, loss) pairs in step order) from which every loss is below
+    (1 - STALL_MARGIN) x ``unigram_loss``; None when the last one is not (or without a unigram loss).
+    Non-finite and missing losses count as not below."""
+    if unigram_loss is None or not math.isfinite(unigram_loss):
+        return None
+    level, found = (1 - STALL_MARGIN) * unigram_loss, None
+    for step, loss in logged:
+        below = loss is not None and math.isfinite(loss) and loss < level
+        found = (found if found is not None else step) if below else None
+    return found
 
 
 def outcome_line(outcome: dict) -> str:

@@ -1,0 +1,138 @@
+"""The doctor's learning-rate verdicts: a ceiling for every wrapping, with its evidence and its calibrated range.
+
+Given the learning rate and warmup a model will train with, the probe measures the update gain G (how
+far Adam's first update moves the output per unit lr; s = G x lr is the step size in output norms) and
+the relative update rho (:mod:`depthlab.probe.update_size`: Adam's first full step against each block
+matrix's spectral norm, a quantity comparable across width). Three families of stacks:
+
+- blocks renormalise the stream (post-LN, DeepNorm, Admin, Mix-LN's bottom layers): **error** when
+  s > ``STEP_LIMIT`` = 1.3 without warmup, > ``STEP_LIMIT_WARMUP`` = 4.7 with one (chosen on the tuning
+  grid; any limit in ``STEP_BAND`` classified its runs as well). The ceiling printed is lr <= band low / G
+  (expected to train) and the failures above band high / G.
+- zero-gated branches (ReZero, ``GATED``): the first step sets every gate to +-lr whatever its size, so
+  rho decides: on the tuning grid all 6 ReZero runs at rho = 0.28 (lr 0.01, width 32) trained and the 4
+  of 6 and 16 layers at rho = 1.4 (lr 0.05) diverged (the 2-layer ones trained): **error** above
+  ``GATED_LIMIT`` = 0.63 (the geometric midpoint) from ``GATED_DEPTH`` = 6 layers, a warning below.
+- the rest (pre-LN, sandwich, reorder, LNS, LayerScale): they trained on the tuning grid up to
+  rho = ``UPDATE_TRAINED`` = 1.42 (lr 0.05 at width 32; 2 of the 12 16-layer runs there, pre-LN and
+  reorder, stalled: 2 of its 10 runs of 16 layers at that lr, which no threshold on rho separates); the ceiling is the lr at
+  which rho reaches it, and a larger lr is a **warning**: no calibration run went there.
+
+Every verdict says where it was calibrated and, where the record holds it, how often the calibration
+grid agreed (:mod:`depthlab.probe.calibration`). A configuration outside the calibrated range (width,
+depth, lr, warmup) is an extrapolation: its error becomes a warning that says so.
+"""
+
+from __future__ import annotations
+
+import math
+
+from depthlab.probe.calibration import evidence, load_record, outside, range_text
+from depthlab.probe.result import ProbeResult
+from depthlab.probe.verdict import Verdict
+
+STEP_LIMIT = 1.3
+STEP_LIMIT_WARMUP = 4.7
+STEP_BAND = {False: (1.05, 1.68), True: (4.35, 5.15)}  # by "has a warmup": equally good limits
+UPDATE_TRAINED = 1.42
+GATED_TRAINED = 0.28
+GATED_LIMIT = 0.63
+GATED_DEPTH = 6
+GATED = ("rezero",)
+
+
+def learning_rate(r: ProbeResult, record: dict | None = None) -> Verdict | None:
+    """The learning-rate verdict with its ceiling, evidence and range; None when the gain was not measured."""
+    pr = r.config["probe"]
+    gain, step = pr.get("update_gain"), pr.get("step_size")
+    if gain is None or step is None or not math.isfinite(gain) or gain <= 0:
+        return None
+    record = load_record() if record is None else record
+    lr, warmup = pr["lr"], pr.get("warmup") or 0
+    rho = pr.get("relative_update")
+    share = r.config["stack"].get("renormalised_share") or 0.0
+    wrap = (r.config.get("model") or {}).get("wrap")
+    if share > 0:
+        level, text, key = _renormalised(gain, step, lr, warmup, share)
+    elif wrap in GATED and rho:
+        level, text, key = _gated(rho, lr, r.n_layers)
+    else:
+        level, text, key = _free(gain, step, rho, lr)
+    values = {"d_model": width(r), "n_layers": r.n_layers, "lr": lr, "warmup": warmup}
+    return _with_range(level, text, key, record, outside(record, values))
+
+
+def width(r: ProbeResult) -> int | None:
+    """The stream's width: the last dimension of the probed stream (None when it has no such axis)."""
+    shape = r.config["probe"].get("batch_shape") or []
+    return int(shape[-1]) if len(shape) >= 2 else None
+
+
+def _with_range(level: str, text: str, key: str, record: dict, out: list[str]) -> Verdict:
+    """The verdict with its evidence and range; an error outside the range becomes a warning."""
+    said = evidence(record, key) or evidence(
+        record, "prediction:" + ("fails" if level == "error" else "trains")
+    )
+    text += f". Calibrated at {range_text(record)}" + (f"; {said}" if said else "")
+    if out:
+        if level == "error":
+            level = "warning"
+        text += f". Extrapolation: {'; '.join(out)}, so this is not a confident verdict"
+    return Verdict(level, "learning-rate" if key.startswith("learning-rate") else "update-size", text)
+
+
+def _renormalised(gain, step, lr, warmup, share):
+    """Post-LN-style stacks: the step-size limit and the ceiling it implies."""
+    limit = STEP_LIMIT_WARMUP if warmup else STEP_LIMIT
+    lo, hi = STEP_BAND[bool(warmup)]
+    with_w = f"with a {warmup}-step warmup" if warmup else "without warmup"
+    text = (
+        f"update gain {gain:.3g}: one Adam step at lr {lr:g} reaches s = {step:.3g} output norms; "
+        f"lr <= {lo / gain:.2g} expected to train {with_w}; above {hi / gain:.2g} such stacks (blocks that "
+        f"renormalise the stream, {share:.0%} of them here) stalled or diverged on the calibration grid"
+    )
+    if step > limit:
+        return (
+            "error",
+            text + f" (s above the limit {limit:g}; Liu et al. 2020: post-LN's output moves with depth). A "
+            "smaller learning rate" + (", a warmup" if not warmup else "") + " or a wrapping that does not "
+            "renormalise the stream (pre-LN, sandwich) would train",
+            "learning-rate:error",
+        )
+    return "ok", text + f" (s within the limit {limit:g})", "learning-rate:ok"
+
+
+def _gated(rho, lr, depth):
+    """Zero-gated branches (ReZero): the relative update decides."""
+    per_lr = rho / lr
+    text = (
+        f"relative update rho = {rho:.3g} (Adam's first step against the block matrices' size); "
+        f"lr <= {GATED_TRAINED / per_lr:.2g} expected to train; from {GATED_LIMIT / per_lr:.2g} (rho {GATED_LIMIT:g}) "
+        f"zero-gated stacks (ReZero) of {GATED_DEPTH} layers or more diverged on the calibration grid"
+    )
+    if rho <= GATED_LIMIT:
+        return "ok", text, "update-size:ok"
+    if depth >= GATED_DEPTH:
+        return "error", text + ": lower the learning rate (or warm it up longer)", "update-size:error"
+    return "warning", text + f"; at {depth} layers such runs trained", "update-size:warning"
+
+
+def _free(gain, step, rho, lr):
+    """Stacks that never renormalise the stream: a ceiling from the largest calibrated relative update."""
+    reach = f"update gain {gain:.3g}: one Adam step at lr {lr:g} reaches s = {step:.3g} output norms"
+    if not rho:
+        return "ok", reach + "; no relative update measured, so no ceiling", "learning-rate:ok"
+    ceiling = UPDATE_TRAINED / (rho / lr)
+    text = (
+        f"{reach}, relative update rho = {rho:.3g}; lr <= {ceiling:.2g} expected to train (rho "
+        f"{UPDATE_TRAINED:g}, the largest at which stacks that never renormalise the stream trained on the "
+        "calibration grid)"
+    )
+    if rho <= UPDATE_TRAINED:
+        return "ok", text, "learning-rate:ok"
+    return (
+        "warning",
+        text + f"; lr {lr:g} is {rho / UPDATE_TRAINED:.3g}x above it, where the calibration grid has no run: "
+        "not expected to be safe",
+        "learning-rate:warning",
+    )

@@ -1,0 +1,154 @@
+"""The doctor at the widths people train: a learning-rate ceiling for every wrapping, each verdict's evidence
+and calibrated range, extrapolations at warning level at most, and the misdiagnoses it used to make."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from depthlab import ModelConfig, build_model
+from depthlab.probe import probe
+from depthlab.probe.calibration import evidence, load_record, outside, range_text
+from depthlab.probe.doctor import prediction
+from depthlab.probe.doctor_lr import GATED_LIMIT, UPDATE_TRAINED
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+RECORD = {
+    "where": "the test grid",
+    "range": {"d_model": [32, 64], "n_layers": [2, 16], "lr": [1e-3, 5e-2], "warmup": [0, 40]},
+    "agreement": {
+        "learning-rate:error": {"runs": 44, "agreed": 41, "what": "with this verdict stalled or diverged"}
+    },
+}
+
+
+def verdicts(lr, warmup=0, seq=32, **kw):
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(**{"n_heads": 4, "d_model": 32, "n_layers": 6, **kw}))
+    result = probe(model, torch.randint(0, 256, (4, seq)), lr=lr, warmup=warmup)
+    return {v.code: v for v in result.verdicts}, result
+
+
+def test_the_range_names_each_quantity_outside_it_and_nothing_inside():
+    assert outside(RECORD, {"d_model": 32, "n_layers": 16, "lr": 1e-3, "warmup": 40}) == []
+    out = outside(RECORD, {"d_model": 512, "n_layers": 1, "lr": 0.5, "warmup": None})
+    assert out == [
+        "width 512 is above the calibrated widths 32-64",
+        "depth 1 is below the calibrated depths 2-16",
+        "lr 0.5 is above the calibrated lrs 0.001-0.05",
+    ]
+    assert range_text(RECORD) == "widths 32-64, depths 2-16, lrs 0.001-0.05, warmups 0-40 (the test grid)"
+
+
+def test_evidence_is_the_records_count_or_nothing():
+    assert evidence(RECORD, "learning-rate:error") == (
+        "on the calibration grid, 41 of 44 runs with this verdict stalled or diverged"
+    )
+    assert evidence(RECORD, "learning-rate:ok") is None
+
+
+def test_the_committed_record_covers_the_grids_it_names():
+    rec = load_record()
+    assert rec["range"]["d_model"][0] <= 32 and rec["range"]["n_layers"][1] >= 16
+    assert all(a["agreed"] <= a["runs"] for a in rec["agreement"].values())
+
+
+def test_a_wide_post_ln_model_is_an_extrapolation_not_a_failure():
+    """6 post-LN layers at d_model 512, lr 7e-4, 50 warmup steps trained; the doctor tuned at width 32
+    must not call it a failure, and must say the width is outside its range."""
+    found, result = verdicts(7e-4, 50, d_model=512, n_heads=8, wrap="post")
+    v = found["learning-rate"]
+    assert v.level == "warning" and "Extrapolation" in v.message and "width 512" in v.message
+    assert "lr <= " in v.message and "Calibrated at widths" in v.message
+    assert prediction(result.to_dict()) == "trains"
+
+
+def test_in_range_post_ln_at_a_large_step_is_still_an_error_with_its_evidence():
+    v = verdicts(5e-2, 0, wrap="post")[0]["learning-rate"]
+    assert v.level == "error" and "Extrapolation" not in v.message
+    assert "on the calibration grid" in v.message
+
+
+def test_pre_ln_at_lr_half_is_not_ok():
+    v = verdicts(0.5, wrap="pre")[0]["learning-rate"]
+    assert v.level == "warning" and "lr <= " in v.message and f"rho {UPDATE_TRAINED:g}" in v.message
+
+
+@pytest.mark.parametrize("wrap", ["post", "pre", "sandwich", "reorder", "deepnorm", "admin", "rezero", "lns"])
+def test_every_wrapping_gets_a_ceiling(wrap):
+    found = verdicts(1e-3, n_layers=2, wrap=wrap)[0]
+    [v] = [v for code, v in found.items() if code in ("learning-rate", "update-size")]
+    assert "expected to train" in v.message and "lr <= " in v.message
+
+
+def test_rezero_at_a_large_update_is_an_error_from_six_layers():
+    found, result = verdicts(5e-2, wrap="rezero")
+    assert found["update-size"].level == "error" and f"rho {GATED_LIMIT:g}" in found["update-size"].message
+    assert prediction(result.to_dict()) == "fails"
+    assert verdicts(5e-2, n_layers=2, wrap="rezero")[0]["update-size"].level == "warning"
+    assert verdicts(1e-2, wrap="rezero")[0]["update-size"].level == "ok"
+
+
+def test_deepnorm_rewiring_of_a_small_init_model_is_not_stream_growth():
+    """A Llama-shaped config re-wired to DeepNorm: a 0.02 embedding, then LayerNorm's scale throughout."""
+    kw = dict(d_model=128, wrap="deepnorm", norm="rmsnorm", activation="swiglu", position="rope")
+    found, result = verdicts(1e-3, 50, init="normal", embed_scale=False, bias=False, **kw)
+    assert result.layers[0]["stream_rms"] < 0.1 < result.layers[1]["stream_rms"]
+    assert "stream-growth" not in found
+
+
+def test_the_missing_attention_skip_at_depth_is_an_error():
+    found = verdicts(1e-3, n_layers=12, d_model=64, wrap="pre", residual=("ffn",))[0]
+    v = found["vanishing-gradient"]
+    assert v.level == "error" and "stall" in v.message
+
+
+def _run(outcome, verdicts, warmup=0):
+    return {
+        "status": "done",
+        "outcome": outcome,
+        "config": {"train": {"warmup": warmup}},
+        "probe": {"verdicts": [{"level": lv, "code": c, "message": ""} for lv, c in verdicts]},
+    }
+
+
+def test_the_record_counts_each_verdict_and_prediction_against_the_outcomes():
+    from depthlab.study.calibration import agreement
+
+    runs = [
+        _run("stalled", [("error", "learning-rate")]),
+        _run("trained", [("error", "learning-rate")]),
+        _run("trained", [("ok", "learning-rate"), ("ok", "stream-growth")]),
+        _run("diverged", [("ok", "learning-rate")]),
+        dict(_run("trained", [("ok", "learning-rate")]), status="failed"),  # not counted
+    ]
+    table = agreement(runs)
+    assert table["learning-rate:error"] == {
+        "runs": 2,
+        "agreed": 1,
+        "what": "with this verdict stalled or diverged",
+    }
+    assert table["learning-rate:ok"]["runs"] == 2 and table["learning-rate:ok"]["agreed"] == 1
+    assert table["prediction:fails"]["agreed"] == 1 and table["prediction:trains"]["runs"] == 2
+    assert table["stream-growth:ok"] == {"runs": 1, "agreed": 1, "what": "with this verdict trained"}
+    assert "ok:ok" not in table
+
+
+def test_the_grid_range_spans_every_run_of_the_grids():
+    from depthlab.study import StudyConfig
+    from depthlab.study.calibration import grid_range
+
+    grid = StudyConfig.from_dict(
+        {
+            "name": "g",
+            "model": {"d_model": 32, "n_heads": 4},
+            "axes": {"n_layers": [2, 24], "lr": [1e-4, 1.0]},
+        }
+    )
+    assert grid_range([grid]) == {
+        "d_model": [32, 32],
+        "n_layers": [2, 24],
+        "lr": [1e-4, 1.0],
+        "warmup": [0, 0],
+    }
