@@ -43,7 +43,7 @@ def scaling_slope(stdout: str, stack: str, quantity: str) -> float:
 
 def growth_factor(stdout: str) -> float:
     """The stream growth the ``stream-growth`` verdict prints: the x factor after 'grows from a to b'."""
-    m = re.search(r"stream rms grows from \S+ to \S+ \(x([0-9.e+]+)\)", stdout)
+    m = re.search(r"stream rms grows from \S+(?: after the first block)? to \S+ \(x([0-9.e+]+)\)", stdout)
     if m is None:
         raise ValueError("no stream-growth verdict in the output")
     return float(m.group(1))
