@@ -3,8 +3,9 @@ whether it comes from the init or from the wiring (by probing the same wiring un
 init: xavier, a tied head, embeddings x sqrt(d)).
 
 The shape below is Llama's wiring (pre-RMSNorm, SwiGLU, RoPE, no biases) at 8 layers x 128; as Hugging
-Face builds it (normal(0.02), untied, unscaled embeddings) its stream starts at rms 0.02 and the probe
-warns of stream growth, which the reference init does not get; sandwich also warns of exploding gradients.
+Face builds it (normal(0.02), untied, unscaled embeddings) its stream starts at rms 0.02 (a jump out of
+the embedding that the probe does not count as stream growth); sandwich warns of exploding gradients,
+which the reference init does not get.
 """
 
 from __future__ import annotations
@@ -37,14 +38,16 @@ def _verdicts(r) -> dict:
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_llama_and_sandwich_flip_with_the_init_and_say_so(seed):
+    # Hugging Face's init starts the stream at rms 0.02; the jump out of that unscaled embedding is not
+    # stream growth (judged from the stream after the first block), so pre-LN's growth is ok under it
     pre = probe_config(ModelConfig(**LLAMA, **HF_INIT), batch_size=2, seq_len=16, seed=seed)
-    assert _verdicts(pre)["stream-growth"] == ("warning", "init")
-    assert "[from the init: the same wiring under init xavier, tied head" in pre.verdicts[0].message
-    assert pre.config["probe"]["reference_init"]["verdicts"][-1] == "ok ok"
+    assert _verdicts(pre)["stream-growth"] == ("ok", None)
+    assert "after the first block" in next(v.message for v in pre.verdicts if v.code == "stream-growth")
     sandwich = probe_config(
         ModelConfig(**LLAMA, **HF_INIT, wrap="sandwich"), batch_size=2, seq_len=16, seed=seed
     )
     assert _verdicts(sandwich)["exploding-gradient"] == ("warning", "init")
+    assert "[from the init: the same wiring under init xavier, tied head" in sandwich.verdicts[0].message
     ref = probe_config(ModelConfig(**LLAMA, wrap="sandwich"), batch_size=2, seq_len=16, seed=seed)
     assert [v.level for v in ref.verdicts] == ["ok"] * len(ref.verdicts)  # the reference init: ok
 
