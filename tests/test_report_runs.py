@@ -5,29 +5,15 @@ from __future__ import annotations
 import re
 
 import pytest
-import torch
-import torch.nn.functional as F
+from watched import watched_run
 
-import depthlab
-from depthlab import ModelConfig, build_model
 from depthlab.cli import main
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _watched(folder, lr: float, steps: int = 12):
-    torch.manual_seed(0)
-    model = build_model(ModelConfig(n_layers=2, d_model=32, n_heads=4, max_len=32))
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    with depthlab.watch(model, opt, every=3, out=str(folder), echo=None) as w:
-        for t in range(steps):
-            x = torch.randint(0, 256, (4, 16), generator=torch.Generator().manual_seed(t))
-            loss = F.cross_entropy(model(x)[:, :-1].flatten(0, 1), x[:, 1:].flatten())
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            w.step(loss)
-    return w
+    return watched_run(lr, steps, every=3, out=str(folder))
 
 
 def _cells(html: str) -> list[str]:

@@ -11,28 +11,17 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from watched import TINY, watched_run
 
 import depthlab
 from depthlab import ModelConfig, build_model
 from depthlab.watch.trackers import scalars
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-TINY = dict(n_layers=2, d_model=32, n_heads=4, max_len=32)
 
 
 def _loop(trackers, steps: int = 4, out=None):
-    torch.manual_seed(0)
-    model = build_model(ModelConfig(**TINY))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    with depthlab.watch(model, opt, every=2, out=out, trackers=trackers, echo=None) as w:
-        for t in range(steps):
-            x = torch.randint(0, 256, (4, 16), generator=torch.Generator().manual_seed(t))
-            loss = F.cross_entropy(model(x)[:, :-1].flatten(0, 1), x[:, 1:].flatten())
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            w.step(loss)
-    return w
+    return watched_run(1e-3, steps, every=2, out=out, trackers=trackers)
 
 
 def test_scalar_names_are_stable():
