@@ -76,7 +76,7 @@ def test_every_rule_at_its_base_shape_is_sp(wrap, init):
     cfg = small(wrap=wrap, init=init)
     sp = steps(cfg)
     others = [cfg.replace(param="mup"), cfg.replace(param="mup", base_width=16)]
-    if wrap not in P.DEPTH_REFUSED:
+    if wrap not in P.depth_refused():
         others += [cfg.replace(param=p, base_width=16, base_depth=4) for p in ("depth_mup", "completep")]
     others = [c for c in others if not (P.scales_depth(c) and init == "gpt2")]  # gpt2: see the next test
     for other in others:
@@ -152,8 +152,8 @@ def _formula(w, x, ctx, m):
 @pytest.mark.parametrize("wrap", wrap_names())
 @pytest.mark.parametrize("param", ["depth_mup", "completep"])
 def test_each_wrapping_multiplies_its_branch_where_its_formula_says(wrap, param):
-    if wrap in P.DEPTH_REFUSED:
-        with pytest.raises(ConfigError, match=P.DEPTH_REFUSED[wrap].split(" ")[0]):
+    if wrap in P.depth_refused():
+        with pytest.raises(ConfigError, match=P.depth_refused()[wrap].split(" ")[0]):
             small(wrap=wrap, n_layers=8, param=param, base_depth=2)
         return
     cfg = small(wrap=wrap, n_layers=8, param=param, base_depth=2)
@@ -194,7 +194,7 @@ def test_the_probes_update_gain_moves_each_parameter_by_its_groups_lr():
     assert scales[id(cp.embed.tok.weight)] == 1.0
 
 
-@pytest.mark.parametrize("wrap", sorted(P.DEPTH_REFUSED))
+@pytest.mark.parametrize("wrap", sorted(P.depth_refused()))
 def test_refused_wrappings_take_the_width_rule(wrap):
     build_model(small(wrap=wrap, param="mup", base_width=8))
 

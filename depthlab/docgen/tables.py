@@ -7,8 +7,9 @@ A document marks each generated table with a pair of comments::
     <!-- end generated -->
 
 and ``python -m depthlab.docgen.tables`` rewrites what lies between them in README.md and docs/*.md:
-``wrappings`` from each wrapping class's ``FORMULA``, ``SOURCE`` and ``CONSTANTS``
-(:mod:`depthlab.model.wrappings`), ``families`` from each Hugging Face family's declaration
+``wrappings`` from each wrapping class's ``FORMULA`` (as under sp, m = 1), ``SOURCE`` and ``CONSTANTS``
+(:mod:`depthlab.model.wrappings`), ``branch-multiplier`` from each class's ``FORMULA`` with the branch
+multiplier m, its ``BRANCH_END`` and its ``DEPTH_RULE_REFUSED``, ``families`` from each Hugging Face family's declaration
 (:class:`depthlab.interop.hf.family.Family`). ``--check`` rewrites nothing and exits 1 when a committed
 copy differs from what the code would write (tests/test_docs.py runs the same check).
 """
@@ -44,13 +45,32 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 
 
 def wrappings_table() -> str:
-    """The Markdown table of every registered wrapping: its ``--wrap`` name, formula, source and
-    depth-dependent constants, in registration order."""
+    """The Markdown table of every registered wrapping: its ``--wrap`` name, formula (under sp: the
+    branch multiplier is 1), source and depth-dependent constants, in registration order."""
     rows = [
-        (f"`{name}`", f"`{cls.FORMULA}`", cls.SOURCE, ", ".join(getattr(cls, "CONSTANTS", ())) or "-")
+        (f"`{name}`", f"`{cls.formula_at(1.0)}`", cls.SOURCE, ", ".join(getattr(cls, "CONSTANTS", ())) or "-")
         for name, cls in WRAPPINGS.items()
     ]
     return _table(("`--wrap`", "one sublayer", "source", "constants"), rows)
+
+
+def branch_multiplier_table() -> str:
+    """The Markdown table of where each wrapping's branch multiplier m enters: its formula with m, the
+    module whose output m multiplies, and whether a depth rule (depth_mup, completep) is defined or
+    refused, with the reason the class declares."""
+    rows = []
+    for name, cls in WRAPPINGS.items():
+        refused = getattr(cls, "DEPTH_RULE_REFUSED", None)
+        end = getattr(cls, "BRANCH_END", None)
+        if refused:
+            rows.append((f"`{name}`", f"`{cls.FORMULA}` (no m)", "-", f"refused: {refused}"))
+        elif end is None:  # a choice of class per layer (Mix-LN): each layer follows its class's row
+            rows.append((f"`{name}`", f"`{cls.FORMULA}`", "each layer's class", "defined"))
+        else:
+            rows.append((f"`{name}`", f"`{cls.FORMULA}`", f"`{end}`", "defined"))
+    return _table(
+        ("`--wrap`", "with the branch multiplier m", "m multiplies the output of", "under a depth rule"), rows
+    )
 
 
 def families_table() -> str:
@@ -70,7 +90,11 @@ def families_table() -> str:
     )
 
 
-TABLES: dict[str, Callable[[], str]] = {"wrappings": wrappings_table, "families": families_table}
+TABLES: dict[str, Callable[[], str]] = {
+    "wrappings": wrappings_table,
+    "branch-multiplier": branch_multiplier_table,
+    "families": families_table,
+}
 
 
 def render(text: str, where: str = "the document") -> str:

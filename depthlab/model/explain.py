@@ -97,7 +97,8 @@ def explain(cfg: ModelConfig, *, force_memory: bool = False) -> Wiring:
     ``layers[j]`` is {"index", "side", "sublayers"}; each sublayer is {"name", "wrap", "formula",
     "source", "norm_in", "norm_out", "norm_after_add", "residual", "constants"}, read off the
     wrapping's own declaration (:mod:`depthlab.model.wrappings`); ``constants`` maps each of the
-    wrapping's depth-dependent constants, by its own name, to its value in this layer.
+    wrapping's depth-dependent constants, by its own name, to its value in this layer, and "m" to the
+    branch multiplier where a parametrization makes it other than 1 (the formula then shows m).
     """
     check_config(cfg)
     hint = "a smaller --layers or --d-model"
@@ -210,13 +211,14 @@ def _describe(name: str, w: Wrapping, norm_on: bool) -> dict:
     return {
         "name": name,
         "wrap": w.name,
-        "formula": w.formula_for(w.residual),
+        "formula": w.formula_for(w.residual, w.branch_multiplier),
         "source": w.SOURCE,
         "norm_in": w.NORM_IN and norm_on,
         "norm_out": w.NORM_OUT and norm_on,
         "norm_after_add": w.NORM_AFTER_ADD and norm_on,
         "residual": w.residual,
-        "constants": w.constant_values(),
+        # the branch multiplier beside the constants where it is not 1 (its formula then shows m)
+        "constants": w.constant_values() | ({"m": w.branch_multiplier} if w.branch_multiplier != 1.0 else {}),
     }
 
 

@@ -34,10 +34,10 @@ transformers"), with its code (EleutherAI/nanoGPT-mup, ``depth_alpha_exp``): bra
 hidden lr x m_L^(alpha - 1), hidden eps x m_w^-1 m_L^-alpha, embedding eps x m_w^-1 (their eq. 40), and
 GPT-2's 1/sqrt(2L) residual init replaced by the multiplier. depth_mup is that rule at alpha = 1/2.
 
-Where the multiplier enters is declared per wrapping in :data:`BRANCH_END` (the module whose output
-is the branch's last step, so x + m F(LN x), LN(x + m F(x)), x + m LN(F(LN x)), ...), and the wrappings
-whose own constants already set the skip-to-branch ratio by depth refuse a depth parametrization
-(:data:`DEPTH_REFUSED`).
+Where the multiplier enters is declared by each wrapping class (:mod:`depthlab.model.wrappings`): its
+forward applies m where its FORMULA shows it (x + m F(LN x), LN(x + m F(x)), x + m LN(F(LN x)), ...), and
+``BRANCH_END`` names the module whose output m multiplies. The wrappings whose own constants already set
+the skip-to-branch ratio by depth declare why in ``DEPTH_RULE_REFUSED``, and refuse a depth rule.
 """
 
 from __future__ import annotations
@@ -51,29 +51,10 @@ from torch import nn
 from depthlab.config import PARAM_CHECKS, WRAPPINGS, ModelConfig
 from depthlab.errors import ConfigError
 from depthlab.model.layers import Block
+from depthlab.model.wrapping_base import Wrapping
 
 ALPHA = {"sp": None, "mup": None, "depth_mup": 0.5, "completep": 1.0}  # the depth exponent
 SCALES_WIDTH = {"sp": False, "mup": True, "depth_mup": True, "completep": True}
-
-# wrapping -> the attribute of its module whose output ends the residual branch (m multiplies it)
-BRANCH_END = {
-    "post": "f",  # LN(x + m F(x))
-    "pre": "f",  # x + m F(LN(x))
-    "sandwich": "norm_out",  # x + m LN_out(F(LN_in(x))): after the out-norm, which would undo it
-    "reorder": "norm",  # x + m LN(F(x)): likewise after the norm
-    "rezero": "f",  # x + a m F(x)
-    "lns": "f",  # x + m F(LN(x) / sqrt(l))
-    "parallel": "f",  # x + m sum_i F_i(LN_i(x))
-    "parallel_shared": "f",  # x + m sum_i F_i(LN(x))
-    # mix builds post and pre modules (MixLN.for_layer): each follows its own entry
-}
-# wrapping -> why a depth parametrization has no meaning for it (refused in one line)
-DEPTH_REFUSED = {
-    "deepnorm": "DeepNorm's alpha and beta already set the skip-to-branch ratio by depth (Wang et al. 2022)",
-    "admin": "Admin's omega already sets the skip-to-branch ratio by depth (Liu et al. 2020)",
-    "layerscale": "LayerScale's lambda already sets the branch scale by depth (CaiT: 0.1, 1e-5, 1e-6)",
-}
-RESOLVED_PER_LAYER = ("mix",)  # wrappings with no module of their own (their layers' classes decide)
 
 
 @dataclass(frozen=True)
@@ -148,10 +129,22 @@ def scales_depth(cfg: ModelConfig) -> bool:
     return ALPHA[cfg.param] is not None
 
 
+def depth_refused() -> dict[str, str]:
+    """wrapping name -> why a depth rule has no meaning for it (its class's ``DEPTH_RULE_REFUSED``)."""
+    return {name: cls.DEPTH_RULE_REFUSED for name, cls in WRAPPINGS.items() if cls.DEPTH_RULE_REFUSED}
+
+
 def check_param(cfg: ModelConfig) -> None:
-    """ConfigError when ``cfg.wrap`` refuses ``cfg.param`` (:data:`DEPTH_REFUSED`), naming why."""
-    if scales_depth(cfg) and cfg.wrap in DEPTH_REFUSED:
-        raise ConfigError("param", cfg.param, f"sp or mup with wrap={cfg.wrap}: {DEPTH_REFUSED[cfg.wrap]}")
+    """ConfigError when ``cfg.wrap``'s class refuses ``cfg.param`` (``DEPTH_RULE_REFUSED``), naming why,
+    or declares no place for the branch multiplier (no ``BRANCH_END``)."""
+    cls = WRAPPINGS.get(cfg.wrap)
+    if cls is None or not scales_depth(cfg):
+        return
+    why = cls.DEPTH_RULE_REFUSED
+    if not why and not declares_branch(cls):
+        why = "the wrapping declares no BRANCH_END, where a depth rule's branch multiplier would enter"
+    if why:
+        raise ConfigError("param", cfg.param, f"sp or mup with wrap={cfg.wrap}: {why}")
 
 
 PARAM_CHECKS.append(check_param)
@@ -165,33 +158,6 @@ def attention_scale(cfg: ModelConfig) -> float | None:
         return cfg.family.attn_scale
     base = cfg.family.attn_scale if cfg.family.attn_scale is not None else cfg.head_dim**-0.5
     return base * factor
-
-
-class _Multiply:
-    """A forward hook multiplying a module's output by ``m`` (picklable, unlike a lambda)."""
-
-    def __init__(self, m: float):
-        self.m = m
-
-    def __call__(self, module, args, output):
-        return output * self.m
-
-
-def branch_end(wrapping: nn.Module) -> nn.Module:
-    """The module of ``wrapping`` whose output ends its residual branch (:data:`BRANCH_END`)."""
-    name = type(wrapping).name
-    if name not in BRANCH_END:
-        raise ConfigError("wrap", name, "a wrapping whose branch end is declared in BRANCH_END")
-    return getattr(wrapping, BRANCH_END[name])
-
-
-def attach_branch_multiplier(wrapping: nn.Module, m: float) -> None:
-    """Multiply ``wrapping``'s residual branch by ``m`` (nothing at m = 1: sp is untouched). The
-    multiplier is a forward hook on the branch's last module, so the state dict keeps its keys; it is
-    recorded as ``wrapping.branch_multiplier`` for explain and the probe."""
-    wrapping.branch_multiplier = m
-    if m != 1.0:
-        branch_end(wrapping).register_forward_hook(_Multiply(m))
 
 
 @torch.no_grad()
@@ -241,11 +207,15 @@ def format_multipliers(m: Multipliers) -> str:
     return "  ".join(shown) or "every multiplier 1 (the standard parametrization)"
 
 
-def wrappings_declared() -> set[str]:
-    """Every registered wrapping that has a rule here: a branch end, a refusal, or per-layer classes."""
-    return set(BRANCH_END) | set(DEPTH_REFUSED) | set(RESOLVED_PER_LAYER)
+def declares_branch(cls) -> bool:
+    """Whether a wrapping class says where m enters or why it refuses it: a module (:class:`Wrapping`)
+    needs a ``BRANCH_END`` or a ``DEPTH_RULE_REFUSED``; a per-layer choice (Mix-LN, no module of its
+    own) leaves it to the classes its layers get."""
+    if not issubclass(cls, Wrapping):
+        return True
+    return cls.BRANCH_END is not None or bool(cls.DEPTH_RULE_REFUSED)
 
 
 def undeclared() -> set[str]:
-    """The registered wrappings with no entry here (a new wrapping needs a branch end or a refusal)."""
-    return set(WRAPPINGS) - wrappings_declared()
+    """The registered wrappings that declare neither where m enters nor a refusal."""
+    return {name for name, cls in WRAPPINGS.items() if not declares_branch(cls)}

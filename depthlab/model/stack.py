@@ -270,9 +270,7 @@ def build_stack(cfg: ModelConfig, side: str, n_layers: int) -> Stack:
         wrapping = WRAPPINGS[cfg.wrap].for_layer(cfg, i + 1, n_layers)
 
         def wrapped(kind: str, f: nn.Module, wrapping=wrapping, site=site) -> Wrapping:
-            w = wrapping.build(f, make_norm, cfg.has_residual(kind), site)
-            parametrization.attach_branch_multiplier(w, branch)
-            return w
+            return wrapping.build(f, make_norm, cfg.has_residual(kind), site, branch_multiplier=branch)
 
         window = cfg.window(i + 1) if causal else None
         attn = wrapped("attn", _attention(cfg, causal=causal, cross=False, window=window))

@@ -36,6 +36,7 @@ class Site:
 
 
 _SKIP_TERM = re.compile(r"(\w+\*)?x \+ ")  # "x + " or "alpha*x + ": the skip term of a formula
+_M_FACTOR = re.compile(r"\bm\*")  # "m*": the branch multiplier's factor in a formula
 
 
 def register(name: str):
@@ -61,6 +62,7 @@ class Declaration:
     USES_NORM: ClassVar[bool] = True
     SCALED_RESIDUAL_INIT: ClassVar[bool] = True
     DEPTH_WARNING: ClassVar[tuple[int, str] | None] = None
+    DEPTH_RULE_REFUSED: ClassVar[str | None] = None
 
     @classmethod
     def for_layer(cls, cfg: ModelConfig, layer: int, n_layers: int) -> type[Wrapping]:
@@ -74,6 +76,12 @@ class Declaration:
         return True
 
     @classmethod
+    def formula_at(cls, multiplier: float = 1.0) -> str:
+        """FORMULA with the branch multiplier's "m*" dropped when it is 1 (sp): "x = x + m*F(LN(x))"
+        reads "x = x + F(LN(x))" under sp."""
+        return cls.FORMULA if multiplier != 1.0 else _M_FACTOR.sub("", cls.FORMULA)
+
+    @classmethod
     def check_config(cls, cfg: ModelConfig) -> None:
         """Raise ConfigError for a config this wrapping cannot build (beyond NEEDS_NORM); most accept all."""
 
@@ -81,6 +89,12 @@ class Declaration:
 class Wrapping(Declaration, nn.Module):
     """A sublayer ``f`` in its wrapping, whose ``forward(x, ctx)`` is the formula. Holds ``f`` and
     whether its skip connection is on; checks the constants.
+
+    The branch multiplier m of a parametrization (:mod:`depthlab.model.parametrization`) enters where
+    the formula shows it: each ``forward`` (or ``branch``) applies :meth:`times_m` to the output of the
+    module named by ``BRANCH_END``, which is the branch's last step. ``m`` is the plain float
+    ``branch_multiplier``, 1 under sp; it is not in the state dict. A wrapping whose own constants set
+    the skip-to-branch ratio by depth declares ``DEPTH_RULE_REFUSED`` (why) and no branch end.
 
     The block combines its sublayers in the form the class declares: one after the other, or, with
     ``PARALLEL``, all reading the same stream, the block adding one skip and each sublayer's
@@ -91,6 +105,7 @@ class Wrapping(Declaration, nn.Module):
     missing constant is a TypeError, never silently ignored).
     """
 
+    BRANCH_END: ClassVar[str | None] = None
     NORM_IN: ClassVar[bool] = False
     NORM_OUT: ClassVar[bool] = False
     NORM_AFTER_ADD: ClassVar[bool] = False
@@ -115,12 +130,42 @@ class Wrapping(Declaration, nn.Module):
             )
         self.f, self.residual = f, residual
         self.d_model = d_model if d_model is not None else _width(f)
+        self.branch_multiplier = 1.0
 
     @classmethod
-    def build(cls, f: nn.Module, make_norm: Callable[[], nn.Module], residual: bool, site: Site) -> Wrapping:
-        """An instance for the sublayer ``f`` at ``site``, its constants computed for that site."""
+    def build(
+        cls,
+        f: nn.Module,
+        make_norm: Callable[[], nn.Module],
+        residual: bool,
+        site: Site,
+        branch_multiplier: float = 1.0,
+    ) -> Wrapping:
+        """An instance for the sublayer ``f`` at ``site``, its constants computed for that site and its
+        branch multiplied by ``branch_multiplier`` (:meth:`set_branch_multiplier`)."""
         values = cls.CONSTANTS_AT(site) if cls.CONSTANTS_AT is not None else {}
-        return cls(f, make_norm, residual, site.d_model, **values)
+        w = cls(f, make_norm, residual, site.d_model, **values)
+        w.set_branch_multiplier(branch_multiplier)
+        return w
+
+    def set_branch_multiplier(self, m: float) -> None:
+        """Multiply the branch by ``m`` from now on. ValueError for m != 1 on a wrapping that refuses a
+        depth rule or declares no branch end (config validation refuses those configs first)."""
+        if m != 1.0 and (self.DEPTH_RULE_REFUSED or self.BRANCH_END is None):
+            why = self.DEPTH_RULE_REFUSED or "it declares no BRANCH_END"
+            raise ValueError(f"wrapping {self.name} takes no branch multiplier: {why}")
+        self.branch_multiplier = float(m)
+
+    def times_m(self, y: torch.Tensor) -> torch.Tensor:
+        """m y, the branch times its multiplier; ``y`` itself at m = 1, so that sp computes exactly what
+        it computed before parametrizations, with no extra pass."""
+        return y if self.branch_multiplier == 1.0 else y * self.branch_multiplier
+
+    def branch_end(self) -> nn.Module:
+        """The module whose output m multiplies (``BRANCH_END``): F, or the norm after F."""
+        if self.BRANCH_END is None:
+            raise ValueError(f"wrapping {self.name} declares no BRANCH_END")
+        return getattr(self, self.BRANCH_END)
 
     @classmethod
     def final_norm_under_auto(cls, cfg: ModelConfig) -> bool:
@@ -128,11 +173,13 @@ class Wrapping(Declaration, nn.Module):
         return not cls.NORM_AFTER_ADD
 
     @classmethod
-    def formula_for(cls, residual: bool) -> str:
-        """The formula, with the skip term dropped when the residual is off."""
+    def formula_for(cls, residual: bool, multiplier: float = 1.0) -> str:
+        """The formula at ``multiplier`` (:meth:`formula_at`), with the skip term dropped when the
+        residual is off."""
+        formula = cls.formula_at(multiplier)
         if residual:
-            return cls.FORMULA
-        lhs, rhs = cls.FORMULA.split(" = ", 1)
+            return formula
+        lhs, rhs = formula.split(" = ", 1)
         return lhs + " = " + _SKIP_TERM.sub("", rhs, count=1)
 
     def skip(self, x: torch.Tensor):

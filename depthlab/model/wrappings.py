@@ -1,13 +1,16 @@
 """Residual/normalisation wrappings: one small class each, whose forward is its formula.
 
-F is the wrapped sublayer (attention or FFN), x the residual stream, LN the configured norm. With the
-residual turned off ``self.skip(x)`` is 0 and "x +" disappears from the formula.
+F is the wrapped sublayer (attention or FFN), x the residual stream, LN the configured norm, m the
+parametrization's branch multiplier (``self.times_m``: 1 under sp, where "m*" disappears from the
+formula shown). With the residual turned off ``self.skip(x)`` is 0 and "x +" disappears from the formula.
 
 Each class is the only declaration of its wrapping. Besides ``forward`` it states, as class attributes:
 
 | attribute            | meaning                                                        | read by                |
 |----------------------|----------------------------------------------------------------|------------------------|
-| FORMULA, SOURCE      | the update rule and the paper it comes from                    | explain, docgen.tables |
+| FORMULA, SOURCE      | the update rule (m: the branch multiplier) and its paper       | explain, docgen.tables |
+| BRANCH_END           | the module whose output m multiplies (F, or the norm after it) | the coordinate check   |
+| DEPTH_RULE_REFUSED   | why a depth parametrization has no meaning here (else None)    | config validation      |
 | NORM_IN / NORM_OUT   | a norm on F's input / on F's output before the addition        | explain                |
 | NORM_AFTER_ADD       | a norm on the sum: the stream itself is renormalised           | explain, final norm    |
 | NEEDS_NORM           | the formula normalises, so ``norm="none"`` is refused          | config validation      |
@@ -26,7 +29,7 @@ and, as class methods, ``final_norm_under_auto(cfg)`` (the ``final_norm="auto"``
 every sublayer renormalises the stream), ``for_layer(cfg, layer, n_layers)`` (the class that
 wraps one layer; Mix-LN picks post or pre by depth) and ``check_config(cfg)`` (what else the wrapping
 requires of a config; config validation calls it). The wrap-wide ones (FORMULA, SOURCE, NEEDS_NORM,
-USES_NORM, SCALED_RESIDUAL_INIT, DEPTH_WARNING and the class methods) make a :class:`Declaration`,
+USES_NORM, SCALED_RESIDUAL_INIT, DEPTH_WARNING, DEPTH_RULE_REFUSED and the class methods) make a :class:`Declaration`,
 which Mix-LN is without being a module. The block (:class:`depthlab.model.layers.Block`) combines its
 wrapped sublayers in the form PARALLEL and SHARED_NORM declare. Adding a wrapping is one class
 registered with :func:`register` (plus its constants function): config, build, explain and probe need
@@ -53,9 +56,10 @@ __all__ = ["WRAPPINGS", "Declaration", "Site", "Wrapping", "register"]
 
 @register("post")
 class PostLN(Wrapping):
-    """x <- LN(x + F(x)): the original "Add & Norm" (Vaswani et al. 2017)."""
+    """x <- LN(x + m F(x)): the original "Add & Norm" (Vaswani et al. 2017)."""
 
-    FORMULA = "x = LN(x + F(x))"
+    FORMULA = "x = LN(x + m*F(x))"
+    BRANCH_END = "f"
     SOURCE = "Vaswani et al. 2017, Add & Norm"
     NORM_AFTER_ADD = True
     DEPTH_WARNING = (
@@ -69,14 +73,15 @@ class PostLN(Wrapping):
         self.norm = make_norm()
 
     def forward(self, x, ctx):
-        return self.norm(self.skip(x) + self.f(x, ctx))
+        return self.norm(self.skip(x) + self.times_m(self.f(x, ctx)))
 
 
 @register("pre")
 class PreLN(Wrapping):
-    """x <- x + F(LN(x)): the norm inside the branch (Xiong et al. 2020; GPT-2, LLaMA)."""
+    """x <- x + m F(LN(x)): the norm inside the branch (Xiong et al. 2020; GPT-2, LLaMA)."""
 
-    FORMULA = "x = x + F(LN(x))"
+    FORMULA = "x = x + m*F(LN(x))"
+    BRANCH_END = "f"
     SOURCE = "Xiong et al. 2020; GPT-2, LLaMA"
     NORM_IN = True
 
@@ -85,14 +90,16 @@ class PreLN(Wrapping):
         self.norm = make_norm()
 
     def forward(self, x, ctx):
-        return self.skip(x) + self.f(self.norm(x), ctx)
+        return self.skip(x) + self.times_m(self.f(self.norm(x), ctx))
 
 
 @register("sandwich")
 class SandwichLN(Wrapping):
-    """x <- x + LN_out(F(LN_in(x))) (CogView Sandwich-LN; Peri-LN; Gemma 2/3)."""
+    """x <- x + m LN_out(F(LN_in(x))) (CogView Sandwich-LN; Peri-LN; Gemma 2/3). m after the
+    out-norm, which would undo it before."""
 
-    FORMULA = "x = x + LN(F(LN(x)))"
+    FORMULA = "x = x + m*LN(F(LN(x)))"
+    BRANCH_END = "norm_out"
     SOURCE = "Ding et al. 2021, CogView; Peri-LN 2025; Gemma 2/3"
     NORM_IN = NORM_OUT = NEEDS_NORM = True
 
@@ -101,14 +108,16 @@ class SandwichLN(Wrapping):
         self.norm_in, self.norm_out = make_norm(), make_norm()
 
     def forward(self, x, ctx):
-        return self.skip(x) + self.norm_out(self.f(self.norm_in(x), ctx))
+        return self.skip(x) + self.times_m(self.norm_out(self.f(self.norm_in(x), ctx)))
 
 
 @register("reorder")
 class ReorderLN(Wrapping):
-    """x <- x + LN(F(x)): normalise the update, not the stream (OLMo 2 "norm after")."""
+    """x <- x + m LN(F(x)): normalise the update, not the stream (OLMo 2 "norm after"); m after the
+    norm, which would undo it before."""
 
-    FORMULA = "x = x + LN(F(x))"
+    FORMULA = "x = x + m*LN(F(x))"
+    BRANCH_END = "norm"
     SOURCE = "OLMo 2 2024, norm after"
     NORM_OUT = NEEDS_NORM = True
 
@@ -117,7 +126,7 @@ class ReorderLN(Wrapping):
         self.norm = make_norm()
 
     def forward(self, x, ctx):
-        return self.skip(x) + self.norm(self.f(x, ctx))
+        return self.skip(x) + self.times_m(self.norm(self.f(x, ctx)))
 
 
 @register("deepnorm")
@@ -127,6 +136,9 @@ class DeepNorm(Wrapping):
     FORMULA = "x = LN(alpha*x + F(x))"
     SOURCE = "Wang et al. 2022, DeepNet"
     NORM_AFTER_ADD = NEEDS_NORM = True
+    DEPTH_RULE_REFUSED = (
+        "DeepNorm's alpha and beta already set the skip-to-branch ratio by depth (Wang et al. 2022)"
+    )
     CONSTANTS = ("alpha", "beta")
     CONSTANTS_AT = staticmethod(init.deepnorm_site_constants)
 
@@ -152,6 +164,7 @@ class Admin(Wrapping):
     FORMULA = "x = LN(omega*x + F(x))"
     SOURCE = "Liu et al. 2020, Admin"
     NORM_AFTER_ADD = NEEDS_NORM = True
+    DEPTH_RULE_REFUSED = "Admin's omega already sets the skip-to-branch ratio by depth (Liu et al. 2020)"
     CONSTANTS = ("omega",)
     CONSTANTS_AT = staticmethod(init.admin_site_constants)
 
@@ -169,9 +182,10 @@ class Admin(Wrapping):
 
 @register("rezero")
 class ReZero(Wrapping):
-    """x <- x + a * F(x), a scalar a = 0 at init and no norm (Bachlechner et al. 2020)."""
+    """x <- x + a m F(x), a scalar a = 0 at init and no norm (Bachlechner et al. 2020)."""
 
-    FORMULA = "x = x + a*F(x)"
+    FORMULA = "x = x + a*m*F(x)"
+    BRANCH_END = "f"
     SOURCE = "Bachlechner et al. 2020, ReZero"
     USES_NORM = False
     CONSTANTS = ("a",)
@@ -182,7 +196,7 @@ class ReZero(Wrapping):
         self.a = nn.Parameter(torch.full((1,), float(constants["a"])))
 
     def forward(self, x, ctx):
-        return self.skip(x) + self.a * self.f(x, ctx)
+        return self.skip(x) + self.a * self.times_m(self.f(x, ctx))
 
     def constant_values(self):
         return {"a": float(self.a.detach())}
@@ -195,6 +209,7 @@ class LayerScale(Wrapping):
     FORMULA = "x = x + lambda*F(LN(x))"
     SOURCE = "Touvron et al. 2021, CaiT"
     NORM_IN = True
+    DEPTH_RULE_REFUSED = "LayerScale's lambda already sets the branch scale by depth (CaiT: 0.1, 1e-5, 1e-6)"
     CONSTANTS = ("lambda",)
     CONSTANTS_AT = staticmethod(init.layerscale_site_constants)
 
@@ -212,9 +227,10 @@ class LayerScale(Wrapping):
 
 @register("lns")
 class LayerNormScaling(Wrapping):
-    """x <- x + F(LN(x) * 1/sqrt(l)), l = 1..L the layer index (Sun et al. 2025)."""
+    """x <- x + m F(LN(x) * 1/sqrt(l)), l = 1..L the layer index (Sun et al. 2025)."""
 
-    FORMULA = "x = x + F(LN(x)/sqrt(l))"
+    FORMULA = "x = x + m*F(LN(x)/sqrt(l))"
+    BRANCH_END = "f"
     SOURCE = "Sun et al. 2025, LayerNorm Scaling"
     NORM_IN = NEEDS_NORM = True
     SCALED_RESIDUAL_INIT = False  # LayerNorm Scaling replaces GPT-2's depth-scaled init (not combined)
@@ -226,7 +242,7 @@ class LayerNormScaling(Wrapping):
         self.norm, self.scale = make_norm(), constants["scale"]
 
     def forward(self, x, ctx):
-        return self.skip(x) + self.f(self.norm(x) * self.scale, ctx)
+        return self.skip(x) + self.times_m(self.f(self.norm(x) * self.scale, ctx))
 
     def constant_values(self):
         return {"scale": self.scale}
@@ -273,11 +289,12 @@ class _OneStream(Wrapping):
 
 @register("parallel")
 class Parallel(_OneStream):
-    """x <- x + sum_i F_i(LN_i(x)): every sublayer reads the same stream, one skip per block
+    """x <- x + m sum_i F_i(LN_i(x)): every sublayer reads the same stream, one skip per block
     (GPT-NeoX, Black et al. 2022; Pythia; Falcon-40B's two norms). A sublayer on its own is
-    pre-LN's x + F(LN(x))."""
+    pre-LN's x + m F(LN(x))."""
 
-    FORMULA = "x = x + sum_i F_i(LN_i(x))"
+    FORMULA = "x = x + m*sum_i F_i(LN_i(x))"
+    BRANCH_END = "f"
     SOURCE = "Black et al. 2022, GPT-NeoX; Pythia; Falcon"
 
     def __init__(self, f, make_norm, residual=True, d_model=None):
@@ -285,24 +302,25 @@ class Parallel(_OneStream):
         self.norm = make_norm()
 
     def branch(self, x, ctx):
-        return self.f(self.norm(x), ctx)  # F_i(LN_i(x))
+        return self.times_m(self.f(self.norm(x), ctx))  # m F_i(LN_i(x))
 
     def forward(self, x, ctx):
-        return self.skip(x) + self.branch(x, ctx)  # one sublayer on its own: x + F(LN(x))
+        return self.skip(x) + self.branch(x, ctx)  # one sublayer on its own: x + m F(LN(x))
 
 
 @register("parallel_shared")
 class ParallelShared(_OneStream):
-    """x <- x + sum_i F_i(LN(x)): the parallel form with one norm per block, held by the block and
+    """x <- x + m sum_i F_i(LN(x)): the parallel form with one norm per block, held by the block and
     computed once (GPT-J, Wang & Komatsuzaki 2021; PaLM, Chowdhery et al. 2022; Phi-1/2; Falcon-7B).
     A sublayer holds no norm: on its own it needs its block's."""
 
-    FORMULA = "x = x + sum_i F_i(LN(x))"
+    FORMULA = "x = x + m*sum_i F_i(LN(x))"
+    BRANCH_END = "f"
     SOURCE = "Wang & Komatsuzaki 2021, GPT-J; Chowdhery et al. 2022, PaLM"
     SHARED_NORM = True
 
     def branch(self, h, ctx):
-        return self.f(h, ctx)  # F_i(h), h = LN(x) computed once by the block
+        return self.times_m(self.f(h, ctx))  # m F_i(h), h = LN(x) computed once by the block
 
     def forward(self, x, ctx, block_norm):
-        return self.skip(x) + self.branch(block_norm(x), ctx)  # one sublayer on its own: x + F(LN(x))
+        return self.skip(x) + self.branch(block_norm(x), ctx)  # one sublayer on its own: x + m F(LN(x))

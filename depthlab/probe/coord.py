@@ -8,9 +8,9 @@ the curves against depth are flat; under one that does not, some grow or shrink 
 Recorded per step t = 1..N (the forward of update t, so t = 1 is the model at init), per module:
 
 - ``embedding``: the embedding's output x_0;
-- ``attn``, ``ffn``: each sublayer's output (the branch's last module: F, or the norm after it in
-  sandwich and reorder) before the parametrization's branch multiplier, as mup's and CompleteP's checks
-  hook the sublayer module; its mean |coordinate| averaged over the layers;
+- ``attn``, ``ffn``: each sublayer's output (the module its wrapping declares as ``BRANCH_END``: F, or
+  the norm after it in sandwich and reorder) before the parametrization's branch multiplier, as mup's
+  and CompleteP's checks hook the sublayer module; its mean |coordinate| averaged over the layers;
 - ``stream@L/4``, ``stream@L/2``, ``stream@L``: the residual stream after layer max(1, round(f L)), with
   its rms as well;
 - ``logits``: the head's output.
@@ -39,7 +39,7 @@ from depthlab.fit import loglog_slope
 from depthlab.intervals import mean_interval
 from depthlab.model import build_model
 from depthlab.model.param_groups import param_groups
-from depthlab.model.parametrization import ALPHA, BRANCH_END, SCALES_WIDTH
+from depthlab.model.parametrization import ALPHA, SCALES_WIDTH
 
 BAND = 0.1  # |slope| below this is flat (see the module docstring)
 STREAM_AT = (("stream@L/4", 0.25), ("stream@L/2", 0.5), ("stream@L", 1.0))
@@ -206,11 +206,11 @@ def measure_run(cfg: ModelConfig, spec: CoordSpec, seed: int) -> tuple[dict, dic
     handles = [_record(model.embed, lambda y: means["embedding"].append(_mean_abs(y)))]
     for layer in model.stack.layers:
         for kind, w in layer.sublayers().items():
-            end = getattr(w, BRANCH_END.get(type(w).name, "f"))
-            m = getattr(w, "branch_multiplier", 1.0)  # this hook runs after the multiplier's
+            # the module m multiplies (its output is before m); F itself where m never enters
+            end = w.branch_end() if w.BRANCH_END is not None else w.f
 
-            def sublayer(y, kind=kind, m=m):
-                branch.setdefault(kind, []).append(_mean_abs(y) / m)
+            def sublayer(y, kind=kind):
+                branch.setdefault(kind, []).append(_mean_abs(y))
 
             handles.append(_record(end, sublayer))
     L = len(model.stack.layers)
