@@ -14,7 +14,7 @@ from depthlab import ConfigError, ModelConfig, TrainConfig, build_model, param_g
 from depthlab.config import wrap_names
 from depthlab.model import parametrization as P
 from depthlab.model.attention import Context
-from depthlab.probe.probe import _lr_scales
+from depthlab.probe.update_size import group_scales
 from depthlab.train import train
 from depthlab.train.schedules import make_optimizer, make_scheduler
 from tests.fixtures.sp_golden.make import CASES, config, run
@@ -187,11 +187,11 @@ def test_every_wrapping_has_a_rule():
 
 def test_the_probes_update_gain_moves_each_parameter_by_its_groups_lr():
     sp = build_model(small())
-    assert _lr_scales(sp) == {}
+    assert group_scales(sp) == {}
     cp = build_model(small(param="completep", base_width=8, n_layers=8, base_depth=2))
-    scales = _lr_scales(cp)
-    assert scales[id(cp.decoder.layers[0].ffn.f.fc1.weight)] == pytest.approx(0.5)  # lr / m_w
-    assert scales[id(cp.embed.tok.weight)] == 1.0
+    scales = group_scales(cp)
+    assert scales[id(cp.decoder.layers[0].ffn.f.fc1.weight)][0] == pytest.approx(0.5)  # lr / m_w
+    assert scales[id(cp.embed.tok.weight)][0] == 1.0
 
 
 @pytest.mark.parametrize("wrap", sorted(P.depth_refused()))

@@ -26,14 +26,13 @@ from torch import nn
 
 from depthlab.config import check_seed
 from depthlab.errors import ConfigError, InputError
-from depthlab.model.param_groups import param_groups
 from depthlab.probe.capture import StreamCapture, find_norms, stream_tensor
 from depthlab.probe.doctor import diagnose
 from depthlab.probe.locate import StackInfo, locate_stack, missing_sublayers, with_sublayers
 from depthlab.probe.pass_record import PassRecord
 from depthlab.probe.result import ProbeResult
 from depthlab.probe.stats import stream_table, token_cosine
-from depthlab.probe.update_size import relative_update
+from depthlab.probe.update_size import group_scales, relative_update
 
 LOSSES = ("lm", "sum")
 # Each Jacobian projection is one more backward pass; the estimate's relative error falls as
@@ -139,7 +138,9 @@ def measure(
             "update_gain": gain,
             "step_size": None if gain is None else gain * lr,
             "first_step_size": None if gain is None else gain * lr / max(1, warmup),
-            "relative_update": None if lr is None else relative_update(stack.layer_params, lr, seed),
+            "relative_update": None
+            if lr is None
+            else relative_update(stack.layer_params, lr, seed, group_scales(model)),
             "mode": "eval, batch norms on batch statistics" if batch_stats else "eval",
         },
     }
@@ -384,28 +385,22 @@ def _first_update_change(model, batch, run: PassRecord, lr1: float) -> float:
     """||f(theta - lr1 g / (|g| + eps)) - f(theta)|| / ||f(theta)|| for the model's output f: how far
     Adam's first update (bias-corrected, so the sign of the gradient times lr1) moves it. Weights are
     restored exactly; parameters without a gradient do not move. A depthlab model under a
-    parametrization moves each parameter by its own group's lr (:func:`depthlab.param_groups`)."""
+    parametrization moves each parameter by its own group's lr and eps (:func:`depthlab.param_groups`,
+    as training does); under sp every parameter takes ``lr1`` and ``ADAM_EPS``."""
     grads = run.param_grads
     params = [p for p in model.parameters() if grads.get(id(p)) is not None]
-    scale = _lr_scales(model)
+    scales = group_scales(model)
     saved = [p.detach().clone() for p in params]
     try:
         for p in params:
             g = grads[id(p)]
-            p.sub_(lr1 * scale.get(id(p), 1.0) * g / (g.abs() + ADAM_EPS))
+            lr_p, eps_p = scales.get(id(p), (1.0, 1.0))
+            p.sub_(lr1 * lr_p * g / (g.abs() + ADAM_EPS * eps_p))
         output = model_output(call_model(model, batch))
     finally:
         for p, s in zip(params, saved):
             p.copy_(s)
     return _rel(output, run.output)
-
-
-def _lr_scales(model) -> dict[int, float]:
-    """id(parameter) -> its group's lr over the base lr, for a depthlab model beyond sp; else empty."""
-    cfg = getattr(model, "cfg", None)
-    if getattr(cfg, "param", "sp") == "sp":
-        return {}
-    return {id(p): g["lr"] for g in param_groups(model, 1.0) for p in g["params"]}
 
 
 def _rel(new: torch.Tensor, old: torch.Tensor) -> float:

@@ -8,6 +8,12 @@ of order one at every width, which makes the ratio rho = lr sqrt(m n) / ||W||_2 
 across width and depth, unlike the output's step size (which grows about linearly with width at a
 fixed learning rate). :func:`relative_update` returns its median over the block weight matrices
 (a zero matrix, such as a zero-initialised projection, has no size to compare with and is skipped).
+
+Both this and the probe's update gain take Adam's first step as training would take it: each parameter
+with its own group's lr and eps (:func:`depthlab.param_groups`, which gives a hidden matrix lr / m_w
+under muP and CompleteP). :func:`group_scales` is that per-parameter factor on the base lr and eps; it is
+empty under sp and for a model depthlab did not build, where every parameter takes the base lr, and the
+numbers are those of the standard parametrization exactly.
 """
 
 from __future__ import annotations
@@ -16,6 +22,9 @@ import math
 import statistics
 
 import torch
+from torch import nn
+
+from depthlab.model.param_groups import param_groups
 
 POWER_ITERATIONS = 30  # the spectral norm's estimate converges to a few parts in 1e3 by then at init
 
@@ -35,9 +44,20 @@ def spectral_norm(w: torch.Tensor, gen: torch.Generator) -> float:
     return float((m @ v).norm())
 
 
-def relative_update(layer_params, lr: float, seed: int = 0) -> float | None:
-    """The median over the block weight matrices (2 dimensions or more) of lr sqrt(m n) / ||W||_2;
+def group_scales(model: nn.Module) -> dict[int, tuple[float, float]]:
+    """id(parameter) -> (its group's lr / the base lr, its group's eps / the base eps) under the model's
+    parametrization (``model.cfg.param``); empty under sp or without a depthlab config."""
+    cfg = getattr(model, "cfg", None)
+    if getattr(cfg, "param", "sp") == "sp":
+        return {}
+    return {id(p): (g["lr"], g["eps"]) for g in param_groups(model, 1.0, eps=1.0) for p in g["params"]}
+
+
+def relative_update(layer_params, lr: float, seed: int = 0, scales: dict | None = None) -> float | None:
+    """The median over the block weight matrices (2 dimensions or more) of lr_W sqrt(m n) / ||W||_2,
+    lr_W the matrix's own lr (lr times its factor in ``scales``, :func:`group_scales`; lr without one);
     None when no block has a non-zero matrix. ``layer_params``: per block, its parameters."""
+    scales = scales or {}
     gen = torch.Generator().manual_seed(seed)
     seen, ratios = set(), []
     for params in layer_params:
@@ -47,5 +67,6 @@ def relative_update(layer_params, lr: float, seed: int = 0) -> float | None:
             seen.add(id(p))
             size = spectral_norm(p, gen)
             if size > 0:
-                ratios.append(lr * math.sqrt(p.numel()) / size)
+                lr_w = lr * scales[id(p)][0] if id(p) in scales else lr
+                ratios.append(lr_w * math.sqrt(p.numel()) / size)
     return statistics.median(ratios) if ratios else None
