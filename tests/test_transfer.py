@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+import random
 import textwrap
 
 import pytest
 
 from depthlab.cli import main
 from depthlab.study.presets import preset
-from depthlab.study.transfer import seeds_to_halve, transfers
+from depthlab.study.transfer import format_transfer, seeds_to_halve, sizes_to_halve, transfers
 
 SWEEP = [10 ** (-4 + k / 2) for k in range(7)]  # 1e-4 .. 1e-1 in half decades
 
@@ -81,6 +82,52 @@ def test_seeds_to_halve():
     assert seeds_to_halve(1) is None
     # t_{n-1} / sqrt(n) halves between 3 seeds (4.30 / 1.73 = 2.48) and 8 (2.36 / 2.83 = 0.84)
     assert 5 <= seeds_to_halve(3) <= 8
+
+
+def test_sizes_to_halve_continue_the_sweeps_spacing():
+    assert sizes_to_halve([2, 4, 8]) == (16, 32)  # equal steps d: sum (x - xbar)^2 = 2 d^2 -> 10 d^2
+    assert sizes_to_halve([2, 8, 32]) == (128, 512)
+    assert sizes_to_halve([4]) is None and sizes_to_halve([4, 4]) is None
+    added = sizes_to_halve([2, 3, 8])  # irregular: the mean ratio between neighbours, (8 / 2)^(1/2) = 2
+    assert added[:2] == (16, 32) and list(added) == sorted(set(added))
+
+    def sxx(sizes):
+        xs = [math.log10(v) for v in sizes]
+        return sum((x - sum(xs) / len(xs)) ** 2 for x in xs)
+
+    for sizes in ([2, 4, 8], [2, 3, 8], [32, 64, 128, 256], [2, 8]):
+        added = list(sizes_to_halve(sizes))
+        assert sxx(sizes + added) >= 4 * sxx(sizes) > sxx(sizes + added[:-1])  # the fewest that do
+
+
+def test_the_added_sizes_halve_the_slopes_spread_in_a_simulation():
+    """Each seed's best lr on a line plus independent scatter: the per-seed slopes' spread over the sizes
+    with the added ones is at most half of it over the sizes swept (sqrt(2 / 10) = 0.45 here)."""
+    rng = random.Random(0)
+
+    def spread(sizes):
+        xs = [math.log10(v) for v in sizes]
+        mx = sum(xs) / len(xs)
+        slopes = []
+        for _ in range(4000):
+            ys = [-2 - 0.5 * x + rng.gauss(0, 0.2) for x in xs]
+            my = sum(ys) / len(ys)
+            slopes.append(sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs))
+        mean = sum(slopes) / len(slopes)
+        return math.sqrt(sum((b - mean) ** 2 for b in slopes) / (len(slopes) - 1))
+
+    ratio = spread([2, 4, 8, *sizes_to_halve([2, 4, 8])]) / spread([2, 4, 8])
+    assert 0.40 < ratio <= 0.5
+
+
+def test_the_output_says_how_many_sizes_would_halve_the_interval_and_its_assumption():
+    (t,) = transfers(fake_runs(lambda L: -2 - 0.5 * math.log10(L)), "depth", 128)
+    assert t.sizes_to_halve == (128, 512) and t.to_dict()["sizes_to_halve"] == (128, 512)
+    text = format_transfer(t)
+    assert "or 2 more depths (128, 512: x4 apart beyond the largest, as the sweep is spaced)" in text
+    assert "at the same 3 seeds" in text and "scatters as much" in text
+    (w,) = transfers(fake_runs(lambda w: -1.5, (32, 64, 128), field="d_model"), "width", 256)
+    assert w.sizes_to_halve == (256, 512) and "2 more widths (256, 512" in format_transfer(w)
 
 
 def test_presets_validate_and_transfer_quick_variants_are_small():

@@ -19,8 +19,8 @@ def add_parser(sub) -> None:
         description="From a study that swept the learning rate across depths (or widths), per setting: "
         "the best lr at each size with its 95%% interval over seeds (flagged at the sweep's edge), the "
         "slope of log best lr against log size, the best lr extrapolated to --to-depth (or --to-width), "
-        "the transfer penalty of using the smallest size's lr, and the seeds that would halve the "
-        "slope's interval (docs/transfer.md). Presets: depth-transfer, width-transfer (and -quick).",
+        "the transfer penalty of using the smallest size's lr, and the seeds (or the more sizes, at the "
+        "sweep's spacing) that would halve the slope's interval (docs/transfer.md). Presets: depth-transfer, width-transfer (and -quick).",
     )
     p.add_argument("--db", default=DEFAULT_DB, help=f"the study store (default {DEFAULT_DB})")
     p.add_argument("--study", help="study name or id (default: the most recently run study)")

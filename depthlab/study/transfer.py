@@ -16,7 +16,13 @@ and size, over seeds), for each setting:
   there) minus the loss at that size's own best swept lr, per seed, with its interval (0 where the
   proxy's lr is as good as the size's own);
 - how many seeds would halve the slope's interval: the t-interval's half-width is t_{n-1} s / sqrt(n),
-  so the n' with t_{n'-1} / sqrt(n') <= t_{n-1} / (2 sqrt(n)) at the same seed-to-seed spread s.
+  so the n' with t_{n'-1} / sqrt(n') <= t_{n-1} / (2 sqrt(n)) at the same seed-to-seed spread s;
+- or how many more sizes would, at the same seeds: each seed's slope is a least-squares fit in
+  x = log size, whose standard error is sigma / sqrt(sum (x - xbar)^2) for a scatter sigma of the
+  seed's best lr about its line, so the seed-to-seed spread s of the slopes, and the interval, halve
+  when sum (x - xbar)^2 is four times larger. The added sizes continue the sweep's spacing beyond the
+  largest (log-spaced at the sweep's mean ratio between neighbours); the assumption, which the output
+  states, is that the best lr scatters as much about a straight line in log-log at the added sizes.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ class Transfer:
     target_lr: tuple[float, float, float] | None
     seeds_to_halve: int | None
     slope_seeds: int = 0
+    sizes_to_halve: tuple[int, ...] | None = None
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
@@ -86,6 +93,39 @@ def seeds_to_halve(n: int) -> int | None:
     while intervals.t_quantile(0.975, m - 1) / math.sqrt(m) > goal:
         m += 1
     return m
+
+
+MAX_ADDED = 64  # sizes_to_halve gives up beyond this many added sizes
+
+
+def spacing(sizes: list[int]) -> float:
+    """The sweep's mean ratio between neighbouring sizes, (largest / smallest)^(1 / (n - 1))."""
+    return (max(sizes) / min(sizes)) ** (1 / (len(sizes) - 1))
+
+
+def _sxx(xs: list[float]) -> float:
+    mean = sum(xs) / len(xs)
+    return sum((x - mean) ** 2 for x in xs)
+
+
+def sizes_to_halve(sizes: list[int]) -> tuple[int, ...] | None:
+    """The sizes to add beyond the largest of ``sizes`` (distinct, at least 2), spaced by the sweep's
+    :func:`spacing` and rounded to whole sizes, until sum (x - xbar)^2 of x = log size is four times
+    the sweep's: the design that halves a slope's standard error at the same scatter. None with fewer
+    than two sizes, or when more than ``MAX_ADDED`` would be needed."""
+    sizes = sorted(set(sizes))
+    if len(sizes) < 2:
+        return None
+    ratio, xs = spacing(sizes), [math.log10(v) for v in sizes]
+    goal, added = 4 * _sxx(xs), []
+    while _sxx(xs) < goal:
+        if len(added) == MAX_ADDED:
+            return None
+        last = added[-1] if added else sizes[-1]
+        nxt = max(last + 1, round(sizes[-1] * ratio ** (len(added) + 1)))
+        added.append(nxt)
+        xs.append(math.log10(nxt))
+    return tuple(added)
 
 
 def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -136,6 +176,7 @@ def setting_transfer(cs: list[Curve], axis: str, target: int | None = None) -> T
         target_lr=target_lr,
         seeds_to_halve=seeds_to_halve(len(slopes)),
         slope_seeds=len(slopes),
+        sizes_to_halve=sizes_to_halve([c.depth for c in cs]) if len(slopes) >= 2 else None,
     )
 
 
@@ -181,4 +222,16 @@ def format_transfer(t: Transfer) -> str:
         lines.append(
             f"  {t.seeds_to_halve} seeds (now {t.slope_seeds}) would halve the slope's interval at the same spread"
         )
+    if t.sizes_to_halve is not None:
+        lines.append("  " + _sizes_line(t))
     return "\n".join(lines)
+
+
+def _sizes_line(t: Transfer) -> str:
+    """ "or 2 more depths (16, 32) ... would halve it ...", with the spacing and the assumption."""
+    sizes, added = [r.size for r in t.rows], t.sizes_to_halve
+    return (
+        f"or {len(added)} more {t.axis}s ({', '.join(str(v) for v in added)}: x{spacing(sizes):.3g} apart "
+        f"beyond the largest, as the sweep is spaced) would halve it at the same {t.slope_seeds} seeds,\n"
+        f"  if each seed's best lr scatters as much about a straight log-log line there as at the sizes swept"
+    )
