@@ -169,13 +169,15 @@ def test_every_report_figure_is_a_function_returning_a_figure(db):
     assert [f.name for f in FIGURES] == [
         "outcome_map",
         "lr_curves",
+        "transfer_best_lr",
+        "width_lr_curves",
         "loss_curves",
         "layer_profiles",
         "bottom_vs_top",
     ]
     for spec in FIGURES:
         fig = spec.draw(data)
-        if spec.name == "lr_curves":  # this study has one learning rate: no curve to draw
+        if spec.name in ("lr_curves", "transfer_best_lr", "width_lr_curves"):  # one lr: no curve to draw
             assert fig is None
             continue
         assert isinstance(fig, Figure) and title_of(fig), spec.name
@@ -199,5 +201,5 @@ def test_report_figures_draw_into_the_callers_axes(db, name, panels):
 
 
 def test_unknown_figure_name_is_refused(db):
-    with pytest.raises(InputError, match="no figure .nope.: one of outcome_map, lr_curves, loss_curves"):
+    with pytest.raises(InputError, match="no figure .nope.: one of outcome_map, lr_curves, transfer_best_lr"):
         depthlab.open(db).study().figure("nope")

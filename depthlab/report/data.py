@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from depthlab.report.grouping import Layout, depth, layout, state
 from depthlab.study.sensitivity import Curve, curves
 from depthlab.study.store import Store
+from depthlab.study.transfer import Transfer, transfers
 
 
 @dataclass
@@ -33,6 +34,13 @@ class StudyData:
         """The study's learning-rate curves (:func:`depthlab.study.sensitivity.curves`); empty when no
         setting was run at two or more learning rates."""
         return curves(self.runs)
+
+    @functools.cached_property
+    def transfers(self) -> dict[str, list[Transfer]]:
+        """{"depth": ..., "width": ...}: the learning-rate transfer of each setting the study sweeps lr
+        across two or more depths (widths) for (:func:`depthlab.study.transfer.transfers`); empty lists
+        for an axis it does not sweep."""
+        return {axis: transfers(self.runs, axis) for axis in ("depth", "width")}
 
     @property
     def name(self) -> str:

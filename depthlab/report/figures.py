@@ -18,6 +18,7 @@ from depthlab.report.data import StudyData
 from depthlab.report.layer_plots import bottom_vs_top, layer_profiles
 from depthlab.report.lr_plots import lr_curves
 from depthlab.report.plots import loss_curves, outcome_map, title_of
+from depthlab.report.transfer_plots import transfer_best_lr, width_lr_curves
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -63,7 +64,23 @@ FIGURES = (
         "Each point is the final validation loss at one learning rate, averaged over seeds (the bar spans "
         "the seeds; a diverged run counts as the loss at initialisation, marked x). A wide, flat valley is "
         "a configuration that forgives the learning rate; a narrow one is sensitive to it, and where its "
-        "minimum sits says which learning rate each depth wants (the table below has the numbers).",
+        "minimum sits says which learning rate each depth wants (the table below has the numbers); where "
+        "the depths' minima line up, the learning rate transfers across depth.",
+    ),
+    ReportFigure(
+        transfer_best_lr,
+        "Each point is the best learning rate at one depth (or width), each seed's own refined in log "
+        "space and averaged, with its 95% interval; a line per setting (wrapping, parametrization, ...). "
+        "A flat line is a learning rate that transfers from the smallest size to the largest; a falling "
+        "one is a proxy's learning rate too large for the target. A hollow marker sat at the edge of the "
+        "sweep, where the true best lies beyond it. depthlab transfer prints the slopes, the best lr "
+        "extrapolated to a target size and the penalty of the proxy's lr.",
+    ),
+    ReportFigure(
+        width_lr_curves,
+        "The final loss against the learning rate, a line per width (mean over seeds; a diverged run counts "
+        "as the loss at initialisation): where the lines' minima line up, the learning rate transfers "
+        "across width.",
     ),
     ReportFigure(
         loss_curves,
