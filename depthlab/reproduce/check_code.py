@@ -42,6 +42,7 @@ SHARED = {
         "_summarise",
         "all_trained",
     ),
+    "depthlab.reproduce.shares": ("share_interval", "share_p_value", "share_check", "_at_least", "_solve"),
 }
 # Names that are never pinned: the registration (pinned as values) and what only draws or reports.
 SKIPPED = ("REGISTRATION", "AT_SCALE", "QUICK")
