@@ -46,7 +46,7 @@ LARGE = {
     "seeds": [0, 1, 2],
 }
 REGISTRATION = Registration(
-    commit="",
+    commit="4d04a2491016da804758c191552a245f3a84e4c1",
     expectation={
         # per seed: post-LN's growth of S_ref from the shallowest to the deepest depth minus pre-LN's (nats)
         "depth_growth_post_minus_pre": 0.0,

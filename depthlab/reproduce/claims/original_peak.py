@@ -47,7 +47,7 @@ LARGE = {
     "seeds": [0, 1, 2],
 }
 REGISTRATION = Registration(
-    commit="",
+    commit="4d04a2491016da804758c191552a245f3a84e4c1",
     expectation={
         "without_warmup": "fails",  # final loss not below the stall level
         "with_warmup": "trains",  # the control

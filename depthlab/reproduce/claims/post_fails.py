@@ -37,7 +37,7 @@ from depthlab.reproduce.reproduction import (
 SMALL = {"depth": 24, "lrs": [1e-3, 3e-3, 1e-2, 3e-2], "steps": 300, "control_lr": 1e-3, "seeds": [3, 4, 5]}
 LARGE = {"depth": 24, "lrs": [1e-3, 3e-3, 1e-2, 3e-2], "steps": 2000, "control_lr": 1e-3, "seeds": [0, 1, 2]}
 REGISTRATION = Registration(
-    commit="",
+    commit="4d04a2491016da804758c191552a245f3a84e4c1",
     expectation={
         # per seed: final loss / unigram - 1 not below -this (the stall level): the run did not learn
         "trained_share_below_unigram": STALL_SHARE,

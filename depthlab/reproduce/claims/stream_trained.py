@@ -34,7 +34,7 @@ from depthlab.reproduce.reproduction import (
 SMALL = {"depths": [6, 12, 24, 48], "steps": 300, "lr": 1e-3, "warmup": 100, "seeds": [0, 1, 2]}
 LARGE = {"depths": [6, 12, 24, 48], "steps": 2000, "lr": 1e-3, "warmup": 667, "seeds": [0, 1, 2]}
 REGISTRATION = Registration(
-    commit="",
+    commit="4d04a2491016da804758c191552a245f3a84e4c1",
     expectation={
         # "faster than independence": ||x_L||^2 / (||x_0||^2 + sum ||delta_l||^2) above this at every L
         "correlated_ratio_above": 1.0,
