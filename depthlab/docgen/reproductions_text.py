@@ -35,6 +35,9 @@ that trained lies in a range) is decided on the share of seeds that show it, wit
 (Clopper-Pearson) interval against the registered share (`depthlab/reproduce/shares.py`): a t-interval
 does not fit a discrete quantity and unanimity is no interval. With three seeds such a check is
 inconclusive whatever they show (3 of 3 gives [0.29, 1]); six unanimous seeds are the fewest that decide.
+Two claims were first registered otherwise, and their first rule still decides: post-diverge on
+unanimity (every seed diverged) and post-depth on a t-interval over the deepest depth that trained;
+the share rule is their "revised" column.
 
 **First registration and revised rules.** A rule changed after a check's results were known never
 decides it: the result shown first is the one under the check's first registration, the column "revised"
