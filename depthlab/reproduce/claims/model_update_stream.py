@@ -85,8 +85,9 @@ def stream_change(cfg, seed: int, steps: int, lr: float) -> float:
 def reproduce_model_update_stream(
     quick: bool = False, out_dir: str | None = None, scale: str = "small"
 ) -> Reproduction:
-    """The stream's change after the first updates against depth: grows for post-LN, flat for DeepNorm,
-    faster for post-LN than for pre-LN."""
+    """The stream's change after the first updates: grows with depth for post-LN, flat for DeepNorm.
+
+    And it grows faster for post-LN than for pre-LN (Admin)."""
     r = resolve(REGISTRATION, scale, quick, QUICK)
     planned = [
         (tiny_config(w, d), train_config(s, r["steps"], r["lr"]))

@@ -91,8 +91,9 @@ def schedules(r: dict) -> dict:
 def reproduce_original_peak(
     quick: bool = False, out_dir: str | None = None, scale: str = "small"
 ) -> Reproduction:
-    """Without its warmup, at the same peak learning rate, the 6-layer post-LN base model fails to converge;
-    with it, it trains (Vaswani et al. 2017)."""
+    """The 6-layer post-LN base model fails to converge without warmup at the same peak lr (Vaswani et al.).
+
+    With the warmup, it trains."""
     r = resolve(REGISTRATION, scale, quick, QUICK)
     model = {k: r[k] for k in ("d_model", "d_ff", "n_heads", "n_layers")} | {"wrap": "post", "max_len": 128}
     specs = {k: (model, t) for k, t in schedules(r).items()}

@@ -68,8 +68,9 @@ QUICK = {"lrs": [1e-3, 3e-2], "steps": 150, "seeds": [3]}
 def reproduce_post_fails(
     quick: bool = False, out_dir: str | None = None, scale: str = "small"
 ) -> Reproduction:
-    """Deep post-LN without warmup fails to train (stalls or diverges) at every learning rate, where pre-LN
-    at the same depth trains (Xiong et al. 2020)."""
+    """Deep post-LN without warmup fails to train, stalls or diverges, at every lr (Xiong et al. 2020).
+
+    Pre-LN at the same depth trains without warmup (the control)."""
     r = resolve(REGISTRATION, scale, quick, QUICK)
     depth = r["depth"]
     specs = {
