@@ -30,7 +30,14 @@ side, **inconclusive** when it straddles the threshold; one seed alone is always
 values are shown beside every mean. A MISMATCH or an inconclusive result is a finding, not an error.
 Where a check's registration puts its interval on a log scale (a positive multiplicative quantity: a
 ratio, a mean squared value, a gradient norm), the t-interval is computed on log10 values and shown back
-on the original scale as a geometric mean.
+on the original scale as a geometric mean. A yes/no outcome per seed (a run diverged; the deepest depth
+that trained lies in a range) is decided on the share of seeds that show it, with its exact binomial
+(Clopper-Pearson) interval against the registered share (`depthlab/reproduce/shares.py`): a t-interval
+does not fit a discrete quantity and unanimity is no interval. With three seeds such a check is
+inconclusive whatever they show (3 of 3 gives [0.29, 1]); six unanimous seeds are the fewest that decide.
+Two claims were first registered otherwise, and their first rule still decides: post-diverge on
+unanimity (every seed diverged) and post-depth on a t-interval over the deepest depth that trained;
+the share rule is their "revised" column.
 
 **First registration and revised rules.** A rule changed after a check's results were known never
 decides it: the result shown first is the one under the check's first registration, the column "revised"

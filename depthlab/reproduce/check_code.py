@@ -9,14 +9,17 @@ what the code computes, or to the names it reads, changes the hash.
 A claim's pinned functions are its registered reproduction function and every module-level function of
 its module that it reaches by name (transitively), except the plotting ones (they draw, they decide
 nothing), plus the module-level constants those functions read (other than the registration itself,
-whose values are pinned as values). The shared decision code (the interval, the result rules, the run
-readers every training claim uses) is pinned once, under :data:`SHARED`.
+whose values are pinned as values), plus the code outside the module that decides its checks, named by
+the module's ``DECIDED_ELSEWHERE`` ("module:Qualified.name", e.g. a formula of the study package). The
+shared decision code (the interval, the result rules, the run readers every training claim uses) is
+pinned once, under :data:`SHARED`.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
+import importlib
 import inspect
 import sys
 
@@ -39,6 +42,7 @@ SHARED = {
         "_summarise",
         "all_trained",
     ),
+    "depthlab.reproduce.shares": ("share_interval", "share_p_value", "share_check", "_at_least", "_solve"),
 }
 # Names that are never pinned: the registration (pinned as values) and what only draws or reports.
 SKIPPED = ("REGISTRATION", "AT_SCALE", "QUICK")
@@ -112,9 +116,30 @@ def module_pins(source: str, root: str) -> dict[str, str]:
 
 
 def claim_pins(fn) -> dict[str, str]:
-    """The pins of a registered reproduction function ``fn`` (see :func:`module_pins`)."""
+    """The pins of a registered reproduction function ``fn`` (see :func:`module_pins`), with those of
+    the code its module names in ``DECIDED_ELSEWHERE`` under "module.Qualified.name"."""
     module = sys.modules[fn.__module__]
-    return module_pins(inspect.getsource(module), fn.__name__)
+    pins = module_pins(inspect.getsource(module), fn.__name__)
+    for ref in getattr(module, "DECIDED_ELSEWHERE", ()):
+        mod_name, qualname = ref.split(":")
+        source = inspect.getsource(importlib.import_module(mod_name))
+        pins[f"{mod_name}.{qualname}"] = digest(qualified_node(ast.parse(source), qualname))
+    return dict(sorted(pins.items()))
+
+
+def qualified_node(tree: ast.Module, qualname: str) -> ast.AST:
+    """The function or class ``qualname`` ("f", "Class.method") defined in ``tree`` (KeyError if none)."""
+    node: ast.AST = tree
+    for part in qualname.split("."):
+        found = [
+            n
+            for n in getattr(node, "body", [])
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == part
+        ]
+        if not found:
+            raise KeyError(f"{qualname} is not defined in the module")
+        node = found[0]
+    return node
 
 
 def shared_pins() -> dict[str, str]:

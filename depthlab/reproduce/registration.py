@@ -240,6 +240,25 @@ SHARED_REVISIONS: tuple[Revision, ...] = (
         "whether both sides of a close or no-worse comparison trained (the revised rule shown beside them)",
         "yes: it decides no result",
     ),
+    *(
+        Revision(
+            "2026-12-01",
+            f"code.depthlab.reproduce.shares.{name}",
+            None,
+            digest,
+            "a yes/no outcome per seed decided on the share of seeds with an exact binomial interval (a "
+            "discrete quantity; unanimity is no interval)",
+            "yes for the checks revised onto it (shown beside their first registration's rule, which "
+            "decides); no for the checks registered on it before their runs",
+        )
+        for name, digest in (
+            ("share_interval", "147c324f985549f6"),
+            ("share_p_value", "de789627e0a002d0"),
+            ("share_check", "0dc61ab02f97c996"),
+            ("_at_least", "6c6db2579afaae11"),
+            ("_solve", "e1956a7a817def67"),
+        )
+    ),
 )
 
 # The revision that moved checks holding by construction (or known before registration) to sanity.

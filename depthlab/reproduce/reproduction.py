@@ -61,6 +61,7 @@ class Check:
     revision: str = ""
     bounds: dict | None = None
     revised_bounds: dict | None = None
+    revised_values: tuple | None = None
 
     def __post_init__(self):
         if isinstance(self.result, bool):
@@ -104,6 +105,8 @@ class Check:
             d["bounds"] = self.bounds
         if self.revised_bounds is not None:
             d["revised_bounds"] = self.revised_bounds
+        if self.revised_values is not None:
+            d["revised_values"] = list(self.revised_values)
         return d
 
 
@@ -154,6 +157,10 @@ def with_revision(first: Check, revised: Check, revision: str) -> Check:
     first.revised = revised.result
     first.revision = revision
     first.revised_bounds = revised.bounds
+    if revised.interval is not None and (
+        first.interval is None or revised.interval.values != first.interval.values
+    ):
+        first.revised_values = revised.interval.values  # decided on other values (a share of seeds)
     if revised.measured != first.measured:
         first.measured += f"; revised ({revision}): {revised.measured}"
     return first

@@ -17,6 +17,7 @@ import json
 import math
 
 from depthlab.intervals import INCONCLUSIVE, decide, log_interval, mean_interval
+from depthlab.reproduce.shares import share_interval
 
 VERSION = 1
 
@@ -43,6 +44,8 @@ def _check(c: dict) -> dict:
     out = {k: c[k] for k in keep if k in c}
     if "interval" in c:
         out["values"] = c["interval"]["values"]
+    if "revised_values" in c:
+        out["revised_values"] = c["revised_values"]
     return out
 
 
@@ -61,7 +64,15 @@ def build(parts, registrations: dict) -> dict:
 
 
 def decide_again(values: list, bounds: dict) -> str:
-    """A check's result from its recorded values and rule, as :func:`seeded_check` decides it."""
+    """A check's result from its recorded values and rule, as :func:`seeded_check` decides it (or, for
+    the "share" scale, :func:`depthlab.reproduce.shares.share_check`: values 0/1 per seed)."""
+    if bounds.get("scale") == "share":
+        interval = share_interval([v == 1 for v in values]) if values else None
+        return (
+            decide(interval, at_least=bounds.get("at_least"), at_most=bounds.get("at_most"))
+            if interval
+            else INCONCLUSIVE
+        )
     if len(values) < 2 or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
         return INCONCLUSIVE
     if bounds.get("scale") == "log":
@@ -87,7 +98,7 @@ def regenerate(record: dict) -> tuple[int, int, list[str]]:
             if again != c["result"]:
                 problems.append(f"{name}: {c['claim']}: recorded {c['result']}, the record gives {again}")
             if "revised_bounds" in c and c.get("revised"):
-                again = decide_again(c["values"], c["revised_bounds"])
+                again = decide_again(c.get("revised_values", c["values"]), c["revised_bounds"])
                 if again != c["revised"]:
                     problems.append(f"{name}: {c['claim']}: revised {c['revised']}, the record gives {again}")
     return done, other, problems

@@ -54,6 +54,36 @@ SMALL = {
 # The large scale: the width (256) and length (2,000 steps) of the other claims' large regimes, at the
 # preset's heads, batch and sequence length (a GPU or a long CPU night).
 LARGE = {**SMALL, "d_model": 256, "steps": 2000, "warmup": 200}
+# The sensitivity formula (Wortsman et al.'s) lives in the study package; it decides checks here.
+DECIDED_ELSEWHERE = tuple(
+    f"depthlab.study.sensitivity:{q}"
+    for q in ("Point.capped", "Point.diverged", "Curve.seeds", "Curve.per_seed_sensitivity",
+              "Curve.mean_curve", "Curve.best", "_refine")
+)  # fmt: skip
+# The review after the first documented run had started (commit 201a65e): the section of
+# docs/reproductions.md made by that run came from the code before it.
+REVIEWED = "2026-11-30 17:56 UTC"
+REVIEW = (
+    "after a review: a diverged run counts as the loss at init whatever finite loss it stopped at (the "
+    "registered formula's rule; before, a run stopped as diverged below l0 counted at its loss); attention "
+    "values are read at the last step where every attention layer is finite, and two runs read at "
+    "different steps are not compared; a setting with no curve gives inconclusive checks, not an error; a "
+    "log ratio of a non-positive value is no value"
+)
+REVIEW_KNOWN = (
+    "yes: the documented run had started before this change (its section came from the code before it); "
+    "the document is regenerated with this code, and this revision is why its results may differ"
+)
+# (code name, digest before the review, after it)
+REVIEWED_CODE = (
+    ("_attention", "d9788a0492422b6c", "6536d47f5ceb476d"),
+    ("_attention_checks", "72f6fede4cf8ae9a", "0a0777ad3128434a"),
+    ("_index", "5f9c9dba4885dbfc", "fcbfa166745c1669"),
+    ("_z_loss_checks", "c5947005bfc15cb7", "239d62ace17e9950"),
+    ("_log_ratio", None, "a1bf5d85ecfacaf2"),
+    ("_paired", None, "3efc47e343a0fdb5"),
+    ("depthlab.study.sensitivity.Point.capped", "27e2cbde3bffa9c4", "4606e4085e2c831d"),
+)
 QUICK = {"depths": [1, 2], "lrs": [1e-3, 1e-1], "seeds": [0, 1], "steps": 20, "warmup": 2, "control_depth": 2}
 REGISTRATION = Registration(
     commit="8e7b55565cd02de40a759dd2728ea4f0e5588f4c",
@@ -82,6 +112,9 @@ REGISTRATION = Registration(
     },
     regimes={"small": SMALL, "large": LARGE},
     revisions=(
+        Revision("2026-11-30 16:30 UTC", "code._studies", "e71e9c7b91beef53", "b33f751783670438",
+                 "the controls' study says what it is (its description; the runs are the same)",
+                 "no result was known yet; it changes none"),
         Revision(
             "2026-11-30 16:50 UTC",
             "regime.small.lrs",
@@ -98,13 +131,18 @@ REGISTRATION = Registration(
             "the large scale sweeps what the small one does",
             "yes: as above",
         ),
+        *(Revision(REVIEWED, f"code.{k}", old, new, REVIEW, REVIEW_KNOWN) for k, old, new in REVIEWED_CODE),
+        Revision("2026-11-30 18:28 UTC", "code._announce", "3117a4b769ec89fe", "cafb9aad4aa60310",
+                 "the expected-time line says where already-done runs were found", "yes; it decides nothing"),
+        Revision("2026-12-01 09:11 UTC", "code._slope_checks", "a5961ad22b6ee234", "5de41601f89db640",
+                 "a check's outcome is named its result (a rename)", "yes; no result changes"),
     ),
     notes="Registered before any run of the registered regime was seen (two 24-layer post-LN runs of the "
     "preset at lr 1e-4 had finished, undertrained; the quick smoke version had been run once to test the "
     "code, which showed that a best learning rate at the sweep's edge gives a meaningless slope). The "
     "preset's regime (width 32, 150 steps, "
     "cosine schedule with 15 warmup steps) was fixed when the preset was written, to finish on 2 cores.",
-)
+)  # fmt: skip
 
 
 @register("lr-sensitivity", REGISTRATION)
