@@ -387,5 +387,5 @@ LEFT_OUT = {
 
 # The commit that first recorded each claim's ladder in tests/registered_ladder.json (checked against the
 # history by tests/test_reproduce_ladder.py).
-COMMIT = ""
+COMMIT = "af97c5f092df15ee08fd9f39db157a55c898471d"
 REGISTRATIONS: dict[str, Registration] = {n: c.registration(COMMIT) for n, c in LADDER.items()}

@@ -165,8 +165,8 @@ def commit_time(commit: str = COMMIT) -> float | None:
 
 
 def runs_before(runs: list[dict], registered: float | None) -> list[dict]:
-    """The stored runs that started before the registration's commit time (none for a ladder run as
-    registered); every run when the commit time is unknown is not assumed: an empty list then."""
+    """The stored runs that started before the registration's commit time ``registered`` (none for a
+    ladder run as registered); an empty list when the commit time is unknown (no git history)."""
     if registered is None:
         return []
     return [r for r in runs if r.get("started_at") is not None and r["started_at"] < registered]
