@@ -19,7 +19,7 @@ from depthlab.docgen.ladder_doc import write_ladder
 from depthlab.intervals import AGREE, MISMATCH, mean_interval
 from depthlab.reproduce import ladder_effects, ladder_run
 from depthlab.reproduce.check_code import module_pins
-from depthlab.reproduce.ladder import COMMIT, LADDER, REGISTRATIONS, STEP_RULE, Effect, steps_at
+from depthlab.reproduce.ladder import COMMITS, LADDER, REGISTRATIONS, STEP_RULE, Effect, steps_at
 from depthlab.reproduce.ladder_effects import AWAY, FLAT, TOWARD, Measured, final_loss, trend
 from depthlab.reproduce.registration import unrevised_changes
 from depthlab.study import Store
@@ -75,13 +75,14 @@ def test_the_ladder_registration_is_the_commit_that_first_recorded_it():
     history = [(c, json.loads(_git("show", f"{c}:{PINS_PATH}"))) for c in commits]
     for name, reg in REGISTRATIONS.items():
         first = next((c for c, p in history if p.get(name, {}).get("values") == PINS[name]["values"]), None)
-        assert first is not None and reg.commit == COMMIT == first, name
+        assert first is not None and reg.commit == COMMITS[name] == first, name
         assert "ladder" in _git("show", f"{first}:depthlab/reproduce/ladder.py")
 
 
 def test_a_run_stored_before_the_registration_is_named():
     registered = ladder_run.commit_time()
     assert registered is not None, "the ladder's commit is not in this repository's history"
+    assert all(ladder_run.commit_time(c) for c in COMMITS.values()), COMMITS
     runs = [{"id": 1, "started_at": registered + 60}, {"id": 2, "started_at": registered - 60}]
     assert [r["id"] for r in ladder_run.runs_before(runs, registered)] == [2]
 
@@ -95,7 +96,7 @@ def test_the_step_rule_is_the_registered_one():
 
 
 def test_fails_claims_sweep_three_learning_rates_at_the_first_rung():
-    for name in ("depth", "recipe", "skip-ablation"):
+    for name in ("depth", "recipe", "skip-ablation", "original-shape"):
         claim = LADDER[name]
         assert claim.lr_sweep and all(claim.settings[label][1]["lr"] > 0 for label in claim.lr_sweep)
         bases = {label.rsplit(", lr", 1)[0] for label in claim.lr_sweep}
@@ -143,7 +144,7 @@ def test_the_effect_table_renders_from_a_built_store(built, tmp_path):
     assert "| effect | holds when | d 16 | d 32 | with width |" in text
     row = next(ln for ln in text.splitlines() if ln.startswith("| (val - train) of BatchNorm"))
     assert row.count("[") == 2 and "not run yet" not in row
-    assert "0 of them started before that commit" in text
+    assert "8 runs stored, 0 of them started before their claim's registration commit" in text
     measured = effects["batchnorm"][0]["measured"]
     assert [m.width for m in measured] == [16, 32] and all(m.interval and m.interval.n == 2 for m in measured)
     with Store(db, create=False) as store:

@@ -74,6 +74,7 @@ class LadderClaim:
     and warmup as at the first rung), its effects, the subset it runs and the registration fixing them.
 
     ``lr_sweep``: labels of the settings that run only at the first rung (the lr x 1/3 and x 3 runs).
+    ``widths``: the claim's rungs (its first is its registered small regime's width; steps scale from it).
     """
 
     name: str
@@ -81,17 +82,18 @@ class LadderClaim:
     effects: tuple[Effect, ...]
     subset: str
     lr_sweep: tuple[str, ...] = ()
+    widths: tuple[int, ...] = WIDTHS
 
     def settings_at(self, width: int) -> dict:
         """{label: {"model", "train"}} at ``width``: d_model set, steps and warmup scaled by the rule."""
-        out = {}
+        out, first = {}, self.widths[0]
         for label, (model, train) in self.settings.items():
-            if width != FIRST and label in self.lr_sweep:
+            if width != first and label in self.lr_sweep:
                 continue
             t = dict(train)
             for k in ("steps", "warmup"):
                 if k in t:
-                    t[k] = steps_at(t[k], width)
+                    t[k] = steps_at(t[k], FIRST * width // first)
             if t.get("schedule") == "noam" and "noam_lr" in t:  # Noam's peak equals the registered lr
                 t["lr"] = t.pop("noam_lr") * math.sqrt(width * t["warmup"])
             out[label] = {"model": {**model, "d_model": width}, "train": t}
@@ -99,7 +101,7 @@ class LadderClaim:
 
     def registration(self, commit: str) -> Registration:
         """The ladder's registration of this claim: its effects and its regime at every width."""
-        regimes = {f"d{w}": {"settings": self.settings_at(w), "seeds": SEEDS} for w in WIDTHS}
+        regimes = {f"d{w}": {"settings": self.settings_at(w), "seeds": SEEDS} for w in self.widths}
         return Registration(
             commit=commit,
             expectation={"effects": [e.to_dict() for e in self.effects], "step_rule": STEP_RULE},
@@ -366,12 +368,39 @@ def _lr_sensitivity() -> LadderClaim:
     )
 
 
+def _original_shape() -> LadderClaim:
+    """The base model's shape at a quarter width (its registered small regime, width 128): the original
+    schedule, time-compressed, with its warmup and without (warmup 1), and the lr sweep without it."""
+    model = {"wrap": "post", "n_layers": 6, "d_ff": 512, "max_len": 128}
+    multiplier = math.sqrt(100 / 4000)  # the claim's time-compressed Noam multiplier
+    train = {"schedule": "noam", "lr": multiplier, "steps": 300, "beta2": 0.98}
+    settings = {
+        "post 6L, warmup 100": (model, {**train, "warmup": 100}),
+        "post 6L, no warmup": (model, {**train, "warmup": 1}),
+    }
+    sweep, labels = _lr_sweep(settings, "post 6L, no warmup", multiplier)
+    effects = (
+        _trains("post 6L, warmup 100", "level", -TRAINS),
+        _fails("post 6L, no warmup", "level", -FAILS),
+        *(_fails(label, "level", -FAILS, sweep=True) for label in labels),
+    )
+    return LadderClaim(
+        "original-shape",
+        {**settings, **sweep},
+        effects,
+        "its registered small regime only (width 128, a quarter of the paper's 512; wider rungs are the "
+        "large scale), with the Noam multiplier x 1/3 and x 3 without warmup",
+        labels,
+        widths=(128,),
+    )
+
+
 LADDER: dict[str, LadderClaim] = {
     c.name: c
     for c in (
         _depth(), _warmup(), _shallow_post(), _dyt(), _final_norm(), _no_norm(), _no_residual(),
         _post_depth(), _post_diverge(), _recipe(), _skip_ablation(), _batchnorm(), _collapse(),
-        _lr_sensitivity(),
+        _lr_sensitivity(), _original_shape(),
     )
 }  # fmt: skip
 
@@ -381,11 +410,11 @@ LEFT_OUT = {
     "itself, which a study store does not keep",
     "redundancy": "its quantity is the loss with layers dropped from the trained model, which a study "
     "store does not keep",
-    "original-shape": "its small regime is already width 128 (a quarter of the paper's 512); its next "
-    "rungs are the large scale",
 }
 
 # The commit that first recorded each claim's ladder in tests/registered_ladder.json (checked against the
 # history by tests/test_reproduce_ladder.py).
 COMMIT = "af97c5f092df15ee08fd9f39db157a55c898471d"
-REGISTRATIONS: dict[str, Registration] = {n: c.registration(COMMIT) for n, c in LADDER.items()}
+# A claim added to the ladder later names the commit that first recorded it.
+COMMITS = {name: COMMIT for name in LADDER} | {"original-shape": ""}
+REGISTRATIONS: dict[str, Registration] = {n: c.registration(COMMITS[n]) for n, c in LADDER.items()}

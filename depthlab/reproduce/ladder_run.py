@@ -17,7 +17,7 @@ from pathlib import Path
 
 from depthlab.errors import ConfigError
 from depthlab.reproduce import cost
-from depthlab.reproduce.ladder import COMMIT, LADDER, WIDTHS, LadderClaim
+from depthlab.reproduce.ladder import COMMIT, LADDER, LadderClaim
 from depthlab.reproduce.lm_runs import TINY_MODEL, TINY_TRAIN
 from depthlab.study import StudyConfig, plan, run_study
 from depthlab.study.executors import default_workers
@@ -64,11 +64,11 @@ def _quick(settings: dict) -> dict:
 def rung(claim: LadderClaim, width: int, quick: bool = False) -> Rung:
     """The study of ``claim`` at ``width`` (one run per setting and seed)."""
     if quick:  # the first rung's settings (its lr sweep at the first quick width only), shrunk
-        first = claim.settings_at(WIDTHS[0] if width == QUICK_WIDTHS[0] else WIDTHS[1])
+        first = claim.settings_at(claim.widths[0] if width == QUICK_WIDTHS[0] else claim.widths[-1])
         settings = {k: {**v, "model": {**v["model"], "d_model": width}} for k, v in _quick(first).items()}
     else:
         settings = claim.settings_at(width)
-    seeds = QUICK_SEEDS if quick else claim.registration(COMMIT).regimes[f"d{WIDTHS[0]}"]["seeds"]
+    seeds = QUICK_SEEDS if quick else claim.registration(COMMIT).regimes[f"d{claim.widths[0]}"]["seeds"]
     values = [
         {
             **{f"model.{k}": v for k, v in s["model"].items()},
@@ -91,8 +91,7 @@ def rung(claim: LadderClaim, width: int, quick: bool = False) -> Rung:
 
 def rungs(names: list[str], quick: bool = False) -> list[Rung]:
     """Every rung of the named claims, widths ascending within a claim."""
-    widths = QUICK_WIDTHS if quick else WIDTHS
-    return [rung(LADDER[n], w, quick) for n in names for w in widths]
+    return [rung(LADDER[n], w, quick) for n in names for w in (QUICK_WIDTHS if quick else LADDER[n].widths)]
 
 
 def estimate(todo: list[Rung], db: str) -> list[tuple[str, int, int, float]]:
