@@ -416,5 +416,5 @@ LEFT_OUT = {
 # history by tests/test_reproduce_ladder.py).
 COMMIT = "af97c5f092df15ee08fd9f39db157a55c898471d"
 # A claim added to the ladder later names the commit that first recorded it.
-COMMITS = {name: COMMIT for name in LADDER} | {"original-shape": ""}
+COMMITS = {name: COMMIT for name in LADDER} | {"original-shape": "3435a85e46725ba0e833f4cc3f059a14be3d73dc"}
 REGISTRATIONS: dict[str, Registration] = {n: c.registration(COMMITS[n]) for n, c in LADDER.items()}
