@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from depthlab.cli import main
-from depthlab.docgen.ladder_doc import write_ladder
+from depthlab.docgen.ladder_doc import sweep_line, write_ladder
 from depthlab.intervals import AGREE, MISMATCH, mean_interval
 from depthlab.reproduce import ladder_effects, ladder_run
 from depthlab.reproduce.check_code import module_pins
@@ -170,14 +170,20 @@ def test_the_plan_prints_each_claims_cost_and_runs_nothing(tmp_path, capsys):
         (["--db", "FOLDER"], "folder"),
         (["--db", "TEXT"], "SQLite"),
         (["--json", "-"], "ladder"),
+        (["--doc", "TEXT_MD"], "not a ladder page"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, needle):
     (tmp_path / "text.sqlite").write_text("not a store")
-    argv = [
-        str(tmp_path) if a == "FOLDER" else str(tmp_path / "text.sqlite") if a == "TEXT" else a for a in argv
-    ]
-    code = main(["reproduce", "ladder", "--plan", *argv])
+    (tmp_path / "notes.md").write_text("# my notes\n")
+    paths = {
+        "FOLDER": str(tmp_path),
+        "TEXT": str(tmp_path / "text.sqlite"),
+        "TEXT_MD": str(tmp_path / "notes.md"),
+    }
+    argv = [paths.get(a, a) for a in argv]
+    plan = [] if "--doc" in argv else ["--plan"]
+    code = main(["reproduce", "ladder", *plan, "--db", str(tmp_path / "l.sqlite"), *argv])
     out, err = capsys.readouterr()
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     assert needle.lower() in err.lower() and out == ""
@@ -204,3 +210,27 @@ def _runs(nats) -> dict:
             for s, v in enumerate(nats)
         }
     }
+
+
+def test_the_lr_sweep_says_fails_at_every_lr_only_when_every_lr_agrees():
+    claim = LADDER["depth"]
+    stalled, trained = (0.5, 0.6, 0.55), (-0.5, -0.6, -0.55)
+
+    def rows(sweep_values):
+        out = []
+        for e in claim.effects:
+            values = sweep_values if e.a == "post 24L, lr x3" else stalled
+            m = Measured(32, values, mean_interval(values), "")
+            m = Measured(
+                32,
+                values,
+                m.interval,
+                ladder_effects.decide(m.interval, at_least=e.at_least, at_most=e.at_most),
+            )
+            out.append({"effect": e, "measured": [m], "trend": ""})
+        return out
+
+    assert "post 24L fails at every lr tried: yes" in sweep_line("depth", rows(stalled), 32)
+    line = sweep_line("depth", rows(trained), 32)
+    assert "post 24L fails at every lr tried: no" in line and "lr x3 MISMATCH" in line
+    assert sweep_line("dyt", [], 32) is None

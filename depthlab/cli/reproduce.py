@@ -10,7 +10,7 @@ from depthlab.docgen.doctor_score import DEFAULT_DOC as DOCTOR_DOC
 from depthlab.docgen.doctor_score import write_doctor_doc
 from depthlab.docgen.ladder_doc import DEFAULT_DB as LADDER_DB
 from depthlab.docgen.ladder_doc import DEFAULT_DOC as LADDER_DOC
-from depthlab.docgen.ladder_doc import write_ladder
+from depthlab.docgen.ladder_doc import check_page, write_ladder
 from depthlab.docgen.reproductions import DEFAULT_DOC, run_all
 from depthlab.docgen.tour import check_written, write_tour
 from depthlab.errors import ConfigError, InputError
@@ -142,10 +142,12 @@ def run_ladder_command(args) -> int:
     db = args.db or LADDER_DB
     check_db(db)
     names = chosen(args.claims)
+    doc = args.doc if args.quick else (args.doc or LADDER_DOC)
+    if doc and not args.plan:
+        check_page(doc)
     if args.plan:
         print_plan(rungs(names, args.quick), db, default_workers())
         return 0
-    doc = args.doc if args.quick else (args.doc or LADDER_DOC)
     os.makedirs(os.path.dirname(os.path.abspath(db)), exist_ok=True)
     effects = write_ladder(db, doc, names, quick=args.quick)
     for name, rows in effects.items():
