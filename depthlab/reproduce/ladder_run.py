@@ -64,7 +64,9 @@ def _quick(settings: dict) -> dict:
 def rung(claim: LadderClaim, width: int, quick: bool = False) -> Rung:
     """The study of ``claim`` at ``width`` (one run per setting and seed)."""
     if quick:  # the first rung's settings (its lr sweep at the first quick width only), shrunk
-        first = claim.settings_at(claim.widths[0] if width == QUICK_WIDTHS[0] else claim.widths[-1])
+        first = claim.settings_at(claim.widths[0])
+        if width != QUICK_WIDTHS[0]:
+            first = {k: v for k, v in first.items() if k not in claim.lr_sweep}
         settings = {k: {**v, "model": {**v["model"], "d_model": width}} for k, v in _quick(first).items()}
     else:
         settings = claim.settings_at(width)
