@@ -87,9 +87,7 @@ def run(args) -> int:
         for name, fn in sorted(REPRODUCTIONS.items()):
             print(f"{name:16} {(fn.__doc__ or '').strip().splitlines()[0] if fn.__doc__ else ''}")
         return 0
-    if args.name != "ladder" and (args.db or args.claims or args.plan):
-        flag = "--db" if args.db else "--claims" if args.claims else "--plan"
-        raise InputError(f"{flag} applies to 'ladder' only, not to {args.name}")
+    _refuse_ladder_flags(args)
     if args.name not in REPRODUCTIONS and args.name not in DOCUMENTS:
         raise ConfigError(
             "NAME", args.name, f"one of {', '.join(sorted(REPRODUCTIONS))}, list, all, tour, doctor"
@@ -132,6 +130,13 @@ def run(args) -> int:
         print(result.format())
         write_json(result.to_dict(), args.json)
     return 0  # a claim that does not reproduce is a result (printed as MISMATCH), not a failure
+
+
+def _refuse_ladder_flags(args) -> None:
+    """InputError when a flag of 'ladder' only is given to another NAME."""
+    if args.name != "ladder" and (args.db or args.claims or args.plan):
+        flag = "--db" if args.db else "--claims" if args.claims else "--plan"
+        raise InputError(f"{flag} applies to 'ladder' only, not to {args.name}")
 
 
 def run_ladder_command(args) -> int:

@@ -26,121 +26,37 @@ afterwards is a revision, as for the claims.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+from depthlab.reproduce.ladder_spec import (
+    FAILS,
+    FIRST,
+    SEEDS,
+    STEP_RULE,
+    TRAINS,
+    WIDTHS,
+    Effect,
+    LadderClaim,
+    fails_effect,
+    setting,
+    steps_at,
+    trains_effect,
+    with_lr_sweep,
+)
 from depthlab.reproduce.lm_runs import NO_ATTN_SKIP
 from depthlab.reproduce.registration import Registration
 
-WIDTHS = (32, 64, 128)
-SEEDS = [0, 1, 2]
-FIRST = WIDTHS[0]
-STEP_RULE = "steps x sqrt(width / 32), rounded (warmup steps likewise): x1.41 at 64, x2 at 128"
-TRAINS, FAILS = 0.05, 0.05  # the train package's stall level as a share of the unigram loss
-
-
-def steps_at(steps: int, width: int) -> int:
-    """The registered rule: ``steps`` of the first rung scaled to ``width`` (sqrt of the width ratio)."""
-    return round(steps * math.sqrt(width / FIRST))
-
-
-@dataclass(frozen=True)
-class Effect:
-    """One effect size of a claim: what a counted check decides on, with its registered bounds.
-
-    ``kind``: "nats" (final loss - unigram loss of setting ``a``), "level" (final loss / unigram - 1 of
-    ``a``), "gap" (final loss of ``a`` - of ``b``, paired by seed), "train_gap" ((val - final train
-    loss) of ``a`` - of ``b``), "slope" (log-log slope of the trained update ratio against the layer
-    index of ``a``, from the last logged step's telemetry), "sensitivity_growth" (Wortsman et al.'s LR
-    sensitivity growth from the shallow to the deep curve, ``a`` minus ``b``; ``a`` and ``b`` name the
-    wrappings, the curves are the settings "WRAP DL lr X"). The claim holds when the interval is at least
-    ``at_least`` and at most ``at_most``. ``first_rung_only``: measured at width 32 only (the lr sweep).
-    """
-
-    name: str
-    kind: str
-    a: str
-    b: str = ""
-    at_least: float | None = None
-    at_most: float | None = None
-    first_rung_only: bool = False
-
-    def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-@dataclass(frozen=True)
-class LadderClaim:
-    """A claim's ladder: its settings (label -> model and train overrides of the small regime, steps
-    and warmup as at the first rung), its effects, the subset it runs and the registration fixing them.
-
-    ``lr_sweep``: labels of the settings that run only at the first rung (the lr x 1/3 and x 3 runs).
-    ``widths``: the claim's rungs (its first is its registered small regime's width; steps scale from it).
-    """
-
-    name: str
-    settings: dict
-    effects: tuple[Effect, ...]
-    subset: str
-    lr_sweep: tuple[str, ...] = ()
-    widths: tuple[int, ...] = WIDTHS
-
-    def settings_at(self, width: int) -> dict:
-        """{label: {"model", "train"}} at ``width``: d_model set, steps and warmup scaled by the rule."""
-        out, first = {}, self.widths[0]
-        for label, (model, train) in self.settings.items():
-            if width != first and label in self.lr_sweep:
-                continue
-            t = dict(train)
-            for k in ("steps", "warmup"):
-                if k in t:
-                    t[k] = steps_at(t[k], FIRST * width // first)
-            if t.get("schedule") == "noam" and "noam_lr" in t:  # Noam's peak equals the registered lr
-                t["lr"] = t.pop("noam_lr") * math.sqrt(width * t["warmup"])
-            out[label] = {"model": {**model, "d_model": width}, "train": t}
-        return out
-
-    def registration(self, commit: str) -> Registration:
-        """The ladder's registration of this claim: its effects and its regime at every width."""
-        regimes = {f"d{w}": {"settings": self.settings_at(w), "seeds": SEEDS} for w in self.widths}
-        return Registration(
-            commit=commit,
-            expectation={"effects": [e.to_dict() for e in self.effects], "step_rule": STEP_RULE},
-            regimes=regimes,
-            notes=self.subset,
-        )
-
-
-def _s(wrap: str, layers: int, steps: int, lr: float = 1e-3, warmup: int = 0, **more) -> tuple:
-    """One setting: (model overrides, train overrides); ``more`` goes to the model, ``t_*`` to train."""
-    train = {"lr": lr, "warmup": warmup, "steps": steps}
-    train.update({k[2:]: v for k, v in more.items() if k.startswith("t_")})
-    model = {"wrap": wrap, "n_layers": layers, **{k: v for k, v in more.items() if not k.startswith("t_")}}
-    return model, train
-
-
-def _trains(label: str, kind: str = "nats", bound: float = -0.15) -> Effect:
-    return Effect(f"{label}: trains", kind, label, at_most=bound)
-
-
-def _fails(label: str, kind: str = "nats", bound: float = -0.05, sweep: bool = False) -> Effect:
-    return Effect(f"{label}: fails", kind, label, at_least=bound, first_rung_only=sweep)
-
-
-def _lr_sweep(settings: dict, label: str, lr: float) -> tuple[dict, tuple[str, ...]]:
-    """``label`` again at lr / 3 and lr x 3 (first rung only): a setting "fails" at every lr tried."""
-    model, train = settings[label]
-    extra = {}
-    for factor, name in ((1 / 3, "lr/3"), (3.0, "lr x3")):
-        extra[f"{label}, {name}"] = (model, {**train, "lr": lr * factor})
-    return extra, tuple(extra)
+__all__ = [
+    "COMMITS", "FIRST", "LADDER", "LEFT_OUT", "REGISTRATIONS", "SEEDS", "STEP_RULE", "WIDTHS", "Effect",
+    "LadderClaim", "steps_at",
+]  # fmt: skip
 
 
 def _depth() -> LadderClaim:
     wraps = ("post", "pre", "deepnorm", "admin", "rezero")
-    settings = {f"{w} 24L": _s(w, 24, 150) for w in wraps}
-    sweep, labels = _lr_sweep(settings, "post 24L", 1e-3)
-    effects = [_fails("post 24L")] + [_trains(f"{w} 24L") for w in wraps[1:]]
-    effects += [_fails(label, sweep=True) for label in labels]
+    settings = {f"{w} 24L": setting(w, 24, 150) for w in wraps}
+    sweep, labels = with_lr_sweep(settings, "post 24L", 1e-3)
+    effects = [fails_effect("post 24L")] + [trains_effect(f"{w} 24L") for w in wraps[1:]]
+    effects += [fails_effect(label, sweep=True) for label in labels]
     return LadderClaim(
         "depth",
         {**settings, **sweep},
@@ -154,8 +70,8 @@ def _warmup() -> LadderClaim:
     settings, effects = {}, []
     for lr in (1e-3, 1e-2):
         for w in ("post", "pre"):
-            settings[f"{w} 6L lr {lr:g}, no warmup"] = _s(w, 6, 400, lr, 0)
-            settings[f"{w} 6L lr {lr:g}, warmup"] = _s(w, 6, 400, lr, 133)
+            settings[f"{w} 6L lr {lr:g}, no warmup"] = setting(w, 6, 400, lr, 0)
+            settings[f"{w} 6L lr {lr:g}, warmup"] = setting(w, 6, 400, lr, 133)
         a, b = f"post 6L lr {lr:g}, no warmup", f"post 6L lr {lr:g}, warmup"
         effects.append(Effect(f"post 6L lr {lr:g}: no warmup - warmup (clearly worse)", "gap", a, b, 0.10))
         a, b = f"pre 6L lr {lr:g}, no warmup", f"pre 6L lr {lr:g}, warmup"
@@ -166,7 +82,7 @@ def _warmup() -> LadderClaim:
 
 
 def _shallow_post() -> LadderClaim:
-    settings = {f"{w} 6L, warmup 100": _s(w, 6, 300, 1e-3, 100) for w in ("post", "pre")}
+    settings = {f"{w} 6L, warmup 100": setting(w, 6, 300, 1e-3, 100) for w in ("post", "pre")}
     gap = Effect(
         "post - pre at 6L, warmup 100 (no worse)", "gap", "post 6L, warmup 100", "pre 6L, warmup 100"
     )
@@ -179,19 +95,22 @@ def _shallow_post() -> LadderClaim:
 
 
 def _dyt() -> LadderClaim:
-    settings = {"pre 6L, layernorm": _s("pre", 6, 150), "pre 6L, dyt": _s("pre", 6, 150, norm="dyt")}
+    settings = {
+        "pre 6L, layernorm": setting("pre", 6, 150),
+        "pre 6L, dyt": setting("pre", 6, 150, norm="dyt"),
+    }
     gap = ("pre 6L, dyt", "pre 6L, layernorm")
     effects = (
         Effect("DyT - LayerNorm at 6L (close)", "gap", *gap, at_least=-0.1, at_most=0.1),
-        _trains("pre 6L, dyt", "level", -TRAINS),
+        trains_effect("pre 6L, dyt", "level", -TRAINS),
     )
     return LadderClaim("dyt", settings, effects, "6 layers only (12 dropped)")
 
 
 def _final_norm() -> LadderClaim:
     settings = {
-        "pre 24L, final norm on": _s("pre", 24, 150),
-        "pre 24L, final norm off": _s("pre", 24, 150, final_norm="off"),
+        "pre 24L, final norm on": setting("pre", 24, 150),
+        "pre 24L, final norm off": setting("pre", 24, 150, final_norm="off"),
     }
     gap = Effect(
         "24L: without the final norm - with it",
@@ -206,7 +125,10 @@ def _final_norm() -> LadderClaim:
 
 
 def _no_norm() -> LadderClaim:
-    settings = {"pre 12L, layernorm": _s("pre", 12, 150), "pre 12L, no norm": _s("pre", 12, 150, norm="none")}
+    settings = {
+        "pre 12L, layernorm": setting("pre", 12, 150),
+        "pre 12L, no norm": setting("pre", 12, 150, norm="none"),
+    }
     gap = Effect("12L: no norm - LayerNorm (worse)", "gap", "pre 12L, no norm", "pre 12L, layernorm", 0.1)
     return LadderClaim(
         "no-norm", settings, (gap,), "the trained comparison only (the explosion at init is a sanity check)"
@@ -215,7 +137,9 @@ def _no_norm() -> LadderClaim:
 
 def _no_residual() -> LadderClaim:
     skips = {"without skips": [], "with skips": ["attn", "cross", "ffn"]}
-    settings = {f"pre {d}L, {k}": _s("pre", d, 150, residual=v) for k, v in skips.items() for d in (2, 16)}
+    settings = {
+        f"pre {d}L, {k}": setting("pre", d, 150, residual=v) for k, v in skips.items() for d in (2, 16)
+    }
     effects = (
         Effect(
             "without skips: 16L - 2L (worse)", "gap", "pre 16L, without skips", "pre 2L, without skips", 0.1
@@ -232,12 +156,12 @@ def _no_residual() -> LadderClaim:
 
 
 def _post_depth() -> LadderClaim:
-    settings = {f"post {d}L": _s("post", d, 150, 1e-3, 50) for d in (16, 24)}
-    settings["pre 32L"] = _s("pre", 32, 150, 1e-3, 50)
+    settings = {f"post {d}L": setting("post", d, 150, 1e-3, 50) for d in (16, 24)}
+    settings["pre 32L"] = setting("pre", 32, 150, 1e-3, 50)
     effects = [
-        _trains("post 16L", "level", -TRAINS),
-        _fails("post 24L", "level", -FAILS),
-        _trains("pre 32L", "level", -TRAINS),
+        trains_effect("post 16L", "level", -TRAINS),
+        fails_effect("post 24L", "level", -FAILS),
+        trains_effect("pre 32L", "level", -TRAINS),
     ]
     return LadderClaim(
         "post-depth",
@@ -249,8 +173,8 @@ def _post_depth() -> LadderClaim:
 
 
 def _post_diverge() -> LadderClaim:
-    settings = {f"post 24L lr {lr:g}": _s("post", 24, 300, lr) for lr in (1e-3, 1e-2)}
-    effects = tuple(_fails(label, "level", -FAILS) for label in settings)
+    settings = {f"post 24L lr {lr:g}": setting("post", 24, 300, lr) for lr in (1e-3, 1e-2)}
+    effects = tuple(fails_effect(label, "level", -FAILS) for label in settings)
     return LadderClaim(
         "post-diverge",
         settings,
@@ -269,17 +193,20 @@ def _recipe() -> LadderClaim:
         ("post, no warmup, beta2 0.999", "post", 0, 0.999, "fails"),
         ("pre, no warmup, beta2 0.98", "pre", 0, 0.98, "trains"),
     )
-    settings = {k: _s(w, 8, 150, 3e-3, warm, t_beta2=b2) for k, w, warm, b2, _ in grid}
-    settings["post, Noam"] = _s("post", 8, 150, 3e-3, 50, t_schedule="noam", t_noam_lr=3e-3)
-    effects = [(_trains if want == "trains" else _fails)(k, "level", -TRAINS) for k, _, _, _, want in grid]
-    effects.append(_trains("post, Noam", "level", -TRAINS))
+    settings = {k: setting(w, 8, 150, 3e-3, warm, t_beta2=b2) for k, w, warm, b2, _ in grid}
+    settings["post, Noam"] = setting("post", 8, 150, 3e-3, 50, t_schedule="noam", t_noam_lr=3e-3)
+    effects = [
+        (trains_effect if want == "trains" else fails_effect)(k, "level", -TRAINS)
+        for k, _, _, _, want in grid
+    ]
+    effects.append(trains_effect("post, Noam", "level", -TRAINS))
     sweeps, labels = {}, ()
     for k, _, _, _, want in grid:
         if want == "fails":
-            extra, names = _lr_sweep(settings, k, 3e-3)
+            extra, names = with_lr_sweep(settings, k, 3e-3)
             sweeps.update(extra)
             labels += names
-    effects += [_fails(label, "level", -FAILS, sweep=True) for label in labels]
+    effects += [fails_effect(label, "level", -FAILS, sweep=True) for label in labels]
     return LadderClaim(
         "recipe",
         {**settings, **sweeps},
@@ -291,10 +218,10 @@ def _recipe() -> LadderClaim:
 
 def _skip_ablation() -> LadderClaim:
     settings = {
-        "pre 48L, no attention skip": _s("pre", 48, 300, residual=list(NO_ATTN_SKIP)),
-        "pre 48L, all skips": _s("pre", 48, 300),
+        "pre 48L, no attention skip": setting("pre", 48, 300, residual=list(NO_ATTN_SKIP)),
+        "pre 48L, all skips": setting("pre", 48, 300),
     }
-    sweep, labels = _lr_sweep(settings, "pre 48L, no attention skip", 1e-3)
+    sweep, labels = with_lr_sweep(settings, "pre 48L, no attention skip", 1e-3)
     effects = (
         Effect(
             "48L without the attention skip: stalls near unigram",
@@ -302,7 +229,7 @@ def _skip_ablation() -> LadderClaim:
             "pre 48L, no attention skip",
             at_least=-0.1,
         ),
-        _trains("pre 48L, all skips"),
+        trains_effect("pre 48L, all skips"),
         *(Effect(f"{label}: stalls", "nats", label, at_least=-0.1, first_rung_only=True) for label in labels),
     )
     return LadderClaim(
@@ -316,7 +243,7 @@ def _skip_ablation() -> LadderClaim:
 
 
 def _batchnorm() -> LadderClaim:
-    settings = {f"pre 2L, {n}": _s("pre", 2, 150, 3e-3, 10, norm=n) for n in ("layernorm", "batchnorm")}
+    settings = {f"pre 2L, {n}": setting("pre", 2, 150, 3e-3, 10, norm=n) for n in ("layernorm", "batchnorm")}
     gap = Effect(
         "(val - train) of BatchNorm - of LayerNorm",
         "train_gap",
@@ -330,7 +257,7 @@ def _batchnorm() -> LadderClaim:
 
 
 def _collapse() -> LadderClaim:
-    settings = {f"{w} 48L": _s(w, 48, 40, 1e-3, 5, t_batch_size=8) for w in ("pre", "deepnorm")}
+    settings = {f"{w} 48L": setting(w, 48, 40, 1e-3, 5, t_batch_size=8) for w in ("pre", "deepnorm")}
     effects = (
         Effect("pre-LN 48L trained update-ratio slope in l (decays)", "slope", "pre 48L", at_most=-0.25),
         Effect(
@@ -353,7 +280,7 @@ def _collapse() -> LadderClaim:
 
 def _lr_sensitivity() -> LadderClaim:
     settings = {
-        f"{w} {d}L lr {lr:g}": _s(w, d, 150, lr, 15, t_schedule="cosine")
+        f"{w} {d}L lr {lr:g}": setting(w, d, 150, lr, 15, t_schedule="cosine")
         for w in ("post", "pre")
         for d in (2, 24)
         for lr in (1e-3, 1e-2, 1e-1)
@@ -378,11 +305,11 @@ def _original_shape() -> LadderClaim:
         "post 6L, warmup 100": (model, {**train, "warmup": 100}),
         "post 6L, no warmup": (model, {**train, "warmup": 1}),
     }
-    sweep, labels = _lr_sweep(settings, "post 6L, no warmup", multiplier)
+    sweep, labels = with_lr_sweep(settings, "post 6L, no warmup", multiplier)
     effects = (
-        _trains("post 6L, warmup 100", "level", -TRAINS),
-        _fails("post 6L, no warmup", "level", -FAILS),
-        *(_fails(label, "level", -FAILS, sweep=True) for label in labels),
+        trains_effect("post 6L, warmup 100", "level", -TRAINS),
+        fails_effect("post 6L, no warmup", "level", -FAILS),
+        *(fails_effect(label, "level", -FAILS, sweep=True) for label in labels),
     )
     return LadderClaim(
         "original-shape",
