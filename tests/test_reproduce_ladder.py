@@ -37,7 +37,7 @@ def _code() -> dict:
 
 
 def test_every_ladder_claim_is_pinned_and_changes_only_through_revisions():
-    assert set(PINS) - {"_code"} == set(LADDER) == set(REGISTRATIONS)
+    assert set(PINS) - {"_code", "_base"} == set(LADDER) == set(REGISTRATIONS)
     for name, reg in REGISTRATIONS.items():
         first = {**PINS[name]["values"], **{f"code.{k}": v for k, v in PINS["_code"].items()}}
         assert unrevised_changes(first, reg, _code()) == [], name
@@ -234,3 +234,10 @@ def test_the_lr_sweep_says_fails_at_every_lr_only_when_every_lr_agrees():
     line = sweep_line("depth", rows(trained), 32)
     assert "post 24L fails at every lr tried: no" in line and "lr x3 MISMATCH" in line
     assert sweep_line("dyt", [], 32) is None
+
+
+def test_the_regime_under_the_ladder_is_the_one_it_was_registered_on():
+    """The ladder's settings override the small regime; that regime, as it was when the ladder was
+    registered, is pinned too: a change to it changes every ladder run."""
+    from_pin = PINS["_base"]
+    assert from_pin == {"model": dict(ladder_run.TINY_MODEL), "train": dict(ladder_run.TINY_TRAIN)}
