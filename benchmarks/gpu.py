@@ -8,12 +8,18 @@ nominal dense bf16 peak (and over a measured bf16 ``torch.mm`` peak). ``--compil
 
 ``--reproduce`` instead launches the reproductions' large scale on the GPU (``depthlab reproduce all
 --scale large``: d_model >= 256, >= 2,000 steps, several seeds per claim; each claim prints its expected
-time before it starts) and writes docs/reproductions-large.md.
+time before it starts) and writes docs/reproductions-large.md. Its ``--dry-run`` lists, per claim, the
+runs the claim would train (recorded from its own announcement, nothing trained: benchmarks/large_plan.py),
+their tokens, passes over the corpus, FLOP and the cost model's expected time on this device.
+``--ladder`` runs the scale ladder (``depthlab reproduce ladder``: widths 32, 64, 128) on the GPU into
+its study store and writes docs/reproductions-ladder.md; with ``--dry-run`` it prints its plan.
 
     python benchmarks/gpu.py                 # on a machine with CUDA
     python benchmarks/gpu.py --reproduce     # the reproductions' large scale (hours on one GPU)
     python benchmarks/gpu.py --reproduce --dry-run   # what it would run, from the registrations; trains nothing
     python benchmarks/gpu.py --reproduce depth,warmup --doc runs/large.md   # some claims only
+    python benchmarks/gpu.py --ladder        # the scale ladder on the GPU (resumes its store)
+    python benchmarks/gpu.py --ladder --dry-run   # its runs and expected time per claim; trains nothing
     python benchmarks/gpu.py --device cpu --shape 32x2x2x16 --batch 2 --rounds 2   # a smoke test
 """
 
@@ -25,13 +31,22 @@ import time
 
 import torch
 from common import THREADS, median, pin_threads, time_alternating
+from large_plan import claim_cost
 from peers import Shape, build, check_param_counts, train_flops, train_step
 
 from depthlab.corpus import load_corpus
+from depthlab.docgen.ladder_doc import DEFAULT_DB as LADDER_DB
+from depthlab.docgen.ladder_doc import DEFAULT_DOC as LADDER_DOC
+from depthlab.docgen.ladder_doc import write_ladder
 from depthlab.docgen.reproductions import names_to_run, run_all
 from depthlab.reproduce import REGISTRATIONS, load_all
-from depthlab.reproduce.lm_runs import LARGE_TRAIN
+from depthlab.reproduce.cost import device_for
+from depthlab.reproduce.ladder_run import check_db, chosen, print_plan, rungs
+from depthlab.reproduce.lm_runs import LARGE_TRAIN, configs
 
+# The H200's fp32 (no tensor core) peak from its data sheet, FLOP/s: depthlab trains in fp32 unless bf16
+# is asked for, so this bounds the large scale's time on one H200 from below.
+H200_FP32 = 67e12
 # Dense (no sparsity) bf16 tensor-core peaks from the vendors' data sheets, FLOP/s.
 NOMINAL_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12, "L4": 121e12}
 GOAL_MFU, GOAL_RATIO = 0.40, 1.00
@@ -61,7 +76,19 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="with --reproduce: print each claim's registered large regime, tokens per run and passes over "
         "the corpus, and the command; train nothing (no GPU needed)",
     )
-    p.add_argument("--doc", help="with --reproduce: the Markdown file (default docs/reproductions-large.md)")
+    p.add_argument(
+        "--ladder",
+        nargs="?",
+        const="all",
+        metavar="NAMES",
+        help="run the scale ladder instead (comma-separated claims; default all), resuming --db",
+    )
+    p.add_argument("--db", default=LADDER_DB, help=f"with --ladder: its study store (default {LADDER_DB})")
+    p.add_argument(
+        "--doc",
+        help="with --reproduce: the Markdown file (default docs/reproductions-large.md); with --ladder: "
+        f"its page (default {LADDER_DOC})",
+    )
     p.add_argument("--out", default="runs/reproduce-large", help="with --reproduce: folder for the plots")
     a = p.parse_args(argv)
     d, L, h, t = (int(v) for v in a.shape.split("x"))
@@ -130,15 +157,15 @@ def reproduce_large(names: str, doc: str | None, out: str) -> int:
 
 
 def plan_large(names: str) -> list[str]:
-    """The large scale's plan from the registrations alone: per claim, its steps, seeds, tokens per run
-    (steps x batch x sequence length) and what that is in passes over the default corpus's training
-    split; then the command that runs it."""
-    chosen = None if names == "all" else names.split(",")
-    todo = names_to_run(load_all(), chosen, "large")
+    """The large scale's plan: per claim, its steps, seeds, tokens per run (steps x batch x sequence
+    length) and passes over the default corpus's training split, its runs (recorded from the claim's own
+    announcement; nothing trains), their FLOP and the cost model's expected time on this device; a
+    header with the totals and the floor on one H200; then the command that runs it."""
+    chosen_names = None if names == "all" else names.split(",")
+    todo = names_to_run(load_all(), chosen_names, "large")
     corpus_bytes = int(load_corpus(None, LARGE_TRAIN["seq_len"]).train.numel())
-    lines = [
-        f"# the registered large scale: {len(todo)} claims; corpus training split {corpus_bytes:,} bytes"
-    ]
+    device = device_for(configs({}, {}, "large")[1]).type
+    lines, total = [], {"runs": 0, "tokens": 0, "flop": 0.0, "seconds": 0.0}
     for name in todo:
         regime = REGISTRATIONS[name].regimes["large"]
         steps = regime.get("steps", LARGE_TRAIN["steps"])
@@ -149,12 +176,37 @@ def plan_large(names: str) -> list[str]:
         )
         seeds = regime.get("seeds", [])
         n_seeds = len(seeds) if isinstance(seeds, list) else sum(len(v) for v in seeds.values())
+        c = claim_cost(name)
+        for k, v in (("runs", c.runs), ("tokens", c.tokens), ("flop", c.flop), ("seconds", c.seconds)):
+            total[k] += v
         lines.append(
             f"{name}: {steps} steps, {n_seeds} seeds, {tokens / 1e6:.1f}M tokens per run "
-            f"({tokens / corpus_bytes:.1f} passes over the corpus)"
+            f"({tokens / corpus_bytes:.1f} passes over the corpus); {c.runs} runs, {c.flop:.2g} FLOP, "
+            f"about {c.seconds / 3600:.1f} h on this {device}"
         )
+    cores = f", {total['seconds'] / 7200:.0f} h on two cores" if device == "cpu" else ""
+    header = (
+        f"# the registered large scale: {len(todo)} claims; corpus training split {corpus_bytes:,} bytes; "
+        f"{total['runs']} runs, {total['tokens'] / 1e9:.2f}B tokens, {total['flop']:.2g} FLOP; cost model "
+        f"(step times measured now): about {total['seconds'] / 3600:.0f} h of one {device} thread{cores}; "
+        f"on one H200 at least {total['flop'] / H200_FP32 / 3600:.1f} h at its fp32 peak (more in practice: "
+        "steps this small are launch-bound; this dry run on the GPU measures it)"
+    )
     command = "python benchmarks/gpu.py --reproduce" + ("" if names == "all" else f" {names}")
-    return lines + [f"run it with: {command}"]
+    return [header, *lines, f"run it with: {command}"]
+
+
+def ladder(names: str, db: str, doc: str | None, dry_run: bool) -> int:
+    """The scale ladder on this device: its plan (``dry_run``) or its runs and page."""
+    check_db(db)
+    picked = chosen(None if names == "all" else names)
+    if dry_run:
+        print_plan(rungs(picked), db, 1)
+        print("run it with: python benchmarks/gpu.py --ladder" + ("" if names == "all" else f" {names}"))
+        return 0
+    write_ladder(db, doc or LADDER_DOC, picked, workers=1)
+    print(f"wrote {doc or LADDER_DOC}")
+    return 0
 
 
 def main(argv=None) -> int:
@@ -162,13 +214,19 @@ def main(argv=None) -> int:
     if a.reproduce and a.dry_run:
         print("\n".join(plan_large(a.reproduce)))
         return 0
+    if a.ladder and a.dry_run:
+        return ladder(a.ladder, a.db, a.doc, dry_run=True)
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         print("No GPU: torch.cuda.is_available() is False on this machine, so nothing was measured.")
-        what = "python benchmarks/gpu.py" + (" --reproduce" if a.reproduce else "")
+        what = "python benchmarks/gpu.py" + (
+            " --reproduce" if a.reproduce else " --ladder" if a.ladder else ""
+        )
         print(f"No GPU was lent to this task; run `{what}` where one is.")
         return 0
     if a.reproduce:
         return reproduce_large(a.reproduce, a.doc, a.out)
+    if a.ladder:
+        return ladder(a.ladder, a.db, a.doc, dry_run=False)
     pin_threads(THREADS)  # only matters with --device cpu (the smoke test)
     torch.backends.cuda.matmul.allow_tf32 = True  # as nanoGPT's train.py sets
     gpu, nominal = nominal_peak(a.device)

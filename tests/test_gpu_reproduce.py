@@ -32,3 +32,40 @@ def test_the_large_scale_dry_run_names_every_registered_claim_and_trains_nothing
         and lines[-1] == "run it with: python benchmarks/gpu.py --reproduce"
     )
     assert not (tmp_path / "runs").exists()  # nothing trained, nothing written
+
+
+def test_the_large_scale_dry_run_states_its_runs_flop_and_hours(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(
+        [sys.executable, "gpu.py", "--reproduce", "depth,batchnorm", "--dry-run"],
+        cwd=ROOT / "benchmarks",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    header, *claims, command = done.stdout.splitlines()
+    assert "2 claims" in header and "36 runs" in header and "h on two cores" in header and "H200" in header
+    depth = next(ln for ln in claims if ln.startswith("depth:"))
+    assert "30 runs" in depth and "FLOP" in depth and "h on this cpu" in depth
+    assert command == "run it with: python benchmarks/gpu.py --reproduce depth,batchnorm"
+
+
+def test_the_ladder_dry_run_prints_its_plan_and_trains_nothing(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    db = tmp_path / "ladder.sqlite"
+    done = subprocess.run(
+        [sys.executable, "gpu.py", "--ladder", "dyt,batchnorm", "--dry-run", "--db", str(db)],
+        cwd=ROOT / "benchmarks",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("ladder dyt: 18 runs (0 already in the store), about")
+    assert lines[2].startswith("ladder: 36 runs, 0 already done; expected about")
+    assert lines[-1] == "run it with: python benchmarks/gpu.py --ladder dyt,batchnorm"
+    assert not db.exists()  # nothing trained, no store made

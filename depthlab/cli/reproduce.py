@@ -8,17 +8,22 @@ from depthlab.cli.common import add_json_flag, refuse_flags
 from depthlab.docgen.doctor_score import DEFAULT_DB as DOCTOR_DB
 from depthlab.docgen.doctor_score import DEFAULT_DOC as DOCTOR_DOC
 from depthlab.docgen.doctor_score import write_doctor_doc
+from depthlab.docgen.ladder_doc import DEFAULT_DB as LADDER_DB
+from depthlab.docgen.ladder_doc import DEFAULT_DOC as LADDER_DOC
+from depthlab.docgen.ladder_doc import check_page, write_ladder
 from depthlab.docgen.reproductions import DEFAULT_DOC, run_all
 from depthlab.docgen.tour import check_written, write_tour
 from depthlab.errors import ConfigError, InputError
 from depthlab.paths import check_folder, check_output_file, write_json
 from depthlab.reproduce import REPRODUCTIONS
+from depthlab.reproduce.ladder_run import check_db, chosen, print_plan, rungs
 from depthlab.reproduce.reproduction import SCALES, run_claim
+from depthlab.study.executors import default_workers
 from depthlab.study.scoring import format_score
 from depthlab.train.distributed import set_torch_threads
 
 OUT = os.path.join("runs", "reproduce")
-DOCUMENTS = ("all", "tour", "doctor")  # names that write a document instead of checking one claim
+DOCUMENTS = ("all", "tour", "doctor", "ladder")  # names that write a document instead of checking one claim
 
 
 def add_parser(sub) -> None:
@@ -28,9 +33,12 @@ def add_parser(sub) -> None:
         description="Recompute a claim and print, beside each stated number, the measured one "
         "and whether they match. NAME 'list' lists the reproductions; 'all' runs every one and writes "
         f"{DEFAULT_DOC}; 'tour' regenerates docs/tour.md from the real output of every command it shows; 'doctor' "
-        "runs (or resumes) the doctor's tuning and held-out grids and writes docs/doctor.md with its score.",
+        "runs (or resumes) the doctor's tuning and held-out grids and writes docs/doctor.md with its score; "
+        f"'ladder' runs (or resumes) the scale ladder into a study store and writes {LADDER_DOC}.",
     )
-    p.add_argument("name", help="which reproduction (e.g. seeds, init-scaling), or list, all, tour, doctor")
+    p.add_argument(
+        "name", help="which reproduction (e.g. seeds, init-scaling), or list, all, tour, doctor, ladder"
+    )
     p.add_argument(
         "--quick", action="store_true", help="a smaller, faster smoke version (not the registered regime)"
     )
@@ -54,6 +62,18 @@ def add_parser(sub) -> None:
         help="torch threads (default 1: the reproductions' models are tiny, and one thread is "
         "as fast and leaves the other core free)",
     )
+    p.add_argument(
+        "--db",
+        help=f"for 'ladder': its study store (default {LADDER_DB}); runs already stored are skipped",
+    )
+    p.add_argument(
+        "--claims", help="for 'ladder': comma-separated claims (default every claim on the ladder)"
+    )
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="for 'ladder': print its runs and expected time per claim, run nothing",
+    )
     add_json_flag(p)
     p.set_defaults(run=run)
 
@@ -67,13 +87,14 @@ def run(args) -> int:
         for name, fn in sorted(REPRODUCTIONS.items()):
             print(f"{name:16} {(fn.__doc__ or '').strip().splitlines()[0] if fn.__doc__ else ''}")
         return 0
+    _refuse_ladder_flags(args)
     if args.name not in REPRODUCTIONS and args.name not in DOCUMENTS:
         raise ConfigError(
             "NAME", args.name, f"one of {', '.join(sorted(REPRODUCTIONS))}, list, all, tour, doctor"
         )
-    if args.doc is not None and args.name not in ("all", "doctor"):
-        raise InputError(f"--doc applies to 'all' and 'doctor' only, not to {args.name}")
-    if args.scale != "small" and args.name in ("list", "tour", "doctor"):
+    if args.doc is not None and args.name not in ("all", "doctor", "ladder"):
+        raise InputError(f"--doc applies to 'all', 'doctor' and 'ladder' only, not to {args.name}")
+    if args.scale != "small" and args.name in ("list", "tour", "doctor", "ladder"):
         raise InputError(f"--scale applies to the reproductions, not to {args.name}")
     if args.quick and args.scale != "small":
         raise InputError(
@@ -89,6 +110,8 @@ def run(args) -> int:
         print(format_score(scores["heldout"], scores.get("baselines")))
         print(f"wrote {args.doc or DOCTOR_DOC}")
         return 0
+    if args.name == "ladder":
+        return run_ladder_command(args)
     if args.name == "tour":
         results, path = write_tour()
         missing = check_written(results, path)
@@ -107,3 +130,34 @@ def run(args) -> int:
         print(result.format())
         write_json(result.to_dict(), args.json)
     return 0  # a claim that does not reproduce is a result (printed as MISMATCH), not a failure
+
+
+def _refuse_ladder_flags(args) -> None:
+    """InputError when a flag of 'ladder' only is given to another NAME."""
+    if args.name != "ladder" and (args.db or args.claims or args.plan):
+        flag = "--db" if args.db else "--claims" if args.claims else "--plan"
+        raise InputError(f"{flag} applies to 'ladder' only, not to {args.name}")
+
+
+def run_ladder_command(args) -> int:
+    """``depthlab reproduce ladder``: the plan (``--plan``), or the runs and the page. ``--quick`` writes
+    no page unless ``--doc`` names one: its results are not the ladder's."""
+    why = "does nothing with 'ladder'"
+    refuse_flags(args, why, json=args.json is not None, out=args.out is not None)
+    db = args.db or LADDER_DB
+    check_db(db)
+    names = chosen(args.claims)
+    doc = args.doc if args.quick else (args.doc or LADDER_DOC)
+    if doc and not args.plan:
+        check_page(doc)
+    if args.plan:
+        print_plan(rungs(names, args.quick), db, default_workers())
+        return 0
+    os.makedirs(os.path.dirname(os.path.abspath(db)), exist_ok=True)
+    effects = write_ladder(db, doc, names, quick=args.quick)
+    for name, rows in effects.items():
+        done = sum(1 for row in rows for m in row["measured"] if m.interval is not None)
+        print(f"ladder {name}: {done} of {sum(len(row['measured']) for row in rows)} effect cells measured")
+    if doc:
+        print(f"wrote {doc}")
+    return 0

@@ -1,0 +1,193 @@
+"""``depthlab reproduce ladder``: run (or resume) the scale ladder into its study store and write
+docs/reproductions-ladder.md, each training claim's effect sizes against width with their intervals.
+
+The page is generated from the store alone (every number on it is a stored run's), so it can be
+rewritten after each sitting: a rung not yet run shows as such.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass
+
+from depthlab.errors import InputError
+from depthlab.intervals import AGREE, MISMATCH
+from depthlab.paths import check_output_file
+from depthlab.reproduce.ladder import COMMITS, LADDER, LEFT_OUT, SEEDS, STEP_RULE
+from depthlab.reproduce.ladder_effects import ladder_effects
+from depthlab.reproduce.ladder_run import commit_time, print_plan, run_ladder, rungs, runs_before
+from depthlab.study import Store
+from depthlab.study.executors import default_workers
+
+DEFAULT_DB = os.path.join("runs", "ladder.sqlite")
+DEFAULT_DOC = os.path.join("docs", "reproductions-ladder.md")
+TITLE = "# The reproductions' scale ladder"
+
+
+def check_page(doc: str) -> None:
+    """InputError (one line) for a ``--doc`` that cannot be written, or an existing file this command did
+    not write (its first line is not the page's title): it is not replaced."""
+    check_output_file(doc, "--doc")
+    if os.path.isfile(doc):
+        with open(doc, encoding="utf-8", errors="replace") as f:
+            if f.readline().rstrip("\n") != TITLE:
+                raise InputError(
+                    f"--doc {doc}: exists and is not a ladder page; move it or name another file"
+                )
+
+
+def _bounds(effect) -> str:
+    lo, hi = effect.at_least, effect.at_most
+    if lo is not None and hi is not None:
+        return f"in [{lo:+g}, {hi:+g}]"
+    return f">= {lo:+g}" if lo is not None else f"<= {hi:+g}"
+
+
+def _cell(m) -> str:
+    if m.interval is None:
+        if all(v != v for v in m.values):  # every value nan: nothing stored yet
+            return "not run yet"
+        return "inconclusive (a seed gave no value)"
+    i = m.interval
+    return f"{i.mean:+.3f} [{i.low:+.3f}, {i.high:+.3f}] {m.result}"
+
+
+def claim_table(rows: list[dict], widths) -> list[str]:
+    """One claim's effects: a Markdown table, one column per width, then the trend with width."""
+    head = "| effect | holds when | " + " | ".join(f"d {w}" for w in widths) + " | with width |"
+    lines = [head, "|" + "---|" * (len(widths) + 3)]
+    for row in rows:
+        by_width = {m.width: m for m in row["measured"]}
+        cells = [_cell(by_width[w]) if w in by_width else "(first rung only)" for w in widths]
+        effect = row["effect"]
+        lines.append(f"| {effect.name} | {_bounds(effect)} | " + " | ".join(cells) + f" | {row['trend']} |")
+    return lines
+
+
+def sweep_line(name: str, rows: list[dict], width: int) -> str | None:
+    """Whether each of a claim's "fails" settings fails at every lr tried at the first rung: yes (every
+    lr agrees), no (a MISMATCH: it trains at some lr), not run yet, or undecided; or None without a
+    sweep."""
+    sweep = LADDER[name].lr_sweep
+    if not sweep:
+        return None
+    out = []
+    for base in sorted({label.rsplit(", lr", 1)[0] for label in sweep}):
+        group = [r for r in rows if r["effect"].a == base or r["effect"].a.startswith(base + ", lr")]
+        cells = [
+            (r["effect"].a.removeprefix(base).lstrip(", ") or "registered lr", r["measured"][0])
+            for r in group
+        ]
+        results = [m.result for _, m in cells]
+        if all(m.interval is None and all(v != v for v in m.values) for _, m in cells):
+            verdict = "not run yet"
+        else:
+            verdict = (
+                "yes" if all(v == AGREE for v in results) else "no" if MISMATCH in results else "undecided"
+            )
+        shown = ", ".join(f"{what} {m.result}" for what, m in cells)
+        out.append(f"{base} fails at every lr tried: {verdict} ({shown})")
+    return f"Learning-rate sweep (width {width}): " + "; ".join(out) + "."
+
+
+@dataclass(frozen=True)
+class Page:
+    """What the page says besides the effects: per claim its widths, the seeds, the registration
+    commits, the stored runs and how many of them started before their claim's registration commit,
+    and the plan's text (expected cost of what is not yet stored)."""
+
+    widths: dict
+    seeds: int
+    commits: dict
+    stored: int
+    before: int
+    plan_text: str
+
+
+def _commits_text(commits: dict) -> str:
+    first = max(set(commits.values()), key=list(commits.values()).count)
+    others = [f"{n}: {c[:7] or '(not recorded)'}" for n, c in commits.items() if c != first]
+    return f"commit {first[:7] or '(not recorded)'}" + (f" ({'; '.join(others)})" if others else "")
+
+
+def render(effects: dict, page: Page) -> str:
+    """The page's Markdown from measured effects (:func:`depthlab.reproduce.ladder_effects.ladder_effects`)."""
+    all_widths = sorted({w for ws in page.widths.values() for w in ws})
+    lines = [
+        TITLE,
+        "",
+        "Generated by `depthlab reproduce ladder` from its study store; do not edit by hand. Every "
+        f"training claim's decisive runs at widths {', '.join(map(str, all_widths))} (d_model; the first "
+        f"is the small regime), {page.seeds} seeds; steps: {STEP_RULE}. Why that rule, and what it costs: "
+        "the module docstring of `depthlab/reproduce/ladder.py`. An upper rung sees more data than the "
+        "first but fewer tokens per parameter (parameters grow as width squared), so an effect that needs "
+        "training to convergence is read there as under-trained. Each cell: mean [95% t-interval] over "
+        "seeds and the result against the registered bound; 'with width': from the narrowest to the "
+        "widest width, whether the effect moved toward the claim's side of its bound, away from it, or "
+        "not beyond the intervals. A final loss is the validation loss; a diverged run counts as ln V.",
+        "",
+        f"Registered before any of its runs in {_commits_text(page.commits)}: {page.stored} runs stored, "
+        f"{page.before} of them started before their claim's registration commit.",
+        "",
+        "Expected cost of what is not yet stored (the cost model, step times measured when this page "
+        "was written):",
+        "",
+        "```",
+        page.plan_text.rstrip(),
+        "```",
+    ]
+    for name, rows in effects.items():
+        widths = page.widths[name]
+        lines += ["", f"## {name}", "", f"Runs: {LADDER[name].subset}.", ""]
+        lines += claim_table(rows, widths)
+        sweep = sweep_line(name, rows, widths[0])
+        if sweep:
+            lines += ["", sweep]
+    if LEFT_OUT:
+        lines += ["", "## Training claims not on the ladder", ""]
+        lines += [f"- {name}: {why}." for name, why in LEFT_OUT.items()]
+    return "\n".join(lines) + "\n"
+
+
+def stored_runs(db: str, todo: list) -> tuple[int, int]:
+    """(runs stored for these rungs, how many started before their claim's registration commit)."""
+    if not (os.path.isfile(db) and os.path.getsize(db) > 0):
+        return 0, 0
+    stored = before = 0
+    times = {name: commit_time(COMMITS[name]) for name in {r.claim for r in todo}}
+    with Store(db, create=False) as store:
+        ids = {s["name"]: s["id"] for s in store.studies()}
+        for r in todo:
+            if r.study.name in ids:
+                runs = store.runs(ids[r.study.name])
+                stored += len(runs)
+                before += len(runs_before(runs, times[r.claim]))
+    return stored, before
+
+
+def write_ladder(
+    db: str = DEFAULT_DB,
+    doc: str | None = DEFAULT_DOC,
+    names: list[str] | None = None,
+    quick: bool = False,
+    workers: int | None = None,
+    run: bool = True,
+) -> dict:
+    """Run (or resume, unless ``run`` is False) the ladder of ``names`` into ``db``, then write ``doc``
+    (None: none); returns the effects by claim."""
+    names = names or list(LADDER)
+    if doc:
+        check_page(doc)
+    todo = run_ladder(db, names, quick, workers) if run else rungs(names, quick)
+    buf = io.StringIO()
+    print_plan(todo, db, workers or default_workers(), buf)
+    effects = ladder_effects(db, todo)
+    if doc:
+        stored, before = stored_runs(db, todo)
+        widths = {n: sorted({r.width for r in todo if r.claim == n}) for n in names}
+        seeds = len(todo[0].seeds) if todo else len(SEEDS)
+        page = Page(widths, seeds, {n: COMMITS[n] for n in names}, stored, before, buf.getvalue())
+        with open(doc, "w") as f:
+            f.write(render(effects, page))
+    return effects
