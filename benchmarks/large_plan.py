@@ -29,15 +29,24 @@ def _stop(*args, **kwargs):
     raise _Stop
 
 
-# Where the claims' training starts: the shared runner's train function and the claims that call
-# depthlab.train.train (or a study) directly.
+# Where the claims' training starts: the shared runner's train function, depthlab.train.train and the
+# study runner. A claim may import any of them under its own name, so every module of
+# depthlab.reproduce is searched for attributes that *are* one of these functions (by identity).
 ENTRY_POINTS = (
     ("depthlab.reproduce.lm_runs", "run_training"),
-    ("depthlab.reproduce.claims.batchnorm", "train"),
-    ("depthlab.reproduce.claims.collapse", "train"),
-    ("depthlab.reproduce.claims.model_update", "train"),
+    ("depthlab.train", "train"),
     ("depthlab.reproduce.claims.lr_sensitivity", "run_study"),
 )
+
+
+def _entry_functions() -> set[int]:
+    """The ids of the training entry functions (those of :data:`ENTRY_POINTS` that are loaded)."""
+    found = set()
+    for mod_name, attr in ENTRY_POINTS:
+        module = sys.modules.get(mod_name)
+        if module is not None and hasattr(module, attr):
+            found.add(id(getattr(module, attr)))
+    return found
 
 
 @dataclass(frozen=True)
@@ -56,11 +65,14 @@ class ClaimCost:
 def _recording(planned: list):
     """``cost.announce`` records its runs; the training entry points raise :class:`_Stop`."""
     saved = [(cost, "announce", cost.announce)]
-    for mod_name, attr in ENTRY_POINTS:
-        module = sys.modules.get(mod_name)
-        if module is not None and hasattr(module, attr):
-            saved.append((module, attr, getattr(module, attr)))
-            setattr(module, attr, _stop)
+    entries = _entry_functions()
+    for mod_name, module in list(sys.modules.items()):
+        if module is None or not mod_name.startswith("depthlab.reproduce"):
+            continue
+        for attr, value in list(vars(module).items()):
+            if id(value) in entries:
+                saved.append((module, attr, value))
+                setattr(module, attr, _stop)
 
     def record(name, runs, done, where="in this process"):
         planned.extend(runs)
