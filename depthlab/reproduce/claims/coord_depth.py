@@ -51,7 +51,7 @@ SMALL = {
 QUICK = {"wraps": ["pre", "sandwich", "post", "lns"], "depths": [2, 4], "width": 16, "heads": 2, "steps": 2,
          "seeds": [0, 1]}  # fmt: skip
 REGISTRATION = Registration(
-    commit="",
+    commit="f7731fee4114f0b9c59a370cf05b7308b23168f1",
     expectation={
         # flat: the slope's interval inside [-band, band]; grows: above +band; shrinks: below -band
         "band": 0.1,

@@ -32,7 +32,7 @@ SMALL = {
 }
 QUICK = {"sizes": [1, 2], "lrs": [1e-3, 3e-2, 1.0], "steps": 8, "warmup": 1, "seeds": [0, 1]}
 REGISTRATION = Registration(
-    commit="",
+    commit="f7731fee4114f0b9c59a370cf05b7308b23168f1",
     expectation={
         # per parametrization: "near 0" (the slope's interval inside [-band, band]) or "negative" (the
         # interval below 0)

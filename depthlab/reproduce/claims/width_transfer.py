@@ -31,7 +31,7 @@ SMALL = {
 }
 QUICK = {"sizes": [16, 32], "n_layers": 1, "lrs": [1e-3, 3e-2, 1.0], "steps": 8, "warmup": 1, "seeds": [0, 1]}
 REGISTRATION = Registration(
-    commit="",
+    commit="f7731fee4114f0b9c59a370cf05b7308b23168f1",
     expectation={
         # per parametrization, the slope of log best lr against log width: its interval inside
         # [target - band, target + band]
