@@ -10,15 +10,21 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+from pathlib import Path
 
 import pytest
 
 from depthlab.cli import main
 from depthlab.intervals import AGREE, INCONCLUSIVE, MISMATCH
 from depthlab.probe.coord import CoordResult, CoordSpec
-from depthlab.reproduce import REGISTRATIONS
+from depthlab.report.data import load
+from depthlab.reproduce import REGISTRATIONS, run_record
 from depthlab.reproduce.claims import coord_depth, lr_transfer_depth, width_transfer
 from depthlab.study.sensitivity import Curve, Point
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import transfer_claims  # noqa: E402  (benchmarks/transfer_claims.py: the record's builder)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -153,6 +159,17 @@ def test_quick_smoke_runs_end_to_end(name, tmp_path, monkeypatch, capsys):
     assert data["scale"] == "small" and data["checks"] and data["tables"]
     assert all(c["result"] in (AGREE, MISMATCH, INCONCLUSIVE) for c in data["checks"])
     assert list((tmp_path / name).glob("*.png")), "the claim draws its figures"
+    # the compact record of docs/transfer-claims.json is built from the same JSON (and the store's runs)
+    if name == "coord-depth":
+        part = transfer_claims.coord_record(data, "c0ffee")
+        assert set(part["slope_last_per_seed"]) == {"pre sp", "pre depth_mup", "pre completep", "post sp",
+                                                    "post depth_mup", "post completep"}  # fmt: skip
+    else:
+        (db,) = (tmp_path / name).glob("*.sqlite")
+        study, size = transfer_claims.STUDIES[name]
+        part = transfer_claims.lr_record(data, "c0ffee", load(str(db), f"{study}-quick").runs, size)
+        assert len(part["runs"]) == 2 * len(quick["sizes"]) * len(quick["lrs"]) * len(quick["seeds"])
+    assert len(part["checks"]) == len(data["checks"]) and json.dumps(part)
 
 
 def test_registered_regimes_are_the_ones_described():
@@ -165,3 +182,27 @@ def test_registered_regimes_are_the_ones_described():
     assert depth["seeds"] == width["seeds"] == [3, 4, 5]
     assert width["sizes"] == [32, 64, 128] and width["n_layers"] == 4 and width["steps"] == 100
     assert depth["sizes"] == [2, 4, 8, 16] and depth["lrs"] == width["lrs"]
+
+
+def test_the_documented_record_decides_as_recorded():
+    """docs/transfer-claims.json: each claim's commit and regime are the registration's, and every
+    check's result follows again from the values the record holds and the rule it records."""
+    record = json.loads(
+        (Path(__file__).resolve().parent.parent / "docs" / "transfer-claims.json").read_text()
+    )
+    assert set(record["claims"]) == {"coord-depth", "lr-transfer-depth", "width-transfer"}
+    for name, claim in record["claims"].items():
+        reg = REGISTRATIONS[name]
+        assert claim["commit"] == reg.commit and claim["regime"] == reg.regimes["small"]
+        for c in claim["checks"]:
+            if name == "coord-depth":
+                setting, rest = c["claim"].split(": slope of log ")
+                quantity = rest.split(" against")[0].replace(" mean |x|", "")
+                values = claim["slope_last_per_seed"][setting.replace(", ", " ")][quantity]
+            else:
+                values = c["values"]
+            low, high = c["bounds"]
+            again = run_record.decide_again(values, {"at_least": low, "at_most": high, "scale": "linear"})
+            assert again == c["result"] or ("note" in c and c["result"] == INCONCLUSIVE), c["claim"]
+    runs = record["claims"]["lr-transfer-depth"]["runs"]
+    assert len(runs) == 2 * 4 * 5 * 3 and all(r[4] is not None for r in runs)

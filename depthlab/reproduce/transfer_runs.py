@@ -56,12 +56,13 @@ def study(name: str, axis: str, regime: dict, what: str) -> StudyConfig:
 
 def store(name: str, registered: bool, out_dir: str | None) -> str:
     """The registered regime's store is the default one (its study, named after the claim, is resumed
-    and reused there); any other (the quick smoke version) writes a store of its own in ``out_dir``."""
+    and reused there); any other (the quick smoke version) writes a store of its own, ``name``.sqlite in
+    ``out_dir`` (or a new temporary folder)."""
     if registered:
         return DEFAULT_DB
     folder = out_dir or tempfile.mkdtemp(prefix=f"depthlab-{name}-")
     os.makedirs(folder, exist_ok=True)
-    return os.path.join(folder, f"{name}-quick.sqlite")
+    return os.path.join(folder, f"{name}.sqlite")
 
 
 def run(claim: str, grid: StudyConfig, db: str) -> list[dict]:
