@@ -13,6 +13,9 @@ CLAIMS = Path(__file__).parent.parent / "depthlab" / "reproduce" / "claims"
 
 SANITY = {
     "collapse": {"INIT_SANITY"},  # every init-phase check, the DeepNorm share at init included
+    "coord_depth": {
+        "NORMED_SANITY"
+    },  # LayerNorm outputs: post-LN's stream, sandwich's and reorder's sublayers
     "depth": {"POST_SANITY"},
     "final_norm": {"FAR_SANITY", "GROWTH_SANITY"},
     "init_scaling": {
