@@ -100,13 +100,27 @@ def test_mup_scales_hidden_init_attention_and_output():
     torch.manual_seed(0)
     model = build_model(cfg)
     assert model.decoder.layers[0].ffn.f.fc1.weight.std().item() == pytest.approx(0.02 / 2, rel=0.1)
-    assert model.embed.tok.weight.std().item() == pytest.approx(0.02, rel=0.1)  # the embedding keeps its
+    # sqrt(d) E keeps the base's std: E's std / m_w^1/2 (muP's input layer: constant coordinates)
+    assert model.embed.tok.weight.std().item() == pytest.approx(0.02 / 2, rel=0.1)
+    assert model.embed.pos.weight.std().item() == pytest.approx(0.02, rel=0.1)
     attn = model.decoder.layers[0].attn.f
     assert attn.scale == pytest.approx(math.sqrt(4) / 16)  # d_head 16 at base 4: sqrt(d_base) / d
     tokens = torch.randint(0, 32, (2, 5))
     _, states = model(tokens, return_states=True)
-    expected = model.head(model.decoder.norm(states[-1]) / 4)
+    # the tied head reads E = (sqrt(d) E) / sqrt(d): 1/m_w on sqrt(d) E is m_w^1/2 / m_w = 1/2 on E
+    expected = model.head(model.decoder.norm(states[-1]) / 2)
     assert torch.allclose(model(tokens), expected)
+    untied = build_model(cfg.replace(tie_embeddings=False))
+    _, states = untied(tokens, return_states=True)
+    assert torch.allclose(untied(tokens), untied.head(untied.decoder.norm(states[-1]) / 4))
+
+
+def test_mup_under_xavier_keeps_the_tables_std_of_the_base_width():
+    torch.manual_seed(0)
+    model = build_model(small(param="mup", base_width=8, d_model=128, tie_embeddings=False))
+    assert model.embed.pos.weight.std().item() == pytest.approx(8**-0.5, rel=0.1)  # xavier's d^-1/2 at 8
+    assert model.head.weight.std().item() == pytest.approx(8**-0.5, rel=0.1)
+    assert model.embed.tok.weight.std().item() == pytest.approx(128**-0.5, rel=0.1)  # x sqrt(d): 1
 
 
 def test_the_groups_follow_the_table():
@@ -120,6 +134,9 @@ def test_the_groups_follow_the_table():
     assert groups["decoder hidden vectors"]["lr"] == pytest.approx(1e-2)
     assert groups["embeddings"]["lr"] == 1e-2 and groups["embeddings"]["eps"] == pytest.approx(1e-8 / mw)
     assert any(p is model.head.weight for p in groups["embeddings"]["params"])
+    # the token table under embed_scale: / m_w^1/2, undoing the sqrt(d) in front of it
+    assert groups["token embedding"]["params"] == [model.embed.tok.weight]
+    assert groups["token embedding"]["lr"] == pytest.approx(1e-2 / 2)
     assert groups["outer vectors"]["weight_decay"] == 0.0
     n = sum(len(g["params"]) for g in groups.values())
     assert n == len(list(model.parameters()))
@@ -191,7 +208,8 @@ def test_the_probes_update_gain_moves_each_parameter_by_its_groups_lr():
     cp = build_model(small(param="completep", base_width=8, n_layers=8, base_depth=2))
     scales = group_scales(cp)
     assert scales[id(cp.decoder.layers[0].ffn.f.fc1.weight)][0] == pytest.approx(0.5)  # lr / m_w
-    assert scales[id(cp.embed.tok.weight)][0] == 1.0
+    assert scales[id(cp.embed.tok.weight)][0] == pytest.approx(2**-0.5)  # / m_w^1/2: sqrt(d) in front
+    assert scales[id(cp.embed.pos.weight)][0] == 1.0
 
 
 @pytest.mark.parametrize("wrap", sorted(P.depth_refused()))
