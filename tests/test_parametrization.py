@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from depthlab import ConfigError, ModelConfig, TrainConfig, build_model, param_groups
 from depthlab.config import wrap_names
+from depthlab.config_family import FamilyOptions
 from depthlab.model import parametrization as P
 from depthlab.model.attention import Context
 from depthlab.probe.update_size import group_scales
@@ -258,3 +259,21 @@ def test_train_runs_under_completep():
     cfg = small(param="completep", base_depth=2, max_len=32, vocab_size=256)
     result = train(cfg, TrainConfig(steps=3, batch_size=4, seq_len=16, eval_batches=1, telemetry=False))
     assert math.isfinite(result.final_train_loss)
+
+
+@pytest.mark.parametrize(
+    "kw,token_lr,output",
+    [
+        ({}, 0.5, 0.5),  # sqrt(d) E tied: E's lr / m_w^1/2, the head reads E at m_w^1/2 / m_w
+        ({"tie_embeddings": False}, 0.5, 0.25),
+        ({"embed_scale": False}, 1.0, 0.25),  # no multiplier in front of the table: muP's as it is
+        ({"family": FamilyOptions(d_embed=8)}, 1.0, 0.25),  # the table keeps its fixed width
+    ],
+)
+def test_the_token_tables_rule_follows_its_multiplier(kw, token_lr, output):
+    cfg = small(param="mup", base_width=8, d_model=32, **kw)  # m_w = 4
+    groups = {g["name"]: g for g in param_groups(build_model(cfg), 1.0, weight_decay=1.0)}
+    assert groups["token embedding"]["lr"] == pytest.approx(token_lr)
+    assert P.multipliers(cfg).output == pytest.approx(output)
+    if "outer matrices" in groups:  # the factorised embedding's projections: vector-like, as they are
+        assert groups["outer matrices"]["lr"] == 1.0 and groups["outer matrices"]["weight_decay"] == 1.0
