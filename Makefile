@@ -19,6 +19,9 @@ $(STAMP): .venv/bin/python pyproject.toml
 
 $(DEVSTAMP): $(STAMP)
 	$(PIP) install -q -e '.[dev]'
+	# microsoft/mup for tests/test_mup_reference.py, without its dependencies: they pull torchvision,
+	# and with it another torch than the one above; importing mup needs only torch and PyYAML
+	$(PIP) install -q --no-deps mup==1.0.0
 	touch $@
 
 # The main job: the default study (post-LN vs pre-LN, DeepNorm, sandwich, no attention skip; shallow

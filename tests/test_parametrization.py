@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from depthlab import ConfigError, ModelConfig, TrainConfig, build_model, param_groups
 from depthlab.config import wrap_names
+from depthlab.config_family import FamilyOptions
 from depthlab.model import parametrization as P
 from depthlab.model.attention import Context
 from depthlab.probe.update_size import group_scales
@@ -100,13 +101,27 @@ def test_mup_scales_hidden_init_attention_and_output():
     torch.manual_seed(0)
     model = build_model(cfg)
     assert model.decoder.layers[0].ffn.f.fc1.weight.std().item() == pytest.approx(0.02 / 2, rel=0.1)
-    assert model.embed.tok.weight.std().item() == pytest.approx(0.02, rel=0.1)  # the embedding keeps its
+    # sqrt(d) E keeps the base's std: E's std / m_w^1/2 (muP's input layer: constant coordinates)
+    assert model.embed.tok.weight.std().item() == pytest.approx(0.02 / 2, rel=0.1)
+    assert model.embed.pos.weight.std().item() == pytest.approx(0.02, rel=0.1)
     attn = model.decoder.layers[0].attn.f
     assert attn.scale == pytest.approx(math.sqrt(4) / 16)  # d_head 16 at base 4: sqrt(d_base) / d
     tokens = torch.randint(0, 32, (2, 5))
     _, states = model(tokens, return_states=True)
-    expected = model.head(model.decoder.norm(states[-1]) / 4)
+    # the tied head reads E = (sqrt(d) E) / sqrt(d): 1/m_w on sqrt(d) E is m_w^1/2 / m_w = 1/2 on E
+    expected = model.head(model.decoder.norm(states[-1]) / 2)
     assert torch.allclose(model(tokens), expected)
+    untied = build_model(cfg.replace(tie_embeddings=False))
+    _, states = untied(tokens, return_states=True)
+    assert torch.allclose(untied(tokens), untied.head(untied.decoder.norm(states[-1]) / 4))
+
+
+def test_mup_under_xavier_keeps_the_tables_std_of_the_base_width():
+    torch.manual_seed(0)
+    model = build_model(small(param="mup", base_width=8, d_model=128, tie_embeddings=False))
+    assert model.embed.pos.weight.std().item() == pytest.approx(8**-0.5, rel=0.1)  # xavier's d^-1/2 at 8
+    assert model.head.weight.std().item() == pytest.approx(8**-0.5, rel=0.1)
+    assert model.embed.tok.weight.std().item() == pytest.approx(128**-0.5, rel=0.1)  # x sqrt(d): 1
 
 
 def test_the_groups_follow_the_table():
@@ -120,6 +135,9 @@ def test_the_groups_follow_the_table():
     assert groups["decoder hidden vectors"]["lr"] == pytest.approx(1e-2)
     assert groups["embeddings"]["lr"] == 1e-2 and groups["embeddings"]["eps"] == pytest.approx(1e-8 / mw)
     assert any(p is model.head.weight for p in groups["embeddings"]["params"])
+    # the token table under embed_scale: / m_w^1/2, undoing the sqrt(d) in front of it
+    assert groups["token embedding"]["params"] == [model.embed.tok.weight]
+    assert groups["token embedding"]["lr"] == pytest.approx(1e-2 / 2)
     assert groups["outer vectors"]["weight_decay"] == 0.0
     n = sum(len(g["params"]) for g in groups.values())
     assert n == len(list(model.parameters()))
@@ -191,7 +209,8 @@ def test_the_probes_update_gain_moves_each_parameter_by_its_groups_lr():
     cp = build_model(small(param="completep", base_width=8, n_layers=8, base_depth=2))
     scales = group_scales(cp)
     assert scales[id(cp.decoder.layers[0].ffn.f.fc1.weight)][0] == pytest.approx(0.5)  # lr / m_w
-    assert scales[id(cp.embed.tok.weight)][0] == 1.0
+    assert scales[id(cp.embed.tok.weight)][0] == pytest.approx(2**-0.5)  # / m_w^1/2: sqrt(d) in front
+    assert scales[id(cp.embed.pos.weight)][0] == 1.0
 
 
 @pytest.mark.parametrize("wrap", sorted(P.depth_refused()))
@@ -240,3 +259,21 @@ def test_train_runs_under_completep():
     cfg = small(param="completep", base_depth=2, max_len=32, vocab_size=256)
     result = train(cfg, TrainConfig(steps=3, batch_size=4, seq_len=16, eval_batches=1, telemetry=False))
     assert math.isfinite(result.final_train_loss)
+
+
+@pytest.mark.parametrize(
+    "kw,token_lr,output",
+    [
+        ({}, 0.5, 0.5),  # sqrt(d) E tied: E's lr / m_w^1/2, the head reads E at m_w^1/2 / m_w
+        ({"tie_embeddings": False}, 0.5, 0.25),
+        ({"embed_scale": False}, 1.0, 0.25),  # no multiplier in front of the table: muP's as it is
+        ({"family": FamilyOptions(d_embed=8)}, 1.0, 0.25),  # the table keeps its fixed width
+    ],
+)
+def test_the_token_tables_rule_follows_its_multiplier(kw, token_lr, output):
+    cfg = small(param="mup", base_width=8, d_model=32, **kw)  # m_w = 4
+    groups = {g["name"]: g for g in param_groups(build_model(cfg), 1.0, weight_decay=1.0)}
+    assert groups["token embedding"]["lr"] == pytest.approx(token_lr)
+    assert P.multipliers(cfg).output == pytest.approx(output)
+    if "outer matrices" in groups:  # the factorised embedding's projections: vector-like, as they are
+        assert groups["outer matrices"]["lr"] == 1.0 and groups["outer matrices"]["weight_decay"] == 1.0

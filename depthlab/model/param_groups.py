@@ -9,11 +9,19 @@ different depths have different depth multipliers):
 
 | group          | parameters                                           | lr               | eps               | weight decay |
 |----------------|------------------------------------------------------|------------------|-------------------|--------------|
-| embeddings     | token and position tables, an untied head, T5's bias | lr               | eps x outer_eps   | wd           |
+| token embedding| the token table (the tied head with it)              | lr x embed_lr    | eps x outer_eps   | wd           |
+| embeddings     | position tables, an untied head, T5's bias           | lr               | eps x outer_eps   | wd           |
 | hidden         | 2-D weights inside the blocks                        | lr x hidden_lr   | eps x hidden_eps  | wd x hidden_wd |
 | hidden vectors | biases, norm gains, gates inside the blocks          | lr x vector_lr   | eps x hidden_eps  | 0            |
-| outer matrices | the factorised embedding's projections (d_embed)     | lr / m_w         | eps x outer_eps   | wd x m_w     |
+| outer matrices | the factorised embedding's projections (d_embed)     | lr               | eps x outer_eps   | wd           |
 | outer vectors  | final norm, embedding norm, biases outside the blocks| lr               | eps x outer_eps   | 0            |
+
+microsoft/mup's ``MuAdam`` divides the lr (and multiplies the weight decay) only of a "matrix-like"
+weight, both of whose dimensions grow with width: the tables and the factorised embedding's projections
+(one side the fixed d_embed or vocabulary) are "vector-like" and keep the lr. ``embed_lr`` = m_w^-1/2
+undoes the sqrt(d) in front of the token table under ``embed_scale``
+(:func:`depthlab.model.parametrization.embed_growth`). tests/test_mup_reference.py checks each
+parameter against ``mup.set_base_shapes`` and ``MuAdam``'s rule.
 """
 
 from __future__ import annotations
@@ -72,26 +80,20 @@ def _scaled_groups(model, cfg, params, lr, wd, eps) -> list[dict]:
         )
     m = parametrization.multipliers(cfg)
     outer = [p for p in params if id(p) not in inside]
+    token = id(model.embed.tok.weight)
     tables = {id(mod.weight) for mod in model.modules() if isinstance(mod, nn.Embedding)}
     head = getattr(model, "head", None)
     if isinstance(head, nn.Linear):
         tables.add(id(head.weight))
-    outer_eps = eps * m.outer_eps
+    rest = [p for p in outer if id(p) not in tables]
     groups += [
-        {"name": "embeddings", "params": [p for p in outer if id(p) in tables], "lr": lr},
-        {
-            "name": "outer matrices",
-            "params": [p for p in outer if id(p) not in tables and p.dim() >= 2],
-            "lr": lr / m.width,
-        },
-        {
-            "name": "outer vectors",
-            "params": [p for p in outer if id(p) not in tables and p.dim() < 2],
-            "lr": lr,
-        },
+        {"name": "token embedding", "params": [p for p in outer if id(p) == token], "lr": lr * m.embed_lr},
+        {"name": "embeddings", "params": [p for p in outer if id(p) in tables - {token}], "lr": lr},
+        {"name": "outer matrices", "params": [p for p in rest if p.dim() >= 2], "lr": lr},
+        {"name": "outer vectors", "params": [p for p in rest if p.dim() < 2], "lr": lr},
     ]
-    for g, decay in zip(groups[-3:], (wd, wd * m.width, 0.0), strict=True):
-        g.update(eps=outer_eps, weight_decay=decay)
+    for g, decay in zip(groups[-4:], (wd, wd, wd, 0.0), strict=True):
+        g.update(eps=eps * m.outer_eps, weight_decay=decay)
     return groups
 
 

@@ -7,24 +7,31 @@ m_L = L / base_depth (L the depth of the stack a layer is in):
 | quantity                     | sp  | mup                 | depth_mup (alpha = 1/2)    | completep (alpha = 1)     |
 |------------------------------|-----|---------------------|----------------------------|---------------------------|
 | residual branch multiplier   | 1   | 1                   | m_L^-1/2                   | m_L^-1                    |
-| output logits (head input)   | 1   | x 1/m_w             | x 1/m_w                    | x 1/m_w                   |
+| output logits (head input)   | 1   | x 1/m_w (tied: c/m_w) | x 1/m_w (tied: c/m_w)    | x 1/m_w (tied: c/m_w)     |
 | attention score scale        | s   | s x m_w^-1/2        | s x m_w^-1/2               | s x m_w^-1/2              |
 | hidden weight init std       | as configured | x m_w^-1/2 (normal, gpt2) | the same, no 1/sqrt(2L) | the same, no 1/sqrt(2L) |
 | Adam lr, hidden matrices     | lr  | lr / m_w            | lr / m_w x m_L^-1/2        | lr / m_w                  |
 | Adam lr, hidden vectors      | lr  | lr                  | lr x m_L^-1/2              | lr                        |
-| Adam lr, embeddings, outside | lr  | lr                  | lr                         | lr                        |
+| Adam lr, token table         | lr  | lr / c              | lr / c                     | lr / c                    |
+| Adam lr, other tables, outside| lr | lr                  | lr                         | lr                        |
+| table init std (xavier)      | d^-1/2 | x m_w^1/2 (token: / c) | the same             | the same                  |
 | Adam eps, hidden             | eps | eps / m_w           | eps / m_w x m_L^-1/2       | eps / m_w x m_L^-1        |
 | Adam eps, embeddings, outside| eps | eps / m_w           | eps / m_w                  | eps / m_w                 |
 | weight decay, hidden matrices| wd  | wd x m_w            | wd x m_w                   | wd x m_w                  |
 
+c = m_w^1/2 under ``embed_scale`` (the sqrt(d) in front of the token table grows by it), else 1: under
+Adam a multiplier c on a table is a c times larger table with a c times larger lr, and muP's input
+layer has none (:func:`embed_growth`). The tables (token, position, an untied head) are muP's
+"vector-like" weights: constant std and lr, as microsoft/mup's ``MuAdam`` and ``mup.init`` treat a
+weight with one width dimension; tests/test_mup_reference.py checks every parameter against them.
 s is the configured score scale (head_dim^-1/2 unless ``attn_scale``), so the muP scale is
 s x (d_head,base / d_head)^1/2 = d_head,base^1/2 / d_head: the 1/d_head of muP, equal to SP's at the base
 width (the model at its base shape is the SP model). The width grows with ``n_heads`` fixed, so the
 head width grows with it; a set ``d_head`` does not grow, and its scale is left alone. Hidden matrices are the 2-D weights inside the
 blocks (q, k, v, out, fc1, fc2); hidden vectors their biases, norm gains and gates; "outside" the final
 norm, the embedding norm and biases outside the blocks. Xavier's init already has variance ~ 1/fan, the
-muP scaling of a hidden matrix, so ``init="xavier"`` is left as it is; the embedding keeps O(1)
-coordinates under every scheme depthlab has (N(0, d^-1/2) x sqrt(d), or N(0, s) unscaled).
+muP scaling of a hidden matrix, so ``init="xavier"`` is left as it is; the tables keep the base
+width's std (xavier's d^-1/2 at the base: x m_w^1/2; normal's s already), and c E the base's.
 
 Sources: muP, Yang et al. 2021 (Tensor Programs V), Table 3 and microsoft/mup (``MuAdam``: a matrix's
 lr / width_mult and weight decay x width_mult; ``MuReadout``: the output x 1/width_mult; attention
@@ -51,6 +58,7 @@ from torch import nn
 from depthlab.config import PARAM_CHECKS, WRAPPINGS, ModelConfig
 from depthlab.errors import ConfigError
 from depthlab.model.layers import Block
+from depthlab.model.positions import RelativeBias
 from depthlab.model.wrapping_base import Wrapping
 
 ALPHA = {"sp": None, "mup": None, "depth_mup": 0.5, "completep": 1.0}  # the depth exponent
@@ -65,7 +73,9 @@ class Multipliers:
     head input's; ``attention``: the factor on the score scale; ``hidden_init``: on the hidden weights'
     std (normal and gpt2 schemes); ``hidden_lr``/``vector_lr``: on the hidden matrices' and hidden
     vectors' lr; ``hidden_eps``/``outer_eps``: on eps inside and outside the blocks; ``hidden_wd``: on
-    the hidden matrices' weight decay.
+    the hidden matrices' weight decay; ``embed``: the growth of the token embedding's own multiplier
+    (sqrt(d) under ``embed_scale``) relative to the base, c = m_w^1/2, which ``embed_lr`` = 1/c undoes
+    on the token table's lr; ``table_init``: on the std of the tables xavier draws N(0, d^-1/2).
     """
 
     param: str
@@ -81,6 +91,9 @@ class Multipliers:
     hidden_eps: float
     outer_eps: float
     hidden_wd: float
+    embed: float = 1.0
+    embed_lr: float = 1.0
+    table_init: float = 1.0
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -107,13 +120,14 @@ def multipliers(cfg: ModelConfig, depth: int | None = None) -> Multipliers:
     alpha = ALPHA[cfg.param]
     a = 0.0 if alpha is None else alpha
     normal = cfg.init in ("normal", "gpt2")
+    c = embed_growth(cfg)
     return Multipliers(
         param=cfg.param,
         width=mw,
         depth=mL,
         alpha=alpha,
         branch=mL**-a,
-        output=1.0 / mw,
+        output=(c if cfg.tie_embeddings else 1.0) / mw,  # a tied readout reads E = W / c: c / m_w on W
         attention=mw**-0.5 if cfg.family.d_head is None else 1.0,  # a set d_head does not grow with d_model
         hidden_init=mw**-0.5 if normal else 1.0,
         hidden_lr=mL ** (a - 1) / mw if alpha is not None else 1.0 / mw,
@@ -121,7 +135,22 @@ def multipliers(cfg: ModelConfig, depth: int | None = None) -> Multipliers:
         hidden_eps=mL**-a / mw,
         outer_eps=1.0 / mw,
         hidden_wd=mw,
+        embed=c,
+        embed_lr=1.0 / c,
+        table_init=mw**0.5 if cfg.init == "xavier" else 1.0,
     )
+
+
+def embed_growth(cfg: ModelConfig) -> float:
+    """c = m_w^1/2 when the token embedding is multiplied by sqrt(d_model) (``embed_scale``) under a width
+    rule, else 1: how much the multiplier in front of the token table grows from the base width. muP's
+    input layer has none (microsoft/mup's nn.Embedding, N(0, 1), Adam lr unscaled), and under Adam a
+    multiplier c on a table is the same as a c times larger table with a c times larger lr, so the table's
+    lr and init are divided by c (and a tied readout, which reads the table without it, multiplied).
+    A factorised embedding (``d_embed``) keeps its table at a fixed width: left as it is (1)."""
+    if not cfg.embed_scale or cfg.family.d_embed is not None:
+        return 1.0
+    return width_mult(cfg) ** 0.5
 
 
 def scales_depth(cfg: ModelConfig) -> bool:
@@ -158,6 +187,28 @@ def attention_scale(cfg: ModelConfig) -> float | None:
         return cfg.family.attn_scale
     base = cfg.family.attn_scale if cfg.family.attn_scale is not None else cfg.head_dim**-0.5
     return base * factor
+
+
+@torch.no_grad()
+def rescale_table_init(model: nn.Module, cfg: ModelConfig) -> None:
+    """muP's constant std for the vector-like weights, the tables (token and position embeddings, an
+    untied head, T5's relative bias): x m_w^1/2 on those xavier drew N(0, d_model^-1/2), so that their
+    std stays the base width's; the token table also / c (:func:`embed_growth`), so that c times it
+    keeps the base's std. Nothing at the base width or under sp."""
+    m = multipliers(cfg)
+    token = model.embed.tok
+    rel = [r.bias.weight for r in model.modules() if isinstance(r, RelativeBias)]
+    tables: dict[int, tuple[torch.Tensor, float]] = {id(w): (w, m.table_init) for w in rel}
+    for mod in model.modules():
+        if isinstance(mod, nn.Embedding) and id(mod.weight) not in tables:
+            f = m.table_init if mod.embedding_dim == cfg.d_model else 1.0
+            tables[id(mod.weight)] = (mod.weight, f / m.embed if mod is token else f)
+    head = getattr(model, "head", None)
+    if isinstance(head, nn.Linear) and id(head.weight) not in tables and head.in_features == cfg.d_model:
+        tables[id(head.weight)] = (head.weight, m.table_init)
+    for weight, factor in tables.values():
+        if factor != 1.0:
+            weight.mul_(factor)
 
 
 @torch.no_grad()
@@ -199,6 +250,8 @@ def format_multipliers(m: Multipliers) -> str:
         ("hidden init", m.hidden_init),
         ("hidden lr", m.hidden_lr),
         ("vector lr", m.vector_lr),
+        ("token lr", m.embed_lr),
+        ("table init", m.table_init),
         ("hidden eps", m.hidden_eps),
         ("outer eps", m.outer_eps),
         ("hidden wd", m.hidden_wd),

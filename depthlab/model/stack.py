@@ -252,6 +252,7 @@ def build_model(cfg: ModelConfig) -> nn.Module:
         model, cfg.init, cfg.enc_depth + cfg.dec_depth, scale_residual=scaled, std=cfg.family.init_std
     )
     parametrization.rescale_hidden_init(model, cfg)
+    parametrization.rescale_table_init(model, cfg)
     for module in model.modules():
         if isinstance(module, Wrapping):
             module.init_branch()
@@ -342,7 +343,7 @@ def _logits(model: nn.Module, out: torch.Tensor) -> torch.Tensor:
     cfg = model.cfg
     if cfg.family.head_scale:
         out = out * cfg.d_model**-0.5
-    output = parametrization.multipliers(cfg).output  # muP's readout 1/m_w (1 under sp: no op)
+    output = parametrization.multipliers(cfg).output  # muP's readout 1/m_w, c/m_w tied (1 under sp: no op)
     if output != 1.0:
         out = out * output
     if model.head_proj is not None:
