@@ -83,10 +83,13 @@ def lr_record(d: dict, commit: str, runs: list[dict], size: str) -> dict:
             "runs_columns": ["param", size, "lr", "seed", "val_loss", "outcome"], "runs": rows}  # fmt: skip
 
 
-def build(json_dir: str, db: str) -> dict:
-    """The record from the claims' --json files in ``json_dir`` and the study store ``db``."""
+CLAIMS = ("coord-depth", *STUDIES)
+
+
+def build(json_dir: str, db: str, names: tuple[str, ...] = CLAIMS) -> dict:
+    """The record of claims ``names`` from their --json files in ``json_dir`` and the study store ``db``."""
     claims = {}
-    for name in ("coord-depth", *STUDIES):
+    for name in names:
         with open(os.path.join(json_dir, f"{name}.json"), encoding="utf-8") as f:
             d = json.load(f)
         commit = REGISTRATIONS[name].commit
@@ -103,9 +106,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json-dir", required=True, help="the folder of the three claims' --json files")
     p.add_argument("--db", default=os.path.join("runs", "depthlab.sqlite"), help="the study store")
     p.add_argument("--out", default=os.path.join("docs", "transfer-claims.json"), help="the record to write")
+    p.add_argument(
+        "--claims",
+        default=",".join(CLAIMS),
+        help="which claims, comma-separated (default all three; a rerun of one claim gets its own record)",
+    )
     args = p.parse_args(argv)
+    names = tuple(n for n in args.claims.split(",") if n)
+    unknown = [n for n in names if n not in CLAIMS]
+    if unknown or not names:
+        print(f"transfer_claims: --claims {args.claims!r}: choose from {', '.join(CLAIMS)}", file=sys.stderr)
+        return 2
     try:
-        record = build(args.json_dir, args.db)
+        record = build(args.json_dir, args.db, names)
     except (OSError, KeyError, ValueError) as e:
         print(f"transfer_claims: {e}", file=sys.stderr)
         return 2
