@@ -28,6 +28,7 @@ from depthlab.report.grouping import predicted
 from depthlab.study import RunSpec, StudyConfig, run_study
 from depthlab.study.baselines import baseline_pairs
 from depthlab.study.calibration import calibration_record, write_record
+from depthlab.study.refit import keep_fitted
 from depthlab.study.scoring import doctor_pairs, format_score, score
 from depthlab.study.worker import probe_at_init
 
@@ -70,7 +71,8 @@ def measure(db: str = DEFAULT_DB, workers: int = 1, out=None, record: str = RECO
             source = (
                 f"`depthlab reproduce doctor` on {when}: counts from the {len(data.runs)} runs of {TUNING}"
             )
-            write_record(calibration_record(data.runs, grids, WHERE, source), record)
+            fresh = calibration_record(data.runs, grids, WHERE, source)
+            write_record(keep_fitted(fresh, load_record(record)), record)
             load_record.cache_clear()
         if key == "heldout":
             before = [dict(r, probe=without_lr(r["probe"])) if r.get("probe") else r for r in data.runs]
