@@ -28,7 +28,7 @@ def load_record(path: str = RECORD_PATH) -> dict:
 
 
 def _fmt(v) -> str:
-    return f"{v:g}"
+    return f"{v:g}" if float(v).is_integer() else f"{v:.3g}"
 
 
 def range_text(record: dict) -> str:
