@@ -247,3 +247,13 @@ def test_refit_without_runs_to_fit_leaves_the_sections_out(tmp_path):
         s.add_study(study.name, study.to_dict(), study.config_hash(), study.expand())
     rec = refit({"range": {}, "escape": {"old": 1}}, [(db, "t")], None)
     assert "escape" not in rec and "step_limit" not in rec and rec["fitted_from"]["studies"][0]["done"] == 0
+
+
+def test_a_record_that_is_not_json_and_db_for_another_reproduction_are_refused(store, tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["calibrate", "--from", store, "plateau-tuning", "--record", str(bad)]) == 2
+    assert main(["reproduce", "seeds", "--db", str(tmp_path / "x.sqlite")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 2 and "not a readable calibration record" in err and "--db applies to" in err
+    assert bad.read_text() == "{not json"
