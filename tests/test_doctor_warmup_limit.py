@@ -106,3 +106,13 @@ def test_the_limits_support_widens_the_range_of_the_verdict():
     }
     v = learning_rate(_post(1e-4, 300), record)
     assert "warmups 0-300" in v.message and "depths 2-24" in v.message and "Extrapolation" not in v.message
+
+
+def test_a_longer_warmup_never_lowers_the_limit_the_warmups_are_pooled_instead():
+    runs = [_run(0, s, s < 1.2) for s in (0.3, 0.8, 1.1, 1.3, 3.0)]
+    runs += [_run(30, s, s < 4.5) for s in (1.0, 3.0, 4.0, 5.0, 9.0)]
+    runs += [_run(300, s, s < 2.5) for s in (1.0, 2.0, 3.0, 6.0)]  # falls: other runs, not the warmup
+    got = {p["warmup"]: p for p in fit_step_limit(runs)["warmups"]}
+    assert got[0]["limit"] < got[30]["limit"] == got[300]["limit"]
+    assert got[30]["pooled_with"] == [30, 300] and got[30]["runs"] == 9 and "pooled_with" not in got[0]
+    assert got[30]["errors"] == 1

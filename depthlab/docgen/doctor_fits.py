@@ -41,7 +41,8 @@ def limit_lines(record: dict) -> list[str]:
     for p in section["warmups"]:
         lo, hi = p["band"]
         band = f"{lo:.3g}-{hi:.3g}" if hi else f"above {lo:.3g}"
-        lines.append(f"| {p['warmup']} | {p['limit']:.3g} | {band} | {p['runs']} | {p['errors']} |")
+        pooled = f" (pooled with {', '.join(map(str, p['pooled_with']))})" if p.get("pooled_with") else ""
+        lines.append(f"| {p['warmup']}{pooled} | {p['limit']:.3g} | {band} | {p['runs']} | {p['errors']} |")
     sup = section["support"]
     lines += [
         "",
@@ -94,4 +95,7 @@ def limit_summary(record: dict) -> str:
         + (f"after a {p['warmup']}-step warmup" if p["warmup"] else "without warmup")
         for p in points
     ]
-    return ", ".join(said) + " (a limit that grows with the warmup's length, interpolated between them)"
+    return (
+        ", ".join(said)
+        + " (a limit per warmup length, never lower for a longer one, interpolated between them)"
+    )

@@ -147,8 +147,10 @@ def scale_section(record: dict) -> list[str]:
         "",
         "Stacks whose blocks renormalise the stream are judged by s = update gain x lr, how far one full "
         "Adam step at the peak learning rate moves the output. A warmup lets the stack adapt before the "
-        "peak arrives, so the limit on s grows with the warmup's length; per warmup length among the "
-        "tuning runs, the limit is the one that classified them best:",
+        "peak arrives, so a longer warmup cannot lower the limit on s; per warmup length among the "
+        "tuning runs, the limit is the one that classified them best, and where a longer warmup's limit "
+        "came out lower (its runs differ in depth and budget, not only in warmup) the two warmups are "
+        "pooled and one limit chosen on their runs together:",
         "",
         *limit_lines(record),
         "",
