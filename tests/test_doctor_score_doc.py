@@ -1,6 +1,9 @@
 """docs/doctor.md's text from measured scores (depthlab.docgen.doctor_score.render), on scores built by hand."""
 
+import json
+
 from depthlab.docgen.doctor_score import render
+from depthlab.probe.plateau import FEATURES
 from depthlab.study.scoring import score
 
 
@@ -21,4 +24,50 @@ def test_the_document_shows_intervals_baselines_the_caveat_and_the_registered_gr
     assert "9 of 10 outcomes predicted: 90% (95% interval" in text
     assert "baseline wrapping x lr lookup: 8 of 10, 80% (95% interval" in text
     assert "score below is optimistic" in text and "- a miss" in text
-    assert "grids/doctor-scale-heldout.yaml" in text and "none of them has run yet" in text
+    assert "grids/doctor-scale-heldout.yaml" in text and "`depthlab calibrate` refuses it" in text
+
+
+def test_the_document_shows_the_fitted_limit_and_plateau_model_from_the_record(tmp_path):
+    s = score([("trains", "trained")] * 3)
+    scores = {"heldout": s, "heldout_before": s, "tuning": s, "misses": [], "seconds": 1.0}
+    fit = {
+        "coef": {k: 0.5 for k in FEATURES},
+        "sigma": 0.62,
+        "runs": 75,
+        "censored": 36,
+        "support": {
+            "lr": [1e-4, 0.05],
+            "d_model": [32, 32],
+            "n_layers": [2, 24],
+            "warmup": [0, 300],
+            "steps": [150, 600],
+        },
+        "left_out": ["ln_d_model"],
+        "in_sample": {"runs": 75, "agreed": 61, "median_factor": 1.3},
+    }
+    record = {
+        "range": {},
+        "agreement": {},
+        "step_limit": {
+            "warmups": [{"warmup": 0, "limit": 1.11, "band": [1.05, 1.18], "runs": 38, "errors": 3}],
+            "support": {"d_model": [32, 32], "n_layers": [2, 24], "lr": [1e-4, 0.05], "warmup": [0, 30]},
+        },
+        "escape": {"model": "the model", "z_interval": 1.28, "families": {"renormalising": fit}},
+        "fitted_from": {
+            "studies": [
+                {"study": "doctor-tuning", "store": "a.sqlite", "runs": 180, "done": 180, "escaped": 148}
+            ],
+            "commit": "abcdef0123456789",
+            "when": "2026-12-01 12:00 UTC",
+        },
+    }
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps(record))
+    text = render(scores, "runs/doctor.sqlite", str(path))
+    assert "more than 1.11 output norms without warmup" in text
+    assert "| 0 | 1.11 | 1.05-1.18 | 38 | 3 |" in text
+    assert (
+        "`doctor-tuning` (180 of 180 runs done, 148 escaped the plateau); code at commit abcdef0123" in text
+    )
+    assert "| stacks whose blocks renormalise the stream | 75 | 36 | 0.62 | 61 of 75 | 1.3 |" in text
+    assert "widths 32, depths 2-24, warmups 0-300, budgets 150-600" in text

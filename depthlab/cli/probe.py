@@ -72,6 +72,12 @@ def add_parser(sub) -> None:
         help="with --lr: linear warmup steps (the first update is lr / warmup)",
     )
     g.add_argument(
+        "--steps",
+        type=int,
+        help="with --lr: the run's budget of training steps; the doctor says whether that budget would "
+        "call the run stalled before it is expected to leave the unigram plateau",
+    )
+    g.add_argument(
         "--perturbation",
         type=float,
         default=1e-3,
@@ -135,6 +141,13 @@ def run(args) -> int:
     )
     refuse_flags(
         args,
+        "needs --lr: the budget is judged with the learning rate",
+        steps=args.steps is not None and args.lr is None,
+    )
+    if args.steps is not None and args.steps < 1:
+        raise ConfigError("--steps", args.steps, "an integer >= 1 (the run's budget of training steps)")
+    refuse_flags(
+        args,
         "does nothing in probe: it runs the model in eval mode, and only training recomputes blocks",
         checkpoint_activations=args.checkpoint_activations,
     )
@@ -152,6 +165,7 @@ def run(args) -> int:
         "context": not args.no_context,
         "lr": args.lr,
         "warmup": args.warmup,
+        "steps": args.steps,
     }
     if as_built:
         result = probe_hf(args.hf, weights=args.hf_weights, **options)

@@ -64,7 +64,8 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--db",
-        help=f"for 'ladder': its study store (default {LADDER_DB}); runs already stored are skipped",
+        help=f"for 'doctor' and 'ladder': the study store their runs go into, runs already stored skipped "
+        f"(default {DOCTOR_DB} for 'doctor', {LADDER_DB} for 'ladder')",
     )
     p.add_argument(
         "--claims", help="for 'ladder': comma-separated claims (default every claim on the ladder)"
@@ -94,6 +95,8 @@ def run(args) -> int:
         )
     if args.doc is not None and args.name not in ("all", "doctor", "ladder"):
         raise InputError(f"--doc applies to 'all', 'doctor' and 'ladder' only, not to {args.name}")
+    if args.db is not None and args.name not in ("doctor", "ladder"):
+        raise InputError(f"--db applies to 'doctor' and 'ladder' only, not to {args.name}")
     if args.scale != "small" and args.name in ("list", "tour", "doctor", "ladder"):
         raise InputError(f"--scale applies to the reproductions, not to {args.name}")
     if args.quick and args.scale != "small":
@@ -103,10 +106,10 @@ def run(args) -> int:
     if args.name == "doctor":
         print(
             "the doctor's grids: 340 tiny training runs, about 45 minutes on two idle cores (runs already "
-            f"in {DOCTOR_DB} are skipped)",
+            f"in {args.db or DOCTOR_DB} are skipped)",
             flush=True,
         )
-        scores = write_doctor_doc(DOCTOR_DB, args.doc or DOCTOR_DOC)
+        scores = write_doctor_doc(args.db or DOCTOR_DB, args.doc or DOCTOR_DOC)
         print(format_score(scores["heldout"], scores.get("baselines")))
         print(f"wrote {args.doc or DOCTOR_DOC}")
         return 0
@@ -134,8 +137,8 @@ def run(args) -> int:
 
 def _refuse_ladder_flags(args) -> None:
     """InputError when a flag of 'ladder' only is given to another NAME."""
-    if args.name != "ladder" and (args.db or args.claims or args.plan):
-        flag = "--db" if args.db else "--claims" if args.claims else "--plan"
+    if args.name != "ladder" and (args.claims or args.plan):
+        flag = "--claims" if args.claims else "--plan"
         raise InputError(f"{flag} applies to 'ladder' only, not to {args.name}")
 
 

@@ -18,16 +18,18 @@ import platform
 import time
 
 from depthlab.config import ModelConfig, TrainConfig
+from depthlab.docgen.doctor_fits import limit_lines, limit_summary, plateau_lines, sources_text
 from depthlab.paths import check_output_file
 from depthlab.probe.calibration import RECORD_PATH, load_record
 from depthlab.probe.doctor import diagnose
-from depthlab.probe.doctor_lr import GATED_LIMIT, STEP_LIMIT, STEP_LIMIT_WARMUP
+from depthlab.probe.doctor_lr import GATED_LIMIT
 from depthlab.probe.result import ProbeResult
 from depthlab.report import load
 from depthlab.report.grouping import predicted
 from depthlab.study import RunSpec, StudyConfig, run_study
 from depthlab.study.baselines import baseline_pairs
 from depthlab.study.calibration import calibration_record, write_record
+from depthlab.study.refit import keep_fitted
 from depthlab.study.scoring import doctor_pairs, format_score, score
 from depthlab.study.worker import probe_at_init
 
@@ -70,7 +72,8 @@ def measure(db: str = DEFAULT_DB, workers: int = 1, out=None, record: str = RECO
             source = (
                 f"`depthlab reproduce doctor` on {when}: counts from the {len(data.runs)} runs of {TUNING}"
             )
-            write_record(calibration_record(data.runs, grids, WHERE, source), record)
+            fresh = calibration_record(data.runs, grids, WHERE, source)
+            write_record(keep_fitted(fresh, load_record(record)), record)
             load_record.cache_clear()
         if key == "heldout":
             before = [dict(r, probe=without_lr(r["probe"])) if r.get("probe") else r for r in data.runs]
@@ -106,45 +109,72 @@ def _misses(data) -> list[str]:
     return out
 
 
-SCALE_SECTION = [
-    "## Across scale: registered grids, not run yet",
-    "",
-    "The grids above stop at width 64, 16 layers, lr 0.05 and 150 steps. Every learning-rate and "
-    "trainability verdict now says where it was calibrated and how often the tuning grid agreed with it "
-    "(the record `depthlab/probe/calibration.json`, rewritten from the tuning runs by this command), and a "
-    "configuration outside that range (a wider or deeper model, another lr or warmup) gets at most a "
-    "warning marked as an extrapolation. Three grids, committed before any of their runs, are to "
-    "calibrate and score the doctor where people train:",
-    "",
-    "- `grids/doctor-scale-tuning.yaml`: 540 runs, 10 wrappings x width 32 at 2 and 24 layers and width "
-    "128 at 6 x lr 1e-4 to 1 in half-decades x warmup 0 and 300, 600 steps; the cost model estimates "
-    "5.1 h of one core.",
-    "- `grids/doctor-scale-tuning-wide.yaml`: 24 runs at width 512 (post-LN, pre-LN, ReZero x lr 3e-4 to "
-    "1e-2 x warmup 0 and 300, 1,000 steps); 2.5 h of one core.",
-    "- `grids/doctor-scale-heldout.yaml`: the held-out grid across width, 36 runs (post-LN, pre-LN, "
-    "DeepNorm, ReZero x widths 128, 256, 512 x lr 6e-4, 2e-3, 6e-3, warmup 100, 1,000 steps); 3.5 h of "
-    "one core. It is never used to choose anything.",
-    "",
-    "In all about 11 hours of one core (5.6 with `--workers 2`); none of them has run yet, so no "
-    "figure here comes from them. Each resumes where it stopped:",
-    "",
-    "```",
-    "depthlab study --grid grids/doctor-scale-tuning.yaml --db runs/doctor-scale.sqlite",
-    "depthlab study --grid grids/doctor-scale-tuning-wide.yaml --db runs/doctor-scale.sqlite",
-    "depthlab study --grid grids/doctor-scale-heldout.yaml --db runs/doctor-scale.sqlite",
-    "```",
-    "",
-    "Each run's escape step (the first step its loss leaves the unigram band for good) is stored with "
-    "it and shown in the report, so a late escape from the plateau is told from a stall. Predicting the "
-    "escape step from lr, width, depth and warmup needs these runs: the grids above, at 150 steps, "
-    "cannot separate a late escape from a stall, so no such prediction is made yet.",
-]
+def scale_section(record: dict) -> list[str]:
+    """The registered grids across scale, the fitted warmup-length limit and the plateau prediction."""
+    return [
+        "## Across scale: registered grids",
+        "",
+        "The grids above stop at width 64, 16 layers, lr 0.05 and 150 steps. Every learning-rate and "
+        "trainability verdict says where it was calibrated and how often the tuning grid agreed with it "
+        "(the record `depthlab/probe/calibration.json`, rewritten from the tuning runs by this command), and a "
+        "configuration outside that range (a wider or deeper model, another lr or warmup) gets at most a "
+        "warning marked as an extrapolation. Three grids, committed before any of their runs, are to "
+        "calibrate and score the doctor where people train:",
+        "",
+        "- `grids/doctor-scale-tuning.yaml`: 540 runs, 10 wrappings x width 32 at 2 and 24 layers and width "
+        "128 at 6 x lr 1e-4 to 1 in half-decades x warmup 0 and 300, 600 steps; the cost model estimates "
+        "5.1 h of one core.",
+        "- `grids/doctor-scale-tuning-wide.yaml`: 24 runs at width 512 (post-LN, pre-LN, ReZero x lr 3e-4 to "
+        "1e-2 x warmup 0 and 300, 1,000 steps); 2.5 h of one core.",
+        "- `grids/doctor-scale-heldout.yaml`: the held-out grid across width, 36 runs (post-LN, pre-LN, "
+        "DeepNorm, ReZero x widths 128, 256, 512 x lr 6e-4, 2e-3, 6e-3, warmup 100, 1,000 steps); 3.5 h of "
+        "one core. It is never used to choose anything, and `depthlab calibrate` refuses it.",
+        "",
+        "In all about 11 hours of one core (5.6 with `--workers 2`). Each resumes where it stopped:",
+        "",
+        "```",
+        "depthlab study --grid grids/doctor-scale-tuning.yaml --db runs/doctor-scale.sqlite",
+        "depthlab study --grid grids/doctor-scale-tuning-wide.yaml --db runs/doctor-scale.sqlite",
+        "depthlab study --grid grids/doctor-scale-heldout.yaml --db runs/doctor-scale.sqlite",
+        "```",
+        "",
+        "The two rules below were fitted by `depthlab calibrate` on the tuning runs pooled: "
+        f"{sources_text(record)}. Refit them as the scale grids complete (`depthlab calibrate --from "
+        "runs/doctor.sqlite doctor-tuning --from runs/doctor-scale.sqlite doctor-scale-tuning`), then "
+        "rerun this command to score the doctor with them.",
+        "",
+        "### The step-size limit against the warmup length",
+        "",
+        "Stacks whose blocks renormalise the stream are judged by s = update gain x lr, how far one full "
+        "Adam step at the peak learning rate moves the output. A warmup lets the stack adapt before the "
+        "peak arrives, so a longer warmup cannot lower the limit on s; per warmup length among the "
+        "tuning runs, the limit is the one that classified them best, and where a longer warmup's limit "
+        "came out lower (its runs differ in depth and budget, not only in warmup) the two warmups are "
+        "pooled and one limit chosen on their runs together:",
+        "",
+        *limit_lines(record),
+        "",
+        "### Leaving the unigram plateau",
+        "",
+        "A stack can sit on the unigram plateau (the loss of a model that knows only which tokens are "
+        "common) for hundreds of steps and then train: at a short budget it is called stalled, though it "
+        "is only late. Each run's escape step (the first step its loss leaves the unigram band for good) is "
+        "stored with it and shown in the report. Given the learning rate (and `probe --steps`, the budget; "
+        "studies pass theirs), the doctor's `plateau` verdict says when the run is expected to leave the "
+        "plateau and whether its budget would call it stalled: a warning at most, never an error, marked "
+        "as an extrapolation outside the fit's support, and not part of the score above. Runs that never "
+        "escaped are censored at their budget (they escape later, if at all), not dropped; diverged runs "
+        "are left out (the learning-rate verdict judges divergence).",
+        "",
+        *plateau_lines(record),
+    ]
 
 
-def render(scores: dict, db: str) -> str:
-    """The Markdown of docs/doctor.md from :func:`measure`'s scores."""
+def render(scores: dict, db: str, record: str = RECORD_PATH) -> str:
+    """The Markdown of docs/doctor.md from :func:`measure`'s scores and the calibration record."""
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     h, b, t = scores["heldout"], scores["heldout_before"], scores["tuning"]
+    rec = load_record(record)
     lines = [
         "<!-- written by `depthlab reproduce doctor`: regenerate it rather than editing it -->",
         "# How well the doctor's verdict at init foretells a run",
@@ -153,8 +183,8 @@ def render(scores: dict, db: str) -> str:
         "at init and the doctor gives verdicts. Given the learning rate and warmup the run will use "
         "(`probe --lr --warmup`; studies pass theirs), the doctor measures the model's update gain (how far "
         "Adam's first update moves the output per unit learning rate) and predicts a failure where blocks "
-        f"renormalise the stream and the first full-size step reaches more than {STEP_LIMIT:g} output norms "
-        f"without warmup ({STEP_LIMIT_WARMUP:g} with one), where a ReZero stack of 6 layers or more takes a "
+        f"renormalise the stream and the full-size step at the peak lr reaches more than {limit_summary(rec)}, "
+        "where a ReZero stack of 6 layers or more takes a "
         f"relative update above {GATED_LIMIT:g} (Adam's first step against its block matrices' size), or "
         "where any other verdict is an error (an error outside the calibrated range is only a warning, "
         "marked as an extrapolation, and predicts nothing). A hit is "
@@ -166,8 +196,10 @@ def render(scores: dict, db: str) -> str:
         "seed, and was never used to choose anything. One caveat on this version: the ReZero update-size "
         "rule and the error for collapsed positions were chosen on the tuning grid after the previous "
         "version's held-out misses (ReZero runs that diverged at lr 0.02) were listed on this page, so the "
-        "held-out grid is no longer blind to them and the score below is optimistic; the held-out grid "
-        "across width (the last section), registered before any of its runs, is the clean test.",
+        "held-out grid is no longer blind to them and the score below is optimistic. The same holds for the "
+        "step-size limit as a function of the warmup length (fitted on tuning runs only, but after this "
+        "page had shown the held-out scores of the rule it replaces). The held-out grid across width (the "
+        "last section), registered before any of its runs, is the clean test.",
         "",
         "## Held-out score",
         "",
@@ -198,7 +230,7 @@ def render(scores: dict, db: str) -> str:
         "",
         *[f"- {m}" for m in scores["misses"]],
         "",
-        *SCALE_SECTION,
+        *scale_section(rec),
         "",
         "---",
         "",

@@ -28,7 +28,7 @@ def load_record(path: str = RECORD_PATH) -> dict:
 
 
 def _fmt(v) -> str:
-    return f"{v:g}"
+    return f"{v:g}" if float(v).is_integer() else f"{v:.3g}"
 
 
 def range_text(record: dict) -> str:
@@ -38,11 +38,12 @@ def range_text(record: dict) -> str:
     return ", ".join(parts) + (f" ({record['where']})" if record.get("where") else "")
 
 
-def outside(record: dict, values: dict) -> list[str]:
+def outside(record: dict, values: dict, word: str = "calibrated") -> list[str]:
     """One phrase per quantity of ``values`` (keys as in the record's range; None = unknown, not judged)
-    that lies outside the calibrated range, e.g. 'width 512 is above the calibrated widths 32-64'."""
+    that lies outside the calibrated range, e.g. 'width 512 is above the calibrated widths 32-64'
+    (``word`` names the range: "calibrated", "fitted")."""
     rng, out = record["range"], []
-    names = dict(RANGE_KEYS) | {"relative_update": "relative updates"}
+    names = dict(RANGE_KEYS) | {"relative_update": "relative updates", "step_size": "step sizes"}
     for key, value in values.items():
         if value is None or key not in rng:
             continue
@@ -51,9 +52,7 @@ def outside(record: dict, values: dict) -> list[str]:
             continue
         side = "above" if value > hi else "below"
         label = names.get(key, key)
-        out.append(
-            f"{label.rstrip('s')} {_fmt(value)} is {side} the calibrated {label} {_fmt(lo)}-{_fmt(hi)}"
-        )
+        out.append(f"{label.rstrip('s')} {_fmt(value)} is {side} the {word} {label} {_fmt(lo)}-{_fmt(hi)}")
     return out
 
 

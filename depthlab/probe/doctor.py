@@ -43,6 +43,11 @@ init, a batch of 8 x 64 bytes of the default corpus, LM loss, seed 0 unless a ra
   wrapping, from the measured update gain and relative update and the calibrated limits, with how often
   the calibration grid agreed and where it was calibrated; an error outside that range is a warning
   marked as an extrapolation. The rules and their measurements: :mod:`depthlab.probe.doctor_lr`.
+- ``plateau`` (only with the learning rate): when the run is expected to leave the unigram plateau
+  (median and 80% interval of a censored fit of the tuning runs' escape steps on lr, width, depth and
+  warmup) and, given its budget of steps, whether that budget would call it stalled (**warning**) or
+  leaves it room (**ok**); never an error, and marked as an extrapolation outside the fit's support.
+  The model: :mod:`depthlab.probe.plateau`.
 - ``non-finite`` (**error**, reported alone): a stream or the loss is inf or nan: float32 overflowed
   (a norm-free stack's stream grows with depth), so nothing else can be judged.
 - ``dead-stream`` (**error**): a stream that is exactly zero (ReZero's a = 0 with its skip off).
@@ -55,7 +60,8 @@ import math
 
 from depthlab.fit import loglog_slope
 from depthlab.probe.calibration import evidence, load_record
-from depthlab.probe.doctor_lr import learning_rate
+from depthlab.probe.doctor_lr import learning_rate, width
+from depthlab.probe.plateau import plateau_verdict
 from depthlab.probe.result import ProbeResult
 from depthlab.probe.verdict import Verdict
 
@@ -79,6 +85,8 @@ def diagnose(r: ProbeResult) -> list[Verdict]:
     degenerate = _degenerate_loss(r)
     lr_given = r.config["probe"].get("lr") is not None
     checks = [_dead, _missing_final_norm, learning_rate if lr_given else _warmup, _growth]
+    if lr_given:
+        checks.append(_plateau)
     if degenerate is None:
         checks[1:1] = [_vanishing, _exploding]
     found = [v for v in [degenerate, *(check(r) for check in checks)] if v is not None]
@@ -244,6 +252,11 @@ def _growth(r: ProbeResult):
         f"over {L} layers; fitted rms ~ l^{p:.2f} vs sqrt(L) = {math.sqrt(L):.3g} (exponent 0.5): {tail}; "
         + (evidence(load_record(), f"stream-growth:{level}") or "no calibration run had this verdict"),
     )
+
+
+def _plateau(r: ProbeResult):
+    """Whether and when the run leaves the unigram plateau (:mod:`depthlab.probe.plateau`)."""
+    return plateau_verdict(r, load_record(), width(r))
 
 
 def rms_exponent(rms: list[float]) -> float:

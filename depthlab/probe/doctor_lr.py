@@ -6,9 +6,13 @@ the relative update rho (:mod:`depthlab.probe.update_size`: Adam's first full st
 matrix's spectral norm, a quantity comparable across width). Three families of stacks:
 
 - blocks renormalise the stream (post-LN, DeepNorm, Admin, Mix-LN's bottom layers): **error** when
-  s > ``STEP_LIMIT`` = 1.3 without warmup, > ``STEP_LIMIT_WARMUP`` = 4.7 with one (chosen on the tuning
-  grid; any limit in ``STEP_BAND`` classified its runs as well). The ceiling printed is lr <= band low / G
-  (expected to train) and the failures above band high / G.
+  s > the limit for the run's warmup length, :func:`step_limit`: the calibration record's "step_limit"
+  (:mod:`depthlab.study.step_limit_fit`: per warmup length among the tuning runs, the limit that
+  classified them best, interpolated in ln(1 + warmup) between them; the step a stack can take at the
+  peak lr grows with the warmup it had to adapt). Without that section, ``STEP_LIMIT`` = 1.3 without
+  warmup and ``STEP_LIMIT_WARMUP`` = 4.7 with one (any limit in ``STEP_BAND`` classified the first tuning
+  grid's runs as well). The ceiling printed is lr <= band low / G (expected to train) and the failures
+  above band high / G. A warmup beyond the longest fitted is an extrapolation.
 - zero-gated branches (ReZero, ``GATED``): the first step sets every gate to +-lr whatever its size, so
   rho decides: on the tuning grid all 6 ReZero runs at rho = 0.28 (lr 0.01, width 32) trained and the 4
   of 6 and 16 layers at rho = 1.4 (lr 0.05) diverged (the 2-layer ones trained): **error** above
@@ -52,14 +56,49 @@ def learning_rate(r: ProbeResult, record: dict | None = None) -> Verdict | None:
     rho = pr.get("relative_update")
     share = r.config["stack"].get("renormalised_share") or 0.0
     wrap = (r.config.get("model") or {}).get("wrap")
+    values = {"d_model": width(r), "n_layers": r.n_layers, "lr": lr, "warmup": warmup}
     if share > 0:
-        level, text, key = _renormalised(gain, step, lr, warmup, share)
+        level, text, key = _renormalised(gain, step, lr, warmup, share, record)
+        limits = record.get("step_limit")
+        if limits:  # the limit was fitted over these runs too: its support widens the range
+            record = dict(record, range=_union(record["range"], limits["support"]))
     elif wrap in GATED and rho:
         level, text, key = _gated(rho, lr, r.n_layers)
     else:
         level, text, key = _free(gain, step, rho, lr)
-    values = {"d_model": width(r), "n_layers": r.n_layers, "lr": lr, "warmup": warmup}
     return _with_range(level, text, key, record, outside(record, values))
+
+
+def _union(a: dict, b: dict) -> dict:
+    """Per key, the smallest interval holding both ranges' intervals (a key of one only is kept)."""
+    out = dict(a)
+    for k, (lo, hi) in b.items():
+        out[k] = [min(lo, a[k][0]), max(hi, a[k][1])] if k in a else [lo, hi]
+    return out
+
+
+def step_limit(warmup: int, record: dict) -> tuple[float, tuple[float, float]]:
+    """(limit, (band low, band high)) on s for a run with ``warmup`` steps: the record's fitted limits
+    interpolated linearly in ln against ln(1 + warmup), the longest fitted warmup's beyond it, the
+    shortest's below it; ``STEP_LIMIT`` / ``STEP_LIMIT_WARMUP`` without a fitted "step_limit"."""
+    points = (record.get("step_limit") or {}).get("warmups")
+    if not points:
+        return (STEP_LIMIT_WARMUP if warmup else STEP_LIMIT), STEP_BAND[bool(warmup)]
+
+    def triple(p):
+        lo, hi = p["band"]
+        return [math.log(v) for v in (p["limit"], lo or p["limit"], hi or p["limit"])]
+
+    x = math.log(1 + warmup)
+    xs = [math.log(1 + p["warmup"]) for p in points]
+    i = next((j for j, xj in enumerate(xs) if xj >= x), len(xs) - 1)
+    if x <= xs[0] or x >= xs[-1] or xs[i] == x:
+        ln = triple(points[0] if x <= xs[0] else points[i])
+    else:
+        f = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+        ln = [a + f * (b - a) for a, b in zip(triple(points[i - 1]), triple(points[i]))]
+    limit, lo, hi = (math.exp(v) for v in ln)
+    return limit, (lo, hi)
 
 
 def width(r: ProbeResult) -> int | None:
@@ -81,10 +120,9 @@ def _with_range(level: str, text: str, key: str, record: dict, out: list[str]) -
     return Verdict(level, "learning-rate" if key.startswith("learning-rate") else "update-size", text)
 
 
-def _renormalised(gain, step, lr, warmup, share):
-    """Post-LN-style stacks: the step-size limit and the ceiling it implies."""
-    limit = STEP_LIMIT_WARMUP if warmup else STEP_LIMIT
-    lo, hi = STEP_BAND[bool(warmup)]
+def _renormalised(gain, step, lr, warmup, share, record):
+    """Post-LN-style stacks: the step-size limit for this warmup length and the ceiling it implies."""
+    limit, (lo, hi) = step_limit(warmup, record)
     with_w = f"with a {warmup}-step warmup" if warmup else "without warmup"
     text = (
         f"update gain {gain:.3g}: one Adam step at lr {lr:g} reaches s = {step:.3g} output norms; "
@@ -94,12 +132,17 @@ def _renormalised(gain, step, lr, warmup, share):
     if step > limit:
         return (
             "error",
-            text + f" (s above the limit {limit:g}; Liu et al. 2020: post-LN's output moves with depth). A "
+            text
+            + f" (s above the limit {limit:.3g} for {_warm(warmup)}; Liu et al. 2020: post-LN's output moves with depth). A "
             "smaller learning rate" + (", a warmup" if not warmup else "") + " or a wrapping that does not "
             "renormalise the stream (pre-LN, sandwich) would train",
             "learning-rate:error",
         )
-    return "ok", text + f" (s within the limit {limit:g})", "learning-rate:ok"
+    return "ok", text + f" (s within the limit {limit:.3g} for {_warm(warmup)})", "learning-rate:ok"
+
+
+def _warm(warmup: int) -> str:
+    return f"a {warmup}-step warmup" if warmup else "no warmup"
 
 
 def _gated(rho, lr, depth):

@@ -70,6 +70,7 @@ def measure(
     seed=0,
     lr: float | None = None,
     warmup: int = 0,
+    steps: int | None = None,
     sublayers=None,
 ) -> ProbeResult:
     """The numbers of :func:`probe`, without verdicts.
@@ -92,11 +93,13 @@ def measure(
     the first update's. Both go in ``config["probe"]`` for the doctor, with the relative update
     (:func:`depthlab.probe.update_size.relative_update`: the first full step against the block matrices'
     own size, comparable across width).
+    steps: with ``lr``, the run's budget of training steps: the doctor's plateau verdict then says
+    whether that budget would call the run stalled (None: only when it is expected to escape).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
     check_options(loss, perturbation, jacobian_probes, seed)
-    _check_lr(lr, warmup)
+    _check_lr(lr, warmup, steps)
     check_batch(batch)
     stack = with_sublayers(locate_stack(model), sublayers)
     norms = find_norms(model, stack)
@@ -135,6 +138,7 @@ def measure(
             "seed": seed,
             "lr": lr,
             "warmup": warmup,
+            "steps": steps,
             "update_gain": gain,
             "step_size": None if gain is None else gain * lr,
             "first_step_size": None if gain is None else gain * lr / max(1, warmup),
@@ -180,7 +184,7 @@ def _too_coarse(stack: StackInfo, delta: float) -> str | None:
     return f"not measured: {', '.join(coarse)} weights cannot hold a {delta:g} relative perturbation"
 
 
-def _check_lr(lr, warmup) -> None:
+def _check_lr(lr, warmup, steps=None) -> None:
     ok = lr is None or (
         isinstance(lr, (int, float)) and not isinstance(lr, bool) and math.isfinite(lr) and lr > 0
     )
@@ -188,6 +192,10 @@ def _check_lr(lr, warmup) -> None:
         raise ConfigError("lr", lr, "a finite number > 0, or None (no learning rate to judge)")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ConfigError("warmup", warmup, "an integer >= 0 (steps)")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ConfigError("steps", steps, "an integer >= 1 (the run's budget of training steps), or None")
+    if steps is not None and lr is None:
+        raise ConfigError("steps", steps, "None without lr (the budget is judged with the learning rate)")
 
 
 def check_options(loss="lm", perturbation=1e-3, jacobian_probes=0, seed=0) -> None:

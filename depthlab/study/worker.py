@@ -122,6 +122,8 @@ def probe_at_init(spec: RunSpec) -> tuple[dict | None, str | None]:
         batch = make_task(spec.model, spec.train).train_batch(1)  # the run's first batch
         inputs = batch.args[0] if len(batch.args) == 1 else batch.args
         t = spec.train  # the learning rate and warmup the run trains with: the doctor judges them too
-        return finite_or_none(probe(model, inputs, loss="lm", lr=t.lr, warmup=t.warmup).to_dict()), None
+        return finite_or_none(
+            probe(model, inputs, loss="lm", lr=t.lr, warmup=t.warmup, steps=t.steps).to_dict()
+        ), None
     except Exception as e:  # a probe that cannot run must not stop the training run
         return None, f"{type(e).__name__}: {e}"

@@ -1,0 +1,80 @@
+"""depthlab calibrate: refit the doctor's plateau prediction and warmup-length limit from tuning studies."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from depthlab.errors import InputError
+from depthlab.paths import check_output_file
+from depthlab.probe.calibration import RECORD_PATH, load_record
+from depthlab.probe.plateau import FAMILY_TEXT
+from depthlab.study.calibration import write_record
+from depthlab.study.refit import refit
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "calibrate",
+        help="refit the doctor's plateau prediction and warmup-length limit from tuning studies",
+        description="Fit, on the runs of the tuning studies named (pooled), when a run leaves the unigram "
+        "plateau (a censored log-linear fit of the escape step on lr, width, depth and warmup, per family "
+        "of stacks) and the step-size limit of stacks that renormalise the stream as a function of the "
+        "warmup length, and write both into the doctor's calibration record with what they were fitted "
+        "on. A held-out study is refused: held-out grids are only scored.",
+    )
+    p.add_argument(
+        "--from",
+        dest="sources",
+        nargs=2,
+        action="append",
+        metavar=("DB", "STUDY"),
+        required=True,
+        help="a study store and the name of a tuning study in it (repeat for several; their runs are pooled)",
+    )
+    p.add_argument(
+        "--record",
+        default=RECORD_PATH,
+        help="the calibration record to update (default: the doctor's own, depthlab/probe/calibration.json)",
+    )
+    p.set_defaults(run=run)
+
+
+def _commit() -> str | None:
+    """The git commit of the code doing the fit (None outside a git work tree)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        out = subprocess.run(
+            ["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def run(args) -> int:
+    check_output_file(args.record, "--record", ("json",))
+    if not os.path.isfile(args.record):
+        raise InputError(f"--record {args.record}: no such file (the record to update must exist)")
+    try:
+        old = load_record(args.record)
+    except (ValueError, OSError) as e:
+        raise InputError(f"--record {args.record}: not a readable calibration record ({e})") from None
+    record = refit(old, [tuple(s) for s in args.sources], _commit())
+    write_record(record, args.record)
+    load_record.cache_clear()
+    for s in record["fitted_from"]["studies"]:
+        print(f"{s['study']} in {s['store']}: {s['done']} of {s['runs']} runs done, {s['escaped']} escaped")
+    for fam, fit in (record.get("escape") or {}).get("families", {}).items():
+        ins = fit["in_sample"]
+        print(
+            f"plateau, {FAMILY_TEXT[fam]}: {fit['runs']} runs ({fit['censored']} censored), sigma "
+            f"{fit['sigma']:.3g} in ln steps; in-sample {ins['agreed']} of {ins['runs']} escapes within budget "
+            "told right"
+        )
+    for p in (record.get("step_limit") or {}).get("warmups", []):
+        print(
+            f"step limit at warmup {p['warmup']}: {p['limit']:.3g} ({p['errors']} of {p['runs']} runs misclassified)"
+        )
+    print(f"wrote {args.record}")
+    return 0

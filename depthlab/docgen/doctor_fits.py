@@ -1,0 +1,101 @@
+"""docs/doctor.md's sections on the fitted rules: the step-size limit against the warmup length and the plateau prediction, from the calibration record.
+
+Both are written by ``depthlab calibrate`` into the record (:mod:`depthlab.study.refit`); these lines show
+what each was fitted on (studies, runs, the code's commit), its support and its error, as the record
+holds them, so that the page says what the doctor does without anyone copying a figure by hand.
+"""
+
+from __future__ import annotations
+
+from depthlab.probe.plateau import FAMILY_TEXT, FEATURES
+
+
+def _span(lo, hi) -> str:
+    return f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
+
+
+def sources_text(record: dict) -> str:
+    """'grids doctor-tuning (180 of 180 runs done, in runs/a.sqlite), ...; code at commit abc1234, date'."""
+    fitted = record.get("fitted_from")
+    if not fitted:
+        return "not fitted yet (`depthlab calibrate` writes them)"
+    studies = ", ".join(
+        f"`{s['study']}` ({s['done']} of {s['runs']} runs done, {s['escaped']} escaped the plateau)"
+        for s in fitted["studies"]
+    )
+    commit = (fitted.get("commit") or "unknown")[:10]
+    return f"{studies}; code at commit {commit}, {fitted['when']}"
+
+
+def limit_lines(record: dict) -> list[str]:
+    """The step-size limit per fitted warmup length, as a table, and its support."""
+    section = record.get("step_limit")
+    if not section:
+        return [
+            "No limit was fitted against the warmup length: the doctor uses 1.3 without warmup and 4.7 with one."
+        ]
+    lines = [
+        "| warmup steps | limit on s | band of equally good limits | tuning runs | misclassified |",
+        "|---|---|---|---|---|",
+    ]
+    for p in section["warmups"]:
+        lo, hi = p["band"]
+        band = f"{lo:.3g}-{hi:.3g}" if hi else f"above {lo:.3g}"
+        pooled = f" (pooled with {', '.join(map(str, p['pooled_with']))})" if p.get("pooled_with") else ""
+        lines.append(f"| {p['warmup']}{pooled} | {p['limit']:.3g} | {band} | {p['runs']} | {p['errors']} |")
+    sup = section["support"]
+    lines += [
+        "",
+        f"Between two fitted warmups the limit is interpolated linearly in ln(limit) against ln(1 + warmup); "
+        f"beyond the longest it stays at that warmup's limit. Support: widths {_span(*sup['d_model'])}, depths "
+        f"{_span(*sup['n_layers'])}, lrs {_span(*sup['lr'])}, warmups {_span(*sup['warmup'])}; a run outside "
+        "it gets at most a warning, marked as an extrapolation.",
+    ]
+    return lines
+
+
+def plateau_lines(record: dict) -> list[str]:
+    """The plateau model's form and, per family, its runs, censoring, error, support and coefficients."""
+    section = record.get("escape")
+    if not section or not section.get("families"):
+        return ["No plateau model was fitted: the doctor makes no plateau prediction."]
+    lines = [
+        f"Model: {section['model']}. The interval printed is the fit's 80% interval for one run.",
+        "",
+        "| family | runs | never escaped (censored) | sigma (ln steps) | escape within budget told right "
+        "(in-sample) | escaped runs' median factor | support |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for fam, fit in section["families"].items():
+        ins, sup = fit["in_sample"], fit["support"]
+        where = (
+            f"lrs {_span(*sup['lr'])}, widths {_span(*sup['d_model'])}, depths {_span(*sup['n_layers'])}, "
+            f"warmups {_span(*sup['warmup'])}, budgets {_span(*sup['steps'])}"
+        )
+        factor = f"{ins['median_factor']:.2g}" if ins.get("median_factor") else "-"
+        lines.append(
+            f"| {FAMILY_TEXT[fam]} | {fit['runs']} | {fit['censored']} | {fit['sigma']:.2f} | "
+            f"{ins['agreed']} of {ins['runs']} | {factor} | {where} |"
+        )
+    lines += ["", "Coefficients (a feature that did not vary among a family's runs is left out, at 0):", ""]
+    lines += ["| family | " + " | ".join(FEATURES) + " |", "|---|" + "---|" * len(FEATURES)]
+    for fam, fit in section["families"].items():
+        lines.append(f"| {fam} | " + " | ".join(f"{fit['coef'][k]:.3g}" for k in FEATURES) + " |")
+    return lines
+
+
+def limit_summary(record: dict) -> str:
+    """'1.11 output norms without warmup, 4.73 after a 30-step warmup' from the fitted limits (the
+    constants when none was fitted)."""
+    points = (record.get("step_limit") or {}).get("warmups")
+    if not points:
+        return "1.3 output norms without warmup (4.7 with one)"
+    said = [
+        f"{p['limit']:.3g} output norms "
+        + (f"after a {p['warmup']}-step warmup" if p["warmup"] else "without warmup")
+        for p in points
+    ]
+    return (
+        ", ".join(said)
+        + " (a limit per warmup length, never lower for a longer one, interpolated between them)"
+    )

@@ -1,0 +1,133 @@
+"""The doctor's plateau verdict: whether and roughly when a run leaves the unigram plateau, and what its budget would call it.
+
+A stack that renormalises its stream can sit on the unigram plateau (the loss of a model that knows only
+which tokens are common) for hundreds of steps and then train: at a short budget such a run is called
+stalled, though it is only late. The calibration record's "escape" section
+(:mod:`depthlab.study.escape_fit`, refitted by ``depthlab calibrate``) holds, per family of stacks, a
+censored log-linear fit of the escape step on the learning rate, width, depth, warmup and the probe's
+step size s (how far one full Adam step moves the output). The verdict
+(code ``plateau``) gives its median and its 80% interval and, given the run's budget (``probe --steps``;
+studies pass theirs), the probability of leaving the plateau within it: a **warning** when that is
+below ``SAFE_BUDGET`` = 0.9 ("at a budget of 200 steps this run would likely be called stalled"), else
+**ok**. It is never an error and predicts nothing for the doctor's score: a configuration outside the
+fit's support (the lrs, widths, depths and warmups it was fitted on) is marked as an extrapolation.
+"""
+
+from __future__ import annotations
+
+import math
+
+from depthlab.probe.calibration import outside
+from depthlab.probe.result import ProbeResult
+from depthlab.probe.verdict import Verdict
+
+FEATURES = ("const", "ln_lr", "ln_lr_sq", "ln_d_model", "ln_n_layers", "ln_1_warmup", "ln_step", "ln_step_sq")
+Z_INTERVAL = 1.2816  # the normal's 90% point: an 80% interval for one run's escape step
+SAFE_BUDGET = 0.9
+NEVER = 100  # a median beyond this many times the longest budget fitted: not expected to escape at all
+RENORMALISING = ("post", "deepnorm", "admin", "mix")  # by name, where no probe gave the share
+FAMILY_TEXT = {
+    "renormalising": "stacks whose blocks renormalise the stream",
+    "pre-ln-like": "stacks that never renormalise the stream",
+}
+
+
+def family(wrap: str | None, renormalised_share: float | None) -> str:
+    """ "renormalising" (some blocks renormalise the stream: post-LN, DeepNorm, Admin, Mix-LN) or
+    "pre-ln-like" (the rest), from the probe's renormalised share, else from the wrapping's name."""
+    if renormalised_share is not None:
+        return "renormalising" if renormalised_share > 0 else "pre-ln-like"
+    return "renormalising" if wrap in RENORMALISING else "pre-ln-like"
+
+
+def features(values: dict) -> list[float]:
+    """The fit's regressors (:data:`FEATURES`) of {"lr", "d_model", "n_layers", "warmup", "step_size"}
+    (the probe's s = update gain x lr: how far one full Adam step moves the output, which tells a
+    DeepNorm stack from a post-LN one of the same shape)."""
+    ln_lr, ln_s = math.log(values["lr"]), math.log(values["step_size"])
+    return [
+        1.0,
+        ln_lr,
+        ln_lr**2,
+        math.log(values["d_model"]),
+        math.log(values["n_layers"]),
+        math.log(1 + values["warmup"]),
+        ln_s,
+        ln_s**2,
+    ]
+
+
+def predict(fit: dict, values: dict, z: float = Z_INTERVAL) -> dict:
+    """{"median", "low", "high" (steps), "mu", "sigma"} of one family's fit at ``values``."""
+    mu = sum(fit["coef"][name] * v for name, v in zip(FEATURES, features(values)))
+    s = fit["sigma"]
+    return {
+        "mu": mu,
+        "sigma": s,
+        "median": math.exp(mu),
+        "low": math.exp(mu - z * s),
+        "high": math.exp(mu + z * s),
+    }
+
+
+def p_within(pred: dict, budget: int) -> float:
+    """The probability that the escape step is at most ``budget`` under the fit's normal error."""
+    return 0.5 * math.erfc((pred["mu"] - math.log(budget)) / (pred["sigma"] * math.sqrt(2)))
+
+
+def _steps(x: float) -> str:
+    return f"{x:,.0f}" if x < 1e6 else f"{x:.1e}"
+
+
+def _fit_text(fit: dict, fam: str) -> str:
+    s, sup = fit["in_sample"], fit["support"]
+    lo_b, hi_b = sup["steps"]
+    budgets = f"{lo_b:,}" if lo_b == hi_b else f"{lo_b:,}-{hi_b:,}"
+    told = f"{s['agreed']} of {s['runs']} runs' escape within their budget told right"
+    factor = (
+        f", escaped runs' step within a factor {s['median_factor']:.2g} (median)"
+        if s.get("median_factor")
+        else ""
+    )
+    return (
+        f"fitted on {fit['runs']} runs of {FAMILY_TEXT[fam]} ({fit['censored']} of them still on the plateau "
+        f"at their budget of {budgets} steps; in-sample: {told}{factor})"
+    )
+
+
+def plateau_verdict(r: ProbeResult, record: dict, width: int | None) -> Verdict | None:
+    """The ``plateau`` verdict of a probe given a learning rate (None without a fit for its family)."""
+    pr = r.config["probe"]
+    fam = family((r.config.get("model") or {}).get("wrap"), r.config["stack"].get("renormalised_share"))
+    fit = ((record.get("escape") or {}).get("families") or {}).get(fam)
+    step = pr.get("step_size")
+    if fit is None or width is None or pr.get("lr") is None or not step or not math.isfinite(step):
+        return None
+    values = {"lr": pr["lr"], "d_model": width, "n_layers": r.n_layers, "warmup": pr.get("warmup") or 0}
+    values["step_size"] = step
+    pred = predict(fit, values, (record.get("escape") or {}).get("z_interval", Z_INTERVAL))
+    budget, level = pr.get("steps"), "ok"
+    if pred["median"] > NEVER * fit["support"]["steps"][1]:
+        text = (
+            f"not expected to leave the unigram plateau at lr {pr['lr']:g} (the fit's median escape is "
+            f"{_steps(pred['median'])} steps, beyond {NEVER}x the longest budget fitted)"
+        )
+        level = "warning" if budget else "ok"
+    else:
+        text = (
+            f"expected to leave the unigram plateau around step {_steps(pred['median'])} (80% interval "
+            f"{_steps(pred['low'])}-{_steps(pred['high'])})"
+        )
+    if budget:
+        p = p_within(pred, budget)
+        if p < SAFE_BUDGET:
+            level = "warning"
+            call = "would likely be called stalled" if p < 0.5 else "may be called stalled"
+            text += f"; at a budget of {budget:,} steps this run {call} (probability {p:.2f} of leaving the plateau by then)"
+        else:
+            text += f"; a budget of {budget:,} steps leaves it room (probability {p:.2f} of leaving the plateau by then)"
+    text += f"; {_fit_text(fit, fam)}"
+    out = outside({"range": fit["support"]}, values, "fitted")
+    if out:
+        text += f". Extrapolation: {'; '.join(out)}, so the step is a rough guess"
+    return Verdict(level, "plateau", text)

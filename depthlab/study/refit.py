@@ -1,0 +1,72 @@
+"""``depthlab calibrate``'s work: refit the doctor's plateau and warmup-length rules from tuning studies in stores.
+
+:func:`tuning_runs` reads the runs of each (store, study) named, their at-init probes loaded, and
+refuses a held-out study (its name holds "heldout": a held-out grid is only ever scored, never fitted
+on). :func:`refit` fits the plateau model (:mod:`depthlab.study.escape_fit`) and the step-size limit
+against the warmup length (:mod:`depthlab.study.step_limit_fit`) on all of them pooled, and returns the
+calibration record with those sections replaced and a summary of what they were fitted on ("fitted_from":
+per study its store, name, grid hash and runs; the code's commit; the date). The rest of the record (its
+range and agreement counts, written by ``depthlab reproduce doctor``) is kept as it was.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from depthlab.errors import InputError
+from depthlab.study.escape_fit import fit_escape
+from depthlab.study.step_limit_fit import fit_step_limit
+from depthlab.study.store import Store
+
+FITTED = ("escape", "step_limit", "fitted_from")  # the record's sections this module writes
+
+
+def tuning_runs(sources: list[tuple[str, str]]) -> tuple[list[dict], list[dict]]:
+    """(every run of the named studies, with "probe" loaded; one summary per study). ``sources``:
+    (store path, study name) pairs. InputError for a held-out study, a missing store or study."""
+    runs, summary = [], []
+    for db, name in sources:
+        if "heldout" in name.lower():
+            raise InputError(
+                f"study {name!r} is a held-out grid: the doctor's rules are fitted on tuning grids only "
+                "(a held-out grid is only ever scored)"
+            )
+        with Store(db, create=False) as store:
+            study = store.find_study(name)
+            got = store.runs(study["id"])
+            for r in got:
+                r["probe"] = store.probe(r["id"])
+        done = [r for r in got if r.get("status") == "done"]
+        summary.append(
+            {
+                "store": db,
+                "study": study["name"],
+                "grid_hash": study["config_hash"],
+                "runs": len(got),
+                "done": len(done),
+                "escaped": sum(r.get("escape_step") is not None for r in done),
+            }
+        )
+        runs.extend(got)
+    return runs, summary
+
+
+def refit(record: dict, sources: list[tuple[str, str]], commit: str | None) -> dict:
+    """The record with its "escape", "step_limit" and "fitted_from" sections fitted on ``sources``'
+    runs (a section that cannot be fitted is left out, and the doctor falls back on its constants)."""
+    runs, summary = tuning_runs(sources)
+    out = {k: v for k, v in record.items() if k not in FITTED}
+    escape = fit_escape(runs)
+    if escape["families"]:
+        out["escape"] = escape
+    limit = fit_step_limit(runs)
+    if limit is not None:
+        out["step_limit"] = limit
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    out["fitted_from"] = {"studies": summary, "commit": commit, "when": when}
+    return out
+
+
+def keep_fitted(new: dict, old: dict) -> dict:
+    """``new`` (a record rewritten from the tuning grid's counts) with ``old``'s fitted sections."""
+    return new | {k: old[k] for k in FITTED if k in old}
