@@ -191,7 +191,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, needle):
 
 def test_ladder_flags_are_refused_elsewhere(capsys):
     assert main(["reproduce", "depth", "--db", "x.sqlite"]) == 2
-    assert "--db applies to 'ladder' only" in capsys.readouterr().err
+    assert "--db applies to 'doctor' and 'ladder' only" in capsys.readouterr().err
+    assert main(["reproduce", "depth", "--claims", "depth"]) == 2
+    assert "--claims applies to 'ladder' only" in capsys.readouterr().err
 
 
 def test_the_results_are_decided_against_the_registered_bounds():
