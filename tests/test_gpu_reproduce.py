@@ -12,16 +12,21 @@ from depthlab.reproduce import REGISTRATIONS
 ROOT = Path(__file__).parent.parent
 
 
-def test_the_large_scale_dry_run_names_every_registered_claim_and_trains_nothing(tmp_path):
+def _gpu_py(args: list[str]) -> subprocess.CompletedProcess:
+    """benchmarks/gpu.py run with ``args`` on the CPU (no CUDA device visible), its output captured."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run(
-        [sys.executable, "gpu.py", "--reproduce", "--dry-run", "--out", str(tmp_path / "runs")],
+    return subprocess.run(
+        [sys.executable, "gpu.py", *args],
         cwd=ROOT / "benchmarks",
         capture_output=True,
         text=True,
         env=env,
         timeout=300,
     )
+
+
+def test_the_large_scale_dry_run_names_every_registered_claim_and_trains_nothing(tmp_path):
+    done = _gpu_py(["--reproduce", "--dry-run", "--out", str(tmp_path / "runs")])
     assert done.returncode == 0, done.stderr
     large = [n for n, r in REGISTRATIONS.items() if "large" in r.regimes]
     lines = done.stdout.splitlines()
@@ -35,15 +40,7 @@ def test_the_large_scale_dry_run_names_every_registered_claim_and_trains_nothing
 
 
 def test_the_large_scale_dry_run_states_its_runs_flop_and_hours(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run(
-        [sys.executable, "gpu.py", "--reproduce", "depth,batchnorm", "--dry-run"],
-        cwd=ROOT / "benchmarks",
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    done = _gpu_py(["--reproduce", "depth,batchnorm", "--dry-run"])
     assert done.returncode == 0, done.stderr
     header, *claims, command = done.stdout.splitlines()
     assert "2 claims" in header and "36 runs" in header and "h on two cores" in header and "H200" in header
@@ -53,16 +50,8 @@ def test_the_large_scale_dry_run_states_its_runs_flop_and_hours(tmp_path):
 
 
 def test_the_ladder_dry_run_prints_its_plan_and_trains_nothing(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
     db = tmp_path / "ladder.sqlite"
-    done = subprocess.run(
-        [sys.executable, "gpu.py", "--ladder", "dyt,batchnorm", "--dry-run", "--db", str(db)],
-        cwd=ROOT / "benchmarks",
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    done = _gpu_py(["--ladder", "dyt,batchnorm", "--dry-run", "--db", str(db)])
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("ladder dyt: 18 runs (0 already in the store), about")
