@@ -1,27 +1,30 @@
-"""depthlab calibrate: refit the doctor's plateau prediction and warmup-length limit from tuning studies."""
+"""depthlab calibrate: refit the doctor's plateau prediction, warmup-length limit and update-size limits from tuning studies."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 
+from depthlab.docgen.doctor_fits import band_text
 from depthlab.errors import InputError
 from depthlab.paths import check_output_file
 from depthlab.probe.calibration import RECORD_PATH, load_record
 from depthlab.probe.plateau import FAMILY_TEXT
 from depthlab.study.calibration import write_record
 from depthlab.study.refit import refit
+from depthlab.study.update_limit_fit import FAMILY_TEXT as UPDATE_FAMILY_TEXT
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "calibrate",
-        help="refit the doctor's plateau prediction and warmup-length limit from tuning studies",
+        help="refit the doctor's plateau prediction, warmup-length limit and update-size limits from tuning studies",
         description="Fit, on the runs of the tuning studies named (pooled), when a run leaves the unigram "
         "plateau (a censored log-linear fit of the escape step on lr, width, depth and warmup, per family "
-        "of stacks) and the step-size limit of stacks that renormalise the stream as a function of the "
-        "warmup length, and write both into the doctor's calibration record with what they were fitted "
-        "on. A held-out study is refused: held-out grids are only scored.",
+        "of stacks), the step-size limit of stacks that renormalise the stream as a function of the "
+        "warmup length, and the limits on the relative update of the other stacks (those that never "
+        "renormalise it; zero-gated ones apart), and write them into the doctor's calibration record with "
+        "what they were fitted on. A held-out study is refused: held-out grids are only scored.",
     )
     p.add_argument(
         "--from",
@@ -72,9 +75,29 @@ def run(args) -> int:
             f"{fit['sigma']:.3g} in ln steps; in-sample {ins['agreed']} of {ins['runs']} escapes within budget "
             "told right"
         )
-    for p in (record.get("step_limit") or {}).get("warmups", []):
-        print(
-            f"step limit at warmup {p['warmup']}: {p['limit']:.3g} ({p['errors']} of {p['runs']} runs misclassified)"
-        )
+    _print_limits(record)
     print(f"wrote {args.record}")
     return 0
+
+
+def _by_width(entries: list[dict]) -> str:
+    """'; by width: 32 band 2.77-8.3 (12 of 90 misclassified), 128 ...' ('' without a fit per width)."""
+    said = [
+        f"{w['d_model']} band {band_text(w['band'])} ({w['errors']} of {w['runs']} misclassified)"
+        for w in entries
+    ]
+    return "; by width: " + ", ".join(said) if said else ""
+
+
+def _print_limits(record: dict) -> None:
+    """One line per fitted step limit (per warmup) and limit on rho (per family), with its bands per width."""
+    for p in (record.get("step_limit") or {}).get("warmups", []):
+        print(
+            f"step limit at warmup {p['warmup']}: {p['limit']:.3g} ({p['errors']} of {p['runs']} runs "
+            f"misclassified){_by_width(p.get('by_width', []))}"
+        )
+    for fam, fit in ((record.get("update_limit") or {}).get("families") or {}).items():
+        print(
+            f"limit on rho, {UPDATE_FAMILY_TEXT[fam]}: {fit['limit']:.3g}, band {band_text(fit['band'])} "
+            f"({fit['errors']} of {fit['runs']} runs misclassified){_by_width(fit['by_width'])}"
+        )

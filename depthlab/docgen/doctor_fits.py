@@ -1,13 +1,16 @@
-"""docs/doctor.md's sections on the fitted rules: the step-size limit against the warmup length and the plateau prediction, from the calibration record.
+"""docs/doctor.md's sections on the fitted rules: the step-size limit, the limits on the relative update, the plateau prediction, from the calibration record.
 
-Both are written by ``depthlab calibrate`` into the record (:mod:`depthlab.study.refit`); these lines show
+All are written by ``depthlab calibrate`` into the record (:mod:`depthlab.study.refit`); these lines show
 what each was fitted on (studies, runs, the code's commit), its support and its error, as the record
 holds them, so that the page says what the doctor does without anyone copying a figure by hand.
 """
 
 from __future__ import annotations
 
-from depthlab.probe.plateau import FAMILY_TEXT, FEATURES
+from depthlab.probe.doctor_lr import GATED_LIMIT, UPDATE_TRAINED
+from depthlab.probe.plateau import FAMILY_TEXT as PLATEAU_FAMILY_TEXT
+from depthlab.probe.plateau import FEATURES
+from depthlab.study.update_limit_fit import FAMILY_TEXT
 
 
 def _span(lo, hi) -> str:
@@ -74,7 +77,7 @@ def plateau_lines(record: dict) -> list[str]:
         )
         factor = f"{ins['median_factor']:.2g}" if ins.get("median_factor") else "-"
         lines.append(
-            f"| {FAMILY_TEXT[fam]} | {fit['runs']} | {fit['censored']} | {fit['sigma']:.2f} | "
+            f"| {PLATEAU_FAMILY_TEXT[fam]} | {fit['runs']} | {fit['censored']} | {fit['sigma']:.2f} | "
             f"{ins['agreed']} of {ins['runs']} | {factor} | {where} |"
         )
     lines += ["", "Coefficients (a feature that did not vary among a family's runs is left out, at 0):", ""]
@@ -99,3 +102,77 @@ def limit_summary(record: dict) -> str:
         ", ".join(said)
         + " (a limit per warmup length, never lower for a longer one, interpolated between them)"
     )
+
+
+def band_text(band) -> str:
+    """'1.05-1.18', 'above 3.2' (no run failed beyond it) or 'below 0.5' (none trained under it)."""
+    lo, hi = band
+    if not hi:
+        return f"above {lo:.3g}"
+    return f"below {hi:.3g}" if not lo else f"{lo:.3g}-{hi:.3g}"
+
+
+def _support_text(sup: dict) -> str:
+    return (
+        f"widths {_span(*sup['d_model'])}, depths {_span(*sup['n_layers'])}, lrs {_span(*sup['lr'])}, "
+        f"warmups {_span(*sup['warmup'])}"
+    )
+
+
+def update_limit_lines(record: dict) -> list[str]:
+    """The fitted limits on the relative update rho per family, as a table (the constants where none)."""
+    families = (record.get("update_limit") or {}).get("families") or {}
+    lines = [
+        "| family | limit on rho | band of equally good limits | tuning runs | misclassified | failed from the "
+        "band's high end | support |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for fam, fit in families.items():
+        above = fit["above"]
+        lines.append(
+            f"| {FAMILY_TEXT[fam]} | {fit['limit']:.3g} | {band_text(fit['band'])} | {fit['runs']} | "
+            f"{fit['errors']} | {above['failed']} of {above['runs']} | {_support_text(fit['support'])} |"
+        )
+    missing = [f for f in FAMILY_TEXT if f not in families]
+    if not families:
+        lines = ["No limit on rho was fitted."]
+    fallback = {
+        "free": f"its constant: a warning above rho {UPDATE_TRAINED:g}",
+        "gated": f"its constant: an error above rho {GATED_LIMIT:g}",
+    }
+    if missing:
+        lines.append("")
+    for f in missing:
+        lines.append(
+            f"- {FAMILY_TEXT[f]}: no limit fitted (no tuning run, or one outcome only), the doctor keeps "
+            f"{fallback[f]}."
+        )
+    return lines
+
+
+def width_lines(record: dict) -> list[str]:
+    """Per fitted limit (the step limit per warmup group, the rho limit per family), the band found on each
+    width's runs alone: a table that shows whether the limit in its units holds across width."""
+    rows = []
+    seen = set()
+    for p in (record.get("step_limit") or {}).get("warmups", []):
+        warmups = tuple(p.get("pooled_with") or [p["warmup"]])
+        if warmups in seen:
+            continue  # pooled warmups share one fit
+        seen.add(warmups)
+        name = f"s, warmup {', '.join(map(str, warmups))}"
+        rows += [(name, p["limit"], w) for w in p.get("by_width", [])]
+    for fam, fit in ((record.get("update_limit") or {}).get("families") or {}).items():
+        rows += [(f"rho, {fam}", fit["limit"], w) for w in fit.get("by_width", [])]
+    if not rows:
+        return ["No fitted limit holds a fit per width yet."]
+    lines = [
+        "| limit | pooled limit | width | band on that width's runs alone | its limit | runs | misclassified |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, pooled, w in rows:
+        lines.append(
+            f"| {name} | {pooled:.3g} | {w['d_model']} | {band_text(w['band'])} | {w['limit']:.3g} | "
+            f"{w['runs']} | {w['errors']} |"
+        )
+    return lines

@@ -18,11 +18,18 @@ import platform
 import time
 
 from depthlab.config import ModelConfig, TrainConfig
-from depthlab.docgen.doctor_fits import limit_lines, limit_summary, plateau_lines, sources_text
+from depthlab.docgen.doctor_fits import (
+    limit_lines,
+    limit_summary,
+    plateau_lines,
+    sources_text,
+    update_limit_lines,
+    width_lines,
+)
 from depthlab.paths import check_output_file
 from depthlab.probe.calibration import RECORD_PATH, load_record
 from depthlab.probe.doctor import diagnose
-from depthlab.probe.doctor_lr import GATED_LIMIT
+from depthlab.probe.doctor_lr import GATED_LIMIT, update_limit
 from depthlab.probe.result import ProbeResult
 from depthlab.report import load
 from depthlab.report.grouping import predicted
@@ -138,7 +145,7 @@ def scale_section(record: dict) -> list[str]:
         "depthlab study --grid grids/doctor-scale-heldout.yaml --db runs/doctor-scale.sqlite",
         "```",
         "",
-        "The two rules below were fitted by `depthlab calibrate` on the tuning runs pooled: "
+        "The rules below were fitted by `depthlab calibrate` on the tuning runs pooled: "
         f"{sources_text(record)}. Refit them as the scale grids complete (`depthlab calibrate --from "
         "runs/doctor.sqlite doctor-tuning --from runs/doctor-scale.sqlite doctor-scale-tuning`), then "
         "rerun this command to score the doctor with them.",
@@ -153,6 +160,29 @@ def scale_section(record: dict) -> list[str]:
         "pooled and one limit chosen on their runs together:",
         "",
         *limit_lines(record),
+        "",
+        "### Ceilings on the relative update",
+        "",
+        "Stacks that never renormalise the stream (pre-LN, sandwich, reorder, LNS, LayerScale, ...) and "
+        "zero-gated ones (ReZero, whose first step sets every gate to +-lr whatever its size) are judged by "
+        "the relative update rho, Adam's first full step against each block matrix's spectral norm. Per "
+        "family, the limit on rho is the one that classified the tuning runs best (trained below, "
+        "stalled, undertrained or diverged above); the zero-gated family is fitted on its runs of 6 "
+        "layers or more, where its error applies. The doctor calls an lr whose rho reaches the band's high "
+        "end (the smallest rho at which such runs failed) an error, one between the limit and that end a "
+        "warning; outside the fit's support, a warning at most, marked as an extrapolation:",
+        "",
+        *update_limit_lines(record),
+        "",
+        "### The limits across width",
+        "",
+        "Each limit fitted again on each width's runs alone. The doctor uses only the pooled limit; this "
+        "table is the evidence of whether a limit in its units (s in output norms, rho against the "
+        "matrices' size) holds from one width to the next. A band open at one end means that width's runs "
+        "all trained (or all failed) on the side measured. The widths' runs may differ in depth too "
+        "(the support above says which were run):",
+        "",
+        *width_lines(record),
         "",
         "### Leaving the unigram plateau",
         "",
@@ -170,6 +200,26 @@ def scale_section(record: dict) -> list[str]:
     ]
 
 
+def _gated_summary(record: dict) -> str:
+    """'of 0.83 or more (where such runs failed ...)' with a fitted limit; 'above 0.63' (the constant)."""
+    fit = update_limit("gated", record)
+    if fit and fit["band"][1]:
+        return f"of {fit['band'][1]:.3g} or more (where such runs failed on the tuning grid)"
+    return f"above {GATED_LIMIT:g}"
+
+
+def _free_clause(record: dict) -> str:
+    """'where any other stack's relative update reaches 8.3 (...), ' with a fitted limit; '' without."""
+    fit = update_limit("free", record)
+    if not fit or not fit["band"][1]:
+        return ""
+    high = fit["band"][1]
+    return (
+        f"where any other stack's relative update reaches {high:.3g} (where such runs failed on the tuning "
+        "grid), "
+    )
+
+
 def render(scores: dict, db: str, record: str = RECORD_PATH) -> str:
     """The Markdown of docs/doctor.md from :func:`measure`'s scores and the calibration record."""
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -185,7 +235,8 @@ def render(scores: dict, db: str, record: str = RECORD_PATH) -> str:
         "Adam's first update moves the output per unit learning rate) and predicts a failure where blocks "
         f"renormalise the stream and the full-size step at the peak lr reaches more than {limit_summary(rec)}, "
         "where a ReZero stack of 6 layers or more takes a "
-        f"relative update above {GATED_LIMIT:g} (Adam's first step against its block matrices' size), or "
+        f"relative update {_gated_summary(rec)} (Adam's first step against its block matrices' size), "
+        f"{_free_clause(rec)}or "
         "where any other verdict is an error (an error outside the calibrated range is only a warning, "
         "marked as an extrapolation, and predicts nothing). A hit is "
         "a predicted 'trains' for a run that trained, or 'fails' for a run that did not (undertrained, "

@@ -14,13 +14,22 @@ matrix's spectral norm, a quantity comparable across width). Three families of s
   grid's runs as well). The ceiling printed is lr <= band low / G (expected to train) and the failures
   above band high / G. A warmup beyond the longest fitted is an extrapolation.
 - zero-gated branches (ReZero, ``GATED``): the first step sets every gate to +-lr whatever its size, so
-  rho decides: on the tuning grid all 6 ReZero runs at rho = 0.28 (lr 0.01, width 32) trained and the 4
-  of 6 and 16 layers at rho = 1.4 (lr 0.05) diverged (the 2-layer ones trained): **error** above
-  ``GATED_LIMIT`` = 0.63 (the geometric midpoint) from ``GATED_DEPTH`` = 6 layers, a warning below.
-- the rest (pre-LN, sandwich, reorder, LNS, LayerScale): they trained on the tuning grid up to
-  rho = ``UPDATE_TRAINED`` = 1.42 (lr 0.05 at width 32; 2 of the 12 16-layer runs there, pre-LN and
-  reorder, stalled: 2 of its 10 runs of 16 layers at that lr, which no threshold on rho separates); the ceiling is the lr at
-  which rho reaches it, and a larger lr is a **warning**: no calibration run went there.
+  rho decides. Without a fitted limit: on the first tuning grid all 6 ReZero runs at rho = 0.28 (lr
+  0.01, width 32) trained and the 4 of 6 and 16 layers at rho = 1.4 (lr 0.05) diverged (the 2-layer
+  ones trained): **error** above ``GATED_LIMIT`` = 0.63 (the geometric midpoint) from ``GATED_DEPTH`` =
+  6 layers, a warning below.
+- the rest (pre-LN, sandwich, reorder, LNS, LayerScale): without a fitted limit, they trained on the
+  first tuning grid up to rho = ``UPDATE_TRAINED`` = 1.42 (lr 0.05 at width 32; 2 of the 12 16-layer
+  runs there, pre-LN and reorder, stalled: 2 of its 10 runs of 16 layers at that lr, which no threshold
+  on rho separates); the ceiling is the lr at which rho reaches it, and a larger lr is a **warning**: no
+  calibration run went there.
+- Where the record holds the "update_limit" section (:mod:`depthlab.study.update_limit_fit`: per
+  family "free" and "gated", the limit on rho that classified the tuning runs best, the gated one on
+  runs of ``GATED_DEPTH`` layers or more), it replaces those constants (:func:`update_limit`): an
+  **error** from the band's high end (the smallest rho at which such runs failed), a warning between
+  the limit and it, ok below; the ceiling printed is lr <= band low / (rho / lr) expected to train and
+  the failures from band high / (rho / lr). A zero-gated stack under ``GATED_DEPTH`` layers gets a
+  warning at most. The fit's support widens the calibrated range, as the step limit's does.
 
 Every verdict says where it was calibrated and, where the record holds it, how often the calibration
 grid agreed (:mod:`depthlab.probe.calibration`). A configuration outside the calibrated range (width,
@@ -59,14 +68,25 @@ def learning_rate(r: ProbeResult, record: dict | None = None) -> Verdict | None:
     values = {"d_model": width(r), "n_layers": r.n_layers, "lr": lr, "warmup": warmup}
     if share > 0:
         level, text, key = _renormalised(gain, step, lr, warmup, share, record)
-        limits = record.get("step_limit")
-        if limits:  # the limit was fitted over these runs too: its support widens the range
-            record = dict(record, range=_union(record["range"], limits["support"]))
+        support = (record.get("step_limit") or {}).get("support")
     elif wrap in GATED and rho:
-        level, text, key = _gated(rho, lr, r.n_layers)
+        fit = update_limit("gated", record)
+        level, text, key = _gated_fitted(rho, lr, r.n_layers, fit) if fit else _gated(rho, lr, r.n_layers)
+        support = (fit or {}).get("support")
     else:
-        level, text, key = _free(gain, step, rho, lr)
+        fit = update_limit("free", record) if rho else None
+        level, text, key = _free_fitted(gain, step, rho, lr, fit) if fit else _free(gain, step, rho, lr)
+        support = (fit or {}).get("support")
+    if support:  # the limit was fitted over these runs too: its support widens the range
+        record = dict(record, range=_union(record["range"], support))
     return _with_range(level, text, key, record, outside(record, values))
+
+
+def update_limit(family: str, record: dict) -> dict | None:
+    """The record's fitted limit on rho for the "free" or "gated" family
+    (:mod:`depthlab.study.update_limit_fit`: "limit", "band", "runs", "errors", "above", "support");
+    None where the record holds none, and the constants decide."""
+    return ((record.get("update_limit") or {}).get("families") or {}).get(family)
 
 
 def _union(a: dict, b: dict) -> dict:
@@ -179,3 +199,62 @@ def _free(gain, step, rho, lr):
         "not expected to be safe",
         "learning-rate:warning",
     )
+
+
+def _band_text(rho, lr, fit, who):
+    """'lr <= X expected to train; from Y such stacks failed (...)': the ceiling a fitted band on rho
+    puts on this model's lr (rho grows in proportion to lr)."""
+    per_lr, (lo, hi) = rho / lr, fit["band"]
+    text = f"lr <= {(lo or fit['limit']) / per_lr:.2g} expected to train"
+    if hi:
+        text += f"; from {hi / per_lr:.2g} such stacks failed"
+    return text + (
+        f" (limit rho {fit['limit']:.3g} for {who}, the one that classified {fit['runs']} calibration "
+        f"runs best: {fit['errors']} misclassified)"
+    )
+
+
+def _band_level(rho, fit):
+    """ "error" from the fitted band's high end (where the calibration runs failed), "warning" between the
+    limit and it (no calibration run lies there), "ok" up to the limit."""
+    hi = fit["band"][1]
+    if hi and rho >= hi:
+        return "error"
+    return "warning" if rho > fit["limit"] else "ok"
+
+
+def _band_tail(level, rho, lr, fit):
+    """What the level means, in the calibration grid's runs."""
+    hi, limit = fit["band"][1], fit["limit"]
+    if level == "error":
+        above = fit["above"]
+        return (
+            f"; above lr {hi / (rho / lr):.2g} such stacks diverged or stalled on the calibration grid: "
+            f"{above['failed']} of {above['runs']} runs there failed. A smaller learning rate would train"
+        )
+    if level == "warning":
+        where = f"below {hi:.3g}, the smallest at which such runs failed" if hi else "where no run failed"
+        return f"; rho is above the limit {limit:.3g}, {where}: not expected to be safe"
+    return ""
+
+
+def _free_fitted(gain, step, rho, lr, fit):
+    """Stacks that never renormalise the stream, against the limit on rho fitted on the tuning runs."""
+    reach = f"update gain {gain:.3g}: one Adam step at lr {lr:g} reaches s = {step:.3g} output norms"
+    level = _band_level(rho, fit)
+    text = f"{reach}, relative update rho = {rho:.3g}; " + _band_text(
+        rho, lr, fit, "stacks that never renormalise the stream"
+    )
+    return level, text + _band_tail(level, rho, lr, fit), f"learning-rate:{level}"
+
+
+def _gated_fitted(rho, lr, depth, fit):
+    """Zero-gated branches (ReZero) against the fitted limit on rho; an error only from ``GATED_DEPTH``
+    layers, the depths it was fitted on."""
+    level = _band_level(rho, fit)
+    text = f"relative update rho = {rho:.3g} (Adam's first step against the block matrices' size); "
+    text += _band_text(rho, lr, fit, f"zero-gated stacks (ReZero) of {GATED_DEPTH} layers or more")
+    if level == "error" and depth < GATED_DEPTH:
+        note = f"; fitted from {GATED_DEPTH} layers: at {depth} layers such runs trained on the first tuning grid"
+        return "warning", text + note, "update-size:warning"
+    return level, text + _band_tail(level, rho, lr, fit), f"update-size:{level}"

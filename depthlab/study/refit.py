@@ -1,12 +1,14 @@
-"""``depthlab calibrate``'s work: refit the doctor's plateau and warmup-length rules from tuning studies in stores.
+"""``depthlab calibrate``'s work: refit the doctor's plateau, warmup-length and update-size rules from tuning studies in stores.
 
 :func:`tuning_runs` reads the runs of each (store, study) named, their at-init probes loaded, and
 refuses a held-out study (its name holds "heldout": a held-out grid is only ever scored, never fitted
-on). :func:`refit` fits the plateau model (:mod:`depthlab.study.escape_fit`) and the step-size limit
-against the warmup length (:mod:`depthlab.study.step_limit_fit`) on all of them pooled, and returns the
-calibration record with those sections replaced and a summary of what they were fitted on ("fitted_from":
-per study its store, name, grid hash and runs; the code's commit; the date). The rest of the record (its
-range and agreement counts, written by ``depthlab reproduce doctor``) is kept as it was.
+on). :func:`refit` fits the plateau model (:mod:`depthlab.study.escape_fit`), the step-size limit
+against the warmup length (:mod:`depthlab.study.step_limit_fit`) and the limits on the relative update
+of stacks that never renormalise the stream (:mod:`depthlab.study.update_limit_fit`) on all of them
+pooled, and returns the calibration record with those sections replaced and a summary of what they were
+fitted on ("fitted_from": per study its store, name, grid hash and runs; the code's commit; the date).
+The rest of the record (its range and agreement counts, written by ``depthlab reproduce doctor``) is
+kept as it was.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from depthlab.errors import InputError
 from depthlab.study.escape_fit import fit_escape
 from depthlab.study.step_limit_fit import fit_step_limit
 from depthlab.study.store import Store
+from depthlab.study.update_limit_fit import fit_update_limits
 
-FITTED = ("escape", "step_limit", "fitted_from")  # the record's sections this module writes
+FITTED = ("escape", "step_limit", "update_limit", "fitted_from")  # the record's sections this module writes
 
 
 def tuning_runs(sources: list[tuple[str, str]]) -> tuple[list[dict], list[dict]]:
@@ -52,8 +55,8 @@ def tuning_runs(sources: list[tuple[str, str]]) -> tuple[list[dict], list[dict]]
 
 
 def refit(record: dict, sources: list[tuple[str, str]], commit: str | None) -> dict:
-    """The record with its "escape", "step_limit" and "fitted_from" sections fitted on ``sources``'
-    runs (a section that cannot be fitted is left out, and the doctor falls back on its constants)."""
+    """The record with its "escape", "step_limit", "update_limit" and "fitted_from" sections fitted on
+    ``sources``' runs (a section that cannot be fitted is left out, and the doctor falls back on its constants)."""
     runs, summary = tuning_runs(sources)
     out = {k: v for k, v in record.items() if k not in FITTED}
     escape = fit_escape(runs)
@@ -62,6 +65,9 @@ def refit(record: dict, sources: list[tuple[str, str]], commit: str | None) -> d
     limit = fit_step_limit(runs)
     if limit is not None:
         out["step_limit"] = limit
+    update = fit_update_limits(runs)
+    if update is not None:
+        out["update_limit"] = update
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     out["fitted_from"] = {"studies": summary, "commit": commit, "when": when}
     return out

@@ -3,21 +3,23 @@
 The doctor's learning-rate verdict for post-LN-style stacks compares s = update gain x lr (how far one
 full-size Adam step moves the output, in output norms) with a limit. A warmup lets the stack adapt
 before the peak learning rate arrives, so the step it can take at the peak grows with the warmup's
-length. For each warmup length among the tuning runs, :func:`best_band` finds the limits on s that
-classify those runs (trained below, stalled or diverged above) with the fewest errors; the limit is the
-band's geometric midpoint. Where a longer warmup's limit comes out below a shorter one's (runs of
-another depth or budget), the two are pooled and one limit chosen on their runs together
-(:func:`_monotone`). :func:`fit_step_limit` returns the record section that
-:func:`depthlab.probe.doctor_lr.step_limit` reads: per warmup its limit, band, runs and errors, and
-the support (the runs' widths, depths, lrs, warmups). Between two fitted warmups the limit is
-interpolated linearly in ln(limit) against ln(1 + warmup); beyond the longest it is that warmup's
-limit, and the verdict is marked as an extrapolation.
+length. For each warmup length among the tuning runs, :func:`~depthlab.study.band_fit.best_band`
+finds the limits on s that classify those runs (trained below, stalled or diverged above) with the
+fewest errors; the limit is the band's geometric midpoint. Where a longer warmup's limit comes out below
+a shorter one's (runs of another depth or budget), the two are pooled and one limit chosen on their runs
+together (:func:`_monotone`). :func:`fit_step_limit` returns the record section that
+:func:`depthlab.probe.doctor_lr.step_limit` reads: per warmup its limit, band, runs and errors, the same
+fit on each width's runs alone (evidence of whether the limit on s holds across width), and the support
+(the runs' widths, depths, lrs, warmups). Between two fitted warmups the limit is interpolated linearly
+in ln(limit) against ln(1 + warmup); beyond the longest it is that warmup's limit, and the verdict is
+marked as an extrapolation.
 """
 
 from __future__ import annotations
 
 import math
 
+from depthlab.study.band_fit import band_fit, band_limit, best_band, width_bands
 from depthlab.watch.outcome import OUTCOMES
 
 
@@ -47,29 +49,6 @@ def limit_rows(runs: list[dict]) -> list[dict]:
     return rows
 
 
-def best_band(rows: list[dict]) -> tuple[float, float, int]:
-    """(low, high, errors): the widest interval (in ln s) of limits between two measured step sizes that
-    misclassifies the fewest rows (s above the limit predicted to fail). low is 0 when every limit below
-    the smallest step does as well, high inf when every limit above the largest does."""
-    steps = sorted({r["step"] for r in rows})
-    cuts = [0.0, *steps]  # a limit in [cuts[i], next) calls the steps up to cuts[i] trainable
-    best = None
-    for i, lo in enumerate(cuts):
-        hi = steps[i] if i < len(steps) else math.inf
-        errors = sum((r["step"] > lo) == r["trained"] for r in rows)
-        width = math.log(hi / lo) if 0 < lo and hi < math.inf else math.inf
-        if best is None or (errors, -width) < (best[2], -best[3]):
-            best = (lo, hi, errors, width)
-    return best[0], best[1], best[2]
-
-
-def band_limit(low: float, high: float) -> float:
-    """The band's geometric midpoint; its finite end where the other is open (0 or inf)."""
-    if low > 0 and math.isfinite(high):
-        return math.sqrt(low * high)
-    return low if low > 0 else high
-
-
 def _monotone(groups: list) -> list:
     """Pool neighbouring warmup groups until the limit never falls with a longer warmup (pool adjacent
     violators): a warmup only shrinks the steps before the peak, so a longer one cannot lower the step a
@@ -87,7 +66,8 @@ def _monotone(groups: list) -> list:
 
 def fit_step_limit(runs: list[dict]) -> dict | None:
     """The record's "step_limit" section: {"rule", "warmups": [{"warmup", "limit", "band", "runs",
-    "errors"}], "support"}; None without two classes of runs at any warmup."""
+    "errors", "by_width"}], "support"}; None without two classes of runs at any warmup. "by_width" is
+    the same fit on each width's runs of the warmup's group alone (evidence, not used by the doctor)."""
     rows = limit_rows(runs)
     groups = []  # [warmups, rows] in warmup order, each telling a limit
     for w in sorted({r["warmup"] for r in rows}):
@@ -99,12 +79,10 @@ def fit_step_limit(runs: list[dict]) -> dict | None:
         return None
     points = []
     for warmups, at in groups:
-        low, high, errors = best_band(at)
-        band = [round(low, 4), round(high, 4) if math.isfinite(high) else None]
-        limit = round(band_limit(low, high), 4)
+        fit, widths = band_fit(at, "step"), width_bands(at, "step")
         for w in warmups:
-            point = {"warmup": w, "limit": limit, "band": band, "runs": len(at), "errors": errors}
-            points.append(point | ({"pooled_with": warmups} if len(warmups) > 1 else {}))
+            pooled = {"pooled_with": warmups} if len(warmups) > 1 else {}
+            points.append({"warmup": w} | fit | pooled | {"by_width": widths})
     used = [r for r in rows if r["warmup"] in {p["warmup"] for p in points}]
     keys = ("d_model", "n_layers", "lr", "warmup")
     return {
