@@ -10,7 +10,7 @@ from depthlab import ModelConfig, build_model
 from depthlab.probe import probe
 from depthlab.probe.calibration import evidence, load_record, outside, range_text
 from depthlab.probe.doctor import prediction
-from depthlab.probe.doctor_lr import GATED_LIMIT, UPDATE_TRAINED
+from depthlab.probe.doctor_lr import GATED_LIMIT, UPDATE_TRAINED, update_limit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -70,9 +70,18 @@ def test_in_range_post_ln_at_a_large_step_is_still_an_error_with_its_evidence():
     assert "on the calibration grid" in v.message
 
 
+def _rho_limit(family: str, constant: float) -> str:
+    """How the verdict names its limit on rho: the committed record's fitted one, else the constant."""
+    fit = update_limit(family, load_record())
+    return f"limit rho {fit['limit']:.3g}" if fit else f"rho {constant:g}"
+
+
 def test_pre_ln_at_lr_half_is_not_ok():
+    """A warning under the constant (no calibration run went there), an error under a fitted limit
+    whose failures lie below rho 14."""
     v = verdicts(0.5, wrap="pre")[0]["learning-rate"]
-    assert v.level == "warning" and "lr <= " in v.message and f"rho {UPDATE_TRAINED:g}" in v.message
+    assert v.level in ("warning", "error") and "lr <= " in v.message
+    assert _rho_limit("free", UPDATE_TRAINED) in v.message
 
 
 @pytest.mark.parametrize("wrap", ["post", "pre", "sandwich", "reorder", "deepnorm", "admin", "rezero", "lns"])
@@ -84,7 +93,8 @@ def test_every_wrapping_gets_a_ceiling(wrap):
 
 def test_rezero_at_a_large_update_is_an_error_from_six_layers():
     found, result = verdicts(5e-2, wrap="rezero")
-    assert found["update-size"].level == "error" and f"rho {GATED_LIMIT:g}" in found["update-size"].message
+    v = found["update-size"]
+    assert v.level == "error" and _rho_limit("gated", GATED_LIMIT) in v.message
     assert prediction(result.to_dict()) == "fails"
     assert verdicts(5e-2, n_layers=2, wrap="rezero")[0]["update-size"].level == "warning"
     assert verdicts(1e-2, wrap="rezero")[0]["update-size"].level == "ok"

@@ -71,3 +71,60 @@ def test_the_document_shows_the_fitted_limit_and_plateau_model_from_the_record(t
     )
     assert "| stacks whose blocks renormalise the stream | 75 | 36 | 0.62 | 61 of 75 | 1.3 |" in text
     assert "widths 32, depths 2-24, warmups 0-300, budgets 150-600" in text
+
+
+def test_the_document_shows_the_limits_on_rho_and_every_limit_per_width(tmp_path):
+    s = score([("trains", "trained")] * 3)
+    scores = {"heldout": s, "heldout_before": s, "tuning": s, "misses": [], "seconds": 1.0}
+    support = {"d_model": [32, 128], "n_layers": [6, 24], "lr": [1e-4, 1.0], "warmup": [0, 300]}
+    free = {
+        "limit": 5.23,
+        "band": [3.29, 8.3],
+        "runs": 144,
+        "errors": 16,
+        "above": {"runs": 38, "failed": 32},
+        "support": support,
+        "by_width": [
+            {"d_model": 32, "limit": 4.79, "band": [2.77, 8.3], "runs": 90, "errors": 12},
+            {"d_model": 128, "limit": 0.4, "band": [0.4, None], "runs": 54, "errors": 0},
+        ],
+    }
+    step = {"warmup": 30, "limit": 4.7, "band": [4.3, 5.1], "runs": 60, "errors": 9}
+    step_by = [{"d_model": 32, "limit": 4.7, "band": [4.3, 5.1], "runs": 60, "errors": 9}]
+    record = {
+        "range": {},
+        "agreement": {},
+        "step_limit": {
+            "warmups": [
+                step | {"pooled_with": [30, 300], "by_width": step_by},
+                step | {"warmup": 300, "pooled_with": [30, 300], "by_width": step_by},
+            ],
+            "support": support,
+        },
+        "update_limit": {"families": {"free": free}},
+    }
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps(record))
+    text = render(scores, "runs/doctor.sqlite", str(path))
+    assert "### Ceilings on the relative update" in text and "### The limits across width" in text
+    assert (
+        "| stacks that never renormalise the stream (pre-LN, sandwich, LayerScale, ...) | 5.23 | 3.29-8.3 | 144 "
+        "| 16 | 32 of 38 | widths 32-128, depths 6-24, lrs 0.0001-1, warmups 0-300 |" in text
+    )
+    assert "zero-gated stacks (ReZero) of 6 layers or more: no limit fitted" in text
+    assert "an error above rho 0.63" in text
+    assert "| rho, free | 5.23 | 32 | 2.77-8.3 | 4.79 | 90 | 12 |" in text
+    assert "| rho, free | 5.23 | 128 | above 0.4 | 0.4 | 54 | 0 |" in text
+    assert text.count("| s, warmup 30, 300 | 4.7 | 32 | 4.3-5.1 | 4.7 | 60 | 9 |") == 1  # pooled: shown once
+    assert "any other stack's relative update reaches 8.3" in text
+
+
+def test_without_fitted_limits_the_document_says_the_constants_hold(tmp_path):
+    s = score([("trains", "trained")] * 3)
+    scores = {"heldout": s, "heldout_before": s, "tuning": s, "misses": [], "seconds": 1.0}
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps({"range": {}, "agreement": {}}))
+    text = render(scores, "runs/doctor.sqlite", str(path))
+    assert "No limit on rho was fitted." in text and "a warning above rho 1.42" in text
+    assert "No fitted limit holds a fit per width yet." in text
+    assert "size) above 0.63, " in text and "any other stack's relative update" not in text

@@ -40,11 +40,14 @@ def test_the_best_band_is_the_widest_with_the_fewest_errors():
     assert band_limit(0.0, 2.0) == 2.0 and band_limit(3.0, math.inf) == 3.0
 
 
-def _run(warmup, step, trained, share=1.0):
+def _run(warmup, step, trained, share=1.0, d_model=32):
     return {
         "status": "done",
         "outcome": "trained" if trained else "stalled",
-        "config": {"model": {"d_model": 32, "n_layers": 6}, "train": {"lr": step / 1000, "warmup": warmup}},
+        "config": {
+            "model": {"d_model": d_model, "n_layers": 6},
+            "train": {"lr": step / 1000, "warmup": warmup},
+        },
         "probe": {"config": {"stack": {"renormalised_share": share}, "probe": {"step_size": step}}},
     }
 
@@ -64,6 +67,16 @@ def test_the_limit_is_fitted_per_warmup_on_renormalising_runs_only():
         assert got[w]["limit"] == pytest.approx(math.sqrt(0.99) * cut, rel=1e-3)
     assert fit["support"]["warmup"] == [0, 300]
     assert fit_step_limit([_run(0, 1.0, True)]) is None
+
+
+def test_each_warmups_limit_carries_its_band_per_width():
+    runs = [_run(0, s, s < 1.2) for s in (0.3, 0.8, 1.1, 1.3, 3.0)]
+    runs += [_run(0, s, s < 4.0, d_model=128) for s in (1.0, 3.0, 5.0)]
+    (point,) = fit_step_limit(runs)["warmups"]
+    by = {w["d_model"]: w for w in point["by_width"]}
+    assert by[32]["band"] == [1.1, 1.3] and by[32]["runs"] == 5 and by[32]["errors"] == 0
+    assert by[128]["band"] == [3.0, 5.0] and by[128]["limit"] == pytest.approx(math.sqrt(15), rel=1e-3)
+    assert point["runs"] == 8 and point["errors"] == 1  # the pooled limit is still chosen on all runs
 
 
 def test_the_limit_grows_with_the_warmup_between_the_fitted_ones_and_stays_beyond():

@@ -201,10 +201,10 @@ def scale_section(record: dict) -> list[str]:
 
 
 def _gated_summary(record: dict) -> str:
-    """'of 0.83 or more (where such runs failed ...)' with a fitted limit; 'above 0.63' (the constant)."""
+    """'of 0.83 or more (such runs failed ...)' with a fitted limit; 'above 0.63' (the constant)."""
     fit = update_limit("gated", record)
     if fit and fit["band"][1]:
-        return f"of {fit['band'][1]:.3g} or more (where such runs failed on the tuning grid)"
+        return f"of {fit['band'][1]:.3g} or more (such runs failed from there on the tuning grid)"
     return f"above {GATED_LIMIT:g}"
 
 
@@ -215,8 +215,8 @@ def _free_clause(record: dict) -> str:
         return ""
     high = fit["band"][1]
     return (
-        f"where any other stack's relative update reaches {high:.3g} (where such runs failed on the tuning "
-        "grid), "
+        f"where any other stack's relative update reaches {high:.3g} (such runs failed from there on the "
+        "tuning grid), "
     )
 
 
@@ -235,7 +235,7 @@ def render(scores: dict, db: str, record: str = RECORD_PATH) -> str:
         "Adam's first update moves the output per unit learning rate) and predicts a failure where blocks "
         f"renormalise the stream and the full-size step at the peak lr reaches more than {limit_summary(rec)}, "
         "where a ReZero stack of 6 layers or more takes a "
-        f"relative update {_gated_summary(rec)} (Adam's first step against its block matrices' size), "
+        f"relative update (Adam's first step against its block matrices' size) {_gated_summary(rec)}, "
         f"{_free_clause(rec)}or "
         "where any other verdict is an error (an error outside the calibrated range is only a warning, "
         "marked as an extrapolation, and predicts nothing). A hit is "
