@@ -135,7 +135,9 @@ def test_a_zero_gated_stack_errs_from_the_band_only_at_depth():
     deep = learning_rate(_probe("rezero", lr), RECORD)
     assert deep.level == "error" and deep.code == "update-size" and "runs there failed" in deep.message
     shallow = learning_rate(_probe("rezero", lr, n_layers=2), RECORD)
-    assert shallow.level == "warning" and f"fitted from {GATED_DEPTH} layers" in shallow.message
+    assert (
+        shallow.level == "warning" and f"fitted on stacks of {GATED_DEPTH} layers or more" in shallow.message
+    )
     assert learning_rate(_probe("rezero", _lr_for("rezero", 1.5)), RECORD).level == "ok"
 
 

@@ -215,8 +215,8 @@ def _band_text(rho, lr, fit, who):
 
 
 def _band_level(rho, fit):
-    """ "error" from the fitted band's high end (where the calibration runs failed), "warning" between the
-    limit and it (no calibration run lies there), "ok" up to the limit."""
+    """The level: "error" from the fitted band's high end (where the calibration runs failed), "warning"
+    between the limit and it (no calibration run lies there), "ok" up to the limit."""
     hi = fit["band"][1]
     if hi and rho >= hi:
         return "error"
@@ -224,7 +224,7 @@ def _band_level(rho, fit):
 
 
 def _band_tail(level, rho, lr, fit):
-    """What the level means, in the calibration grid's runs."""
+    """The text that says what the level means in the calibration grid's runs ('' for ok)."""
     hi, limit = fit["band"][1], fit["limit"]
     if level == "error":
         above = fit["above"]
@@ -255,6 +255,9 @@ def _gated_fitted(rho, lr, depth, fit):
     text = f"relative update rho = {rho:.3g} (Adam's first step against the block matrices' size); "
     text += _band_text(rho, lr, fit, f"zero-gated stacks (ReZero) of {GATED_DEPTH} layers or more")
     if level == "error" and depth < GATED_DEPTH:
-        note = f"; fitted from {GATED_DEPTH} layers: at {depth} layers such runs trained on the first tuning grid"
+        note = (
+            f"; fitted on stacks of {GATED_DEPTH} layers or more, so at {depth} layers no confident verdict "
+            "(the 2-layer ReZero runs of the first tuning grid trained at rho 1.4)"
+        )
         return "warning", text + note, "update-size:warning"
     return level, text + _band_tail(level, rho, lr, fit), f"update-size:{level}"
