@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from depthlab.cli.common import add_json_flag, refuse_flags
+from depthlab.docgen.doctor_scale import DEFAULT_SCALE_DB as SCALE_DB
 from depthlab.docgen.doctor_score import DEFAULT_DB as DOCTOR_DB
 from depthlab.docgen.doctor_score import DEFAULT_DOC as DOCTOR_DOC
 from depthlab.docgen.doctor_score import write_doctor_doc
@@ -68,6 +69,11 @@ def add_parser(sub) -> None:
         f"(default {DOCTOR_DB} for 'doctor', {LADDER_DB} for 'ladder')",
     )
     p.add_argument(
+        "--scale-db",
+        help=f"for 'doctor': the store of the grids across scale, read and scored, never trained here "
+        f"(`depthlab study` runs them; default {SCALE_DB})",
+    )
+    p.add_argument(
         "--claims", help="for 'ladder': comma-separated claims (default every claim on the ladder)"
     )
     p.add_argument(
@@ -97,6 +103,8 @@ def run(args) -> int:
         raise InputError(f"--doc applies to 'all', 'doctor' and 'ladder' only, not to {args.name}")
     if args.db is not None and args.name not in ("doctor", "ladder"):
         raise InputError(f"--db applies to 'doctor' and 'ladder' only, not to {args.name}")
+    if args.scale_db is not None and args.name != "doctor":
+        raise InputError(f"--scale-db applies to 'doctor' only, not to {args.name}")
     if args.scale != "small" and args.name in ("list", "tour", "doctor", "ladder"):
         raise InputError(f"--scale applies to the reproductions, not to {args.name}")
     if args.quick and args.scale != "small":
@@ -109,8 +117,15 @@ def run(args) -> int:
             f"in {args.db or DOCTOR_DB} are skipped)",
             flush=True,
         )
-        scores = write_doctor_doc(args.db or DOCTOR_DB, args.doc or DOCTOR_DOC)
-        print(format_score(scores["heldout"], scores.get("baselines")))
+        if args.scale_db is not None and not os.path.isfile(args.scale_db):
+            raise InputError(f"--scale-db {args.scale_db}: no such store (run the scale grids into it first)")
+        scores = write_doctor_doc(
+            args.db or DOCTOR_DB, args.doc or DOCTOR_DOC, scale_db=args.scale_db or SCALE_DB
+        )
+        scale = scores["scale"]
+        if scale.get("heldout"):
+            print("held-out across width: " + format_score(scale["heldout"], scale.get("baselines")))
+        print("held-out (widths 48-64): " + format_score(scores["heldout"], scores.get("baselines")))
         print(f"wrote {args.doc or DOCTOR_DOC}")
         return 0
     if args.name == "ladder":

@@ -17,7 +17,6 @@ import os
 import platform
 import time
 
-from depthlab.config import ModelConfig, TrainConfig
 from depthlab.docgen.doctor_fits import (
     limit_lines,
     limit_summary,
@@ -26,19 +25,25 @@ from depthlab.docgen.doctor_fits import (
     update_limit_lines,
     width_lines,
 )
+from depthlab.docgen.doctor_scale import (
+    DEFAULT_SCALE_DB,
+    heldout_lines,
+    miss_lines,
+    probe_again,
+    scale_tuning,
+    score_heldout,
+)
 from depthlab.paths import check_output_file
 from depthlab.probe.calibration import RECORD_PATH, load_record
 from depthlab.probe.doctor import diagnose
 from depthlab.probe.doctor_lr import GATED_LIMIT, update_limit
 from depthlab.probe.result import ProbeResult
 from depthlab.report import load
-from depthlab.report.grouping import predicted
-from depthlab.study import RunSpec, StudyConfig, run_study
+from depthlab.study import StudyConfig, run_study
 from depthlab.study.baselines import baseline_pairs
 from depthlab.study.calibration import calibration_record, write_record
 from depthlab.study.refit import keep_fitted
 from depthlab.study.scoring import doctor_pairs, format_score, score
-from depthlab.study.worker import probe_at_init
 
 TUNING, HELDOUT = "grids/doctor-tuning.yaml", "grids/doctor-heldout.yaml"
 DEFAULT_DB = os.path.join("runs", "doctor.sqlite")
@@ -57,63 +62,60 @@ def without_lr(probe: dict) -> dict:
 WHERE = f"thresholds chosen on {TUNING} at width 32, scored on {HELDOUT} at widths 48-64; 150 steps"
 
 
-def measure(db: str = DEFAULT_DB, workers: int = 1, out=None, record: str = RECORD_PATH) -> dict:
-    """Run (or resume) both grids into ``db``; returns {"tuning", "heldout", "heldout_before"} scores,
-    the misses on the held-out grid and the seconds the runs took. Rewrites the doctor's calibration
-    record (``record``) from the tuning runs before the held-out runs are probed again."""
+def measure(
+    db: str = DEFAULT_DB,
+    workers: int = 1,
+    out=None,
+    record: str = RECORD_PATH,
+    scale_db: str = DEFAULT_SCALE_DB,
+) -> dict:
+    """Run (or resume) both grids into ``db`` and read the scale grids from ``scale_db`` (never trained
+    here); returns {"tuning", "heldout", "heldout_before"} scores, the misses on the held-out grid, the
+    held-out grid across width scored ("scale") and the seconds this took. Rewrites the doctor's
+    calibration record (``record``) from every tuning run before any held-out run is probed again."""
     start = time.perf_counter()
     scores = {}
-    grids = [StudyConfig.from_yaml(TUNING), StudyConfig.from_yaml(HELDOUT)]
-    tuning_runs: list[dict] = []  # the baselines are chosen on them
-    for key, study in zip(("tuning", "heldout"), grids):
-        res = run_study(study, db=db, workers=workers, progress=False, out=out)
-        data = load(db, res.study_id)
-        data.runs = [dict(r, probe=_probe_again(r)) for r in data.runs]
-        scores[key] = score(doctor_pairs(data.runs))
-        if key == "heldout":
-            pairs = baseline_pairs(tuning_runs, data.runs)
-            scores["baselines"] = {name: score(p) for name, p in pairs.items()}
-        if key == "tuning":
-            tuning_runs = data.runs
-            when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
-            source = (
-                f"`depthlab reproduce doctor` on {when}: counts from the {len(data.runs)} runs of {TUNING}"
-            )
-            fresh = calibration_record(data.runs, grids, WHERE, source)
-            write_record(keep_fitted(fresh, load_record(record)), record)
-            load_record.cache_clear()
-        if key == "heldout":
-            before = [dict(r, probe=without_lr(r["probe"])) if r.get("probe") else r for r in data.runs]
-            scores["heldout_before"] = score(doctor_pairs(before))
-            scores["misses"] = _misses(data)
+    tuning_grid, heldout_grid = StudyConfig.from_yaml(TUNING), StudyConfig.from_yaml(HELDOUT)
+    res = run_study(tuning_grid, db=db, workers=workers, progress=False, out=out)
+    data = load(db, res.study_id)
+    tuning_runs = [dict(r, probe=probe_again(r)) for r in data.runs]
+    scores["tuning"] = score(doctor_pairs(tuning_runs))
+    scale_grids, scale_runs, scale_counts = scale_tuning(scale_db)
+    grids = [tuning_grid, *([g for g, (_, done, _) in zip(scale_grids, scale_counts) if done])]
+    pool = tuning_runs + scale_runs
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    source = (
+        f"`depthlab reproduce doctor` on {when}: counts from the {len(pool)} finished tuning runs of "
+        + ", ".join(g.name for g in grids)
+    )
+    write_record(
+        keep_fitted(calibration_record(pool, grids, where(scale_runs), source), load_record(record)), record
+    )
+    load_record.cache_clear()
+    if scale_runs:
+        scores["scale_tuning"] = score(doctor_pairs(scale_runs))
+    res = run_study(heldout_grid, db=db, workers=workers, progress=False, out=out)
+    data = load(db, res.study_id)
+    held = [dict(r, probe=probe_again(r)) for r in data.runs]
+    scores["heldout"] = score(doctor_pairs(held))
+    scores["baselines"] = {name: score(p) for name, p in baseline_pairs(tuning_runs, held).items()}
+    before = [dict(r, probe=without_lr(r["probe"])) if r.get("probe") else r for r in held]
+    scores["heldout_before"] = score(doctor_pairs(before))
+    scores["misses"] = miss_lines(held)
+    scores["scale"] = score_heldout(scale_db, pool) | {"tuning_grids": scale_counts}
     scores["seconds"] = time.perf_counter() - start
     return scores
 
 
-def _probe_again(run: dict) -> dict | None:
-    """The run's at-init probe taken again with the current code, as the study worker takes it."""
-    spec = RunSpec(
-        ModelConfig.from_dict(run["config"]["model"]), TrainConfig.from_dict(run["config"]["train"])
+def where(scale_runs: list[dict]) -> str:
+    """Where the thresholds were chosen, for the record's "where" (the verdicts quote it)."""
+    if not scale_runs:
+        return WHERE
+    widths = sorted({r["config"]["model"]["d_model"] for r in scale_runs} | {32})
+    return (
+        f"thresholds chosen on {TUNING} and the scale tuning grids (widths {', '.join(map(str, widths))}; "
+        "150-1,000 steps)"
     )
-    probe, _ = probe_at_init(spec)
-    return probe
-
-
-def _misses(data) -> list[str]:
-    """One line per held-out run the doctor got wrong: its configuration, the prediction, the outcome."""
-    out = []
-    for r in data.runs:
-        pred = predicted(r, r.get("probe"))
-        if pred is None or r.get("outcome") is None:
-            continue
-        if (pred == "trains") != (r["outcome"] == "trained"):
-            m, t = r["config"]["model"], r["config"]["train"]
-            step = (r["probe"]["config"]["probe"] or {}).get("step_size")
-            out.append(
-                f"{m['wrap']} {m['n_layers']} layers d_model {m['d_model']} lr {t['lr']:g} warmup {t['warmup']}: "
-                f"predicted {pred}, {r['outcome']} (step size {step:.3g})"
-            )
-    return out
 
 
 def scale_section(record: dict) -> list[str]:
@@ -220,7 +222,21 @@ def _free_clause(record: dict) -> str:
     )
 
 
-def render(scores: dict, db: str, record: str = RECORD_PATH) -> str:
+def _scale_tuning_lines(scores: dict) -> list[str]:
+    """The scale tuning grids' in-sample score (the rules were fitted on these runs)."""
+    if "scale_tuning" not in scores:
+        return []
+    return [
+        "",
+        "The scale tuning grids' runs, in-sample (the limits and the plateau model were fitted on them):",
+        "",
+        "```",
+        format_score(scores["scale_tuning"]),
+        "```",
+    ]
+
+
+def render(scores: dict, db: str, record: str = RECORD_PATH, scale_db: str = DEFAULT_SCALE_DB) -> str:
     """The Markdown of docs/doctor.md from :func:`measure`'s scores and the calibration record."""
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     h, b, t = scores["heldout"], scores["heldout_before"], scores["tuning"]
@@ -250,9 +266,11 @@ def render(scores: dict, db: str, record: str = RECORD_PATH) -> str:
         "held-out grid is no longer blind to them and the score below is optimistic. The same holds for the "
         "step-size limit as a function of the warmup length (fitted on tuning runs only, but after this "
         "page had shown the held-out scores of the rule it replaces). The held-out grid across width (the "
-        "last section), registered before any of its runs, is the clean test.",
+        "first section below), registered before any of its runs, is the clean test.",
         "",
-        "## Held-out score",
+        *heldout_lines(scores.get("scale"), scale_db),
+        "",
+        "## Held-out score (widths 48-64)",
         "",
         "With 95% Wilson intervals, against two baselines chosen on the tuning grid: always answering "
         "'trains', and a lookup of the majority outcome by wrapping x learning rate on the tuning runs "
@@ -276,6 +294,7 @@ def render(scores: dict, db: str, record: str = RECORD_PATH) -> str:
         "```",
         format_score(t),
         "```",
+        *_scale_tuning_lines(scores),
         "",
         "## Held-out runs the doctor got wrong",
         "",
@@ -292,10 +311,12 @@ def render(scores: dict, db: str, record: str = RECORD_PATH) -> str:
     return "\n".join(lines)
 
 
-def write_doctor_doc(db: str = DEFAULT_DB, doc: str = DEFAULT_DOC, workers: int = 1, out=None) -> dict:
+def write_doctor_doc(
+    db: str = DEFAULT_DB, doc: str = DEFAULT_DOC, workers: int = 1, out=None, scale_db: str = DEFAULT_SCALE_DB
+) -> dict:
     """Measure and write ``doc``; returns the scores."""
     check_output_file(doc, "--doc", ("md",))
-    scores = measure(db, workers, out)
+    scores = measure(db, workers, out, scale_db=scale_db)
     with open(doc, "w", encoding="utf-8") as f:
-        f.write(render(scores, db))
+        f.write(render(scores, db, scale_db=scale_db))
     return scores
