@@ -19,6 +19,7 @@ TRAIN = {"steps": 6, "log_every": 2, "eval_every": 3, "eval_batches": 1, "seed":
 def cache(tmp_path):
     root = str(tmp_path / "cache")
     run_cache.use(root)
+    run_cache.reset_tally()
     lm_runs.clear_cache()
     yield root
     run_cache.use(None)
@@ -96,6 +97,7 @@ def test_the_code_digest_covers_the_training_code_not_the_checks():
 
 def test_no_cache_in_use_trains_and_stores_nothing(tmp_path):
     run_cache.use(None)
+    run_cache.reset_tally()
     lm_runs.clear_cache()
     run = lm_runs.train_run("a", MODEL, {**TRAIN, "steps": 2}, quiet=True)
     assert not run.loaded and run_cache.TALLY.trained == 0

@@ -71,10 +71,14 @@ TALLY = Tally()
 
 
 def use(folder: str | None) -> None:
-    """Cache runs in ``folder`` from now on (None: no cache), and start the tally again."""
+    """Cache runs in ``folder`` from now on (None: no cache)."""
     _ACTIVE.clear()
     if folder:
         _ACTIVE.append(folder)
+
+
+def reset_tally() -> None:
+    """Start counting trained and loaded runs again (at the start of a document's runs)."""
     TALLY.trained = TALLY.loaded = 0
 
 
