@@ -110,7 +110,9 @@ def test_cuda_runs_are_not_cached():
 
 
 def test_a_torn_file_is_never_left_behind(cache, monkeypatch):
-    def fail(*args, **kwargs):
+    def fail(obj, f, *args, **kwargs):
+        with open(f, "wb") as out:
+            out.write(b"half a run")
         raise KeyboardInterrupt  # killed while writing
 
     monkeypatch.setattr(torch, "save", fail)

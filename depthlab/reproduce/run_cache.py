@@ -28,7 +28,6 @@ import hashlib
 import importlib.util
 import os
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -155,8 +154,7 @@ def save(path: str, trained: Trained) -> None:
         "commit": trained.commit,
     }
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".part")
-    os.close(fd)
+    tmp = f"{path}.{os.getpid()}.part"  # a name no reader takes for a run
     try:
         torch.save(payload, tmp)
         os.replace(tmp, path)
@@ -183,15 +181,23 @@ def load(path: str, mcfg: ModelConfig) -> Trained:
 
 @functools.cache
 def current_commit() -> str | None:
-    """The git commit of this checkout (None outside a git work tree)."""
+    """The git commit of this checkout, with "-dirty" when depthlab/ differs from it (None outside a git
+    work tree)."""
     here = os.path.dirname(os.path.abspath(__file__))
+    head = _git(here, "rev-parse", "HEAD")
+    if not head:
+        return None
+    return head + ("-dirty" if _git(here, "status", "--porcelain", "--", "..") else "")
+
+
+def _git(here: str, *args: str) -> str:
     try:
         out = subprocess.run(
-            ["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+            ["git", "-C", here, *args], capture_output=True, text=True, timeout=10, check=False
         )
     except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
 
 
 def training_modules() -> list[str]:
