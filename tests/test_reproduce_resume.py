@@ -3,11 +3,13 @@ ladder's tables inside its document (from a tiny synthetic store), and the flags
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
 from depthlab.cli import main
+from depthlab.docgen import reproductions as all_mod
 from depthlab.docgen import reproductions_text
 from depthlab.docgen.reproductions_ladder import ladder_blocks
 from depthlab.reproduce import REPRODUCTIONS, dry_run, lm_runs, run_cache
@@ -139,3 +141,36 @@ def test_a_cached_file_holds_what_it_was_saved_with(tmp_path):
         and got.result.model is None
         and math.isclose(got.result.val_loss, 2.1)
     )
+
+
+def test_a_killed_reproduce_all_resumes_where_it_stopped(tmp_path, monkeypatch):
+    """The first sitting is killed after one of two runs; the second loads that one and trains the
+    other, and its document and record say so."""
+    calls = {"sittings": 0}
+
+    def claim(quick=False, out_dir=None, scale="small"):
+        calls["sittings"] += 1
+        first = lm_runs.train_run("a", {"n_layers": 2}, {"steps": 2, "seed": 0}, quiet=True)
+        if calls["sittings"] == 1:
+            raise KeyboardInterrupt  # the sitting is cut here
+        second = lm_runs.train_run("b", {"n_layers": 2}, {"steps": 2, "seed": 1}, quiet=True)
+        check = Check("runs", "two", "two", True)
+        return Reproduction("fake", {"runs": [first.to_dict(), second.to_dict()]}, [check], source="s")
+
+    monkeypatch.setitem(REPRODUCTIONS, "fake", claim)
+    cache, doc = str(tmp_path / "cache"), tmp_path / "reproductions.md"
+    run_cache.use(cache)
+    try:
+        lm_runs.clear_cache()
+        with pytest.raises(KeyboardInterrupt):
+            all_mod.run_all(quick=True, doc=str(doc), names=["fake"], ladder_db=str(tmp_path / "l.sqlite"))
+        lm_runs.clear_cache()  # a new process: nothing in memory
+        all_mod.run_all(quick=True, doc=str(doc), names=["fake"], ladder_db=str(tmp_path / "l.sqlite"))
+    finally:
+        run_cache.use(None)
+        lm_runs.clear_cache()
+    text = doc.read_text()
+    assert f"- training runs: 1 trained in this sitting, 1 loaded from the run cache `{cache}`" in text
+    runs = json.loads((tmp_path / "reproductions-record.json").read_text())["claims"]["fake"]["runs"]
+    assert [r["loaded"] for r in runs] == [True, False]
+    assert all(r["commit"] == run_cache.current_commit() for r in runs)

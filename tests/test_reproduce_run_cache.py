@@ -104,9 +104,10 @@ def test_no_cache_in_use_trains_and_stores_nothing(tmp_path):
     lm_runs.clear_cache()
 
 
-def test_cuda_runs_are_not_cached():
+def test_cuda_and_compiled_runs_are_not_cached():
     assert run_cache.cacheable(TrainConfig(device="cpu"))
     assert not run_cache.cacheable(TrainConfig(device="cuda"))
+    assert not run_cache.cacheable(TrainConfig(device="cpu", compile=True))
 
 
 def test_a_torn_file_is_never_left_behind(cache, monkeypatch):

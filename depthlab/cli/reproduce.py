@@ -96,7 +96,10 @@ def run(args) -> int:
     set_torch_threads(args.threads)
     if args.name in ("list", "tour"):
         why = f"does nothing with '{args.name}'"
-        refuse_flags(args, why, quick=args.quick, json=args.json is not None, out=args.out is not None)
+        given = {"cache": args.cache is not None, "ladder_db": args.ladder_db is not None, "plan": args.plan}
+        refuse_flags(
+            args, why, quick=args.quick, json=args.json is not None, out=args.out is not None, **given
+        )
     if args.name == "list":
         for name, fn in sorted(REPRODUCTIONS.items()):
             print(f"{name:16} {(fn.__doc__ or '').strip().splitlines()[0] if fn.__doc__ else ''}")
@@ -133,6 +136,11 @@ def run(args) -> int:
         missing = check_written(results, path)
         print(f"wrote {path} ({len(results)} commands, {sum(r.seconds for r in results):.0f} s)")
         return 1 if missing else 0
+    return run_reproductions(args)
+
+
+def run_reproductions(args) -> int:
+    """A claim or ``all``: its plan (``--plan``), or its runs through the run cache and its result."""
     check_output_file(args.json, "--json")  # before the reproduction: a bad path must not cost its run
     check_folder(args.out or OUT, "--out")
     cache = args.cache or os.path.join(args.out or OUT, run_cache.DEFAULT_FOLDER)
@@ -171,7 +179,7 @@ def _refuse_ladder_flags(args) -> None:
         raise InputError(f"--ladder-db applies to 'all' only, not to {args.name}")
     if args.name in DOCUMENTS[1:] and args.cache is not None:
         raise InputError(f"--cache applies to the reproductions and 'all', not to {args.name}")
-    if args.plan and args.json is not None:
+    if args.plan and args.json is not None and args.name == "all":  # ladder refuses --json itself
         raise InputError("--json: --plan prints a plan and writes no result")
 
 

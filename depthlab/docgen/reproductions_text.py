@@ -61,6 +61,14 @@ corpus is too small for longer or wider runs without repeating itself. Each clai
 time on the machine at hand before it starts (`depthlab.reproduce.cost`); `python benchmarks/gpu.py
 --reproduce` runs the whole registered large scale in one command where a GPU is lent.
 
+**Across sittings.** Each training run is stored in a run cache as it finishes, keyed by its configs,
+the torch threads and version and a digest of the training code (not of the checks), and a later sitting
+loads it instead of training it again: a loaded run is the trained one bit for bit (CPU runs only), so
+a cut sitting resumes where it stopped. The lines below say how many runs this page trained and how many
+it loaded; the record gives each run's commit. **The scale ladder.** Each training claim on the scale
+ladder shows, after its checks, its effect sizes at each width from the ladder's store
+(`reproductions-ladder.md` has the details and the steps per width).
+
 Every measured number below comes from the run this page records; the stated numbers are the sources'.
 Every run and check behind it is recorded in the JSON file beside it (`reproductions-record.json`), from
 which every result over seeds can be decided again without rerunning.

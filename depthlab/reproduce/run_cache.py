@@ -16,8 +16,9 @@ state_dict and its submodules' train/eval modes, the global torch RNG state the 
 claim that draws after training draws the same numbers whether the run was trained or loaded), the
 training seconds and the commit it was trained at. Loading rebuilds the module from its config.
 
-Only runs on the CPU are cached: there, with the threads fixed, training is deterministic, and a loaded
-run is the trained one bit for bit. A CUDA run is not (its kernels need not be), so it always trains.
+Only eager runs on the CPU are cached: there, with the threads fixed, training is deterministic, and a
+loaded run is the trained one bit for bit. A CUDA run is not (its kernels need not be deterministic), nor
+a compiled one, so they always train.
 """
 
 from __future__ import annotations
@@ -87,9 +88,10 @@ def folder() -> str | None:
 
 
 def cacheable(tcfg: TrainConfig) -> bool:
-    """Whether a run of ``tcfg`` is cached: only CPU runs (deterministic at fixed threads; "auto" is the
-    CPU where no CUDA device is seen)."""
-    return tcfg.device == "cpu" or (tcfg.device == "auto" and not torch.cuda.is_available())
+    """Whether a run of ``tcfg`` is cached: only eager CPU runs (deterministic at fixed threads; "auto"
+    is the CPU where no CUDA device is seen; a compiled run's kernels are generated, not fixed)."""
+    on_cpu = tcfg.device == "cpu" or (tcfg.device == "auto" and not torch.cuda.is_available())
+    return on_cpu and not tcfg.compile
 
 
 def run_key(mcfg: ModelConfig, tcfg: TrainConfig) -> str:
