@@ -12,6 +12,7 @@ from depthlab.docgen.ladder_doc import DEFAULT_DB as LADDER_DB
 from depthlab.docgen.ladder_doc import DEFAULT_DOC as LADDER_DOC
 from depthlab.docgen.ladder_doc import check_page, write_ladder
 from depthlab.docgen.reproductions import DEFAULT_DOC, names_to_run, run_all
+from depthlab.docgen.reproductions_ladder import check_ladder_db
 from depthlab.docgen.tour import check_written, write_tour
 from depthlab.errors import ConfigError, InputError
 from depthlab.paths import check_folder, check_output_file, write_json
@@ -149,6 +150,8 @@ def run_reproductions(args) -> int:
     if args.plan:
         print_all_plan(names_to_run(REPRODUCTIONS, scale=args.scale), args.scale, args.quick, cache)
         return 0
+    if args.name == "all":
+        check_ladder_db(args.ladder_db or LADDER_DB)  # before any run: a bad path must not cost them
     run_cache.use(cache)
     if args.name == "all":
         result = run_all(
