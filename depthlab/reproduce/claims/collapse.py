@@ -64,7 +64,7 @@ from depthlab.reproduce.registration import (
     to_seeds,
 )
 from depthlab.reproduce.reproduction import Check, Reproduction, combined, register, resolve, seeded_check
-from depthlab.reproduce.run_cache import train
+from depthlab.train import train
 from depthlab.train.tasks import LMTask
 
 WRAPS = ("pre", "deepnorm")
