@@ -174,3 +174,33 @@ def test_a_killed_reproduce_all_resumes_where_it_stopped(tmp_path, monkeypatch):
     runs = json.loads((tmp_path / "reproductions-record.json").read_text())["claims"]["fake"]["runs"]
     assert [r["loaded"] for r in runs] == [True, False]
     assert all(r["commit"] == run_cache.current_commit() for r in runs)
+
+
+def test_a_claim_run_twice_loads_its_runs_from_the_default_cache_under_out(tmp_path, capsys):
+    out = tmp_path / "out"
+    for sitting in ("trained", "loaded"):
+        lm_runs.clear_cache()  # each command as its own process would start
+        assert (
+            main(
+                [
+                    "reproduce",
+                    "no-norm",
+                    "--quick",
+                    "--out",
+                    str(out),
+                    "--json",
+                    str(tmp_path / f"{sitting}.json"),
+                ]
+            )
+            == 0
+        )
+        err = capsys.readouterr().err
+        assert ("(loaded from the run cache)" in err) == (sitting == "loaded"), err
+        assert run_cache.folder() is None  # the command's cache ends with it
+    assert len(list((out / "cache").glob("*.pt"))) == 2
+    first, second = (json.loads((tmp_path / f"{s}.json").read_text()) for s in ("trained", "loaded"))
+    assert [r["loaded"] for r in second["runs"]] == [True, True]
+    for r in first["runs"] + second["runs"]:
+        r.pop("loaded")
+    assert first == second
+    lm_runs.clear_cache()

@@ -152,17 +152,17 @@ def run_reproductions(args) -> int:
         return 0
     if args.name == "all":
         check_ladder_db(args.ladder_db or LADDER_DB)  # before any run: a bad path must not cost them
-    run_cache.use(cache)
-    if args.name == "all":
-        result = run_all(
-            quick=args.quick,
-            out_dir=out_dir,
-            doc=args.doc,
-            scale=args.scale,
-            ladder_db=args.ladder_db or LADDER_DB,
-        )
-    else:
-        result = run_claim(args.name, quick=args.quick, out_dir=out_dir, scale=args.scale)
+    with run_cache.using(cache):  # for this command only (a caller in-process keeps its own)
+        if args.name == "all":
+            result = run_all(
+                quick=args.quick,
+                out_dir=out_dir,
+                doc=args.doc,
+                scale=args.scale,
+                ladder_db=args.ladder_db or LADDER_DB,
+            )
+        else:
+            result = run_claim(args.name, quick=args.quick, out_dir=out_dir, scale=args.scale)
     if args.json == "-":
         write_json(result.to_dict(), "-")
     else:

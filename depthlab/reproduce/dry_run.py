@@ -102,18 +102,15 @@ def planned_runs(
     planned: list[Planned] = []
     stopped = None
     lm_runs.clear_cache()
-    cache = run_cache.folder()
-    run_cache.use(None)
     # what a claim prints before training (a study's store line) is not the plan's; a claim that keeps
     # a store beside its plots gets a folder removed afterwards
     quiet = contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO())
     try:
-        with tempfile.TemporaryDirectory() as out, quiet[0], quiet[1], recording(planned, measuring):
-            REPRODUCTIONS[name](quick=quick, scale=scale, out_dir=out)
+        with run_cache.using(None), tempfile.TemporaryDirectory() as out, quiet[0], quiet[1]:
+            with recording(planned, measuring):
+                REPRODUCTIONS[name](quick=quick, scale=scale, out_dir=out)
     except _Stop as e:
         stopped = e.args[0]
-    finally:
-        run_cache.use(cache)
     unique = {(p.model.config_hash(), p.train.config_hash()): p for p in planned}
     return list(unique.values()), stopped
 

@@ -24,12 +24,14 @@ a compiled one, so they always train.
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import hashlib
 import importlib.util
 import os
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -75,6 +77,17 @@ def use(folder: str | None) -> None:
     _ACTIVE.clear()
     if folder:
         _ACTIVE.append(folder)
+
+
+@contextlib.contextmanager
+def using(root: str | None) -> Iterator[None]:
+    """Cache runs in ``root`` (None: no cache) for the ``with`` block, then as before."""
+    before = folder()
+    use(root)
+    try:
+        yield
+    finally:
+        use(before)
 
 
 def reset_tally() -> None:
