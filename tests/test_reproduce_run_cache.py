@@ -120,3 +120,14 @@ def test_a_torn_file_is_never_left_behind(cache, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         lm_runs.train_run("a", MODEL, {**TRAIN, "steps": 2}, quiet=True)
     assert os.listdir(cache) == []
+
+
+def test_an_unreadable_file_is_a_miss_and_is_replaced(cache, capsys):
+    mcfg, tcfg = lm_runs.configs(MODEL, {**TRAIN, "steps": 2})
+    path = run_cache.path_of(cache, run_cache.run_key(mcfg, tcfg))
+    os.makedirs(cache)
+    with open(path, "wb") as f:
+        f.write(b"not a run")
+    run = lm_runs.train_run("a", MODEL, {**TRAIN, "steps": 2}, quiet=True)
+    assert not run.loaded and "unreadable" in capsys.readouterr().err
+    assert run_cache.load(path, mcfg).result.val_loss == run.val_loss

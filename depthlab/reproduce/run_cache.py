@@ -29,6 +29,7 @@ import functools
 import hashlib
 import importlib.util
 import os
+import pickle
 import subprocess
 import time
 from collections.abc import Iterator
@@ -40,6 +41,7 @@ import torch
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.jsonable import digest
 from depthlab.model import build_model
+from depthlab.progress import say
 from depthlab.train import train as run_training
 from depthlab.train.result import RunResult
 
@@ -139,8 +141,14 @@ def train_cached(mcfg: ModelConfig, tcfg: TrainConfig) -> Trained:
     root = folder() if cacheable(tcfg) else None
     key = run_key(mcfg, tcfg) if root else None
     if root and os.path.isfile(path_of(root, key)):
-        TALLY.loaded += 1
-        return load(path_of(root, key), mcfg)
+        try:
+            loaded = load(path_of(root, key), mcfg)
+        except (OSError, RuntimeError, KeyError, ValueError, EOFError, pickle.UnpicklingError) as e:
+            # a file this module cannot read back is a miss: the run trains again and replaces it
+            say(f"run cache: {path_of(root, key)} unreadable ({type(e).__name__}); training the run again")
+        else:
+            TALLY.loaded += 1
+            return loaded
     start = time.perf_counter()
     result = run_training(mcfg, tcfg)
     trained = Trained(result, time.perf_counter() - start, current_commit(), loaded=False)
