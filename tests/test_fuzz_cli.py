@@ -67,6 +67,7 @@ def sandbox(tmp_path, monkeypatch):
         "depthlab.study.runner.make_executor",
         "depthlab.cli.report.render",
         "depthlab.cli.reproduce.run_all",
+        "depthlab.cli.reproduce.print_all_plan",
         "depthlab.cli.reproduce.write_tour",
     ):
         monkeypatch.setattr(target, _work)
@@ -118,7 +119,19 @@ def _options() -> dict[str, list[tuple[str, str]]]:
 OPTIONS = _options()
 
 
-PATH_FLAGS = {"--data", "--out", "--json", "--plot", "--db", "--grid", "--report", "--doc", "--hf"}
+PATH_FLAGS = {
+    "--data",
+    "--out",
+    "--json",
+    "--plot",
+    "--db",
+    "--grid",
+    "--report",
+    "--doc",
+    "--hf",
+    "--cache",
+    "--ladder-db",
+}
 
 
 def _value(kind: str, flag: str = ""):

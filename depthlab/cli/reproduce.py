@@ -12,11 +12,13 @@ from depthlab.docgen.doctor_score import write_doctor_doc
 from depthlab.docgen.ladder_doc import DEFAULT_DB as LADDER_DB
 from depthlab.docgen.ladder_doc import DEFAULT_DOC as LADDER_DOC
 from depthlab.docgen.ladder_doc import check_page, write_ladder
-from depthlab.docgen.reproductions import DEFAULT_DOC, run_all
+from depthlab.docgen.reproductions import DEFAULT_DOC, names_to_run, run_all
+from depthlab.docgen.reproductions_ladder import check_ladder_db
 from depthlab.docgen.tour import check_written, write_tour
 from depthlab.errors import ConfigError, InputError
 from depthlab.paths import check_folder, check_output_file, write_json
-from depthlab.reproduce import REPRODUCTIONS
+from depthlab.reproduce import REPRODUCTIONS, run_cache
+from depthlab.reproduce.dry_run import print_plan as print_all_plan
 from depthlab.reproduce.ladder_run import check_db, chosen, print_plan, rungs
 from depthlab.reproduce.reproduction import SCALES, run_claim
 from depthlab.study.executors import default_workers
@@ -57,6 +59,17 @@ def add_parser(sub) -> None:
         help=f"for 'all': the Markdown file to write, its plots in img/ beside it (default {DEFAULT_DOC})",
     )
     p.add_argument(
+        "--ladder-db",
+        help=f"for 'all': the scale ladder's store whose tables the document shows in each claim on the "
+        f"ladder (default {LADDER_DB}; absent: 'not run')",
+    )
+    p.add_argument(
+        "--cache",
+        help="for a claim and 'all': the run cache folder; every training run is stored there as it "
+        "finishes and loaded instead of trained when asked for again with the same configs, torch "
+        f"threads and training code (default {os.path.join(OUT, run_cache.DEFAULT_FOLDER)}, under --out)",
+    )
+    p.add_argument(
         "--threads",
         type=int,
         default=1,
@@ -79,7 +92,8 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--plan",
         action="store_true",
-        help="for 'ladder': print its runs and expected time per claim, run nothing",
+        help="for 'all' and 'ladder': print each claim's runs, how many are already stored, and the "
+        "expected time of the rest, train nothing",
     )
     add_json_flag(p)
     p.set_defaults(run=run)
@@ -89,7 +103,10 @@ def run(args) -> int:
     set_torch_threads(args.threads)
     if args.name in ("list", "tour"):
         why = f"does nothing with '{args.name}'"
-        refuse_flags(args, why, quick=args.quick, json=args.json is not None, out=args.out is not None)
+        given = {"cache": args.cache is not None, "ladder_db": args.ladder_db is not None, "plan": args.plan}
+        refuse_flags(
+            args, why, quick=args.quick, json=args.json is not None, out=args.out is not None, **given
+        )
     if args.name == "list":
         for name, fn in sorted(REPRODUCTIONS.items()):
             print(f"{name:16} {(fn.__doc__ or '').strip().splitlines()[0] if fn.__doc__ else ''}")
@@ -135,13 +152,32 @@ def run(args) -> int:
         missing = check_written(results, path)
         print(f"wrote {path} ({len(results)} commands, {sum(r.seconds for r in results):.0f} s)")
         return 1 if missing else 0
+    return run_reproductions(args)
+
+
+def run_reproductions(args) -> int:
+    """A claim or ``all``: its plan (``--plan``), or its runs through the run cache and its result."""
     check_output_file(args.json, "--json")  # before the reproduction: a bad path must not cost its run
     check_folder(args.out or OUT, "--out")
+    cache = args.cache or os.path.join(args.out or OUT, run_cache.DEFAULT_FOLDER)
+    check_folder(cache, "--cache")
     out_dir = os.path.join(args.out or OUT, args.name)
+    if args.plan:
+        print_all_plan(names_to_run(REPRODUCTIONS, scale=args.scale), args.scale, args.quick, cache)
+        return 0
     if args.name == "all":
-        result = run_all(quick=args.quick, out_dir=out_dir, doc=args.doc, scale=args.scale)
-    else:
-        result = run_claim(args.name, quick=args.quick, out_dir=out_dir, scale=args.scale)
+        check_ladder_db(args.ladder_db or LADDER_DB)  # before any run: a bad path must not cost them
+    with run_cache.using(cache):  # for this command only (a caller in-process keeps its own)
+        if args.name == "all":
+            result = run_all(
+                quick=args.quick,
+                out_dir=out_dir,
+                doc=args.doc,
+                scale=args.scale,
+                ladder_db=args.ladder_db or LADDER_DB,
+            )
+        else:
+            result = run_claim(args.name, quick=args.quick, out_dir=out_dir, scale=args.scale)
     if args.json == "-":
         write_json(result.to_dict(), "-")
     else:
@@ -151,10 +187,18 @@ def run(args) -> int:
 
 
 def _refuse_ladder_flags(args) -> None:
-    """InputError when a flag of 'ladder' only is given to another NAME."""
-    if args.name != "ladder" and (args.claims or args.plan):
-        flag = "--claims" if args.claims else "--plan"
-        raise InputError(f"{flag} applies to 'ladder' only, not to {args.name}")
+    """InputError when a flag of 'ladder' only, of 'all' and 'ladder', of 'all' only, or of the
+    reproductions is given to another NAME, or --plan with --json (a plan writes no result)."""
+    if args.name != "ladder" and args.claims:
+        raise InputError(f"--claims applies to 'ladder' only, not to {args.name}")
+    if args.name not in ("all", "ladder") and args.plan:
+        raise InputError(f"--plan applies to 'all' and 'ladder' only, not to {args.name}")
+    if args.name != "all" and args.ladder_db is not None:
+        raise InputError(f"--ladder-db applies to 'all' only, not to {args.name}")
+    if args.name in DOCUMENTS[1:] and args.cache is not None:
+        raise InputError(f"--cache applies to the reproductions and 'all', not to {args.name}")
+    if args.plan and args.json is not None and args.name == "all":  # ladder refuses --json itself
+        raise InputError("--json: --plan prints a plan and writes no result")
 
 
 def run_ladder_command(args) -> int:

@@ -7,7 +7,10 @@ date they were fixed), what it checks, the counted checks and the sanity checks 
 tables and its plots (copied to ``img/`` beside the document), then every revision of every
 registration, with the command, the machine, the date and the time taken. Beside it,
 docs/reproductions-record.json records every run and check (:mod:`depthlab.reproduce.run_record`), from
-which every result over seeds can be decided again without rerunning. Every measured number in it
+which every result over seeds can be decided again without rerunning. Each training run goes through
+the run cache (:mod:`depthlab.reproduce.run_cache`): a killed run of every claim resumes where it stopped,
+and the document says how many runs were loaded rather than trained. Each claim on the scale ladder
+shows its effect sizes against width from the ladder's store. Every measured number in it
 comes from the run; the expectations are the registrations, the results are computed. A reproduction
 that raises is recorded as a failed check with its error, and the others still run. ``--scale large``
 runs the claims that have a large scale and writes docs/reproductions-large.md.
@@ -28,9 +31,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from depthlab.docgen.ladder_doc import DEFAULT_DB as LADDER_DB
+from depthlab.docgen.reproductions_ladder import check_ladder_db, ladder_blocks
 from depthlab.docgen.reproductions_text import render
 from depthlab.errors import ConfigError, InputError
-from depthlab.reproduce import Check, Reproduction, load_all, run_record
+from depthlab.reproduce import Check, Reproduction, load_all, run_cache, run_record
 from depthlab.reproduce.reproduction import REGISTRATIONS, counts, format_counts, run_claim, supports
 
 # The order of the document: the seeds' numbers first, then the papers' claims; any other registered
@@ -126,14 +131,19 @@ def run_all(
     doc: str | None = None,
     names: list[str] | None = None,
     scale: str = "small",
+    ladder_db: str = LADDER_DB,
 ) -> Reproduction:
     """Every reproduction, one after the other; writes docs/reproductions.md (or, at ``scale`` large,
-    docs/reproductions-large.md) and its plots."""
+    docs/reproductions-large.md) and its plots. Training runs go through the run cache in use
+    (:func:`depthlab.reproduce.run_cache.use`); each claim on the scale ladder shows its table from
+    ``ladder_db``."""
     doc = doc or (DEFAULT_DOC if scale == "small" else LARGE_DOC)
     check_doc_path(doc)
+    check_ladder_db(ladder_db)
     registry = load_all()
     todo = names_to_run(registry, names, scale)
     context = machine()
+    run_cache.reset_tally()
     start = time.perf_counter()
     parts, seconds = [], {}
     for i, name in enumerate(todo, 1):
@@ -142,12 +152,13 @@ def run_all(
         _log(f"[{i}/{len(todo)}] {name}: {format_counts(result.checks)}, {seconds[name]:.0f} s")
         parts.append(result)
     context["seconds"] = round(time.perf_counter() - start, 1)
+    context["cache"] = {"folder": run_cache.folder(), **vars(run_cache.TALLY)}
     context["scale"] = scale
     context["command"] = "depthlab reproduce all" + (" --quick" if quick else "")
     context["command"] += f" --scale {scale}" if scale != "small" else ""
     img = "img" if scale == "small" else f"img-{scale}"
     images = copy_plots(parts, os.path.join(os.path.dirname(doc) or ".", img), img)
-    text = render(parts, registry, seconds, images, context, quick)
+    text = render(parts, registry, seconds, images, context, quick, ladder_blocks(ladder_db, todo, doc))
     os.makedirs(os.path.dirname(doc) or ".", exist_ok=True)
     with open(doc, "w", encoding="utf-8") as f:
         f.write(MARKER + "\n" + text)

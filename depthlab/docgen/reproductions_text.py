@@ -61,6 +61,14 @@ corpus is too small for longer or wider runs without repeating itself. Each clai
 time on the machine at hand before it starts (`depthlab.reproduce.cost`); `python benchmarks/gpu.py
 --reproduce` runs the whole registered large scale in one command where a GPU is lent.
 
+**Across sittings.** Each training run is stored in a run cache as it finishes, keyed by its configs,
+the torch threads and version and a digest of the training code (not of the checks), and a later sitting
+loads it instead of training it again: a loaded run is the trained one bit for bit (CPU runs only), so
+a cut sitting resumes where it stopped. The lines below say how many runs this page trained and how many
+it loaded; the record gives each run's commit. **The scale ladder.** Each training claim on the scale
+ladder shows, after its checks, its effect sizes at each width from the ladder's store
+(`reproductions-ladder.md` has the details and the steps per width).
+
 Every measured number below comes from the run this page records; the stated numbers are the sources'.
 Every run and check behind it is recorded in the JSON file beside it (`reproductions-record.json`), from
 which every result over seeds can be decided again without rerunning.
@@ -92,8 +100,22 @@ def header(context: dict) -> list[str]:
         + (f" (load average {load} at the start: the machine was shared)" if load else ""),
         f"- software: torch {context['torch']} (torch threads: {context['torch_threads']}), Python {context['python']}",
         f"- date: {context['date']}; total time {context['seconds'] / 60:.1f} min",
+        runs_line(context.get("cache")),
         "",
     ]
+
+
+def runs_line(cache: dict | None) -> str:
+    """How many training runs were trained in this sitting and how many loaded from the run cache."""
+    if not cache or not cache.get("folder"):
+        return "- training runs: all trained in this sitting (no run cache)"
+    return (
+        f"- training runs: {cache['trained']} trained in this sitting, {cache['loaded']} loaded from the run "
+        f"cache `{cache['folder']}` (trained at an earlier sitting with the same configs, threads and "
+        "training code; the record beside this page gives each run's commit). Not counted: the runs of "
+        "claims that train outside the cache (collapse, batchnorm, batchnorm-same, model-update, "
+        "model-update-stream, coord-depth's coordinate checks) and of the study claims, which resume from their own store"
+    )
 
 
 def _tally(parts: list[Reproduction], registration: str) -> dict:
@@ -274,8 +296,11 @@ def measured_tables(tables: list[dict]) -> list[str]:
     return lines
 
 
-def section(p: Reproduction, fn, images: list[str], seconds: float, quick: bool, scale: str) -> list[str]:
-    """One reproduction's section: claim, result, source, command, registration, method, checks, plots."""
+def section(
+    p: Reproduction, fn, images: list[str], seconds: float, quick: bool, scale: str, ladder: list[str] = ()
+) -> list[str]:
+    """One reproduction's section: claim, result, source, command, registration, method, checks, the
+    measured tables, its scale-ladder table (``ladder``: Markdown lines), plots."""
     module = sys.modules.get(fn.__module__)
     module_doc = plain(getattr(module, "__doc__", None))
     command = f"depthlab reproduce {p.name}" + (" --quick" if quick else "")
@@ -298,6 +323,7 @@ def section(p: Reproduction, fn, images: list[str], seconds: float, quick: bool,
         lines += check_rows(p.checks)
     lines += sanity_rows([c for c in p.checks if not c.counted])
     lines += measured_tables(p.data.get("tables", []))
+    lines += list(ladder)
     n = counts(p.checks)
     at_scale = getattr(module, "AT_SCALE", "")
     if at_scale and (n[MISMATCH] or n[INCONCLUSIVE]):
@@ -330,12 +356,26 @@ def revisions(parts: list[Reproduction]) -> list[str]:
 
 
 def render(
-    parts: list[Reproduction], registry: dict, seconds: dict, images: dict, context: dict, quick: bool
+    parts: list[Reproduction],
+    registry: dict,
+    seconds: dict,
+    images: dict,
+    context: dict,
+    quick: bool,
+    ladder: dict | None = None,
 ) -> str:
-    """The whole document (without the marker line)."""
+    """The whole document (without the marker line); ``ladder``: {claim: its scale-ladder lines}."""
     scale = context.get("scale", "small")
     lines = header(context) + summary(parts, seconds)
     for p in parts:
-        lines += section(p, registry[p.name], images.get(p.name, []), seconds[p.name], quick, scale)
+        lines += section(
+            p,
+            registry[p.name],
+            images.get(p.name, []),
+            seconds[p.name],
+            quick,
+            scale,
+            (ladder or {}).get(p.name, ()),
+        )
     lines += revisions(parts)
     return "\n".join(lines).rstrip() + "\n"

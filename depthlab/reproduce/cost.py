@@ -98,7 +98,7 @@ def announce(
     device = device_for(planned[0][1]).type if planned else "cpu"
     print(
         f"{name}: {len(planned)} training runs ({len(planned) - len(todo)} already done {where}); "
-        f"expected time about {_duration(seconds)} on this {device} "
+        f"expected time about {duration(seconds)} on this {device} "
         f"(per-layer step time measured now, x {torch.get_num_threads()} torch threads)",
         file=sys.stderr,
         flush=True,
@@ -106,7 +106,8 @@ def announce(
     return seconds
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """``seconds`` as the plan says it: "40 s", "12 min", "2.3 h"."""
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 5400:

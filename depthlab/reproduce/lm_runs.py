@@ -8,13 +8,14 @@ is the d_model 256 regime of the same module, for a GPU, not a CPU night (``benc
 warmup, learning rate, steps, seed).
 
 ``train_run`` memoises on the resolved configs, so that ``depthlab reproduce all`` trains a
-configuration that two claims share only once (training is deterministic for a given seed).
+configuration that two claims share only once (training is deterministic for a given seed), and trains
+through the run cache (:mod:`depthlab.reproduce.run_cache`): a run stored by an earlier sitting is
+loaded, not trained again.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 
 import torch
@@ -23,8 +24,7 @@ from depthlab.config import ModelConfig, TrainConfig
 from depthlab.corpus import load_corpus
 from depthlab.errors import ConfigError
 from depthlab.progress import Progress, say
-from depthlab.reproduce import cost
-from depthlab.train import train as run_training
+from depthlab.reproduce import cost, run_cache
 from depthlab.train.regimes import LARGE_LM_MODEL, LARGE_LM_TRAIN, TINY_LM_MODEL, TINY_LM_TRAIN
 from depthlab.watch.outcome import STALL_MARGIN
 
@@ -69,6 +69,8 @@ class Run:
     grad_by_step: list = field(default_factory=list)
     model: torch.nn.Module | None = None
     step: int | None = None  # the update at which it was found stalled or diverged (None: trained)
+    commit: str | None = None  # the git commit it was trained at (None: not known)
+    loaded: bool = False  # whether it came from the run cache rather than being trained here
 
     def to_dict(self) -> dict:
         """The JSON-able summary (no model, no per-step gradients)."""
@@ -81,6 +83,8 @@ class Run:
             "final_train_loss",
             "unigram_loss",
             "seconds",
+            "commit",
+            "loaded",
         )
         d = {k: _num(getattr(self, k)) for k in keys}
         d["curve"] = [[s, _num(v)] for s, v in self.curve]
@@ -114,10 +118,16 @@ def is_cached(mcfg: ModelConfig, tcfg: TrainConfig) -> bool:
     return (mcfg.config_hash(), tcfg.config_hash()) in _CACHE
 
 
+def is_done(mcfg: ModelConfig, tcfg: TrainConfig) -> bool:
+    """Whether (mcfg, tcfg) costs no training: trained by this process or stored in the run cache."""
+    return is_cached(mcfg, tcfg) or run_cache.is_stored(mcfg, tcfg)
+
+
 def train_run(
     label: str, model: dict, train: dict | None = None, quiet: bool = False, scale: str = "small"
 ) -> Run:
-    """Train the regime of ``scale`` with these overrides once per process; returns the :class:`Run`.
+    """Train the regime of ``scale`` with these overrides once per process (or load it from the run
+    cache in use); returns the :class:`Run`.
 
     ``model`` / ``train`` are ModelConfig / TrainConfig field overrides.
     """
@@ -127,13 +137,15 @@ def train_run(
     if key in _CACHE:
         cached = _CACHE[key]
         return Run(**{**cached.__dict__, "label": label})
-    start = time.perf_counter()
-    result = run_training(mcfg, tcfg)
-    run = _summarise(label, mcfg, tcfg, result, time.perf_counter() - start)
+    got = run_cache.train_cached(mcfg, tcfg)
+    run = _summarise(label, mcfg, tcfg, got.result, got.seconds)
+    run.commit, run.loaded = got.commit, got.loaded
     _CACHE[key] = run
-    _advance(mcfg, tcfg)
+    if not got.loaded:
+        _advance(mcfg, tcfg)
     if not quiet:
-        _log(f"  {label:44} {run.short():18} {run.seconds:5.1f} s")
+        where = "(loaded from the run cache)" if got.loaded else ""
+        _log(f"  {label:44} {run.short():18} {run.seconds:5.1f} s {where}".rstrip())
     return run
 
 
@@ -236,8 +248,9 @@ def announce(name: str, specs, seeds, scale: str = "small") -> float:
     seed of ``seeds``, at ``scale`` before it starts (:mod:`depthlab.reproduce.cost`); returns the seconds.
     On a terminal a progress line with the time left follows the runs (:mod:`depthlab.progress`)."""
     planned = [configs(m, {**t, "seed": s}, scale) for m, t in specs for s in seeds]
-    seconds = cost.announce(name, planned, is_cached)
-    todo = {(m.config_hash(), t.config_hash()) for m, t in planned if not is_cached(m, t)}
+    where = "in this process or the run cache" if run_cache.folder() else "in this process"
+    seconds = cost.announce(name, planned, is_done, where)
+    todo = {(m.config_hash(), t.config_hash()) for m, t in planned if not is_done(m, t)}
     if _PROGRESS:
         _PROGRESS.pop().close()
     if todo:

@@ -3,7 +3,7 @@ from it.
 
 ``depthlab reproduce all`` writes it beside the document (docs/reproductions-record.json): per claim,
 its registration's commit, every training run (a hash of its configuration, its seed, its outcome, its
-final losses) and every check (the result, the result under a revised rule, the values the check read
+final losses, the commit it was trained at and whether this sitting loaded it from the run cache) and every check (the result, the result under a revised rule, the values the check read
 and the rule it applied: the bounds and the interval's scale). :func:`regenerate` decides every check
 that has its values again from the record alone, so a reader can audit each result without rerunning.
 A check decided on something other than values over seeds (a yes/no per seed, a deterministic
@@ -36,6 +36,8 @@ def _run(d: dict) -> dict:
         "val_loss": d.get("val_loss"),
         "final_train_loss": d.get("final_train_loss"),
         "unigram_loss": d.get("unigram_loss"),
+        "commit": d.get("commit"),
+        "loaded": d.get("loaded"),
     }
 
 
