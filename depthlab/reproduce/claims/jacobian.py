@@ -103,6 +103,21 @@ REGISTRATION = Registration(
         Revision(
             "2026-12-01", "code.reproduce_jacobian", "c9ba2ae12da494b6", "3e50301374712eed", CELL, CELL_KNOWN,
         ),
+        # The notebook's cell (rezero_notebook.py, added with the table above) pinned with the claim once
+        # the pins followed imported code: the code as it was added, never changed since.
+        *(
+            Revision(
+                "2026-12-01 10:28 UTC", f"code.depthlab.reproduce.rezero_notebook.{k}", None, v, CELL, CELL_KNOWN
+            )
+            for k, v in (
+                ("DRAWS", "1f4db0bf438c71ad"),
+                ("EMB", "1f4db0bf438c71ad"),
+                ("LENGTH", "1f4db0bf438c71ad"),
+                ("PRINTED", "3ae069382bf8b517"),
+                ("io_jacobian", "5b39451b9a6e7f4d"),
+                ("notebook_msv", "2301969490255993"),
+            )
+        ),
     ),
 )  # fmt: skip
 ISOMETRY_SANITY = "by construction: a = 0 at init makes every ReZero layer the identity, so J = I and MSV = 1"
