@@ -18,6 +18,7 @@ first values, and whose claim file (under any of its past names) defines a Regis
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 import subprocess
 import sys
@@ -283,3 +284,44 @@ def test_first_code_pins_are_the_code_at_the_registration_commit():
     for name in sorted(later):
         then = claim_pins(REPRODUCTIONS[name], _source_at(REGISTRATIONS[name].commit))
         assert {k: then.get(k) for k in CODE[name]} == CODE[name], name
+
+
+def _commit_time(commit: str) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(int(_git("show", "-s", "--format=%ct", commit)), datetime.UTC)
+
+
+def _typed(date: str) -> tuple[datetime.datetime, str]:
+    """A hand-typed date ("2026-11-30" or "2026-11-30 16:30 UTC") and its precision."""
+    if date.endswith(" UTC"):
+        return datetime.datetime.strptime(date, "%Y-%m-%d %H:%M UTC").replace(tzinfo=datetime.UTC), "minute"
+    return datetime.datetime.strptime(date, "%Y-%m-%d").replace(tzinfo=datetime.UTC), "day"
+
+
+def _floor(t: datetime.datetime, precision: str) -> datetime.datetime:
+    t = t.replace(second=0, microsecond=0)
+    return t.replace(hour=0, minute=0) if precision == "day" else t
+
+
+def test_no_revision_is_dated_before_the_registration_it_revises():
+    """A revision's typed date never precedes its registration's commit; one carried by a commit before
+    it (a change made before the values were committed as a registration) names that commit, which must
+    have touched the claim's file at the typed time."""
+    _history_of_pins()
+    for name, reg in sorted(REGISTRATIONS.items()):
+        registered = _commit_time(reg.commit)
+        for r in reg.revisions:
+            typed, precision = _typed(r.date)
+            if r.commit:
+                carried = _commit_time(r.commit)
+                assert _floor(carried, precision) == typed, f"{name} {r.key}: {r.commit} is not of {r.date}"
+                assert _is_ancestor(r.commit, "HEAD"), f"{name} {r.key}: {r.commit} is not in the history"
+                touched = set(_git("show", "--format=", "--name-only", r.commit).split())
+                assert touched & _claim_file_names(name), f"{name} {r.key}: {r.commit} left its file alone"
+            else:
+                assert typed >= _floor(registered, precision), (
+                    f"{name}: the revision of {r.key} is dated {r.date}, before its registration "
+                    f"{reg.commit[:10]} ({registered:%Y-%m-%d %H:%M} UTC)"
+                )
+    pinning = _floor(_commit_time(PINNING), "day")
+    for r in SHARED_REVISIONS:
+        assert _typed(r.date)[0] >= pinning, f"shared {r.key}: dated before the shared code was pinned"

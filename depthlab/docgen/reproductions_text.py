@@ -323,8 +323,9 @@ def revisions(parts: list[Reproduction]) -> list[str]:
         for r in reg.revisions if reg else ():
             old = "(none)" if r.old is None else _value(r.old)
             new = "(removed)" if r.new is None else _value(r.new)
+            date = r.date + (f" (commit {r.commit[:10]}, before the registration's)" if r.commit else "")
             lines.append(
-                f"| {p.name} | {r.date} | `{r.key}` | {cell(old)} | {cell(new)} | {cell(r.reason)} | {cell(r.results_known)} |"
+                f"| {p.name} | {date} | `{r.key}` | {cell(old)} | {cell(new)} | {cell(r.reason)} | {cell(r.results_known)} |"
             )
     return lines + [""]
 

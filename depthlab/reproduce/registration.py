@@ -26,6 +26,11 @@ class Revision:
     with ``old`` and ``new`` the regime's dicts.
     ``old`` is None when the value is new. ``results_known`` says whether (and which) results had been
     seen when the change was made: a revision made with results known cannot count as a prediction.
+    ``date`` is typed by hand; it never precedes the registration's commit (checked against the history
+    by tests/test_reproduce_registration.py). ``commit``: the commit that carried the change, where it
+    is recorded (checked there too: it touched the claim's file at the typed time); a revision carried
+    before the registration's commit (a change to the code before the values were committed as a
+    registration, which then recorded the values from before it as the first) must name it.
     """
 
     date: str
@@ -34,9 +39,10 @@ class Revision:
     new: object
     reason: str
     results_known: str
+    commit: str = ""
 
     def to_dict(self) -> dict:
-        return {
+        d = {
             "date": self.date,
             "key": self.key,
             "old": self.old,
@@ -44,6 +50,9 @@ class Revision:
             "reason": self.reason,
             "results_known": self.results_known,
         }
+        if self.commit:
+            d["commit"] = self.commit
+        return d
 
 
 @dataclass(frozen=True)

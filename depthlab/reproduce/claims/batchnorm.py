@@ -52,6 +52,8 @@ REGISTRATION = Registration(
             "val loss in eval mode, train mode and one sequence at a time: LN equal, BN apart by >= 1%",
             "the registered check (val-train gap, BN > LN) failed; the mismatch was looked for elsewhere",
             "yes: the registered check had failed",
+            # carried before the registration commit: the first values are the code's from before it
+            commit="a63e20cb3bd9918e3221a360572d0e86182a1818",
         ),
         Revision(
             "2026-11-30",

@@ -73,6 +73,8 @@ REGISTRATION = Registration(
             0.02,
             "a loss difference smaller than seed-to-seed noise should not count as worse",
             "yes: it changed no verdict (both depths ended worse by more than 0.02 without the final norm)",
+            # carried before the registration commit: the first values are the code's from before it
+            commit="0ed7622fcf2f5f5aa1c4d1e04e15d1b218304d45",
         ),
         *to_seeds(
             "2026-11-30",

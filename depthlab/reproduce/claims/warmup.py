@@ -72,6 +72,8 @@ REGISTRATION = Registration(
             True,
             "after a review: a failed run where the warmup run trained should count as worse",
             "yes: it turned the 6L lr 1e-2 row (stalled vs trained, gap below 0.10) from MISMATCH to agree",
+            # carried before the registration commit: the first values are the code's from before it
+            commit="0ed7622fcf2f5f5aa1c4d1e04e15d1b218304d45",
         ),
         Revision("2026-11-30", "expectation.failed_run_counts_as_worse", True, False, RESTORED, "yes"),
         *to_seeds(
