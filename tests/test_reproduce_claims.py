@@ -340,7 +340,8 @@ def test_the_document_shows_registrations_and_revisions(tmp_path, monkeypatch):
         and "- regime (small):" in text
     )
     assert (
-        "| warmup | 2026-11-30 07:48 UTC | `expectation.failed_run_counts_as_worse` | False | True |" in text
+        "| warmup | 2026-11-30 07:48 UTC (commit 0ed7622fcf, before the registration's) "
+        "| `expectation.failed_run_counts_as_worse` | False | True |" in text
     )
     assert text.count("| warmup |") == len(reg.revisions)
 

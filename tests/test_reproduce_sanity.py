@@ -9,6 +9,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from depthlab.intervals import AGREE, MISMATCH
+from depthlab.reproduce.claims import skip_ablation
+from depthlab.reproduce.lm_runs import Run
+from depthlab.reproduce.reproduction import Check, counts, sanity_under_revision
+
 CLAIMS = Path(__file__).parent.parent / "depthlab" / "reproduce" / "claims"
 
 SANITY = {
@@ -61,3 +66,38 @@ def test_no_sanity_reason_is_typed_in_place():
                 for k in node.keywords:
                     if k.arg == "sanity" and isinstance(k.value, ast.Constant):
                         assert k.value.value == "", f"{path.name}: a sanity reason typed in place"
+
+
+# The claims whose checks a revision made with results known moved to sanity (TO_SANITY): those checks
+# count, with their result, under the first registration and are sanity checks under the revised rules.
+MOVED = {"collapse", "final_norm", "init_scaling", "no_norm", "redundancy", "skip_ablation"}
+
+
+def _moves(tree: ast.Module) -> int:
+    return sum(
+        isinstance(n, ast.Call) and getattr(n.func, "id", "") == "sanity_under_revision"
+        for n in ast.walk(tree)
+    )
+
+
+def test_every_check_moved_to_sanity_with_results_known_is_listed():
+    found = {p.stem for p in sorted(CLAIMS.glob("*.py")) if _moves(ast.parse(p.read_text()))}
+    assert found == MOVED
+
+
+def test_a_check_moved_to_sanity_counts_under_the_first_registration():
+    checks = [Check("a", "", "", AGREE), sanity_under_revision(Check("b", "", "", MISMATCH), "a reason")]
+    assert counts(checks) == {AGREE: 1, MISMATCH: 1, "inconclusive": 0, "sanity": 0}
+    assert counts(checks, "revised") == {AGREE: 1, MISMATCH: 0, "inconclusive": 0, "sanity": 1}
+    assert checks[1].counted and not checks[1].counted_under("revised")
+    assert sanity_under_revision(Check("c", "", "", AGREE), "").counted_under("revised")
+
+
+def test_skip_ablations_falls_first_counts_as_first_registered():
+    runs = [Run("r", {"n_layers": 48, "vocab_size": 256}, {}, "stalled", None, 3.1, 3.1, 3.1, 0.0)] * 3
+    shape = [{"falls": 0.1 + 0.01 * i, "progress": 0.0} for i in range(3)]  # fell too little: MISMATCH
+    checks = skip_ablation._checks_without_skip(runs, [{"max": 1e-4}] * 3, shape, bottom=20)
+    falls = next(c for c in checks if "falls first" in c.claim)
+    assert falls.result == MISMATCH and falls.counted and not falls.counted_under("revised")
+    assert falls.revised_sanity == skip_ablation.FALLS_SANITY
+    assert counts(checks)[MISMATCH] == counts(checks, "revised")[MISMATCH] + 1

@@ -145,6 +145,12 @@ def _abbrev(n: dict) -> str:
     return f"{n[AGREE]}/{n[MISMATCH]}/{n[INCONCLUSIVE]}"
 
 
+def _moved_text(first: dict, revised: dict) -> str:
+    """How many more checks the revised rules leave out as sanity checks ("" if none)."""
+    moved = revised["sanity"] - first["sanity"]
+    return f", {moved} more moved to sanity with results known (counted under the first)" if moved else ""
+
+
 def totals_text(total: dict, revised: dict, holm_total: dict, counted: int) -> list[str]:
     """The headline counts under the first registrations and the revised rules, Holm's, and chance's."""
     lines = [
@@ -156,7 +162,9 @@ def totals_text(total: dict, revised: dict, holm_total: dict, counted: int) -> l
         lines += [
             "",
             f"Under the rules revised with results known (shown, never deciding): {revised[AGREE]} agree, "
-            f"{revised[MISMATCH]} MISMATCH, {revised[INCONCLUSIVE]} inconclusive.",
+            f"{revised[MISMATCH]} MISMATCH, {revised[INCONCLUSIVE]} inconclusive"
+            + _moved_text(total, revised)
+            + ".",
         ]
     lines += [
         "",
@@ -219,6 +227,8 @@ def check_rows(checks) -> list[str]:
         if not c.counted:
             continue
         revised = _shown(c.revised) if c.revised else "-"
+        if c.revised_sanity:  # moved to sanity with results known: counted here, not under the revised rules
+            revised = f"sanity, not counted ({cell(c.revised_sanity)})"
         lines.append(
             f"| {cell(c.claim)} | {cell(c.stated)} | {cell(c.measured)} | {_shown(c.result)} | {revised} "
             f"| {_shown(h)} |"
@@ -237,7 +247,7 @@ def result_line(checks) -> str:
     if rev != n:
         result += (
             f"; under rules revised with results known {rev[AGREE]} agree, {rev[MISMATCH]} MISMATCH, "
-            f"{rev[INCONCLUSIVE]} inconclusive"
+            f"{rev[INCONCLUSIVE]} inconclusive" + _moved_text(n, rev)
         )
     return result + (f"; {n['sanity']} sanity checks apart." if n["sanity"] else ".")
 

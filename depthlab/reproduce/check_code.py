@@ -55,8 +55,10 @@ SHARED = {
         "revised_unless_control",
         "family_results",
         "resolve",
+        "sanity_under_revision",
         "Check.under",
         "Check.counted",
+        "Check.counted_under",
         "Check.__post_init__",
     ),
     "depthlab.reproduce.lm_runs": (

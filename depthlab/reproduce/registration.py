@@ -204,6 +204,17 @@ def to_seeds(
     return tuple(out)
 
 
+# The revision that counts each check moved to sanity with results known as first registered.
+SANITY_AS_FIRST = (
+    "a check moved to sanity by a revision made with results known counts, with its result, under the "
+    "first registration as it was first registered; it is a sanity check under the revised rules only"
+)
+SANITY_AS_FIRST_KNOWN = (
+    "yes: the results were published; the first registration's counts are restored and decide, the "
+    "revised ones are shown beside them"
+)
+
+
 # Revisions of the shared decision code (depthlab.reproduce.check_code.SHARED), keyed
 # "code.MODULE.FUNCTION", old and new the function's digest; replayed like a claim's revisions.
 SHARED_REVISIONS: tuple[Revision, ...] = (
@@ -267,6 +278,30 @@ SHARED_REVISIONS: tuple[Revision, ...] = (
             ("_at_least", "6c6db2579afaae11"),
             ("_solve", "e1956a7a817def67"),
         )
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.reproduction.Check.counted_under",
+        None,
+        "2a1ed2032bf9ff26",
+        SANITY_AS_FIRST,
+        SANITY_AS_FIRST_KNOWN,
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.reproduction.counts",
+        "f3fd71cfac714650",
+        "a7b1b923b1d4a149",
+        SANITY_AS_FIRST,
+        SANITY_AS_FIRST_KNOWN,
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.reproduction.sanity_under_revision",
+        None,
+        "27ef732f6a373228",
+        SANITY_AS_FIRST,
+        SANITY_AS_FIRST_KNOWN,
     ),
 )
 

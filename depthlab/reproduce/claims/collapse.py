@@ -57,13 +57,23 @@ from depthlab.reproduce.claim_plots import new_figure, save
 from depthlab.reproduce.lm_runs import base
 from depthlab.reproduce.registration import (
     DECISION,
+    SANITY_AS_FIRST,
+    SANITY_AS_FIRST_KNOWN,
     TO_SANITY,
     TO_SANITY_KNOWN,
     Registration,
     Revision,
     to_seeds,
 )
-from depthlab.reproduce.reproduction import Check, Reproduction, combined, register, resolve, seeded_check
+from depthlab.reproduce.reproduction import (
+    Check,
+    Reproduction,
+    combined,
+    register,
+    resolve,
+    sanity_under_revision,
+    seeded_check,
+)
 from depthlab.train import train
 from depthlab.train.tasks import LMTask
 
@@ -115,6 +125,14 @@ REGISTRATION = Registration(
             "d7f52a28244d0d55",
             TO_SANITY,
             TO_SANITY_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code._checks",
+            "d7f52a28244d0d55",
+            "9e0ed657ca1bf75a",
+            SANITY_AS_FIRST,
+            SANITY_AS_FIRST_KNOWN,
         ),
     ),
 )
@@ -270,16 +288,15 @@ def _checks(data: dict) -> list[Check]:
             ]
             for ps in prof["deepnorm"][1:]
         ]
-        checks.append(
-            _across_depths(
-                f"DeepNorm last quarter's share of x_L, relative to L={Ls[0]}'s ({phase})",
-                f"within [{lo:.2g}, {hi:.2g}] at every larger L",
-                ratios,
-                Ls[1:],
-                {"at_least": lo, "at_most": hi},
-                sanity,
-            )
+        share = _across_depths(
+            f"DeepNorm last quarter's share of x_L, relative to L={Ls[0]}'s ({phase})",
+            f"within [{lo:.2g}, {hi:.2g}] at every larger L",
+            ratios,
+            Ls[1:],
+            {"at_least": lo, "at_most": hi},
+            "",
         )
+        checks.append(sanity_under_revision(share, sanity))  # counted at init as first registered
     return checks
 
 

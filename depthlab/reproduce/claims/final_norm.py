@@ -31,13 +31,22 @@ from depthlab.reproduce.lm_runs import (
 )
 from depthlab.reproduce.registration import (
     DECISION,
+    SANITY_AS_FIRST,
+    SANITY_AS_FIRST_KNOWN,
     TO_SANITY,
     TO_SANITY_KNOWN,
     Registration,
     Revision,
     to_seeds,
 )
-from depthlab.reproduce.reproduction import Check, Reproduction, register, resolve, seeded_check
+from depthlab.reproduce.reproduction import (
+    Check,
+    Reproduction,
+    register,
+    resolve,
+    sanity_under_revision,
+    seeded_check,
+)
 
 SMALL = {
     "init_depths": [3, 6, 12, 24, 48, 96],
@@ -97,6 +106,14 @@ REGISTRATION = Registration(
             "129b7f8d45e15f3d",
             TO_SANITY,
             TO_SANITY_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code._checks",
+            "129b7f8d45e15f3d",
+            "a6f0a8980eae8842",
+            SANITY_AS_FIRST,
+            SANITY_AS_FIRST_KNOWN,
         ),
     ),
 )
@@ -195,16 +212,14 @@ def _checks(growth: dict, runs: dict, r: dict) -> list[Check]:
     e = REGISTRATION.expectation
     for depth in r["train_depths"]:
         on, off = runs[(depth, "on")], runs[(depth, "off")]
-        checks.append(
-            seeded_check(
-                f"{depth}L trained without it: rms of the stream the head reads",
-                f">= {e['far']:g} (far from unit scale)",
-                [_top_rms(x) for x in off],
-                at_least=e["far"],
-                fmt=".2f",
-                sanity=FAR_SANITY,
-            )
+        far = seeded_check(
+            f"{depth}L trained without it: rms of the stream the head reads",
+            f">= {e['far']:g} (far from unit scale)",
+            [_top_rms(x) for x in off],
+            at_least=e["far"],
+            fmt=".2f",
         )
+        checks.append(sanity_under_revision(far, FAR_SANITY))  # counted as first registered
         checks.append(
             seeded_check(
                 f"{depth}L: final loss without the final norm - with it (nats)",

@@ -27,6 +27,8 @@ from depthlab.reproduce.claim_plots import profiles
 from depthlab.reproduce.lm_runs import announce, below_unigram, eval_loss, lm_batches, train_seeds
 from depthlab.reproduce.registration import (
     DECISION,
+    SANITY_AS_FIRST,
+    SANITY_AS_FIRST_KNOWN,
     TO_SANITY,
     TO_SANITY_KNOWN,
     Registration,
@@ -39,6 +41,7 @@ from depthlab.reproduce.reproduction import (
     register,
     resolve,
     revised_unless_control,
+    sanity_under_revision,
     seeded_check,
 )
 
@@ -105,6 +108,14 @@ REGISTRATION = Registration(
             "819225f41aa0900d",
             TO_SANITY,
             TO_SANITY_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code._check",
+            "819225f41aa0900d",
+            "4728722258015cc4",
+            SANITY_AS_FIRST,
+            SANITY_AS_FIRST_KNOWN,
         ),
     ),
 )
@@ -182,8 +193,8 @@ def _check(depth: int, runs: dict, m: dict, other: str, key: str) -> Check:
         diffs,
         at_least=0.0,
         fmt="+.4f",
-        sanity=ANGLE_SANITY if key == "angles" else "",
     )
+    check = sanity_under_revision(check, ANGLE_SANITY if key == "angles" else "")  # counted as registered
     untrained = []
     for w in ("pre", other):
         level = seeded_check(w, "", [below_unigram(x) / x.unigram_loss for x in runs[w]], at_most=-share)
