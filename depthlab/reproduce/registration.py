@@ -204,6 +204,16 @@ def to_seeds(
     return tuple(out)
 
 
+# The revision that makes every check added with results known a sanity check (under the first
+# registration too: it was not in it).
+ADDED_KNOWN_SANITY = (
+    "a check added after its results were known is a sanity check (shown, not counted) under the first "
+    "registration too, as the other checks added with results known are; the reconstruction of the ReZero "
+    "setup is labelled depthlab's own (the notebook's real cell is the table beside it)"
+)
+ADDED_KNOWN_SANITY_KNOWN = (
+    "yes: the results were published; these checks leave the counts whatever their result"
+)
 # The revision that counts each check moved to sanity with results known as first registered.
 SANITY_AS_FIRST = (
     "a check moved to sanity by a revision made with results known counts, with its result, under the "
