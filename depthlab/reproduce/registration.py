@@ -204,6 +204,24 @@ def to_seeds(
     return tuple(out)
 
 
+# The revisions that give positive multiplicative quantities a log-scale interval, and paired differences
+# decided against 0 a minimum effect, in the revised column (the first registration's result decides).
+LOG_REASON = (
+    "a positive multiplicative quantity (a ratio, an rms, a gradient norm) spreads over seeds by factors, "
+    "and a linear interval can reach below 0, a value it cannot take: its interval on log10 values "
+    "(shown as a geometric mean) in the revised column; the linear-scale result decides as first registered"
+)
+EFFECT_REASON = (
+    "a paired difference decided against 0 agrees on an effect too small to matter: the revised column "
+    "asks for a registered minimum effect, chosen from the quantity's own noise or the claim's own band "
+    "(the code says why beside it), never from the results; the result against 0 decides as first "
+    "registered"
+)
+PUBLISHED_KNOWN = "yes: the results were published; the first registration's result decides"
+UNPUBLISHED_KNOWN = (
+    "no result of the registered regime is in docs/reproductions.md at this commit; the first "
+    "registration's result decides all the same"
+)
 # The revision that makes every check added with results known a sanity check (under the first
 # registration too: it was not in it).
 ADDED_KNOWN_SANITY = (
@@ -312,6 +330,38 @@ SHARED_REVISIONS: tuple[Revision, ...] = (
         "27ef732f6a373228",
         SANITY_AS_FIRST,
         SANITY_AS_FIRST_KNOWN,
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.reproduction.LOG_SCALE",
+        None,
+        "abf39f69b4bd9b03",
+        LOG_REASON,
+        PUBLISHED_KNOWN,
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.reproduction.log_revised",
+        None,
+        "eb32dc2d8c5a3a00",
+        LOG_REASON,
+        PUBLISHED_KNOWN,
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.reproduction.revised_unless_control",
+        "9bb77882c524a711",
+        "1bad11da4c02d64a",
+        "a check that already carries a revision keeps it named beside the control rule's (both apply in the revised column)",
+        "yes: no first-registered result changes",
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.reproduction.effect_revised",
+        None,
+        "3dbe5c9a8e2f4c74",
+        EFFECT_REASON,
+        PUBLISHED_KNOWN,
     ),
 )
 

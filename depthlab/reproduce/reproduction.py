@@ -176,6 +176,27 @@ def with_revision(first: Check, revised: Check, revision: str) -> Check:
     return first
 
 
+LOG_SCALE = "interval on log10 values (a positive multiplicative quantity)"
+
+
+def log_revised(claim: str, stated: str, values: Sequence[float], **kw) -> Check:
+    """:func:`seeded_check` as first registered (a linear-scale interval), carrying the result on a log
+    scale (a positive multiplicative quantity: a ratio, an rms, a gradient norm) as the revised one."""
+    first = seeded_check(claim, stated, values, **kw)
+    return with_revision(first, seeded_check(claim, stated, values, **{**kw, "scale": "log"}), LOG_SCALE)
+
+
+def effect_revised(claim: str, stated: str, values: Sequence[float], minimum: float, **kw) -> Check:
+    """:func:`seeded_check` of a paired difference against its first-registered bound (0), carrying the
+    result against a registered minimum effect (``minimum`` beyond that bound, in the difference's own
+    units) as the revised one."""
+    first = seeded_check(claim, stated, values, **kw)
+    shift = {"at_least": minimum, "at_most": -minimum}
+    moved = {k: v + shift[k] if k in shift and v is not None else v for k, v in kw.items()}
+    revised = seeded_check(claim, stated, values, **moved)
+    return with_revision(first, revised, f"a minimum effect of {minimum:g} beyond the first bound")
+
+
 def sanity_under_revision(check: Check, reason: str) -> Check:
     """``check``, counted with its result as first registered, and a sanity check (``reason``) under the
     rules revised with results known; ``reason`` "" leaves it as it is."""
@@ -210,7 +231,7 @@ def revised_unless_control(check: Check, control: bool, note: str, revision: str
     would be inconclusive when ``control`` (the compared runs trained) is False: kept in ``revised``."""
     if not control:
         check.revised = INCONCLUSIVE
-        check.revision = revision
+        check.revision = "; ".join(r for r in (check.revision, revision) if r)  # both revisions apply
         check.measured += f"; {note} (inconclusive under the revised rule)"
     return check
 

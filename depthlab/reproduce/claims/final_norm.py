@@ -31,6 +31,8 @@ from depthlab.reproduce.lm_runs import (
 )
 from depthlab.reproduce.registration import (
     DECISION,
+    LOG_REASON,
+    PUBLISHED_KNOWN,
     SANITY_AS_FIRST,
     SANITY_AS_FIRST_KNOWN,
     TO_SANITY,
@@ -42,6 +44,7 @@ from depthlab.reproduce.registration import (
 from depthlab.reproduce.reproduction import (
     Check,
     Reproduction,
+    log_revised,
     register,
     resolve,
     sanity_under_revision,
@@ -72,6 +75,8 @@ REGISTRATION = Registration(
         # this many nats (seed-to-seed noise), or not at all (a diverged run counts as ln V)
         "tolerance": 0.02,
         "decision": DECISION,
+        # the interval's scale of its ratios and rms under the revision of 2026-12-01 (shown beside, never deciding)
+        "revised_interval_scale": "log",
     },
     regimes={"small": SMALL, "large": LARGE},
     revisions=(
@@ -114,6 +119,12 @@ REGISTRATION = Registration(
             "a6f0a8980eae8842",
             SANITY_AS_FIRST,
             SANITY_AS_FIRST_KNOWN,
+        ),
+        Revision(
+            "2026-12-01", "code._checks", "a6f0a8980eae8842", "25e660efc25e0f61", LOG_REASON, PUBLISHED_KNOWN
+        ),
+        Revision(
+            "2026-12-01", "expectation.revised_interval_scale", None, "log", LOG_REASON, PUBLISHED_KNOWN
         ),
     ),
 )
@@ -212,7 +223,7 @@ def _checks(growth: dict, runs: dict, r: dict) -> list[Check]:
     e = REGISTRATION.expectation
     for depth in r["train_depths"]:
         on, off = runs[(depth, "on")], runs[(depth, "off")]
-        far = seeded_check(
+        far = log_revised(
             f"{depth}L trained without it: rms of the stream the head reads",
             f">= {e['far']:g} (far from unit scale)",
             [_top_rms(x) for x in off],

@@ -36,6 +36,8 @@ from depthlab.reproduce.registration import (
     ADDED_KNOWN_SANITY,
     ADDED_KNOWN_SANITY_KNOWN,
     DECISION,
+    LOG_REASON,
+    PUBLISHED_KNOWN,
     SANITY_AS_FIRST,
     SANITY_AS_FIRST_KNOWN,
     TO_SANITY,
@@ -47,6 +49,7 @@ from depthlab.reproduce.registration import (
 from depthlab.reproduce.reproduction import (
     Check,
     Reproduction,
+    log_revised,
     register,
     resolve,
     sanity_under_revision,
@@ -91,6 +94,8 @@ REGISTRATION = Registration(
         "no_skip_context_below": 1e-3,  # the position-varying gradient reaching layer 1, vs the top
         "pre_context_at_least": 0.1,
         "decision": DECISION,
+        # the interval's scale of its ratios and rms under the revision of 2026-12-01 (shown beside, never deciding)
+        "revised_interval_scale": "log",
     },
     regimes={"small": SMALL},
     revisions=(
@@ -176,6 +181,17 @@ REGISTRATION = Registration(
             "1ec35f7cc7014600",
             ADDED_KNOWN_SANITY,
             ADDED_KNOWN_SANITY_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code.checks_for",
+            "1ec35f7cc7014600",
+            "2b5a3736aeb673c9",
+            LOG_REASON,
+            PUBLISHED_KNOWN,
+        ),
+        Revision(
+            "2026-12-01", "expectation.revised_interval_scale", None, "log", LOG_REASON, PUBLISHED_KNOWN
         ),
     ),
 )
@@ -301,14 +317,14 @@ def checks_for(grids: list[tuple[list[dict], dict]]) -> list[Check]:
     ]
     pre_min = [min(r["ctx_ratio"] for r in g[0] if r["stack"] == "pre") for g in grids]
     context = [
-        seeded_check(
+        log_revised(
             f"no skips: the position-varying gradient reaching layer 1, over the top's (L = {deepest})",
             f"< {e['no_skip_context_below']:g} (collapses)",
             nores,
             at_most=e["no_skip_context_below"],
             fmt=".1e",
         ),
-        seeded_check(
+        log_revised(
             "pre-LN: the same ratio, smallest over depths",
             f">= {e['pre_context_at_least']:g}",
             pre_min,

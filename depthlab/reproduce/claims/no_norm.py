@@ -20,6 +20,8 @@ from depthlab.probe.stats import stream_rms
 from depthlab.reproduce.claim_plots import loss_curves
 from depthlab.reproduce.lm_runs import announce, base, final_loss, paired_outcomes, train_seeds
 from depthlab.reproduce.registration import (
+    LOG_REASON,
+    PUBLISHED_KNOWN,
     SANITY_AS_FIRST,
     SANITY_AS_FIRST_KNOWN,
     TO_SANITY,
@@ -29,6 +31,7 @@ from depthlab.reproduce.registration import (
 )
 from depthlab.reproduce.reproduction import (
     Reproduction,
+    log_revised,
     register,
     resolve,
     sanity_under_revision,
@@ -46,6 +49,8 @@ REGISTRATION = Registration(
         "explodes_factor": 10.0,
         # "cannot simply drop it": trained without the norm the final loss is at least this many nats higher
         "worse_by": 0.10,
+        # the interval's scale of its ratios and rms under the revision of 2026-12-01 (shown beside, never deciding)
+        "revised_interval_scale": "log",
     },
     regimes={"small": SMALL, "large": LARGE},
     notes="Registered with one relevant result known: the tour's probe of a 48-layer pre-LN stack without "
@@ -75,6 +80,17 @@ REGISTRATION = Registration(
             "92d4370854406967",
             SANITY_AS_FIRST,
             SANITY_AS_FIRST_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code.reproduce_no_norm",
+            "92d4370854406967",
+            "105c8997d5c7ce19",
+            LOG_REASON,
+            PUBLISHED_KNOWN,
+        ),
+        Revision(
+            "2026-12-01", "expectation.revised_interval_scale", None, "log", LOG_REASON, PUBLISHED_KNOWN
         ),
     ),
 )
@@ -110,7 +126,7 @@ def reproduce_no_norm(quick: bool = False, out_dir: str | None = None, scale: st
     shape = base(scale)[0]
     ratios = {n: [init_growth(n, r["init_depth"], s, shape) for s in r["seeds"]] for n in models}
     runs = {n: train_seeds(f"pre {depth}L, norm {n}", m, train, r["seeds"], scale) for n, m in models.items()}
-    explodes = seeded_check(
+    explodes = log_revised(
         f"at init, {r['init_depth']} layers: growth without the norm / growth with it",
         f">= {e['explodes_factor']:g} (explodes)",
         [a / b for a, b in zip(ratios["none"], ratios["layernorm"], strict=True)],

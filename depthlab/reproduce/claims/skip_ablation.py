@@ -23,6 +23,8 @@ from depthlab.reproduce.registration import (
     ADDED_KNOWN_SANITY,
     ADDED_KNOWN_SANITY_KNOWN,
     DECISION,
+    LOG_REASON,
+    PUBLISHED_KNOWN,
     SANITY_AS_FIRST,
     SANITY_AS_FIRST_KNOWN,
     TO_SANITY,
@@ -32,10 +34,14 @@ from depthlab.reproduce.registration import (
     to_seeds,
 )
 from depthlab.reproduce.reproduction import (
+    LOG_SCALE,
+    Check,
     Reproduction,
+    log_revised,
     register,
     resolve,
     seeded_check,
+    with_revision,
 )
 
 SMALL = {"depth": 48, "bottom": 20, "lr": 1e-3, "steps": 300, "seeds": [0, 1, 2]}
@@ -67,6 +73,8 @@ REGISTRATION = Registration(
         # below that of the second quarter
         "stalls_within": 0.05,
         "decision": DECISION,
+        # the interval's scale of its ratios and rms under the revision of 2026-12-01 (shown beside, never deciding)
+        "revised_interval_scale": "log",
     },
     regimes={"small": SMALL, "large": LARGE},
     revisions=(
@@ -150,6 +158,26 @@ REGISTRATION = Registration(
             "5c76fa8f19d00eae",
             ADDED_KNOWN_SANITY,
             ADDED_KNOWN_SANITY_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code._checks_with_skip",
+            "89480c0ad0c25dfe",
+            "709cd63bad366011",
+            LOG_REASON,
+            PUBLISHED_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code._checks_without_skip",
+            "5c76fa8f19d00eae",
+            "789f3976171bcdfb",
+            LOG_REASON,
+            PUBLISHED_KNOWN,
+        ),
+        Revision("2026-12-01", "code._starved", None, "4bd3b859bfd5938c", LOG_REASON, PUBLISHED_KNOWN),
+        Revision(
+            "2026-12-01", "expectation.revised_interval_scale", None, "log", LOG_REASON, PUBLISHED_KNOWN
         ),
     ),
 )
@@ -254,6 +282,18 @@ def reproduce_skip_ablation(
     )
 
 
+def _starved(ratio_cut: list, bottom: int) -> Check:
+    """The bottom starves, as first registered; on a log scale as revised, where a zero ratio (the
+    strongest starvation) counts as 10^-ZERO_ORDERS rather than leaving the log scale undefined."""
+    e, values = REGISTRATION.expectation, [x["max"] for x in ratio_cut]
+    claim = f"without it: max ||g_bottom|| / ||g_top|| over the bottom {bottom} streams (median over steps)"
+    stated = f"< {e['starved_below']:g} (almost no gradient)"
+    first = seeded_check(claim, stated, values, at_most=e["starved_below"], fmt=".2e")
+    floored = [max(v, 10.0**-ZERO_ORDERS) if math.isfinite(v) else v for v in values]
+    revised = seeded_check(claim, stated, floored, at_most=e["starved_below"], fmt=".2e", scale="log")
+    return with_revision(first, revised, LOG_SCALE)
+
+
 def _checks_without_skip(cut: list, ratio_cut: list, shape: list, bottom: int) -> list:
     """Without the attention skip: it stalls, the bottom starves, the loss falls first then stalls."""
     e = REGISTRATION.expectation
@@ -266,13 +306,7 @@ def _checks_without_skip(cut: list, ratio_cut: list, shape: list, bottom: int) -
             fmt=".2f",
             context=outcomes(cut),
         ),
-        seeded_check(
-            f"without it: max ||g_bottom|| / ||g_top|| over the bottom {bottom} streams (median over steps)",
-            f"< {e['starved_below']:g} (almost no gradient)",
-            [x["max"] for x in ratio_cut],
-            at_most=e["starved_below"],
-            fmt=".2e",
-        ),
+        _starved(ratio_cut, bottom),
         seeded_check(
             "without it, per step: the training loss falls first (nats below its first value, first third)",
             f">= {e['falls_by']:g}",
@@ -313,7 +347,7 @@ def _checks_with_skip(full: list, ratio_full: list, bottom: int) -> list:
             fmt=".2f",
             sanity=CURVE_SANITY,
         ),
-        seeded_check(
+        log_revised(
             f"with it: min ||g_bottom|| / ||g_top|| over the bottom {bottom} streams (median over steps)",
             f">= {e['fed_at_least']:g}",
             [x["min"] for x in ratio_full],
