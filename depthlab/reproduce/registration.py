@@ -217,6 +217,11 @@ EFFECT_REASON = (
     "(the code says why beside it), never from the results; the result against 0 decides as first "
     "registered"
 )
+CAP_REASON = (
+    "a finite final loss above ln V (worse than a uniform guess, e.g. a stack still falling from a huge "
+    "loss at init) counts as ln V in the revised column, as the claims count a model that learned "
+    "nothing; the first registration's loss (as reported) decides"
+)
 PUBLISHED_KNOWN = "yes: the results were published; the first registration's result decides"
 UNPUBLISHED_KNOWN = (
     "no result of the registered regime is in docs/reproductions.md at this commit; the first "
@@ -361,6 +366,30 @@ SHARED_REVISIONS: tuple[Revision, ...] = (
         None,
         "3dbe5c9a8e2f4c74",
         EFFECT_REASON,
+        PUBLISHED_KNOWN,
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.lm_runs.CAP_REVISION",
+        None,
+        "2849f5128c3c3588",
+        CAP_REASON,
+        PUBLISHED_KNOWN,
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.lm_runs.capped_loss",
+        None,
+        "007140bb22913d7b",
+        CAP_REASON,
+        PUBLISHED_KNOWN,
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.lm_runs.loss_gap_check",
+        None,
+        "4a41f1bb6c005a09",
+        CAP_REASON,
         PUBLISHED_KNOWN,
     ),
 )

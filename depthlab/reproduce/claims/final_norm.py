@@ -24,12 +24,13 @@ from depthlab.reproduce.lm_runs import (
     Run,
     announce,
     base,
-    final_loss,
     lm_batches,
+    loss_gap_check,
     paired_outcomes,
     train_seeds,
 )
 from depthlab.reproduce.registration import (
+    CAP_REASON,
     DECISION,
     LOG_REASON,
     PUBLISHED_KNOWN,
@@ -48,7 +49,6 @@ from depthlab.reproduce.reproduction import (
     register,
     resolve,
     sanity_under_revision,
-    seeded_check,
 )
 
 SMALL = {
@@ -125,6 +125,9 @@ REGISTRATION = Registration(
         ),
         Revision(
             "2026-12-01", "expectation.revised_interval_scale", None, "log", LOG_REASON, PUBLISHED_KNOWN
+        ),
+        Revision(
+            "2026-12-01", "code._checks", "25e660efc25e0f61", "ac99c94d745a8380", CAP_REASON, PUBLISHED_KNOWN
         ),
     ),
 )
@@ -232,10 +235,10 @@ def _checks(growth: dict, runs: dict, r: dict) -> list[Check]:
         )
         checks.append(sanity_under_revision(far, FAR_SANITY))  # counted as first registered
         checks.append(
-            seeded_check(
+            loss_gap_check(
                 f"{depth}L: final loss without the final norm - with it (nats)",
                 f">= +{e['tolerance']:.2f} (ends worse)",
-                [final_loss(a) - final_loss(b) for a, b in zip(off, on, strict=True)],
+                zip(off, on, strict=True),
                 at_least=e["tolerance"],
                 fmt="+.3f",
                 context=paired_outcomes(off, on),

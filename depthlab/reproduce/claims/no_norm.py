@@ -18,8 +18,15 @@ from depthlab.corpus import text_batch
 from depthlab.model import build_model
 from depthlab.probe.stats import stream_rms
 from depthlab.reproduce.claim_plots import loss_curves
-from depthlab.reproduce.lm_runs import announce, base, final_loss, paired_outcomes, train_seeds
+from depthlab.reproduce.lm_runs import (
+    announce,
+    base,
+    loss_gap_check,
+    paired_outcomes,
+    train_seeds,
+)
 from depthlab.reproduce.registration import (
+    CAP_REASON,
     LOG_REASON,
     PUBLISHED_KNOWN,
     SANITY_AS_FIRST,
@@ -35,7 +42,6 @@ from depthlab.reproduce.reproduction import (
     register,
     resolve,
     sanity_under_revision,
-    seeded_check,
 )
 
 EXPLODES_SANITY = "known before registration: the growth at init without a norm was measured first"
@@ -92,6 +98,14 @@ REGISTRATION = Registration(
         Revision(
             "2026-12-01", "expectation.revised_interval_scale", None, "log", LOG_REASON, PUBLISHED_KNOWN
         ),
+        Revision(
+            "2026-12-01",
+            "code.reproduce_no_norm",
+            "105c8997d5c7ce19",
+            "1d289f7bb29899cf",
+            CAP_REASON,
+            PUBLISHED_KNOWN,
+        ),
     ),
 )
 
@@ -139,10 +153,10 @@ def reproduce_no_norm(quick: bool = False, out_dir: str | None = None, scale: st
     )
     checks = [
         sanity_under_revision(explodes, EXPLODES_SANITY),  # counted as first registered
-        seeded_check(
+        loss_gap_check(
             f"{depth}L trained: final loss without the norm - with it (nats)",
             f">= {e['worse_by']:.2f} (ends clearly worse)",
-            [final_loss(a) - final_loss(b) for a, b in zip(runs["none"], runs["layernorm"], strict=True)],
+            zip(runs["none"], runs["layernorm"], strict=True),
             at_least=e["worse_by"],
             fmt="+.3f",
             context=paired_outcomes(runs["none"], runs["layernorm"]),
