@@ -88,3 +88,13 @@ def test_the_ladder_shows_the_capped_effect_beside_the_first():
     assert runs[effect.a][0]["val_loss"] == 190.0  # the stored runs are left as they are
     first, capped = measure(effect, 32, runs, range(3)), measure_capped(effect, 32, runs, range(3))
     assert first.interval.mean > 180 and capped.interval.mean == pytest.approx(math.log(256) - 2.51)
+
+
+def test_the_document_says_a_side_did_not_train_under_the_revised_rule():
+    from depthlab.docgen.reproductions_text import check_rows
+
+    rows = "\n".join(check_rows([warmup.close_check(6, 1e-3, (stalled(), stalled()))]))
+    assert (
+        "| agree | *inconclusive*: a side did not train (close and no worse need both sides trained" in rows
+    )
+    assert "not both sides trained (inconclusive under the revised rule)" in rows

@@ -97,7 +97,7 @@ def test_the_document_shows_first_revised_and_holm():
         "log scale",
     )
     rows = "\n".join(check_rows([check]))
-    assert "| result | revised | Holm |" in rows and "*inconclusive* | **MISMATCH** |" in rows
+    assert "| result | revised | Holm |" in rows and "*inconclusive* | **MISMATCH** (log scale) |" in rows
     assert "under rules revised with results known 0 agree, 1 MISMATCH" in result_line([check])
     first, rev = counts([check]), counts([check], "revised")
     text = " ".join(totals_text(first, rev, {AGREE: 0, MISMATCH: 0, INCONCLUSIVE: 1}, 1))

@@ -7,6 +7,7 @@ import re
 import sys
 
 from depthlab.intervals import AGREE, INCONCLUSIVE, METHOD, MISMATCH
+from depthlab.reproduce.lm_runs import BOTH_TRAINED
 from depthlab.reproduce.reproduction import REGISTRATIONS, Reproduction, counts, family_results
 
 INTRO = """\
@@ -215,6 +216,16 @@ def _shown(result: str) -> str:
     return {AGREE: "agree", MISMATCH: "**MISMATCH**", INCONCLUSIVE: "*inconclusive*", "": "-"}[result]
 
 
+def _revised_cell(c) -> str:
+    """The result under the revised rules and the revision that gives it ("-" when none touches it); a
+    close or no-worse check with a side that did not train says so."""
+    if not c.revised:
+        return "-"
+    if c.revised == INCONCLUSIVE and BOTH_TRAINED in c.revision:
+        return f"*inconclusive*: a side did not train ({BOTH_TRAINED}; {cell(c.revision)})"
+    return f"{_shown(c.revised)} ({cell(c.revision)})" if c.revision else _shown(c.revised)
+
+
 def check_rows(checks) -> list[str]:
     """The counted checks of one claim: the result under the first registration, the result under a
     rule revised with results known (if any), and the result under Holm's rule over the claim."""
@@ -226,7 +237,7 @@ def check_rows(checks) -> list[str]:
     for c, h in zip(checks, family):
         if not c.counted:
             continue
-        revised = _shown(c.revised) if c.revised else "-"
+        revised = _revised_cell(c)
         if c.revised_sanity:  # moved to sanity with results known: counted here, not under the revised rules
             revised = f"sanity, not counted ({cell(c.revised_sanity)})"
         lines.append(
