@@ -42,7 +42,15 @@ the share rule is their "revised" column.
 
 **First registration and revised rules.** A rule changed after a check's results were known never
 decides it: the result shown first is the one under the check's first registration, the column "revised"
-gives the result under the revised rule, and the counts are given under both.
+gives the result under the revised rule and names the revision, and the counts are given under both.
+The revised rules in use: a positive multiplicative quantity first registered on a linear interval is
+decided there on a log scale; a paired difference decided against 0 needs a registered minimum effect
+(0.02 nats for a loss difference, the seed noise final-norm registered, or the claim's own band for
+"flat"); a finite final loss above ln V (worse than a uniform guess) counts as ln V; a close or no-worse
+comparison is inconclusive when a side did not train; lr-sensitivity's formula counts a diverged run as
+the loss at init whatever loss it stopped at. A check that a revision made with results known moved to
+sanity counts, with its result, under the first registration, and is a sanity check under the revised
+rules only.
 
 **Chance.** At 95% per check, a check whose true value sat exactly on its threshold would read agree by
 chance 2.5% of the time and MISMATCH 2.5% of the time; the summary says how many wrong results chance
@@ -51,8 +59,9 @@ step-down rule over that claim's checks with an interval (family-wise error 5% p
 result that does not survive it reads inconclusive there.
 
 **Counts.** A check that holds by construction, cannot fail in its regime, or was added after the
-results were known is a *sanity* check: it still guards against bugs and is shown apart, but it is not
-counted. "N of M agree" counts only checks that could have failed.
+results were known is a *sanity* check (under the first registration too: it was not part of it): it
+still guards against bugs and is shown apart, but it is not counted. "N of M agree" counts only checks
+that could have failed.
 
 **The large scale** (`--scale large`: d_model 256, 2,000 to 10,000 steps, three seeds or more per setting)
 is for a GPU, not for a CPU night. `python benchmarks/gpu.py --reproduce --dry-run` prints, from the
