@@ -110,16 +110,10 @@ def _fake(
 def test_collapse_results_follow_the_measurements():
     good = collapse._checks(_fake(-0.5, 0.02, [0.3, 0.2, 0.1], [0.05, 0.05, 0.06]))
     assert len(good) == 8 and all(c.result == "agree" for c in good)
-    assert [c.counted for c in good] == [
-        False,
-        False,
-        True,
-        False,
-        True,
-        True,
-        True,
-        True,
-    ]  # init slopes and DeepNorm's share at init: sanity
+    # init slopes: sanity; DeepNorm's share at init: counted as first registered, sanity under the
+    # revised rules (moved there with results known)
+    assert [c.counted for c in good] == [False, False, True, True, True, True, True, True]
+    assert [c.counted_under("revised") for c in good] == [False, False, True, False, True, True, True, True]
     bad = collapse._checks(_fake(-0.1, -0.4, [0.2, 0.25, 0.3], [0.05, 0.01, 0.2]))
     assert len(bad) == 8 and all(c.result == "MISMATCH" for c in bad)
     # falling, but still above the first quarter's share at the deepest L: the claim is not met

@@ -39,6 +39,28 @@ def test_the_review_of_lr_sensitivity_is_a_revision_with_results_known():
     assert {r.key for r in revs if r.date == capped[0].date} >= {"code._attention", "code._paired"}
 
 
+def test_lr_sensitivity_is_decided_by_its_first_formula_and_shows_the_reviewed_one():
+    """A run stopped as diverged at a finite loss counts at min(l, l0) under the first registration's
+    formula and as l0 under the review's (201a65e); the first decides, the review's is the revised column."""
+    from depthlab.reproduce.sensitivity_first import first_attention, first_rule_curves
+    from depthlab.study.sensitivity import Curve, Point
+
+    l0 = 5.5
+    points = [
+        Point(1e-3, {0: 3.0, 1: 3.1}, {0: "trained", 1: "trained"}),
+        Point(1e-2, {0: 4.0, 1: 3.2}, {0: "diverged", 1: "trained"}),  # seed 0 diverged, finite loss
+    ]
+    curve = Curve({"wrap": "post"}, 6, points, l0)
+    assert curve.per_seed_sensitivity()[0] == pytest.approx((l0 - 3.0) / 2)  # the review's: l0
+    first = first_rule_curves([curve])[0]
+    assert first.per_seed_sensitivity()[0] == pytest.approx((4.0 - 3.0) / 2)  # first: min(l, l0)
+    assert first.per_seed_sensitivity()[1] == curve.per_seed_sensitivity()[1]
+    assert [p.outcome for p in curve.points][1][0] == "diverged"  # the input is left as it was
+    rows = [{"step": 10, "layer": 0, "attn_logit_max": 9.0, "attn_entropy": 1.0}]
+    rows += [{"step": 20, "layer": 1, "attn_logit_max": None, "attn_entropy": None}]
+    assert first_attention({"layers": rows}) == (9.0, 1.0, None)  # any stream, the last finite step
+
+
 def _run(outcome: str, step: int | None = None, val: float = 3.0, unigram: float = 3.4) -> Run:
     return Run(
         "r",

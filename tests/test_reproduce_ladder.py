@@ -33,7 +33,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def _code() -> dict:
     src = inspect.getsource(ladder_effects)
-    return {**module_pins(src, "measure"), **module_pins(src, "trend")}
+    roots = ("measure", "trend", "measure_capped")  # measure_capped: the revised column, since 2026-12-01
+    return {k: v for root in roots for k, v in module_pins(src, root).items()}
 
 
 def test_every_ladder_claim_is_pinned_and_changes_only_through_revisions():
@@ -243,3 +244,21 @@ def test_the_regime_under_the_ladder_is_the_one_it_was_registered_on():
     registered, is pinned too: a change to it changes every ladder run."""
     from_pin = PINS["_base"]
     assert from_pin == {"model": dict(ladder_run.TINY_MODEL), "train": dict(ladder_run.TINY_TRAIN)}
+
+
+def test_every_training_claim_is_on_the_ladder_or_says_why_not():
+    from depthlab.reproduce import REGISTRATIONS as CLAIMS
+    from depthlab.reproduce.ladder import LEFT_OUT
+
+    training = {n for n, r in CLAIMS.items() if "small" in r.regimes and "large" in r.regimes}
+    assert not set(LADDER) & set(LEFT_OUT)
+    assert training <= set(LADDER) | set(LEFT_OUT), training - set(LADDER) - set(LEFT_OUT)
+    later = {
+        "post-fails",
+        "lr-reference",
+        "stream-trained",
+        "model-update-stream",
+        "batchnorm-same",
+        "original-peak",
+    }
+    assert all("registered after the ladder" in LEFT_OUT[n] for n in later)

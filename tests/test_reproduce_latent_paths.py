@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from depthlab.intervals import AGREE, INCONCLUSIVE
+from depthlab.intervals import AGREE, INCONCLUSIVE, MISMATCH
 from depthlab.reproduce.claims import no_residual, shallow_post, skip_ablation, warmup
-from depthlab.reproduce.lm_runs import Run, final_loss
+from depthlab.reproduce.lm_runs import CAP_REVISION, Run, capped_loss, final_loss, loss_gap_check
 
 UNIGRAM = 3.1
 
@@ -61,3 +61,40 @@ def test_a_zero_bottom_gradient_is_kept_as_the_strongest_starvation():
     assert r["max"] == 0.0 and r["min"] == 0.0 and r["orders"] == skip_ablation.ZERO_ORDERS
     unmeasured = [(1, [None, 0.5, 1.0]), (2, [0.5, 0.5, 1.0])]
     assert skip_ablation.bottom_to_top(unmeasured, bottom=2)["max"] == 0.5
+
+
+def test_a_loss_above_ln_v_counts_as_ln_v_only_under_the_revised_rule():
+    # a pre-LN stack without its final norm at width 32 can end near 190 nats, still falling from its init
+    huge, ln_v = run(190.0, "undertrained"), math.log(256)
+    assert final_loss(huge) == 190.0 and capped_loss(huge) == pytest.approx(ln_v)
+    pairs = [(huge, run(2.5)), (run(188.0, "undertrained"), run(2.6)), (run(191.0, "undertrained"), run(2.4))]
+    check = loss_gap_check("gap", "<= 0.05", pairs, at_most=0.05)
+    assert check.result == MISMATCH  # as first registered: 185.5 nats worse
+    assert check.revised == MISMATCH and check.revision == CAP_REVISION
+    assert check.revised_values[0] == pytest.approx(ln_v - 2.5)
+
+
+def test_the_ladder_shows_the_capped_effect_beside_the_first():
+    from depthlab.reproduce.ladder import LADDER
+    from depthlab.reproduce.ladder_effects import capped_runs, measure, measure_capped
+
+    effect = next(e for e in LADDER["final-norm"].effects if e.kind == "gap")
+    cfg = {"config": {"model": {"vocab_size": 256}}}
+    runs = {
+        effect.a: {s: {**cfg, "val_loss": 190.0 + s, "outcome": "undertrained"} for s in range(3)},
+        effect.b: {s: {**cfg, "val_loss": 2.5 + 0.01 * s, "outcome": "trained"} for s in range(3)},
+    }
+    assert capped_runs(runs)[effect.a][0]["val_loss"] == pytest.approx(math.log(256))
+    assert runs[effect.a][0]["val_loss"] == 190.0  # the stored runs are left as they are
+    first, capped = measure(effect, 32, runs, range(3)), measure_capped(effect, 32, runs, range(3))
+    assert first.interval.mean > 180 and capped.interval.mean == pytest.approx(math.log(256) - 2.51)
+
+
+def test_the_document_says_a_side_did_not_train_under_the_revised_rule():
+    from depthlab.docgen.reproductions_text import check_rows
+
+    rows = "\n".join(check_rows([warmup.close_check(6, 1e-3, (stalled(), stalled()))]))
+    assert (
+        "| agree | *inconclusive*: a side did not train (close and no worse need both sides trained" in rows
+    )
+    assert "not both sides trained (inconclusive under the revised rule)" in rows

@@ -6,7 +6,11 @@ a revision (old value, new value, reason, results known) fails here.
 
 tests/registered_code.json holds the digests of the code that computes and decides each check
 (depthlab.reproduce.check_code), pinned from the commit that added it on; a change to that code also
-needs a revision (key "code.NAME", old and new digests). Each registration's commit is checked against
+needs a revision (key "code.NAME", old and new digests). A claim's pins follow the code it imports from
+other depthlab.reproduce modules (keyed "MODULE.NAME"); a pin added later for code that has not changed
+since the registration is no revision: its first digest is the registered code's (checked below against
+the registration commit for every claim registered since code was pinned), and only a change to it is
+a revision. Each registration's commit is checked against
 the repository's history: the first commit whose tests/registered_expectations.json holds the claim's
 first values, and whose claim file (under any of its past names) defines a Registration.
 """
@@ -14,6 +18,7 @@ first values, and whose claim file (under any of its past names) defines a Regis
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 import subprocess
 import sys
@@ -22,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from depthlab.reproduce import REGISTRATIONS, REPRODUCTIONS
-from depthlab.reproduce.check_code import claim_pins, module_pins, shared_pins
+from depthlab.reproduce.check_code import claim_pins, module_pins, shared_pins, source_of
 from depthlab.reproduce.registration import (
     SHARED_REVISIONS,
     Registration,
@@ -190,3 +195,133 @@ def test_restored_expectations_are_the_first_registered():
     ]
     assert bn.expectation["bn_gap_exceeds_ln_by"] == 0.0 and "training_check" not in bn.expectation
     assert [r.key for r in bn.revisions][:2] == ["expectation.training_check"] * 2
+
+
+def test_a_change_to_an_imported_helper_fails_the_importing_claims_pin():
+    """batchnorm-same trains with the batchnorm claim's _train_config: changing it changes that claim's
+    runs, so it fails batchnorm-same's pin too."""
+    helper = "depthlab.reproduce.claims.batchnorm"
+    old, new = "batch_size=16, seq_len=32", "batch_size=8, seq_len=32"
+    assert source_of(helper).count(old) == 1
+    fn = REPRODUCTIONS["batchnorm-same"]
+    today = claim_pins(fn)
+    assert f"{helper}._train_config" in today
+    mutated = claim_pins(fn, lambda m: source_of(m).replace(old, new) if m == helper else source_of(m))
+    assert [k for k in today if mutated[k] != today[k]] == [f"{helper}._train_config"]
+    reg = REGISTRATIONS["batchnorm-same"]
+    assert unrevised_changes(first_values("batchnorm-same"), reg, today) == []
+    assert unrevised_changes(first_values("batchnorm-same"), reg, mutated), "the mutation went unnoticed"
+
+
+@pytest.mark.parametrize(
+    "name, pinned",
+    [
+        ("model-update-stream", "depthlab.reproduce.claims.model_update.tiny_config"),
+        ("model-update-stream", "depthlab.reproduce.claims.model_update.SEQ"),
+        ("jacobian", "depthlab.reproduce.rezero_notebook.notebook_msv"),
+        ("jacobian", "depthlab.reproduce.jacobian_setups.walk"),
+        ("width-transfer", "depthlab.study.sensitivity.best_lr_slope"),
+        ("lr-transfer-depth", "depthlab.study.sensitivity.best_lr_slope"),
+        ("lr-transfer-depth", "depthlab.reproduce.transfer_runs.size_curves"),
+    ],
+)
+def test_code_a_claim_imports_is_pinned_with_it(name, pinned):
+    assert pinned in claim_pins(REPRODUCTIONS[name])
+
+
+def test_the_shared_pins_hold_the_decision_rules_and_the_outcome_thresholds():
+    pins = shared_pins()
+    for name in (
+        "depthlab.reproduce.reproduction.with_revision",
+        "depthlab.reproduce.reproduction.revised_unless_control",
+        "depthlab.reproduce.reproduction.family_results",
+        "depthlab.reproduce.reproduction.resolve",
+        "depthlab.reproduce.lm_runs.STALL_SHARE",
+        "depthlab.watch.outcome.STALL_MARGIN",
+        "depthlab.watch.outcome.BLOWUP",
+    ):
+        assert name in pins
+    src = source_of("depthlab.watch.outcome")
+    mutated = shared_pins(
+        lambda m: (
+            src.replace("STALL_MARGIN = 0.05", "STALL_MARGIN = 0.1")
+            if m == "depthlab.watch.outcome"
+            else source_of(m)
+        )
+    )
+    assert [k for k in pins if mutated[k] != pins[k]] == ["depthlab.watch.outcome.STALL_MARGIN"]
+
+
+PINNING = "83832df27b6b98550ccc9f41f1bacba243f214d6"  # the commit that began pinning check code
+
+
+def _source_at(commit: str):
+    def source(module: str) -> str:
+        path = module.replace(".", "/") + ".py"
+        names = _git("log", "--follow", "--format=", "--name-only", "--", path).split()
+        for p in dict.fromkeys([path, *names]):
+            done = subprocess.run(["git", "show", f"{commit}:{p}"], cwd=ROOT, capture_output=True, text=True)
+            if done.returncode == 0:
+                return done.stdout
+        raise FileNotFoundError(f"{path} at {commit}")
+
+    return source
+
+
+def _is_ancestor(a: str, b: str) -> bool:
+    """Whether commit ``a`` is ``b`` or one of its ancestors."""
+    done = subprocess.run(["git", "merge-base", "--is-ancestor", a, b], cwd=ROOT, capture_output=True)
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode == 0
+
+
+def test_first_code_pins_are_the_code_at_the_registration_commit():
+    """For each claim registered since code was pinned, its first digests are its code as registered:
+    a pin added later (imported code followed) is no revision only because that code had not changed."""
+    _history_of_pins()  # skips without history, fails on a shallow clone
+    later = [n for n, r in REGISTRATIONS.items() if _is_ancestor(PINNING, r.commit)]
+    assert len(later) >= 9
+    for name in sorted(later):
+        then = claim_pins(REPRODUCTIONS[name], _source_at(REGISTRATIONS[name].commit))
+        assert {k: then.get(k) for k in CODE[name]} == CODE[name], name
+
+
+def _commit_time(commit: str) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(int(_git("show", "-s", "--format=%ct", commit)), datetime.UTC)
+
+
+def _typed(date: str) -> tuple[datetime.datetime, str]:
+    """A hand-typed date ("2026-11-30" or "2026-11-30 16:30 UTC") and its precision."""
+    if date.endswith(" UTC"):
+        return datetime.datetime.strptime(date, "%Y-%m-%d %H:%M UTC").replace(tzinfo=datetime.UTC), "minute"
+    return datetime.datetime.strptime(date, "%Y-%m-%d").replace(tzinfo=datetime.UTC), "day"
+
+
+def _floor(t: datetime.datetime, precision: str) -> datetime.datetime:
+    t = t.replace(second=0, microsecond=0)
+    return t.replace(hour=0, minute=0) if precision == "day" else t
+
+
+def test_no_revision_is_dated_before_the_registration_it_revises():
+    """A revision's typed date never precedes its registration's commit; one carried by a commit before
+    it (a change made before the values were committed as a registration) names that commit, which must
+    have touched the claim's file at the typed time."""
+    _history_of_pins()
+    for name, reg in sorted(REGISTRATIONS.items()):
+        registered = _commit_time(reg.commit)
+        for r in reg.revisions:
+            typed, precision = _typed(r.date)
+            if r.commit:
+                carried = _commit_time(r.commit)
+                assert _floor(carried, precision) == typed, f"{name} {r.key}: {r.commit} is not of {r.date}"
+                assert _is_ancestor(r.commit, "HEAD"), f"{name} {r.key}: {r.commit} is not in the history"
+                touched = set(_git("show", "--format=", "--name-only", r.commit).split())
+                assert touched & _claim_file_names(name), f"{name} {r.key}: {r.commit} left its file alone"
+            else:
+                assert typed >= _floor(registered, precision), (
+                    f"{name}: the revision of {r.key} is dated {r.date}, before its registration "
+                    f"{reg.commit[:10]} ({registered:%Y-%m-%d %H:%M} UTC)"
+                )
+    pinning = _floor(_commit_time(PINNING), "day")
+    for r in SHARED_REVISIONS:
+        assert _typed(r.date)[0] >= pinning, f"shared {r.key}: dated before the shared code was pinned"

@@ -16,10 +16,13 @@ from depthlab.intervals import (
     mean_interval,
     p_value,
 )
+from depthlab.reproduce.claims import model_update
 from depthlab.reproduce.reproduction import (
     counts,
+    effect_revised,
     family_results,
     format_counts,
+    log_revised,
     revised_unless_control,
     seeded_check,
     with_revision,
@@ -94,9 +97,42 @@ def test_the_document_shows_first_revised_and_holm():
         "log scale",
     )
     rows = "\n".join(check_rows([check]))
-    assert "| result | revised | Holm |" in rows and "*inconclusive* | **MISMATCH** |" in rows
+    assert "| result | revised | Holm |" in rows and "*inconclusive* | **MISMATCH** (log scale) |" in rows
     assert "under rules revised with results known 0 agree, 1 MISMATCH" in result_line([check])
     first, rev = counts([check]), counts([check], "revised")
     text = " ".join(totals_text(first, rev, {AGREE: 0, MISMATCH: 0, INCONCLUSIVE: 1}, 1))
     assert "Under the first registrations: 0 of 1" in text and "revised with results known" in text
     assert "about 0.0 of the 1 would read agree" in text
+
+
+def test_a_ratio_is_decided_as_first_registered_and_shown_on_a_log_scale():
+    # a ratio whose linear interval reaches below 0 (the far seed): linear straddles 1, log is above it
+    values = [3.0, 4.0, 5.0, 4.0, 80.0]
+    check = log_revised("ratio", ">= 1", values, at_least=1.0)
+    assert check.result == seeded_check("ratio", ">= 1", values, at_least=1.0).result == INCONCLUSIVE
+    assert check.revised == AGREE and check.revised_bounds["scale"] == "log"
+
+
+def test_a_difference_against_zero_needs_the_minimum_effect_under_the_revised_rule():
+    values = [0.004, 0.005, 0.006]  # above 0, below a 0.02 minimum effect
+    check = effect_revised("diff", "> 0", values, 0.02, at_least=0.0)
+    assert check.result == AGREE and check.revised == MISMATCH
+    assert check.revised_bounds["at_least"] == 0.02 and "minimum effect" in check.revision
+    assert effect_revised("d", "< 0", [-0.05, -0.06, -0.07], 0.02, at_most=0.0).revised == AGREE
+
+
+def test_deepnorm_moves_less_by_more_than_the_flat_band_under_the_revised_rule():
+    update = {"post": {48: [1.1, 1.12, 1.15]}, "deepnorm": {48: [1.0, 1.0, 1.01]}}
+    check = model_update._moves_less(update, 48)
+    assert check.result == AGREE  # post moves more, as first registered
+    assert check.revised == MISMATCH  # but by less than x1.5, the claim's band for "about flat"
+
+
+def test_two_revisions_of_one_check_are_both_named():
+    check = effect_revised("d", "> 0", [0.1, 0.2, 0.3], 0.02, at_least=0.0)
+    revised_unless_control(check, False, "not both trained", "control rule")
+    assert (
+        check.revised == INCONCLUSIVE
+        and "minimum effect" in check.revision
+        and "control rule" in check.revision
+    )

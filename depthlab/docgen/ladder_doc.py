@@ -62,6 +62,14 @@ def claim_table(rows: list[dict], widths) -> list[str]:
         cells = [_cell(by_width[w]) if w in by_width else "(first rung only)" for w in widths]
         effect = row["effect"]
         lines.append(f"| {effect.name} | {_bounds(effect)} | " + " | ".join(cells) + f" | {row['trend']} |")
+        capped = {m.width: m for m in row.get("capped", [])}
+        if any(capped[w].values != by_width[w].values for w in capped):  # a loss above ln V was capped
+            cells = [_cell(capped[w]) if w in capped else "(first rung only)" for w in widths]
+            lines.append(
+                f"| revised: {effect.name}, a loss above ln V counts as ln V | {_bounds(effect)} | "
+                + " | ".join(cells)
+                + f" | {row['capped_trend']} |"
+            )
     return lines
 
 
@@ -125,7 +133,9 @@ def render(effects: dict, page: Page) -> str:
         "training to convergence is read there as under-trained. Each cell: mean [95% t-interval] over "
         "seeds and the result against the registered bound; 'with width': from the narrowest to the "
         "widest width, whether the effect moved toward the claim's side of its bound, away from it, or "
-        "not beyond the intervals. A final loss is the validation loss; a diverged run counts as ln V.",
+        "not beyond the intervals. A final loss is the validation loss; a diverged run counts as ln V. "
+        "Where a finite loss above ln V (worse than a uniform guess) changes an effect, a 'revised' row "
+        "counts it as ln V, a rule added with results known: the first row decides.",
         "",
         f"Registered before any of its runs in {_commits_text(page.commits)}: {page.stored} runs stored, "
         f"{page.before} of them started before their claim's registration commit.",

@@ -7,6 +7,7 @@ import re
 import sys
 
 from depthlab.intervals import AGREE, INCONCLUSIVE, METHOD, MISMATCH
+from depthlab.reproduce.lm_runs import BOTH_TRAINED
 from depthlab.reproduce.reproduction import REGISTRATIONS, Reproduction, counts, family_results
 
 INTRO = """\
@@ -41,7 +42,15 @@ the share rule is their "revised" column.
 
 **First registration and revised rules.** A rule changed after a check's results were known never
 decides it: the result shown first is the one under the check's first registration, the column "revised"
-gives the result under the revised rule, and the counts are given under both.
+gives the result under the revised rule and names the revision, and the counts are given under both.
+The revised rules in use: a positive multiplicative quantity first registered on a linear interval is
+decided there on a log scale; a paired difference decided against 0 needs a registered minimum effect
+(0.02 nats for a loss difference, the seed noise final-norm registered, or the claim's own band for
+"flat"); a finite final loss above ln V (worse than a uniform guess) counts as ln V; a close or no-worse
+comparison is inconclusive when a side did not train; lr-sensitivity's formula counts a diverged run as
+the loss at init whatever loss it stopped at. A check that a revision made with results known moved to
+sanity counts, with its result, under the first registration, and is a sanity check under the revised
+rules only.
 
 **Chance.** At 95% per check, a check whose true value sat exactly on its threshold would read agree by
 chance 2.5% of the time and MISMATCH 2.5% of the time; the summary says how many wrong results chance
@@ -50,8 +59,9 @@ step-down rule over that claim's checks with an interval (family-wise error 5% p
 result that does not survive it reads inconclusive there.
 
 **Counts.** A check that holds by construction, cannot fail in its regime, or was added after the
-results were known is a *sanity* check: it still guards against bugs and is shown apart, but it is not
-counted. "N of M agree" counts only checks that could have failed.
+results were known is a *sanity* check (under the first registration too: it was not part of it): it
+still guards against bugs and is shown apart, but it is not counted. "N of M agree" counts only checks
+that could have failed.
 
 **The large scale** (`--scale large`: d_model 256, 2,000 to 10,000 steps, three seeds or more per setting)
 is for a GPU, not for a CPU night. `python benchmarks/gpu.py --reproduce --dry-run` prints, from the
@@ -167,6 +177,12 @@ def _abbrev(n: dict) -> str:
     return f"{n[AGREE]}/{n[MISMATCH]}/{n[INCONCLUSIVE]}"
 
 
+def _moved_text(first: dict, revised: dict) -> str:
+    """How many more checks the revised rules leave out as sanity checks ("" if none)."""
+    moved = revised["sanity"] - first["sanity"]
+    return f", {moved} more moved to sanity with results known (counted under the first)" if moved else ""
+
+
 def totals_text(total: dict, revised: dict, holm_total: dict, counted: int) -> list[str]:
     """The headline counts under the first registrations and the revised rules, Holm's, and chance's."""
     lines = [
@@ -178,7 +194,9 @@ def totals_text(total: dict, revised: dict, holm_total: dict, counted: int) -> l
         lines += [
             "",
             f"Under the rules revised with results known (shown, never deciding): {revised[AGREE]} agree, "
-            f"{revised[MISMATCH]} MISMATCH, {revised[INCONCLUSIVE]} inconclusive.",
+            f"{revised[MISMATCH]} MISMATCH, {revised[INCONCLUSIVE]} inconclusive"
+            + _moved_text(total, revised)
+            + ".",
         ]
     lines += [
         "",
@@ -229,6 +247,16 @@ def _shown(result: str) -> str:
     return {AGREE: "agree", MISMATCH: "**MISMATCH**", INCONCLUSIVE: "*inconclusive*", "": "-"}[result]
 
 
+def _revised_cell(c) -> str:
+    """The result under the revised rules and the revision that gives it ("-" when none touches it); a
+    close or no-worse check with a side that did not train says so."""
+    if not c.revised:
+        return "-"
+    if c.revised == INCONCLUSIVE and BOTH_TRAINED in c.revision:
+        return f"*inconclusive*: a side did not train ({BOTH_TRAINED}; {cell(c.revision)})"
+    return f"{_shown(c.revised)} ({cell(c.revision)})" if c.revision else _shown(c.revised)
+
+
 def check_rows(checks) -> list[str]:
     """The counted checks of one claim: the result under the first registration, the result under a
     rule revised with results known (if any), and the result under Holm's rule over the claim."""
@@ -240,7 +268,9 @@ def check_rows(checks) -> list[str]:
     for c, h in zip(checks, family):
         if not c.counted:
             continue
-        revised = _shown(c.revised) if c.revised else "-"
+        revised = _revised_cell(c)
+        if c.revised_sanity:  # moved to sanity with results known: counted here, not under the revised rules
+            revised = f"sanity, not counted ({cell(c.revised_sanity)})"
         lines.append(
             f"| {cell(c.claim)} | {cell(c.stated)} | {cell(c.measured)} | {_shown(c.result)} | {revised} "
             f"| {_shown(h)} |"
@@ -259,7 +289,7 @@ def result_line(checks) -> str:
     if rev != n:
         result += (
             f"; under rules revised with results known {rev[AGREE]} agree, {rev[MISMATCH]} MISMATCH, "
-            f"{rev[INCONCLUSIVE]} inconclusive"
+            f"{rev[INCONCLUSIVE]} inconclusive" + _moved_text(n, rev)
         )
     return result + (f"; {n['sanity']} sanity checks apart." if n["sanity"] else ".")
 
@@ -349,8 +379,9 @@ def revisions(parts: list[Reproduction]) -> list[str]:
         for r in reg.revisions if reg else ():
             old = "(none)" if r.old is None else _value(r.old)
             new = "(removed)" if r.new is None else _value(r.new)
+            date = r.date + (f" (commit {r.commit[:10]}, before the registration's)" if r.commit else "")
             lines.append(
-                f"| {p.name} | {r.date} | `{r.key}` | {cell(old)} | {cell(new)} | {cell(r.reason)} | {cell(r.results_known)} |"
+                f"| {p.name} | {date} | `{r.key}` | {cell(old)} | {cell(new)} | {cell(r.reason)} | {cell(r.results_known)} |"
             )
     return lines + [""]
 

@@ -9,10 +9,16 @@ what the code computes, or to the names it reads, changes the hash.
 A claim's pinned functions are its registered reproduction function and every module-level function of
 its module that it reaches by name (transitively), except the plotting ones (they draw, they decide
 nothing), plus the module-level constants those functions read (other than the registration itself,
-whose values are pinned as values), plus the code outside the module that decides its checks, named by
-the module's ``DECIDED_ELSEWHERE`` ("module:Qualified.name", e.g. a formula of the study package). The
-shared decision code (the interval, the result rules, the run readers every training claim uses) is
-pinned once, under :data:`SHARED`.
+whose values are pinned as values). The pins follow what the claim imports from other depthlab.reproduce
+modules (another claim's training config, a setup's walk, a notebook's cell), transitively, keyed
+"MODULE.NAME"; not into the modules pinned once under :data:`SHARED` (the interval, the result rules, the
+run readers every training claim uses, the thresholds that label a run), nor into those that only draw
+or estimate times. Code outside depthlab.reproduce that decides a claim's checks (a formula of the study
+package) is named by the module's ``DECIDED_ELSEWHERE`` ("module:Qualified.name").
+
+A pin added later for code that has not changed since the registration is not a revision: its first
+digest is the registered code's (tests/test_reproduce_registration.py checks it against the registration
+commit for the claims registered since code was pinned). A change to pinned code is one.
 """
 
 from __future__ import annotations
@@ -23,15 +29,40 @@ import importlib
 import inspect
 import sys
 
-# The shared code that turns measurements into results: module -> the functions pinned.
+# The shared code that turns measurements into results: module -> the functions ("Class.method" for a
+# method) and module constants pinned. A name added here later pins the code as it is at the commit that
+# adds it: a new pin of code that has not changed is not a revision (its first digest is today's);
+# a change to it from then on is one.
 SHARED = {
-    "depthlab.intervals": ("mean_interval", "decide", "t_cdf", "t_quantile", "_betainc", "_betacf"),
+    "depthlab.intervals": (
+        "mean_interval",
+        "decide",
+        "t_cdf",
+        "t_quantile",
+        "_betainc",
+        "_betacf",
+        "log_interval",
+        "p_value",
+        "holm",
+    ),
     "depthlab.reproduce.reproduction": (
         "seeded_check",
         "unanimous_check",
         "unless_control",
         "combined",
         "counts",
+        "with_revision",
+        "revised_unless_control",
+        "family_results",
+        "resolve",
+        "sanity_under_revision",
+        "log_revised",
+        "effect_revised",
+        "LOG_SCALE",
+        "Check.under",
+        "Check.counted",
+        "Check.counted_under",
+        "Check.__post_init__",
     ),
     "depthlab.reproduce.lm_runs": (
         "final_loss",
@@ -41,9 +72,48 @@ SHARED = {
         "paired_outcomes",
         "_summarise",
         "all_trained",
+        "capped_loss",
+        "loss_gap_check",
+        "CAP_REVISION",
+        "base",
+        "eval_loss",
+        "STALL_SHARE",
+        "BOTH_TRAINED",
+        "NO_ATTN_SKIP",
+        "TINY_MODEL",
+        "TINY_TRAIN",
+        "LARGE_MODEL",
+        "LARGE_TRAIN",
     ),
     "depthlab.reproduce.shares": ("share_interval", "share_p_value", "share_check", "_at_least", "_solve"),
+    # The regimes the training claims start from, and the thresholds that label a run (trained,
+    # undertrained, stalled, diverged): a change there relabels runs, so it changes results.
+    "depthlab.train.regimes": ("TINY_LM_MODEL", "TINY_LM_TRAIN", "LARGE_LM_MODEL", "LARGE_LM_TRAIN"),
+    "depthlab.watch.outcome": (
+        "EMA_WEIGHT",
+        "SPIKE_FLOOR",
+        "BLOWUP",
+        "BLOWUP_LOGS",
+        "STREAM_BLOWUP",
+        "STALL_MARGIN",
+        "FALL_MARGIN",
+        "OUTCOMES",
+    ),
 }
+# A claim's pins follow the code it imports from these modules (its own helpers, another claim's, a
+# setup's), transitively; not into the modules pinned once under SHARED, nor into those that only draw,
+# estimate times or hold the registration (pinned as values).
+FOLLOWED = "depthlab.reproduce"
+NOT_FOLLOWED = (
+    "depthlab.reproduce.reproduction",
+    "depthlab.reproduce.registration",
+    "depthlab.reproduce.lm_runs",
+    "depthlab.reproduce.shares",
+    "depthlab.reproduce.claim_plots",
+    "depthlab.reproduce.cost",
+)
+# Packages whose ``from P import M`` imports a module (followed through ``M.name``).
+PACKAGES = ("depthlab.reproduce", "depthlab.reproduce.claims")
 # Names that are never pinned: the registration (pinned as values) and what only draws or reports.
 SKIPPED = ("REGISTRATION", "AT_SCALE", "QUICK")
 
@@ -81,49 +151,120 @@ def _top_level(tree: ast.Module) -> tuple[dict[str, ast.AST], dict[str, ast.AST]
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
-                if isinstance(t, ast.Name):
-                    constants[t.id] = node
+                for n in t.elts if isinstance(t, ast.Tuple) else [t]:  # BATCH, SEQ = 8, 32
+                    if isinstance(n, ast.Name):
+                        constants[n.id] = node
     return functions, constants
+
+
+def _classes(tree: ast.Module) -> dict[str, ast.AST]:
+    return {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+
+
+def _imports(tree: ast.Module) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
+    """(names, modules) a module imports from the followed depthlab.reproduce modules: {local name:
+    (module, name)} for ``from M import name`` and {local name: module} for ``from P import M``."""
+    names, modules = {}, {}
+    for node in tree.body:
+        if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith(FOLLOWED):
+            continue
+        for alias in node.names:
+            local, full = alias.asname or alias.name, f"{node.module}.{alias.name}"
+            if node.module in PACKAGES:
+                if _followed(full):
+                    modules[local] = full
+            elif _followed(node.module):
+                names[local] = (node.module, alias.name)
+    return names, modules
+
+
+def _followed(module: str) -> bool:
+    return module.startswith(FOLLOWED) and module not in NOT_FOLLOWED
 
 
 def _names(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
+def _attributes(node: ast.AST, modules: dict[str, str]) -> set[tuple[str, str]]:
+    """(module, name) for each ``M.name`` in ``node`` where M is an imported module of ``modules``."""
+    return {
+        (modules[n.value.id], n.attr)
+        for n in ast.walk(node)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in modules
+    }
+
+
 def module_pins(source: str, root: str) -> dict[str, str]:
-    """{name: digest} for the function ``root`` of module ``source`` and everything it reaches.
+    """{name: digest} for the function ``root`` of module ``source`` and everything it reaches in the
+    module (the imports are not followed: see :func:`reached_pins`).
 
     Reached: module-level functions named in a reached function's body (plotting ones excepted), and
     the module-level constants they read (the registration and the names in :data:`SKIPPED` excepted).
     """
-    functions, constants = _top_level(ast.parse(source))
-    if root not in functions:
+    return reached_pins("__main__", root, lambda m: source, follow=False)
+
+
+def reached_pins(module: str, root: str, source_of, follow: bool = True) -> dict[str, str]:
+    """{name: digest} for the function ``root`` of ``module`` and everything it reaches, the code it
+    imports from other depthlab.reproduce modules included (``follow``), transitively.
+
+    ``source_of(module name)`` gives a module's source (today's, or a past commit's). Names of
+    ``module`` are pinned as they are named there; an imported one as "MODULE.NAME".
+    """
+    trees: dict[str, tuple] = {}
+
+    def parsed(mod: str) -> tuple:
+        if mod not in trees:
+            tree = ast.parse(source_of(mod))
+            trees[mod] = (*_top_level(tree), _classes(tree), *_imports(tree))
+        return trees[mod]
+
+    if root not in parsed(module)[0]:
         raise KeyError(f"{root} is not a function of the module")
-    seen, todo, pins = set(), [root], {}
+    seen, todo, pins = set(), [(module, root)], {}
     while todo:
-        name = todo.pop()
-        if name in seen:
+        mod, name = todo.pop()
+        if (mod, name) in seen:
             continue
-        seen.add(name)
-        node = functions[name]
-        pins[name] = digest(node)
-        for ref in sorted(_names(node)):
-            if ref in functions and "plot" not in ref and ref not in seen:
-                todo.append(ref)
+        seen.add((mod, name))
+        functions, constants, classes, names, modules = parsed(mod)
+        key = name if mod == module else f"{mod}.{name}"
+        if name not in functions:  # an imported constant or class: pinned, not followed
+            node = constants.get(name) or classes.get(name)
+            if node is None:
+                raise KeyError(f"{mod} defines no {name}")
+            pins[key] = digest(node)
+            continue
+        pins[key] = digest(functions[name])
+        refs = sorted(_names(functions[name]))
+        for ref in refs:
+            if ref in functions and "plot" not in ref:
+                todo.append((mod, ref))
             elif ref in constants and ref not in SKIPPED:
-                pins[ref] = digest(constants[ref])
+                ckey = ref if mod == module else f"{mod}.{ref}"
+                pins[ckey] = digest(constants[ref])
+            elif follow and ref in names and "plot" not in ref:
+                todo.append(names[ref])
+        if follow:
+            todo += [(m, a) for m, a in sorted(_attributes(functions[name], modules)) if "plot" not in a]
     return dict(sorted(pins.items()))
 
 
-def claim_pins(fn) -> dict[str, str]:
-    """The pins of a registered reproduction function ``fn`` (see :func:`module_pins`), with those of
-    the code its module names in ``DECIDED_ELSEWHERE`` under "module.Qualified.name"."""
+def source_of(module: str) -> str:
+    """Today's source of ``module`` (imported)."""
+    return inspect.getsource(importlib.import_module(module))
+
+
+def claim_pins(fn, sources=source_of) -> dict[str, str]:
+    """The pins of a registered reproduction function ``fn`` (see :func:`reached_pins`), with those of
+    the code its module names in ``DECIDED_ELSEWHERE`` under "module.Qualified.name". ``sources``:
+    the modules' sources (by default today's)."""
     module = sys.modules[fn.__module__]
-    pins = module_pins(inspect.getsource(module), fn.__name__)
+    pins = reached_pins(fn.__module__, fn.__name__, sources)
     for ref in getattr(module, "DECIDED_ELSEWHERE", ()):
         mod_name, qualname = ref.split(":")
-        source = inspect.getsource(importlib.import_module(mod_name))
-        pins[f"{mod_name}.{qualname}"] = digest(qualified_node(ast.parse(source), qualname))
+        pins[f"{mod_name}.{qualname}"] = digest(qualified_node(ast.parse(sources(mod_name)), qualname))
     return dict(sorted(pins.items()))
 
 
@@ -142,11 +283,15 @@ def qualified_node(tree: ast.Module, qualname: str) -> ast.AST:
     return node
 
 
-def shared_pins() -> dict[str, str]:
-    """{"module.function": digest} for the shared decision code of :data:`SHARED`."""
+def shared_pins(sources=None) -> dict[str, str]:
+    """{"module.name": digest} for the shared decision code and constants of :data:`SHARED`
+    (``sources``: the modules' sources, by default today's)."""
+    sources = sources or source_of
     out = {}
     for mod_name, names in SHARED.items():
-        functions, _ = _top_level(ast.parse(inspect.getsource(sys.modules[mod_name])))
+        tree = ast.parse(sources(mod_name))
+        _, constants = _top_level(tree)
         for name in names:
-            out[f"{mod_name}.{name}"] = digest(functions[name])
+            node = constants[name] if name in constants else qualified_node(tree, name)
+            out[f"{mod_name}.{name}"] = digest(node)
     return out

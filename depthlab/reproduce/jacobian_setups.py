@@ -92,7 +92,7 @@ def hutchinson_msv(fn, x: torch.Tensor, probes: int, gen: torch.Generator, per_t
 
 
 STEPS = (
-    ("the notebook's setup (reconstructed)", {}),
+    ("depthlab's reconstruction of the ReZero setup", {}),
     ("dropout off (eval mode)", {"dropout_active": False}),
     ("depthlab's sizes: 4 heads, FFN 512", {"heads": 4, "d_ff": 512}),
     ("GELU instead of ReLU", {"activation": "gelu"}),

@@ -145,6 +145,23 @@ def sensitivity_growth(effect: Effect, runs: dict[str, dict[int, dict]], seeds) 
     return [growth[effect.a].get(s, math.nan) - growth[effect.b].get(s, math.nan) for s in seeds]
 
 
+def capped_runs(runs: dict[str, dict[int, dict]]) -> dict[str, dict[int, dict]]:
+    """``runs`` with each finite validation loss above ln V counted as ln V, the revised rule (a model
+    worse than a uniform guess learned nothing, as the claims count it); the stored runs are unchanged."""
+
+    def cap(r: dict) -> dict:
+        v, ln_v = r.get("val_loss"), math.log(r["config"]["model"].get("vocab_size", 256))
+        return {**r, "val_loss": min(float(v), ln_v)} if finite(v) else r
+
+    return {label: {s: cap(r) for s, r in by_seed.items()} for label, by_seed in runs.items()}
+
+
+def measure_capped(effect: Effect, width: int, runs: dict[str, dict[int, dict]], seeds) -> Measured:
+    """:func:`measure` under the revised rule (:func:`capped_runs`), shown beside the first registration's
+    effect, which decides; a train gap (the same run's validation minus training loss) is read as stored."""
+    return measure(effect, width, runs if effect.kind == "train_gap" else capped_runs(runs), seeds)
+
+
 def measure(effect: Effect, width: int, runs: dict[str, dict[int, dict]], seeds) -> Measured:
     """The effect at ``width`` from a rung's runs by setting."""
     if effect.kind == "sensitivity_growth":
@@ -194,11 +211,21 @@ def ladder_effects(db: str, todo: list[Rung]) -> dict[str, list[dict]]:
     for claim, widths in per_claim.items():
         rows = []
         for effect in LADDER[claim].effects:
-            measured = [
-                measure(effect, w, runs, r.seeds)
+            at = [
+                (w, r, runs)
                 for w, (r, runs) in sorted(widths.items())
                 if not effect.first_rung_only or w == min(widths)
             ]
-            rows.append({"effect": effect, "measured": measured, "trend": trend(effect, measured)})
+            measured = [measure(effect, w, runs, r.seeds) for w, r, runs in at]
+            capped = [measure_capped(effect, w, runs, r.seeds) for w, r, runs in at]
+            rows.append(
+                {
+                    "effect": effect,
+                    "measured": measured,
+                    "trend": trend(effect, measured),
+                    "capped": capped,  # the revised rule: a loss above ln V counts as ln V
+                    "capped_trend": trend(effect, capped),
+                }
+            )
         out[claim] = rows
     return out

@@ -7,7 +7,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from depthlab.reproduce.registration import Registration
+from depthlab.reproduce.registration import CAP_REASON, Registration, Revision
+
+# Revisions of every claim's ladder: its effects under the revised rule (a loss above ln V counts as
+# ln V), shown beside the first registration's, which decide.
+CAP_KNOWN = (
+    "yes for the rungs already stored (docs/reproductions-ladder.md); the first registration's effects decide"
+)
+LADDER_REVISIONS = (
+    Revision("2026-12-01", "code.capped_runs", None, "3612fe994443090c", CAP_REASON, CAP_KNOWN),
+    Revision("2026-12-01", "code.measure_capped", None, "97d09b43409eebf0", CAP_REASON, CAP_KNOWN),
+)
 
 WIDTHS = (32, 64, 128)
 SEEDS = [0, 1, 2]
@@ -85,6 +95,7 @@ class LadderClaim:
             expectation={"effects": [e.to_dict() for e in self.effects], "step_rule": STEP_RULE},
             regimes=regimes,
             notes=self.subset,
+            revisions=LADDER_REVISIONS,
         )
 
 

@@ -26,6 +26,11 @@ class Revision:
     with ``old`` and ``new`` the regime's dicts.
     ``old`` is None when the value is new. ``results_known`` says whether (and which) results had been
     seen when the change was made: a revision made with results known cannot count as a prediction.
+    ``date`` is typed by hand; it never precedes the registration's commit (checked against the history
+    by tests/test_reproduce_registration.py). ``commit``: the commit that carried the change, where it
+    is recorded (checked there too: it touched the claim's file at the typed time); a revision carried
+    before the registration's commit (a change to the code before the values were committed as a
+    registration, which then recorded the values from before it as the first) must name it.
     """
 
     date: str
@@ -34,9 +39,10 @@ class Revision:
     new: object
     reason: str
     results_known: str
+    commit: str = ""
 
     def to_dict(self) -> dict:
-        return {
+        d = {
             "date": self.date,
             "key": self.key,
             "old": self.old,
@@ -44,6 +50,9 @@ class Revision:
             "reason": self.reason,
             "results_known": self.results_known,
         }
+        if self.commit:
+            d["commit"] = self.commit
+        return d
 
 
 @dataclass(frozen=True)
@@ -195,6 +204,50 @@ def to_seeds(
     return tuple(out)
 
 
+# The revisions that give positive multiplicative quantities a log-scale interval, and paired differences
+# decided against 0 a minimum effect, in the revised column (the first registration's result decides).
+LOG_REASON = (
+    "a positive multiplicative quantity (a ratio, an rms, a gradient norm) spreads over seeds by factors, "
+    "and a linear interval can reach below 0, a value it cannot take: its interval on log10 values "
+    "(shown as a geometric mean) in the revised column; the linear-scale result decides as first registered"
+)
+EFFECT_REASON = (
+    "a paired difference decided against 0 agrees on an effect too small to matter: the revised column "
+    "asks for a registered minimum effect, chosen from the quantity's own noise or the claim's own band "
+    "(the code says why beside it), never from the results; the result against 0 decides as first "
+    "registered"
+)
+CAP_REASON = (
+    "a finite final loss above ln V (worse than a uniform guess, e.g. a stack still falling from a huge "
+    "loss at init) counts as ln V in the revised column, as the claims count a model that learned "
+    "nothing; the first registration's loss (as reported) decides"
+)
+PUBLISHED_KNOWN = "yes: the results were published; the first registration's result decides"
+UNPUBLISHED_KNOWN = (
+    "no result of the registered regime is in docs/reproductions.md at this commit; the first "
+    "registration's result decides all the same"
+)
+# The revision that makes every check added with results known a sanity check (under the first
+# registration too: it was not in it).
+ADDED_KNOWN_SANITY = (
+    "a check added after its results were known is a sanity check (shown, not counted) under the first "
+    "registration too, as the other checks added with results known are; the reconstruction of the ReZero "
+    "setup is labelled depthlab's own (the notebook's real cell is the table beside it)"
+)
+ADDED_KNOWN_SANITY_KNOWN = (
+    "yes: the results were published; these checks leave the counts whatever their result"
+)
+# The revision that counts each check moved to sanity with results known as first registered.
+SANITY_AS_FIRST = (
+    "a check moved to sanity by a revision made with results known counts, with its result, under the "
+    "first registration as it was first registered; it is a sanity check under the revised rules only"
+)
+SANITY_AS_FIRST_KNOWN = (
+    "yes: the results were published; the first registration's counts are restored and decide, the "
+    "revised ones are shown beside them"
+)
+
+
 # Revisions of the shared decision code (depthlab.reproduce.check_code.SHARED), keyed
 # "code.MODULE.FUNCTION", old and new the function's digest; replayed like a claim's revisions.
 SHARED_REVISIONS: tuple[Revision, ...] = (
@@ -258,6 +311,86 @@ SHARED_REVISIONS: tuple[Revision, ...] = (
             ("_at_least", "6c6db2579afaae11"),
             ("_solve", "e1956a7a817def67"),
         )
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.reproduction.Check.counted_under",
+        None,
+        "2a1ed2032bf9ff26",
+        SANITY_AS_FIRST,
+        SANITY_AS_FIRST_KNOWN,
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.reproduction.counts",
+        "f3fd71cfac714650",
+        "a7b1b923b1d4a149",
+        SANITY_AS_FIRST,
+        SANITY_AS_FIRST_KNOWN,
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.reproduction.sanity_under_revision",
+        None,
+        "27ef732f6a373228",
+        SANITY_AS_FIRST,
+        SANITY_AS_FIRST_KNOWN,
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.reproduction.LOG_SCALE",
+        None,
+        "abf39f69b4bd9b03",
+        LOG_REASON,
+        PUBLISHED_KNOWN,
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.reproduction.log_revised",
+        None,
+        "eb32dc2d8c5a3a00",
+        LOG_REASON,
+        PUBLISHED_KNOWN,
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.reproduction.revised_unless_control",
+        "9bb77882c524a711",
+        "1bad11da4c02d64a",
+        "a check that already carries a revision keeps it named beside the control rule's (both apply in the revised column)",
+        "yes: no first-registered result changes",
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.reproduction.effect_revised",
+        None,
+        "3dbe5c9a8e2f4c74",
+        EFFECT_REASON,
+        PUBLISHED_KNOWN,
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.lm_runs.CAP_REVISION",
+        None,
+        "2849f5128c3c3588",
+        CAP_REASON,
+        PUBLISHED_KNOWN,
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.lm_runs.capped_loss",
+        None,
+        "007140bb22913d7b",
+        CAP_REASON,
+        PUBLISHED_KNOWN,
+    ),
+    Revision(
+        "2026-12-01",
+        "code.depthlab.reproduce.lm_runs.loss_gap_check",
+        None,
+        "4a41f1bb6c005a09",
+        CAP_REASON,
+        PUBLISHED_KNOWN,
     ),
 )
 

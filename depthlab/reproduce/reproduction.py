@@ -48,6 +48,9 @@ class Check:
     ``p``: the two-sided p-value of that decision (nan without an interval), for the family-wise column.
     ``revised``: the result under a rule revised with results known ("" when no such revision touches
     the check); it is shown, never counted as the check's result. ``revision``: what the revision changed.
+    ``revised_sanity``: why a check first registered as counted is a sanity check under the revised rules
+    (a revision made with results known moved it there): it counts, with its result, under the first
+    registration, and is not counted under the revised rules (:func:`sanity_under_revision`).
     """
 
     claim: str
@@ -62,6 +65,7 @@ class Check:
     bounds: dict | None = None
     revised_bounds: dict | None = None
     revised_values: tuple | None = None
+    revised_sanity: str = ""
 
     def __post_init__(self):
         if isinstance(self.result, bool):
@@ -80,8 +84,12 @@ class Check:
 
     @property
     def counted(self) -> bool:
-        """Whether the check could have failed (it counts in "N of M agree")."""
+        """Whether the check could have failed (it counts in "N of M agree") as first registered."""
         return not self.sanity
+
+    def counted_under(self, registration: str) -> bool:
+        """Whether the check counts under the "first" registration or the "revised" rules."""
+        return not (self.sanity or (registration == "revised" and self.revised_sanity))
 
     def to_dict(self) -> dict:
         d = {
@@ -94,6 +102,8 @@ class Check:
         }
         if self.sanity:
             d["sanity"] = self.sanity
+        if self.revised_sanity:
+            d["revised_sanity"] = self.revised_sanity
         if self.interval is not None:
             d["interval"] = self.interval.to_dict()
         if not math.isnan(self.p):
@@ -166,6 +176,35 @@ def with_revision(first: Check, revised: Check, revision: str) -> Check:
     return first
 
 
+LOG_SCALE = "interval on log10 values (a positive multiplicative quantity)"
+
+
+def log_revised(claim: str, stated: str, values: Sequence[float], **kw) -> Check:
+    """:func:`seeded_check` as first registered (a linear-scale interval), carrying the result on a log
+    scale (a positive multiplicative quantity: a ratio, an rms, a gradient norm) as the revised one."""
+    first = seeded_check(claim, stated, values, **kw)
+    return with_revision(first, seeded_check(claim, stated, values, **{**kw, "scale": "log"}), LOG_SCALE)
+
+
+def effect_revised(claim: str, stated: str, values: Sequence[float], minimum: float, **kw) -> Check:
+    """:func:`seeded_check` of a paired difference against its first-registered bound (0), carrying the
+    result against a registered minimum effect (``minimum`` beyond that bound, in the difference's own
+    units) as the revised one."""
+    first = seeded_check(claim, stated, values, **kw)
+    shift = {"at_least": minimum, "at_most": -minimum}
+    moved = {k: v + shift[k] if k in shift and v is not None else v for k, v in kw.items()}
+    revised = seeded_check(claim, stated, values, **moved)
+    return with_revision(first, revised, f"a minimum effect of {minimum:g} beyond the first bound")
+
+
+def sanity_under_revision(check: Check, reason: str) -> Check:
+    """``check``, counted with its result as first registered, and a sanity check (``reason``) under the
+    rules revised with results known; ``reason`` "" leaves it as it is."""
+    if reason:
+        check.revised_sanity = reason
+    return check
+
+
 def unanimous_check(
     claim: str, stated: str, outcomes: Sequence[bool], measured: str, sanity: str = ""
 ) -> Check:
@@ -192,7 +231,7 @@ def revised_unless_control(check: Check, control: bool, note: str, revision: str
     would be inconclusive when ``control`` (the compared runs trained) is False: kept in ``revised``."""
     if not control:
         check.revised = INCONCLUSIVE
-        check.revision = revision
+        check.revision = "; ".join(r for r in (check.revision, revision) if r)  # both revisions apply
         check.measured += f"; {note} (inconclusive under the revised rule)"
     return check
 
@@ -223,7 +262,7 @@ def counts(checks: Sequence[Check], registration: str = "first") -> dict[str, in
     results that decide) or the "revised" rules; sanity: the checks not counted."""
     out = {AGREE: 0, MISMATCH: 0, INCONCLUSIVE: 0, "sanity": 0}
     for c in checks:
-        out[c.under(registration) if c.counted else "sanity"] += 1
+        out[c.under(registration) if c.counted_under(registration) else "sanity"] += 1
     return out
 
 
@@ -264,6 +303,10 @@ def format_counts(checks: Sequence[Check]) -> str:
     return text
 
 
+def _moved(c: Check) -> str:
+    return " (sanity under the revised rules)" if c.revised_sanity else ""
+
+
 @dataclass
 class Reproduction:
     """The measured data (a JSON-able dict), the checks, and the paths of any plots written.
@@ -289,7 +332,7 @@ class Reproduction:
     def format(self) -> str:
         """A claim / stated / measured / result table, sanity checks marked, then the counts."""
         rows = [
-            (c.claim, c.stated, c.measured, c.result + ("" if c.counted else " (sanity)"))
+            (c.claim, c.stated, c.measured, c.result + ("" if c.counted else " (sanity)") + _moved(c))
             for c in self.checks
         ]
         widths = [

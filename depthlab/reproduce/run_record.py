@@ -42,7 +42,17 @@ def _run(d: dict) -> dict:
 
 
 def _check(c: dict) -> dict:
-    keep = ("claim", "result", "revised", "revision", "counted", "bounds", "revised_bounds", "p")
+    keep = (
+        "claim",
+        "result",
+        "revised",
+        "revision",
+        "counted",
+        "revised_sanity",
+        "bounds",
+        "revised_bounds",
+        "p",
+    )
     out = {k: c[k] for k in keep if k in c}
     if "interval" in c:
         out["values"] = c["interval"]["values"]

@@ -22,8 +22,21 @@ from depthlab.config import ModelConfig, TrainConfig
 from depthlab.model import build_model
 from depthlab.model.norms import make_norm
 from depthlab.reproduce import cost
-from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
-from depthlab.reproduce.reproduction import Check, Reproduction, register, resolve, seeded_check
+from depthlab.reproduce.registration import (
+    DECISION,
+    EFFECT_REASON,
+    PUBLISHED_KNOWN,
+    Registration,
+    Revision,
+    to_seeds,
+)
+from depthlab.reproduce.reproduction import (
+    Check,
+    Reproduction,
+    effect_revised,
+    register,
+    resolve,
+)
 from depthlab.train import train
 from depthlab.train.evaluate import token_loss_sum
 from depthlab.train.tasks import make_task
@@ -42,6 +55,9 @@ REGISTRATION = Registration(
         # the training check: BN's (val loss - train loss) exceeds LN's by more than this, in nats
         "bn_gap_exceeds_ln_by": 0.0,
         "decision": DECISION,
+        # the revised column's minimum effect (revision of 2026-12-01): a difference of two loss gaps must exceed
+        # 0.02 nats, the seed-to-seed noise of a final loss that final-norm registered before these revisions
+        "revised_min_effect_nats": 0.02,
     },
     regimes={"small": SMALL, "large": LARGE},
     revisions=(
@@ -52,6 +68,8 @@ REGISTRATION = Registration(
             "val loss in eval mode, train mode and one sequence at a time: LN equal, BN apart by >= 1%",
             "the registered check (val-train gap, BN > LN) failed; the mismatch was looked for elsewhere",
             "yes: the registered check had failed",
+            # carried before the registration commit: the first values are the code's from before it
+            commit="a63e20cb3bd9918e3221a360572d0e86182a1818",
         ),
         Revision(
             "2026-11-30",
@@ -68,6 +86,17 @@ REGISTRATION = Registration(
             {"regime.small.seeds": ([0], SMALL["seeds"])},
             LARGE,
             known="yes for seed 0 (the first run's gaps, 2026-11-30 05:23 UTC); no for the other seeds",
+        ),
+        Revision(
+            "2026-12-01",
+            "code._checks",
+            "92532b90ad7550d3",
+            "01c7eb5daf666ecb",
+            EFFECT_REASON,
+            PUBLISHED_KNOWN,
+        ),
+        Revision(
+            "2026-12-01", "expectation.revised_min_effect_nats", None, 0.02, EFFECT_REASON, PUBLISHED_KNOWN
         ),
     ),
 )
@@ -219,10 +248,11 @@ def _checks(data: dict) -> list[Check]:
     e, checks = REGISTRATION.expectation, []
     ln, bn = data["training"]["layernorm"], data["training"]["batchnorm"]
     checks.append(
-        seeded_check(
+        effect_revised(
             "BN's train/eval mismatch shows in validation: BN's (val - train loss) - LN's (nats)",
             f"> {e['bn_gap_exceeds_ln_by']:g} (val-train gap: BN > LN)",
             [b["val_minus_train"] - a["val_minus_train"] for a, b in zip(ln, bn, strict=True)],
+            e["revised_min_effect_nats"],
             at_least=e["bn_gap_exceeds_ln_by"],
             fmt="+.3f",
             context="BN gaps "

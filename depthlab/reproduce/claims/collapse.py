@@ -57,13 +57,28 @@ from depthlab.reproduce.claim_plots import new_figure, save
 from depthlab.reproduce.lm_runs import base
 from depthlab.reproduce.registration import (
     DECISION,
+    EFFECT_REASON,
+    LOG_REASON,
+    PUBLISHED_KNOWN,
+    SANITY_AS_FIRST,
+    SANITY_AS_FIRST_KNOWN,
     TO_SANITY,
     TO_SANITY_KNOWN,
     Registration,
     Revision,
     to_seeds,
 )
-from depthlab.reproduce.reproduction import Check, Reproduction, combined, register, resolve, seeded_check
+from depthlab.reproduce.reproduction import (
+    LOG_SCALE,
+    Check,
+    Reproduction,
+    combined,
+    register,
+    resolve,
+    sanity_under_revision,
+    seeded_check,
+    with_revision,
+)
 from depthlab.train import train
 from depthlab.train.tasks import LMTask
 
@@ -97,6 +112,11 @@ REGISTRATION = Registration(
         "decay": -0.25,
         "share_flat": [2 / 3, 3 / 2],
         "decision": DECISION,
+        # the interval's scale of its ratios and rms under the revision of 2026-12-01 (shown beside, never deciding)
+        "revised_interval_scale": "log",
+        # the revised column (revision of 2026-12-01): pre-LN's last quarter's share at most this fraction of
+        # the first quarter's at the deepest L, the lower edge of the claim's own flat band (share_flat)
+        "revised_last_over_first_at_most": 2 / 3,
     },
     regimes={"small": SMALL, "large": LARGE},
     revisions=(
@@ -115,6 +135,44 @@ REGISTRATION = Registration(
             "d7f52a28244d0d55",
             TO_SANITY,
             TO_SANITY_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code._checks",
+            "d7f52a28244d0d55",
+            "9e0ed657ca1bf75a",
+            SANITY_AS_FIRST,
+            SANITY_AS_FIRST_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code._across_depths",
+            "a90afbe6fd0bd320",
+            "16e9336d4a6a687f",
+            LOG_REASON,
+            PUBLISHED_KNOWN,
+        ),
+        Revision(
+            "2026-12-01", "code._checks", "9e0ed657ca1bf75a", "1c42a91c24f1e501", LOG_REASON, PUBLISHED_KNOWN
+        ),
+        Revision(
+            "2026-12-01", "expectation.revised_interval_scale", None, "log", LOG_REASON, PUBLISHED_KNOWN
+        ),
+        Revision(
+            "2026-12-01",
+            "code._pre_shares",
+            "6c9f5889c5b70f03",
+            "51b27ec67613df39",
+            EFFECT_REASON,
+            PUBLISHED_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "expectation.revised_last_over_first_at_most",
+            None,
+            0.6666666666666666,
+            EFFECT_REASON,
+            PUBLISHED_KNOWN,
         ),
     ),
 )
@@ -270,22 +328,26 @@ def _checks(data: dict) -> list[Check]:
             ]
             for ps in prof["deepnorm"][1:]
         ]
-        checks.append(
-            _across_depths(
-                f"DeepNorm last quarter's share of x_L, relative to L={Ls[0]}'s ({phase})",
-                f"within [{lo:.2g}, {hi:.2g}] at every larger L",
-                ratios,
-                Ls[1:],
-                {"at_least": lo, "at_most": hi},
-                sanity,
-            )
+        share_args = (
+            f"DeepNorm last quarter's share of x_L, relative to L={Ls[0]}'s ({phase})",
+            f"within [{lo:.2g}, {hi:.2g}] at every larger L",
+            ratios,
+            Ls[1:],
+            {"at_least": lo, "at_most": hi},
+            "",
         )
+        # a ratio of shares: on a log scale as revised (the first registration's linear scale decides)
+        share = with_revision(_across_depths(*share_args), _across_depths(*share_args, "log"), LOG_SCALE)
+        checks.append(sanity_under_revision(share, sanity))  # counted at init as first registered
     return checks
 
 
-def _across_depths(claim: str, stated: str, per_depth: list, Ls, bounds: dict, sanity: str) -> Check:
-    """One check that must hold at every depth: each depth decided over seeds, then combined."""
-    parts = [seeded_check(f"L={L}", stated, values, **bounds) for L, values in zip(Ls, per_depth)]
+def _across_depths(
+    claim: str, stated: str, per_depth: list, Ls, bounds: dict, sanity: str, scale: str = "linear"
+) -> Check:
+    """One check that must hold at every depth: each depth decided over seeds (on ``scale``), then
+    combined."""
+    parts = [seeded_check(f"L={L}", stated, v, **bounds, scale=scale) for L, v in zip(Ls, per_depth)]
     measured = "; ".join(f"L={L}: {p.measured.removeprefix('mean ')}" for L, p in zip(Ls, parts))
     return Check(claim, stated, measured, combined([p.result for p in parts]), sanity)
 
@@ -301,18 +363,26 @@ def _pre_shares(pre: list, Ls, phase: str) -> Check:
     deepest = [p["shares"]["first_quarter"] - p["shares"]["last_quarter"] for p in pre[-1]]
     falls = seeded_check("falls", "", slopes, at_most=0.0, fmt="+.3f")
     below = seeded_check("below", "", deepest, at_least=0.0, fmt="+.3f")
+    # revised: the last quarter's share below the first's by more than the claim's own flat band (a
+    # ratio within share_flat is "flat" under this registration), on a log scale
+    at_most = REGISTRATION.expectation["revised_last_over_first_at_most"]
+    ratio = [p["shares"]["last_quarter"] / p["shares"]["first_quarter"] for p in pre[-1]]
+    below_revised = seeded_check("below", "", ratio, at_most=at_most, fmt=".3g", scale="log")
     lasts = " -> ".join("/".join(f"{p['shares']['last_quarter']:.3g}" for p in ps) for ps in pre)
     measured = (
         f"last quarter's share by L (per seed) {lasts}; slope vs L {falls.measured.removeprefix('mean ')}; "
         f"first - last quarter at L={Ls[-1]}: {below.measured.removeprefix('mean ')}"
     )
     stated = f"falls with L (slope < 0); < first quarter's at L={Ls[-1]}"
-    return Check(
+    check = Check(
         f"pre-LN last quarter's share of x_L ({phase})",
         stated,
         measured,
         combined([falls.result, below.result]),
     )
+    check.revised = combined([falls.result, below_revised.result])
+    check.revision = f"last / first quarter <= {at_most:.2g} (log scale): {below_revised.measured}"
+    return check
 
 
 def plot_collapse(data: dict, out_dir: str) -> str:

@@ -24,20 +24,32 @@ from depthlab.reproduce.lm_runs import (
     Run,
     announce,
     base,
-    final_loss,
     lm_batches,
+    loss_gap_check,
     paired_outcomes,
     train_seeds,
 )
 from depthlab.reproduce.registration import (
+    CAP_REASON,
     DECISION,
+    LOG_REASON,
+    PUBLISHED_KNOWN,
+    SANITY_AS_FIRST,
+    SANITY_AS_FIRST_KNOWN,
     TO_SANITY,
     TO_SANITY_KNOWN,
     Registration,
     Revision,
     to_seeds,
 )
-from depthlab.reproduce.reproduction import Check, Reproduction, register, resolve, seeded_check
+from depthlab.reproduce.reproduction import (
+    Check,
+    Reproduction,
+    log_revised,
+    register,
+    resolve,
+    sanity_under_revision,
+)
 
 SMALL = {
     "init_depths": [3, 6, 12, 24, 48, 96],
@@ -63,6 +75,8 @@ REGISTRATION = Registration(
         # this many nats (seed-to-seed noise), or not at all (a diverged run counts as ln V)
         "tolerance": 0.02,
         "decision": DECISION,
+        # the interval's scale of its ratios and rms under the revision of 2026-12-01 (shown beside, never deciding)
+        "revised_interval_scale": "log",
     },
     regimes={"small": SMALL, "large": LARGE},
     revisions=(
@@ -73,6 +87,8 @@ REGISTRATION = Registration(
             0.02,
             "a loss difference smaller than seed-to-seed noise should not count as worse",
             "yes: it changed no verdict (both depths ended worse by more than 0.02 without the final norm)",
+            # carried before the registration commit: the first values are the code's from before it
+            commit="0ed7622fcf2f5f5aa1c4d1e04e15d1b218304d45",
         ),
         *to_seeds(
             "2026-11-30",
@@ -95,6 +111,23 @@ REGISTRATION = Registration(
             "129b7f8d45e15f3d",
             TO_SANITY,
             TO_SANITY_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code._checks",
+            "129b7f8d45e15f3d",
+            "a6f0a8980eae8842",
+            SANITY_AS_FIRST,
+            SANITY_AS_FIRST_KNOWN,
+        ),
+        Revision(
+            "2026-12-01", "code._checks", "a6f0a8980eae8842", "25e660efc25e0f61", LOG_REASON, PUBLISHED_KNOWN
+        ),
+        Revision(
+            "2026-12-01", "expectation.revised_interval_scale", None, "log", LOG_REASON, PUBLISHED_KNOWN
+        ),
+        Revision(
+            "2026-12-01", "code._checks", "25e660efc25e0f61", "ac99c94d745a8380", CAP_REASON, PUBLISHED_KNOWN
         ),
     ),
 )
@@ -193,21 +226,19 @@ def _checks(growth: dict, runs: dict, r: dict) -> list[Check]:
     e = REGISTRATION.expectation
     for depth in r["train_depths"]:
         on, off = runs[(depth, "on")], runs[(depth, "off")]
-        checks.append(
-            seeded_check(
-                f"{depth}L trained without it: rms of the stream the head reads",
-                f">= {e['far']:g} (far from unit scale)",
-                [_top_rms(x) for x in off],
-                at_least=e["far"],
-                fmt=".2f",
-                sanity=FAR_SANITY,
-            )
+        far = log_revised(
+            f"{depth}L trained without it: rms of the stream the head reads",
+            f">= {e['far']:g} (far from unit scale)",
+            [_top_rms(x) for x in off],
+            at_least=e["far"],
+            fmt=".2f",
         )
+        checks.append(sanity_under_revision(far, FAR_SANITY))  # counted as first registered
         checks.append(
-            seeded_check(
+            loss_gap_check(
                 f"{depth}L: final loss without the final norm - with it (nats)",
                 f">= +{e['tolerance']:.2f} (ends worse)",
-                [final_loss(a) - final_loss(b) for a, b in zip(off, on, strict=True)],
+                zip(off, on, strict=True),
                 at_least=e["tolerance"],
                 fmt="+.3f",
                 context=paired_outcomes(off, on),

@@ -24,8 +24,19 @@ import math
 
 from depthlab.reproduce.claim_plots import profiles
 from depthlab.reproduce.lm_runs import announce, final_loss, train_seeds
-from depthlab.reproduce.registration import DECISION, Registration
-from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check
+from depthlab.reproduce.registration import (
+    DECISION,
+    EFFECT_REASON,
+    UNPUBLISHED_KNOWN,
+    Registration,
+    Revision,
+)
+from depthlab.reproduce.reproduction import (
+    Reproduction,
+    effect_revised,
+    register,
+    resolve,
+)
 
 WRAPS = ("post", "pre")
 SWEEP = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0]
@@ -55,8 +66,24 @@ REGISTRATION = Registration(
         # l0: ln V (a uniform prediction); a diverged run counts as l0
         "l0": "ln V",
         "decision": DECISION,
+        # the revised column's minimum effect (revision of 2026-12-01): a difference of sensitivities (losses,
+        # nats) must exceed 0.02 nats, the seed-to-seed noise of a final loss that final-norm registered
+        "revised_min_effect_nats": 0.02,
     },
     regimes={"small": SMALL, "large": LARGE},
+    revisions=(
+        Revision(
+            "2026-12-01",
+            "code.growth_check",
+            "7890268ce05fc4bb",
+            "11049bca1bf18397",
+            EFFECT_REASON,
+            UNPUBLISHED_KNOWN,
+        ),
+        Revision(
+            "2026-12-01", "expectation.revised_min_effect_nats", None, 0.02, EFFECT_REASON, UNPUBLISHED_KNOWN
+        ),
+    ),
     notes="Registered before any of its runs. Known beforehand: the lr-sensitivity preset's curves (seeds "
     "0-2), published with the lr-sensitivity claim, in which post-LN at 24 layers ends at the unigram "
     "plateau at every learning rate up to 0.3; this claim trains seeds 3-5. The threshold is the "
@@ -136,11 +163,12 @@ def growth_check(losses: dict, depths, lrs, n_seeds: int):
 
     post = [growth("post", i) for i in range(n_seeds)]
     pre = [growth("pre", i) for i in range(n_seeds)]
-    return seeded_check(
+    return effect_revised(
         f"LR sensitivity against a common reference grows from {lo} to {hi} layers faster for post-LN than "
         "for pre-LN (growth of post - growth of pre, nats)",
         f"> {e['depth_growth_post_minus_pre']:g}",
         [a - b for a, b in zip(post, pre, strict=True)],
+        e["revised_min_effect_nats"],
         at_least=e["depth_growth_post_minus_pre"],
         fmt="+.3f",
         context="post-LN grew "

@@ -32,7 +32,8 @@ from depthlab.report.data import load
 from depthlab.report.lr_plots import lr_curves
 from depthlab.reproduce import cost
 from depthlab.reproduce.registration import DECISION, Registration, Revision
-from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check
+from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check, with_revision
+from depthlab.reproduce.sensitivity_first import first_attention, first_rule_curves
 from depthlab.study.executors import default_workers
 from depthlab.study.grid import StudyConfig
 from depthlab.study.presets import PRESETS
@@ -83,6 +84,23 @@ REVIEWED_CODE = (
     ("_log_ratio", None, "a1bf5d85ecfacaf2"),
     ("_paired", None, "3efc47e343a0fdb5"),
     ("depthlab.study.sensitivity.Point.capped", "27e2cbde3bffa9c4", "4606e4085e2c831d"),
+)
+# Restored after a second review (2026-12-01): the first registration's readings decide again, the
+# review's are the revised column (depthlab.reproduce.sensitivity_first).
+REVIEWED_RULE = (
+    "the review's rules (201a65e): a diverged run counts as l0 whatever its loss; attention read at the "
+    "last step where every attention layer is finite, runs read at different steps not compared"
+)
+RESTORED = (
+    "the first registration's readings decide again (restored as depthlab.reproduce.sensitivity_first: a "
+    "run stopped as diverged at a finite loss counts at min(l, l0); attention read at the last logged "
+    "step with finite values, runs compared whatever their steps); the review's rules of 201a65e are "
+    "the revised column, shown beside; a missing curve or a log of a non-positive value is inconclusive "
+    "under both (an error is no result)"
+)
+RESTORED_KNOWN = (
+    "yes: the documented results were known; they were computed under the first readings, which decide "
+    "them again"
 )
 QUICK = {"depths": [1, 2], "lrs": [1e-3, 1e-1], "seeds": [0, 1], "steps": 20, "warmup": 2, "control_depth": 2}
 REGISTRATION = Registration(
@@ -136,6 +154,14 @@ REGISTRATION = Registration(
                  "the expected-time line says where already-done runs were found", "yes; it decides nothing"),
         Revision("2026-12-01 09:11 UTC", "code._slope_checks", "a5961ad22b6ee234", "5de41601f89db640",
                  "a check's outcome is named its result (a rename)", "yes; no result changes"),
+        Revision("2026-12-01", "code._attention_checks", "0a0777ad3128434a", "42994075fd34d44d", RESTORED, RESTORED_KNOWN),
+        Revision("2026-12-01", "code._checks", None, "7f8f846fe221c602", RESTORED, RESTORED_KNOWN),
+        Revision("2026-12-01", "code.depthlab.reproduce.sensitivity_first.FINITE_DIVERGED", None, "5ad14d9d010492d8", RESTORED, RESTORED_KNOWN),
+        Revision("2026-12-01", "code.depthlab.reproduce.sensitivity_first._finite", None, "c3ba1e447f5a0aa9", RESTORED, RESTORED_KNOWN),
+        Revision("2026-12-01", "code.depthlab.reproduce.sensitivity_first.first_attention", None, "e60f1c7e7b24dc34", RESTORED, RESTORED_KNOWN),
+        Revision("2026-12-01", "code.depthlab.reproduce.sensitivity_first.first_rule_curves", None, "192fadbe8c450a45", RESTORED, RESTORED_KNOWN),
+        Revision("2026-12-01", "code.reproduce_lr_sensitivity", "ec5c5366683ae013", "bb5b6868bf318bc8", RESTORED, RESTORED_KNOWN),
+        Revision("2026-12-01", "code.REVIEWED_RULE", None, "8bcec4e09d7b5b13", RESTORED, RESTORED_KNOWN),
     ),
     notes="Registered before any run of the registered regime was seen (two 24-layer post-LN runs of the "
     "preset at lr 1e-4 had finished, undertrained; the quick smoke version had been run once to test the "
@@ -156,8 +182,27 @@ def reproduce_lr_sensitivity(
     db = _store(preset.name, out_dir)
     _announce([preset, controls], db)
     main, ctrl = _run(preset, db), _run(controls, db)
-    by = _index(curves(main) + curves(ctrl))
-    r, e = regime, REGISTRATION.expectation
+    # the first registration's readings decide; the review's (201a65e) are the revised column
+    first = _checks(main, ctrl, regime, first_rule_curves, first_attention)
+    revised = _checks(main, ctrl, regime, list, _attention)
+    checks = [with_revision(a, b, REVIEWED_RULE) for a, b in zip(first, revised, strict=True)]
+    plot = _plot(db, preset.name, out_dir)
+    data = {
+        "scale": scale,
+        "regime": regime,
+        "store": db,
+        "tables": [_table(curves(main) + curves(ctrl))],
+    }
+    return Reproduction(
+        "lr-sensitivity", data, checks, [p for p in [plot] if p], source="Wortsman et al. 2023"
+    )
+
+
+def _checks(main: list[dict], ctrl: list[dict], r: dict, read, attention) -> list:
+    """Every check, the curves read by ``read`` (the first registration's formula or the review's) and
+    the attention values by ``attention``."""
+    e = REGISTRATION.expectation
+    by = _index(read(curves(main) + curves(ctrl)))
     deep, shallow, d = max(r["depths"]), min(r["depths"]), r["control_depth"]
     checks = [_depth_growth(by, shallow, deep, e)]
     for wrap in ("post", "pre"):
@@ -170,19 +215,9 @@ def reproduce_lr_sensitivity(
                 "no warmup - warmup",
             )
         )
-    checks += _attention_checks(main + ctrl, by, r, d, e)
+    checks += _attention_checks(main + ctrl, by, r, d, e, attention)
     checks += _z_loss_checks(main + ctrl, by, r, d, e)
-    checks += _slope_checks(curves(main), e)
-    plot = _plot(db, preset.name, out_dir)
-    data = {
-        "scale": scale,
-        "regime": regime,
-        "store": db,
-        "tables": [_table(curves(main) + curves(ctrl))],
-    }
-    return Reproduction(
-        "lr-sensitivity", data, checks, [p for p in [plot] if p], source="Wortsman et al. 2023"
-    )
+    return checks + _slope_checks(read(curves(main)), e)
 
 
 def _store(regime_name: str, out_dir: str | None) -> str:
@@ -335,13 +370,13 @@ def _lse(run: dict) -> float:
     return math.nan
 
 
-def _attention_checks(runs: list[dict], by: dict, r: dict, d: int, e: dict):
+def _attention_checks(runs: list[dict], by: dict, r: dict, d: int, e: dict, attention):
     hi, mid = r["high_lr"], r["moderate_lr"]
     pre_hi, pre_mid = _runs_at(runs, "pre", d, hi), _runs_at(runs, "pre", d, mid)
     qk_hi = _runs_at(runs, "pre qk_norm=True", d, hi)
-    a = {s: _attention(x) for s, x in pre_hi.items()}
-    b = {s: _attention(x) for s, x in pre_mid.items()}
-    q = {s: _attention(x) for s, x in qk_hi.items()}
+    a = {s: attention(x) for s, x in pre_hi.items()}
+    b = {s: attention(x) for s, x in pre_mid.items()}
+    q = {s: attention(x) for s, x in qk_hi.items()}
     growth = _paired(a, b, lambda u, v: _log_ratio(u[0], v[0]))
     vs_qk = _paired(a, q, lambda u, v: _log_ratio(u[0], v[0]))
     drop = _paired(a, b, lambda u, v: v[1] - u[1])

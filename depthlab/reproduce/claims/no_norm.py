@@ -18,9 +18,31 @@ from depthlab.corpus import text_batch
 from depthlab.model import build_model
 from depthlab.probe.stats import stream_rms
 from depthlab.reproduce.claim_plots import loss_curves
-from depthlab.reproduce.lm_runs import announce, base, final_loss, paired_outcomes, train_seeds
-from depthlab.reproduce.registration import TO_SANITY, TO_SANITY_KNOWN, Registration, Revision
-from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check
+from depthlab.reproduce.lm_runs import (
+    announce,
+    base,
+    loss_gap_check,
+    paired_outcomes,
+    train_seeds,
+)
+from depthlab.reproduce.registration import (
+    CAP_REASON,
+    LOG_REASON,
+    PUBLISHED_KNOWN,
+    SANITY_AS_FIRST,
+    SANITY_AS_FIRST_KNOWN,
+    TO_SANITY,
+    TO_SANITY_KNOWN,
+    Registration,
+    Revision,
+)
+from depthlab.reproduce.reproduction import (
+    Reproduction,
+    log_revised,
+    register,
+    resolve,
+    sanity_under_revision,
+)
 
 EXPLODES_SANITY = "known before registration: the growth at init without a norm was measured first"
 SMALL = {"init_depth": 48, "train_depth": 12, "lr": 1e-3, "steps": 150, "seeds": [0, 1, 2, 3, 4]}
@@ -33,6 +55,8 @@ REGISTRATION = Registration(
         "explodes_factor": 10.0,
         # "cannot simply drop it": trained without the norm the final loss is at least this many nats higher
         "worse_by": 0.10,
+        # the interval's scale of its ratios and rms under the revision of 2026-12-01 (shown beside, never deciding)
+        "revised_interval_scale": "log",
     },
     regimes={"small": SMALL, "large": LARGE},
     notes="Registered with one relevant result known: the tour's probe of a 48-layer pre-LN stack without "
@@ -54,6 +78,33 @@ REGISTRATION = Registration(
             "b86e4b8627d8d5c8",
             TO_SANITY,
             TO_SANITY_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code.reproduce_no_norm",
+            "b86e4b8627d8d5c8",
+            "92d4370854406967",
+            SANITY_AS_FIRST,
+            SANITY_AS_FIRST_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code.reproduce_no_norm",
+            "92d4370854406967",
+            "105c8997d5c7ce19",
+            LOG_REASON,
+            PUBLISHED_KNOWN,
+        ),
+        Revision(
+            "2026-12-01", "expectation.revised_interval_scale", None, "log", LOG_REASON, PUBLISHED_KNOWN
+        ),
+        Revision(
+            "2026-12-01",
+            "code.reproduce_no_norm",
+            "105c8997d5c7ce19",
+            "1d289f7bb29899cf",
+            CAP_REASON,
+            PUBLISHED_KNOWN,
         ),
     ),
 )
@@ -89,23 +140,23 @@ def reproduce_no_norm(quick: bool = False, out_dir: str | None = None, scale: st
     shape = base(scale)[0]
     ratios = {n: [init_growth(n, r["init_depth"], s, shape) for s in r["seeds"]] for n in models}
     runs = {n: train_seeds(f"pre {depth}L, norm {n}", m, train, r["seeds"], scale) for n, m in models.items()}
+    explodes = log_revised(
+        f"at init, {r['init_depth']} layers: growth without the norm / growth with it",
+        f">= {e['explodes_factor']:g} (explodes)",
+        [a / b for a, b in zip(ratios["none"], ratios["layernorm"], strict=True)],
+        at_least=e["explodes_factor"],
+        fmt=".3g",
+        context="rms(x_L)/rms(x_0) without "
+        + "/".join(f"{v:.3g}" for v in ratios["none"])
+        + ", with "
+        + "/".join(f"{v:.3g}" for v in ratios["layernorm"]),
+    )
     checks = [
-        seeded_check(
-            f"at init, {r['init_depth']} layers: growth without the norm / growth with it",
-            f">= {e['explodes_factor']:g} (explodes)",
-            [a / b for a, b in zip(ratios["none"], ratios["layernorm"], strict=True)],
-            at_least=e["explodes_factor"],
-            fmt=".3g",
-            context="rms(x_L)/rms(x_0) without "
-            + "/".join(f"{v:.3g}" for v in ratios["none"])
-            + ", with "
-            + "/".join(f"{v:.3g}" for v in ratios["layernorm"]),
-            sanity=EXPLODES_SANITY,
-        ),
-        seeded_check(
+        sanity_under_revision(explodes, EXPLODES_SANITY),  # counted as first registered
+        loss_gap_check(
             f"{depth}L trained: final loss without the norm - with it (nats)",
             f">= {e['worse_by']:.2f} (ends clearly worse)",
-            [final_loss(a) - final_loss(b) for a, b in zip(runs["none"], runs["layernorm"], strict=True)],
+            zip(runs["none"], runs["layernorm"], strict=True),
             at_least=e["worse_by"],
             fmt="+.3f",
             context=paired_outcomes(runs["none"], runs["layernorm"]),

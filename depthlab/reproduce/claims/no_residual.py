@@ -11,14 +11,25 @@ final loss minus the shallowest's (a diverged run counts as ln V, an untrained m
 from __future__ import annotations
 
 from depthlab.reproduce.claim_plots import profiles
-from depthlab.reproduce.lm_runs import BOTH_TRAINED, all_trained, announce, final_loss, train_seeds
-from depthlab.reproduce.registration import Registration, Revision
+from depthlab.reproduce.lm_runs import (
+    BOTH_TRAINED,
+    all_trained,
+    announce,
+    final_loss,
+    loss_gap_check,
+    train_seeds,
+)
+from depthlab.reproduce.registration import (
+    CAP_REASON,
+    PUBLISHED_KNOWN,
+    Registration,
+    Revision,
+)
 from depthlab.reproduce.reproduction import (
     Reproduction,
     register,
     resolve,
     revised_unless_control,
-    seeded_check,
 )
 
 SMALL = {"depths": [2, 4, 8, 16], "lr": 1e-3, "steps": 150, "seeds": [0, 1, 2, 3, 4]}
@@ -42,6 +53,14 @@ REGISTRATION = Registration(
             "00d2ab17b9028338",
             "close and no worse need both sides trained: two stalled runs end close; the result under this rule is shown beside the first registration's, which decides",
             "yes: the documented results were known; this rule never decides them",
+        ),
+        Revision(
+            "2026-12-01",
+            "code.reproduce_no_residual",
+            "00d2ab17b9028338",
+            "4dc06b6888832a54",
+            CAP_REASON,
+            PUBLISHED_KNOWN,
         ),
     ),
 )
@@ -72,11 +91,11 @@ def reproduce_no_residual(
         (k, d): train_seeds(f"pre {d}L, {k}", m, train, r["seeds"], scale) for (k, d), m in models.items()
     }
 
-    def gaps(k):
-        return [final_loss(b) - final_loss(a) for a, b in zip(runs[(k, lo)], runs[(k, hi)], strict=True)]
+    def gaps(k):  # (deep, shallow) per seed: the deep one's final loss minus the shallow one's
+        return zip(runs[(k, hi)], runs[(k, lo)], strict=True)
 
     checks = [
-        seeded_check(
+        loss_gap_check(
             f"without skips: final loss at {hi} layers - at {lo} layers (nats)",
             f">= {e['worse_by']:.2f} (extra layers make it worse)",
             gaps("without skips"),
@@ -85,7 +104,7 @@ def reproduce_no_residual(
             context=f"outcomes at {hi}L " + "/".join(x.outcome for x in runs[("without skips", hi)]),
         ),
         revised_unless_control(
-            seeded_check(
+            loss_gap_check(
                 f"with skips: final loss at {hi} layers - at {lo} layers (nats)",
                 f"<= {e['with_skips_at_most']:.2f} (the contrast)",
                 gaps("with skips"),

@@ -14,14 +14,27 @@ from __future__ import annotations
 import statistics
 
 from depthlab.reproduce.claim_plots import loss_curves
-from depthlab.reproduce.lm_runs import BOTH_TRAINED, all_trained, announce, final_loss, train_seeds
-from depthlab.reproduce.registration import DECISION, Registration, Revision, to_seeds
+from depthlab.reproduce.lm_runs import (
+    BOTH_TRAINED,
+    all_trained,
+    announce,
+    final_loss,
+    loss_gap_check,
+    train_seeds,
+)
+from depthlab.reproduce.registration import (
+    CAP_REASON,
+    DECISION,
+    PUBLISHED_KNOWN,
+    Registration,
+    Revision,
+    to_seeds,
+)
 from depthlab.reproduce.reproduction import (
     Reproduction,
     register,
     resolve,
     revised_unless_control,
-    seeded_check,
 )
 
 SMALL = {"depth": 6, "lr": 1e-3, "steps": 300, "warmups": [0, 30, 100], "seeds": [0, 1, 2, 3, 4]}
@@ -57,6 +70,14 @@ REGISTRATION = Registration(
             "01b8881f6b49ecb4",
             "the no-worse check moved into no_worse_check",
             "yes: the documented results were known; this rule never decides them",
+        ),
+        Revision(
+            "2026-12-01",
+            "code.no_worse_check",
+            "5ac7e84afb494a66",
+            "26f7d524c31a0bb8",
+            CAP_REASON,
+            PUBLISHED_KNOWN,
         ),
     ),
 )
@@ -109,10 +130,10 @@ def reproduce_shallow_post(
 def no_worse_check(depth: int, post: list, pre: list, tol: float, best: dict):
     """Post-LN no worse than pre-LN; under the rule revised with results known, only when both trained
     (two stalled runs are no worse than each other): kept beside the first registration's result."""
-    check = seeded_check(
+    check = loss_gap_check(
         f"{depth}L, best warmup each: post-LN's final loss - pre-LN's (nats; soft)",
         f"<= +{tol:.2f}",
-        [final_loss(a) - final_loss(b) for a, b in zip(post, pre, strict=True)],
+        zip(post, pre, strict=True),
         at_most=tol,
         fmt="+.3f",
         context=f"best warmup: post {best['post']}, pre {best['pre']}",

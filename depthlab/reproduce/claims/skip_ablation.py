@@ -20,14 +20,29 @@ import statistics
 from depthlab.reproduce.claim_plots import loss_curves, profiles
 from depthlab.reproduce.lm_runs import NO_ATTN_SKIP, Run, announce, below_unigram, outcomes, train_seeds
 from depthlab.reproduce.registration import (
+    ADDED_KNOWN_SANITY,
+    ADDED_KNOWN_SANITY_KNOWN,
     DECISION,
+    LOG_REASON,
+    PUBLISHED_KNOWN,
+    SANITY_AS_FIRST,
+    SANITY_AS_FIRST_KNOWN,
     TO_SANITY,
     TO_SANITY_KNOWN,
     Registration,
     Revision,
     to_seeds,
 )
-from depthlab.reproduce.reproduction import Reproduction, register, resolve, seeded_check
+from depthlab.reproduce.reproduction import (
+    LOG_SCALE,
+    Check,
+    Reproduction,
+    log_revised,
+    register,
+    resolve,
+    seeded_check,
+    with_revision,
+)
 
 SMALL = {"depth": 48, "bottom": 20, "lr": 1e-3, "steps": 300, "seeds": [0, 1, 2]}
 LARGE = {"depth": 48, "bottom": 20, "lr": 1e-3, "steps": 3000, "seeds": [0, 1, 2]}
@@ -58,6 +73,8 @@ REGISTRATION = Registration(
         # below that of the second quarter
         "stalls_within": 0.05,
         "decision": DECISION,
+        # the interval's scale of its ratios and rms under the revision of 2026-12-01 (shown beside, never deciding)
+        "revised_interval_scale": "log",
     },
     regimes={"small": SMALL, "large": LARGE},
     revisions=(
@@ -102,6 +119,66 @@ REGISTRATION = Registration(
             TO_SANITY,
             TO_SANITY_KNOWN,
         ),
+        Revision(
+            "2026-12-01",
+            "code._checks_without_skip",
+            "29a0c2128dd86c94",
+            "c45e6c948fa0c432",
+            SANITY_AS_FIRST,
+            SANITY_AS_FIRST_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code.CURVE_SANITY",
+            None,
+            "00573838e32d977d",
+            ADDED_KNOWN_SANITY,
+            ADDED_KNOWN_SANITY_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code.FALLS_SANITY",
+            "a650fd5bcae51d08",
+            "e180b859110cc6d6",
+            ADDED_KNOWN_SANITY,
+            ADDED_KNOWN_SANITY_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code._checks_with_skip",
+            "d3c128a6f27f95c9",
+            "89480c0ad0c25dfe",
+            ADDED_KNOWN_SANITY,
+            ADDED_KNOWN_SANITY_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code._checks_without_skip",
+            "c45e6c948fa0c432",
+            "5c76fa8f19d00eae",
+            ADDED_KNOWN_SANITY,
+            ADDED_KNOWN_SANITY_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code._checks_with_skip",
+            "89480c0ad0c25dfe",
+            "709cd63bad366011",
+            LOG_REASON,
+            PUBLISHED_KNOWN,
+        ),
+        Revision(
+            "2026-12-01",
+            "code._checks_without_skip",
+            "5c76fa8f19d00eae",
+            "789f3976171bcdfb",
+            LOG_REASON,
+            PUBLISHED_KNOWN,
+        ),
+        Revision("2026-12-01", "code._starved", None, "4bd3b859bfd5938c", LOG_REASON, PUBLISHED_KNOWN),
+        Revision(
+            "2026-12-01", "expectation.revised_interval_scale", None, "log", LOG_REASON, PUBLISHED_KNOWN
+        ),
     ),
 )
 
@@ -116,8 +193,14 @@ AT_SCALE = (
 QUICK = {"steps": 150, "seeds": [0]}
 # pre-LN's identity path carries the top's gradient to every stream and each branch adds to it, so at
 # every stream the gradient is at least about the top's: the lower bound cannot fail with the skip in place
+# The checks added with results known (CURVE_KNOWN: seed 0's curves had been seen): sanity checks.
+CURVE_SANITY = (
+    "added with results known: seed 0's loss curve and gradients were in the previous document's figure "
+    "when this threshold was registered"
+)
 FALLS_SANITY = (
-    "implied by the first check: a run that stalls near the unigram loss fell from ln V to it first"
+    "implied by the first check: a run that stalls near the unigram loss fell from ln V to it first; and "
+    "added with results known (seed 0's loss curve had been seen when its threshold was registered)"
 )
 FED_SANITY = "cannot fail: pre-LN's identity path brings at least the top's gradient to every stream"
 
@@ -199,6 +282,18 @@ def reproduce_skip_ablation(
     )
 
 
+def _starved(ratio_cut: list, bottom: int) -> Check:
+    """The bottom starves, as first registered; on a log scale as revised, where a zero ratio (the
+    strongest starvation) counts as 10^-ZERO_ORDERS rather than leaving the log scale undefined."""
+    e, values = REGISTRATION.expectation, [x["max"] for x in ratio_cut]
+    claim = f"without it: max ||g_bottom|| / ||g_top|| over the bottom {bottom} streams (median over steps)"
+    stated = f"< {e['starved_below']:g} (almost no gradient)"
+    first = seeded_check(claim, stated, values, at_most=e["starved_below"], fmt=".2e")
+    floored = [max(v, 10.0**-ZERO_ORDERS) if math.isfinite(v) else v for v in values]
+    revised = seeded_check(claim, stated, floored, at_most=e["starved_below"], fmt=".2e", scale="log")
+    return with_revision(first, revised, LOG_SCALE)
+
+
 def _checks_without_skip(cut: list, ratio_cut: list, shape: list, bottom: int) -> list:
     """Without the attention skip: it stalls, the bottom starves, the loss falls first then stalls."""
     e = REGISTRATION.expectation
@@ -211,13 +306,7 @@ def _checks_without_skip(cut: list, ratio_cut: list, shape: list, bottom: int) -
             fmt=".2f",
             context=outcomes(cut),
         ),
-        seeded_check(
-            f"without it: max ||g_bottom|| / ||g_top|| over the bottom {bottom} streams (median over steps)",
-            f"< {e['starved_below']:g} (almost no gradient)",
-            [x["max"] for x in ratio_cut],
-            at_most=e["starved_below"],
-            fmt=".2e",
-        ),
+        _starved(ratio_cut, bottom),
         seeded_check(
             "without it, per step: the training loss falls first (nats below its first value, first third)",
             f">= {e['falls_by']:g}",
@@ -232,6 +321,7 @@ def _checks_without_skip(cut: list, ratio_cut: list, shape: list, bottom: int) -
             [x["progress"] for x in shape],
             at_most=e["stalls_within"],
             fmt="+.3f",
+            sanity=CURVE_SANITY,
         ),
     ]
 
@@ -255,8 +345,9 @@ def _checks_with_skip(full: list, ratio_full: list, bottom: int) -> list:
             [x["orders"] for x in ratio_full],
             at_most=e["intact_within_orders"],
             fmt=".2f",
+            sanity=CURVE_SANITY,
         ),
-        seeded_check(
+        log_revised(
             f"with it: min ||g_bottom|| / ||g_top|| over the bottom {bottom} streams (median over steps)",
             f">= {e['fed_at_least']:g}",
             [x["min"] for x in ratio_full],

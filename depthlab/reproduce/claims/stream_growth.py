@@ -20,8 +20,21 @@ from depthlab.corpus import text_batch
 from depthlab.model import build_model
 from depthlab.probe.stats import stream_rms
 from depthlab.reproduce.claim_plots import profiles
-from depthlab.reproduce.registration import Registration
-from depthlab.reproduce.reproduction import Check, Reproduction, combined, register, resolve, seeded_check
+from depthlab.reproduce.registration import (
+    LOG_REASON,
+    PUBLISHED_KNOWN,
+    Registration,
+    Revision,
+)
+from depthlab.reproduce.reproduction import (
+    LOG_SCALE,
+    Check,
+    Reproduction,
+    combined,
+    log_revised,
+    register,
+    resolve,
+)
 
 SMALL = {"depths": [6, 12, 24, 48, 96], "d_model": 64, "n_heads": 4, "seeds": [0, 1, 2, 3, 4]}
 
@@ -42,8 +55,23 @@ REGISTRATION = Registration(
         # "9.85x is a lower bound": rms(x_96) / rms(x_0) at least sqrt(97)
         "lower_bound": 97**0.5,
         "at_depth": 96,
+        # the interval's scale of its ratios and rms under the revision of 2026-12-01 (shown beside, never deciding)
+        "revised_interval_scale": "log",
     },
     regimes={"small": SMALL},
+    revisions=(
+        Revision(
+            "2026-12-01",
+            "code.reproduce_stream_growth",
+            "16383abc20d2ed90",
+            "eb558d4b8c213eb7",
+            LOG_REASON,
+            PUBLISHED_KNOWN,
+        ),
+        Revision(
+            "2026-12-01", "expectation.revised_interval_scale", None, "log", LOG_REASON, PUBLISHED_KNOWN
+        ),
+    ),
     notes="Registered with one relevant result known: the tour's probe of a 96-layer pre-LN stack "
     "(d_model 64, seed 0) printed a growth of the stream's rms below 9.85.",
 )
@@ -71,22 +99,20 @@ def reproduce_stream_growth(
     e = REGISTRATION.expectation
     g = {d: [growth(d, r, s) for s in r["seeds"]] for d in r["depths"]}
     parts = [
-        seeded_check(
-            f"L={d}", "", [x["correlated_ratio"] for x in g[d]], at_least=e["correlated_ratio_above"]
-        )
+        log_revised(f"L={d}", "", [x["correlated_ratio"] for x in g[d]], at_least=e["correlated_ratio_above"])
         for d in r["depths"]
     ]
-    checks = [
-        Check(
-            "faster than independence: ||x_L||^2 / (||x_0||^2 + sum ||delta_l||^2), per depth",
-            f"> {e['correlated_ratio_above']:g} at every L",
-            "; ".join(f"L={d}: {p.measured.removeprefix('mean ')}" for d, p in zip(r["depths"], parts)),
-            combined([p.result for p in parts]),
-        )
-    ]
+    faster = Check(
+        "faster than independence: ||x_L||^2 / (||x_0||^2 + sum ||delta_l||^2), per depth",
+        f"> {e['correlated_ratio_above']:g} at every L",
+        "; ".join(f"L={d}: {p.measured.removeprefix('mean ')}" for d, p in zip(r["depths"], parts)),
+        combined([p.result for p in parts]),
+    )
+    faster.revised, faster.revision = combined([p.under("revised") for p in parts]), LOG_SCALE
+    checks = [faster]
     if e["at_depth"] in g:
         checks.append(
-            seeded_check(
+            log_revised(
                 f"sqrt(97) is a lower bound: rms(x_{e['at_depth']}) / rms(x_0)",
                 f">= {e['lower_bound']:.2f}",
                 [x["rms_ratio"] for x in g[e["at_depth"]]],

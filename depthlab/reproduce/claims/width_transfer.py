@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from depthlab.intervals import INCONCLUSIVE
 from depthlab.reproduce import transfer_runs
-from depthlab.reproduce.registration import DECISION, Registration
+from depthlab.reproduce.registration import DECISION, Registration, Revision
 from depthlab.reproduce.reproduction import Check, Reproduction, register, resolve, seeded_check
 from depthlab.study.sensitivity import best_lr_slope
 
@@ -30,6 +30,15 @@ SMALL = {
     "seeds": [3, 4, 5],
 }
 QUICK = {"sizes": [16, 32], "n_layers": 1, "lrs": [1e-3, 3e-2, 1.0], "steps": 8, "warmup": 1, "seeds": [0, 1]}
+# The best lr's slope over sizes (a formula of the study package) decides the checks here: it is pinned
+# with the claim, with what it calls.
+DECIDED_ELSEWHERE = (
+    *(
+        f"depthlab.study.sensitivity:{q}"
+        for q in ("best_lr_slope", "seed_best", "_refine", "mean_interval", "Point.capped", "Curve.seeds")
+    ),
+    "depthlab.fit:loglog_slope",
+)
 REGISTRATION = Registration(
     commit="f7731fee4114f0b9c59a370cf05b7308b23168f1",
     expectation={
@@ -43,6 +52,18 @@ REGISTRATION = Registration(
         "decision": DECISION,
     },
     regimes={"small": SMALL},
+    revisions=(
+        # transfer_runs.store, pinned with the claim once the pins followed imported code
+        Revision(
+            "2026-12-01 12:13 UTC",
+            "code.depthlab.reproduce.transfer_runs.store",
+            "1b89309110e80340",
+            "2edf8bb0ac40acf1",
+            "the quick smoke version's store is named NAME.sqlite (was NAME-quick.sqlite); the registered "
+            "regime's store is the default one, as before",
+            "yes; it decides nothing (a file name of the unregistered quick version)",
+        ),
+    ),
     notes="The results of this regime with seeds 0-2 were known when it was registered: the "
     "width-transfer-quick preset (the same model, widths, training and lr sweep; docs/transfer.md) gave "
     "-1.05 [-1.17, -0.93] under sp and -0.40 [-0.49, -0.32] under mup, no best at the sweep's edge. The "
