@@ -123,7 +123,7 @@ def runs_line(cache: dict | None) -> str:
         f"- training runs: {cache['trained']} trained in this sitting, {cache['loaded']} loaded from the run "
         f"cache `{cache['folder']}` (trained at an earlier sitting with the same configs, threads and "
         "training code; the record beside this page gives each run's commit). Not counted: the runs of "
-        "claims that train outside the cache (collapse, batchnorm, batchnorm-same, model-update, "
+        "claims that train outside the cache (batchnorm, batchnorm-same, model-update, "
         "model-update-stream, coord-depth's coordinate checks) and of the study claims, which resume from their own store"
     )
 

@@ -111,6 +111,7 @@ NOT_FOLLOWED = (
     "depthlab.reproduce.shares",
     "depthlab.reproduce.claim_plots",
     "depthlab.reproduce.cost",
+    "depthlab.reproduce.run_cache",  # how a run is stored and loaded, not what a check reads or decides
 )
 # Packages whose ``from P import M`` imports a module (followed through ``M.name``).
 PACKAGES = ("depthlab.reproduce", "depthlab.reproduce.claims")

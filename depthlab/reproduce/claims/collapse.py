@@ -79,7 +79,7 @@ from depthlab.reproduce.reproduction import (
     seeded_check,
     with_revision,
 )
-from depthlab.train import train
+from depthlab.reproduce.run_cache import train
 from depthlab.train.tasks import LMTask
 
 WRAPS = ("pre", "deepnorm")
