@@ -86,6 +86,20 @@ def test_a_config_or_the_training_code_misses_the_cache(cache, monkeypatch):
     assert run_cache.is_stored(mcfg, tcfg) and len(os.listdir(cache)) == 2
 
 
+def test_the_data_is_in_the_key(tmp_path, monkeypatch):
+    """Another data file's bytes (or another interpreter's standard library) is another run."""
+    data = tmp_path / "text.txt"
+    data.write_text("abc" * 400)
+    mcfg, tcfg = lm_runs.configs(MODEL, {**TRAIN, "data": str(data)})
+    first = run_cache.run_key(mcfg, tcfg)
+    data.write_text("xyz" * 400)
+    assert run_cache.run_key(mcfg, tcfg) != first
+    mcfg, tcfg = lm_runs.configs(MODEL, TRAIN)
+    before = run_cache.run_key(mcfg, tcfg)
+    monkeypatch.setattr(run_cache, "load_corpus", lambda path, n: type("C", (), {"info": {"sha256": "0"}})())
+    assert run_cache.run_key(mcfg, tcfg) != before
+
+
 def test_the_code_digest_covers_the_training_code_not_the_checks():
     modules = run_cache.training_modules()
     for name in ("depthlab.train.loop", "depthlab.model.stack", "depthlab.corpus", "depthlab.watch.outcome"):

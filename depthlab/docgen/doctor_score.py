@@ -171,8 +171,9 @@ def scale_section(record: dict) -> list[str]:
         "family, the limit on rho is the one that classified the tuning runs best (trained below, "
         "stalled, undertrained or diverged above); the zero-gated family is fitted on its runs of 6 "
         "layers or more, where its error applies. The doctor calls an lr whose rho reaches the band's high "
-        "end (the smallest rho at which such runs failed) an error, one between the limit and that end a "
-        "warning; outside the fit's support, a warning at most, marked as an extrapolation:",
+        "end (the smallest measured rho above the limit) an error, one between the limit and that end a "
+        "warning; outside the calibrated range (the grids' range widened by the fit's support), a warning "
+        "at most, marked as an extrapolation:",
         "",
         *update_limit_lines(record),
         "",

@@ -8,6 +8,7 @@ rewritten after each sitting: a rung not yet run shows as such.
 from __future__ import annotations
 
 import io
+import math
 import os
 from dataclasses import dataclass
 
@@ -53,6 +54,11 @@ def _cell(m) -> str:
     return f"{i.mean:+.3f} [{i.low:+.3f}, {i.high:+.3f}] {m.result}"
 
 
+def _same(a: tuple, b: tuple) -> bool:
+    """Equal per seed, two NaNs (a seed that gave no value) counting as equal."""
+    return len(a) == len(b) and all(x == y or (math.isnan(x) and math.isnan(y)) for x, y in zip(a, b))
+
+
 def claim_table(rows: list[dict], widths) -> list[str]:
     """One claim's effects: a Markdown table, one column per width, then the trend with width."""
     head = "| effect | holds when | " + " | ".join(f"d {w}" for w in widths) + " | with width |"
@@ -63,7 +69,9 @@ def claim_table(rows: list[dict], widths) -> list[str]:
         effect = row["effect"]
         lines.append(f"| {effect.name} | {_bounds(effect)} | " + " | ".join(cells) + f" | {row['trend']} |")
         capped = {m.width: m for m in row.get("capped", [])}
-        if any(capped[w].values != by_width[w].values for w in capped):  # a loss above ln V was capped
+        if any(
+            not _same(capped[w].values, by_width[w].values) for w in capped
+        ):  # a loss above ln V was capped
             cells = [_cell(capped[w]) if w in capped else "(first rung only)" for w in widths]
             lines.append(
                 f"| revised: {effect.name}, a loss above ln V counts as ln V | {_bounds(effect)} | "

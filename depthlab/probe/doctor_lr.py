@@ -26,7 +26,7 @@ matrix's spectral norm, a quantity comparable across width). Three families of s
 - Where the record holds the "update_limit" section (:mod:`depthlab.study.update_limit_fit`: per
   family "free" and "gated", the limit on rho that classified the tuning runs best, the gated one on
   runs of ``GATED_DEPTH`` layers or more), it replaces those constants (:func:`update_limit`): an
-  **error** from the band's high end (the smallest rho at which such runs failed), a warning between
+  **error** from the band's high end (the smallest measured rho above the limit: runs from there failed), a warning between
   the limit and it, ok below; the ceiling printed is lr <= band low / (rho / lr) expected to train and
   the failures from band high / (rho / lr). A zero-gated stack under ``GATED_DEPTH`` layers gets a
   warning at most. The fit's support widens the calibrated range, as the step limit's does.
@@ -233,7 +233,11 @@ def _band_tail(level, rho, lr, fit):
             f"{above['failed']} of {above['runs']} runs there failed. A smaller learning rate would train"
         )
     if level == "warning":
-        where = f"below {hi:.3g}, the smallest at which such runs failed" if hi else "where no run failed"
+        where = (
+            f"below {hi:.3g}, the smallest measured rho above the limit (runs from there failed)"
+            if hi
+            else "with no measured run above it"
+        )
         return f"; rho is above the limit {limit:.3g}, {where}: not expected to be safe"
     return ""
 

@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 
 from depthlab.config import ModelConfig, TrainConfig
+from depthlab.corpus import load_corpus, read_data_file
 from depthlab.jsonable import digest
 from depthlab.model import build_model
 from depthlab.progress import say
@@ -109,13 +110,22 @@ def cacheable(tcfg: TrainConfig) -> bool:
     return on_cpu and not tcfg.compile
 
 
+def data_digest(tcfg: TrainConfig) -> str:
+    """The sha256 of the bytes the run trains on: the data file's, or the default corpus's (the running
+    interpreter's standard library: another Python gives other data, under the same config)."""
+    if tcfg.data is None:
+        return load_corpus(None, 1).info["sha256"]
+    return hashlib.sha256(read_data_file(tcfg.data)).hexdigest()
+
+
 def run_key(mcfg: ModelConfig, tcfg: TrainConfig) -> str:
-    """The cache key of one run: a digest of the configs in full, the torch threads and version, the
-    training code's digest and the file format."""
+    """The cache key of one run: a digest of the configs in full, the data's sha256, the torch threads
+    and version, the training code's digest and the file format."""
     return digest(
         {
             "model": mcfg.to_dict(),
             "train": tcfg.to_dict(),
+            "data": data_digest(tcfg),
             "threads": torch.get_num_threads(),
             "torch": torch.__version__,
             "code": code_digest(),
