@@ -4,7 +4,7 @@ import pytest
 
 from depthlab.cli import main
 from depthlab.docgen import doctor_scale
-from depthlab.docgen.doctor_score import render
+from depthlab.docgen.doctor_score import record_path, render
 from depthlab.study import StudyConfig, run_study
 from depthlab.study.scoring import score
 
@@ -99,3 +99,14 @@ def test_scale_db_for_another_reproduction_or_a_missing_store_is_refused(tmp_pat
     assert main(["reproduce", "doctor", "--scale-db", str(tmp_path / "none.sqlite")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 2 and "--scale-db applies to 'doctor' only" in err and "no such store" in err
+
+
+def test_each_scored_run_is_kept_in_the_record_with_what_the_doctor_predicted(scale_store):
+    out = doctor_scale.score_heldout(scale_store, [])
+    rows = [doctor_scale.run_row(r) for r in out["runs"]]
+    assert {r["d_model"] for r in rows} == {16, 32} and all(
+        r["predicted"] in ("trains", "fails") for r in rows
+    )
+    assert all(r["outcome"] and r["step_size"] is not None and r["config_hash"] for r in rows)
+    assert {r["study"] for r in out["runs"]} == {"doctor-scale-heldout"}
+    assert record_path("docs/doctor.md") == "docs/doctor-runs.json"

@@ -35,8 +35,8 @@ def probe_again(run: dict) -> dict | None:
 
 
 def stored(db: str, grid: str) -> tuple[StudyConfig, list[dict]]:
-    """(the grid, its finished runs in ``db`` with their probes taken again); no runs when the store or
-    the study is absent."""
+    """(the grid, its finished runs in ``db`` with their probes taken again and "study" its name); no
+    runs when the store or the study is absent."""
     study = StudyConfig.from_yaml(grid)
     if not os.path.isfile(db) or os.path.getsize(db) == 0:
         return study, []
@@ -44,7 +44,7 @@ def stored(db: str, grid: str) -> tuple[StudyConfig, list[dict]]:
         if study.name not in {s["name"] for s in store.studies()}:
             return study, []
     done = [r for r in load(db, study.name).runs if r.get("status") == "done"]
-    return study, [dict(r, probe=probe_again(r)) for r in done]
+    return study, [dict(r, probe=probe_again(r), study=study.name) for r in done]
 
 
 def miss_lines(runs: list[dict]) -> list[str]:
@@ -62,6 +62,30 @@ def miss_lines(runs: list[dict]) -> list[str]:
                 f"predicted {pred}, {r['outcome']} (step size {step:.3g})"
             )
     return out
+
+
+def run_row(run: dict) -> dict:
+    """A run as the document's record keeps it: its configuration, its outcome, its escape step, the
+    probe's step size and relative update, and what the doctor predicted."""
+    m, t = run["config"]["model"], run["config"]["train"]
+    probe = (run.get("probe") or {}).get("config", {}).get("probe") or {}
+    return {
+        "config_hash": run.get("config_hash"),
+        "wrap": m.get("wrap"),
+        "d_model": m.get("d_model"),
+        "n_layers": m.get("n_layers"),
+        "lr": t.get("lr"),
+        "warmup": t.get("warmup"),
+        "steps": t.get("steps"),
+        "seed": t.get("seed"),
+        "outcome": run.get("outcome"),
+        "val_loss": run.get("val_loss"),
+        "unigram_loss": run.get("unigram_loss"),
+        "escape_step": run.get("escape_step"),
+        "step_size": probe.get("step_size"),
+        "relative_update": probe.get("relative_update"),
+        "predicted": predicted(run, run.get("probe")),
+    }
 
 
 def by_width(runs: list[dict], tuning: list[dict]) -> list[dict]:
@@ -91,7 +115,7 @@ def score_heldout(db: str, tuning: list[dict]) -> dict:
     held-out grid across width scored, the baselines chosen on ``tuning`` (every tuning run pooled).
     Probe it after the calibration record is written: its verdicts read the record."""
     study, held = stored(db, SCALE_HELDOUT)
-    out = {"grid": (study.name, len(held), len(study.expand())), "heldout": None}
+    out = {"grid": (study.name, len(held), len(study.expand())), "heldout": None, "runs": held}
     if not held:
         return out
     pairs = baseline_pairs(tuning, held)

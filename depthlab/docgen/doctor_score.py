@@ -30,10 +30,11 @@ from depthlab.docgen.doctor_scale import (
     heldout_lines,
     miss_lines,
     probe_again,
+    run_row,
     scale_tuning,
     score_heldout,
 )
-from depthlab.paths import check_output_file
+from depthlab.paths import check_output_file, write_json
 from depthlab.probe.calibration import RECORD_PATH, load_record
 from depthlab.probe.doctor import diagnose
 from depthlab.probe.doctor_lr import GATED_LIMIT, update_limit
@@ -103,6 +104,11 @@ def measure(
     scores["heldout_before"] = score(doctor_pairs(before))
     scores["misses"] = miss_lines(held)
     scores["scale"] = score_heldout(scale_db, pool) | {"tuning_grids": scale_counts}
+    scale_held = scores["scale"].pop("runs")
+    scores["runs"] = {tuning_grid.name: [run_row(r) for r in tuning_runs]}
+    for r in scale_runs + scale_held:
+        scores["runs"].setdefault(r["study"], []).append(run_row(r))
+    scores["runs"][heldout_grid.name] = [run_row(r) for r in held]
     scores["seconds"] = time.perf_counter() - start
     return scores
 
@@ -320,4 +326,10 @@ def write_doctor_doc(
     scores = measure(db, workers, out, scale_db=scale_db)
     with open(doc, "w", encoding="utf-8") as f:
         f.write(render(scores, db, scale_db=scale_db))
+    write_json({"studies": scores["runs"]}, record_path(doc))
     return scores
+
+
+def record_path(doc: str) -> str:
+    """The run record beside the document: docs/doctor.md -> docs/doctor-runs.json."""
+    return os.path.splitext(doc)[0] + "-runs.json"
