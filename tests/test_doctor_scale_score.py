@@ -6,6 +6,7 @@ from depthlab.cli import main
 from depthlab.docgen import doctor_scale
 from depthlab.docgen.doctor_score import record_path, render
 from depthlab.study import StudyConfig, run_study
+from depthlab.study.calibration import runs_range
 from depthlab.study.scoring import score
 
 GRID = """
@@ -110,3 +111,10 @@ def test_each_scored_run_is_kept_in_the_record_with_what_the_doctor_predicted(sc
     assert all(r["outcome"] and r["step_size"] is not None and r["config_hash"] for r in rows)
     assert {r["study"] for r in out["runs"]} == {"doctor-scale-heldout"}
     assert record_path("docs/doctor.md") == "docs/doctor-runs.json"
+
+
+def test_the_calibrated_range_is_where_the_tuning_runs_ran_not_where_the_grid_is_to_run():
+    def run(d, status="done"):
+        return {"status": status, "config": {"model": {"d_model": d, "n_layers": 2}, "train": {"lr": 1e-3}}}
+
+    assert runs_range([run(32), run(128), run(512, "queued")])["d_model"] == [32, 128]

@@ -90,7 +90,7 @@ def measure(
         + ", ".join(g.name for g in grids)
     )
     write_record(
-        keep_fitted(calibration_record(pool, grids, where(scale_runs), source), load_record(record)), record
+        keep_fitted(calibration_record(pool, where(scale_runs, pool), source), load_record(record)), record
     )
     load_record.cache_clear()
     if scale_runs:
@@ -113,14 +113,15 @@ def measure(
     return scores
 
 
-def where(scale_runs: list[dict]) -> str:
+def where(scale_runs: list[dict], pool: list[dict]) -> str:
     """Where the thresholds were chosen, for the record's "where" (the verdicts quote it)."""
     if not scale_runs:
         return WHERE
-    widths = sorted({r["config"]["model"]["d_model"] for r in scale_runs} | {32})
+    widths = sorted({r["config"]["model"]["d_model"] for r in pool})
+    steps = sorted({r["config"]["train"]["steps"] for r in pool})
     return (
         f"thresholds chosen on {TUNING} and the scale tuning grids (widths {', '.join(map(str, widths))}; "
-        "150-1,000 steps)"
+        f"{steps[0]}-{steps[-1]} steps)"
     )
 
 

@@ -62,9 +62,25 @@ def agreement(runs: list[dict]) -> dict:
     return dict(sorted(table.items()))
 
 
-def calibration_record(tuning_runs: list[dict], grids: list[StudyConfig], where: str, source: str) -> dict:
-    """The record (:mod:`depthlab.probe.calibration`'s format) from the tuning runs and the grids."""
-    rng = grid_range(grids)
+def runs_range(runs: list[dict]) -> dict:
+    """{"d_model": [lo, hi], "n_layers": ..., "lr": ..., "warmup": ...} over the finished runs (a grid
+    only partly run is calibrated where it ran, not where it is to run)."""
+    values: dict[str, list] = {"d_model": [], "n_layers": [], "lr": [], "warmup": []}
+    for r in runs:
+        if r.get("status") != "done":
+            continue
+        m, t = r["config"]["model"], r["config"]["train"]
+        values["d_model"].append(m["d_model"])
+        values["n_layers"].append(m["n_layers"])
+        values["lr"].append(t["lr"])
+        values["warmup"].append(t.get("warmup") or 0)
+    return {k: [min(v), max(v)] for k, v in values.items() if v}
+
+
+def calibration_record(tuning_runs: list[dict], where: str, source: str) -> dict:
+    """The record (:mod:`depthlab.probe.calibration`'s format) from the tuning runs: its range is where
+    they ran (their finished runs' widths, depths, lrs and warmups)."""
+    rng = runs_range(tuning_runs)
     rho = [
         r["probe"]["config"]["probe"].get("relative_update")
         for r in tuning_runs
