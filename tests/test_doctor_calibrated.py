@@ -59,7 +59,8 @@ def test_a_wide_post_ln_model_is_an_extrapolation_not_a_failure():
     must not call it a failure, and must say the width is outside its range."""
     found, result = verdicts(7e-4, 50, d_model=512, n_heads=8, wrap="post")
     v = found["learning-rate"]
-    assert v.level == "warning" and "Extrapolation" in v.message and "width 512" in v.message
+    # ok or a warning (which, depends on the fitted limit), never an error; marked as an extrapolation either way
+    assert v.level in ("ok", "warning") and "Extrapolation" in v.message and "width 512" in v.message
     assert "lr <= " in v.message and "Calibrated at widths" in v.message
     assert prediction(result.to_dict()) == "trains"
 
