@@ -65,7 +65,7 @@ def test_a_reproduction_announces_its_runs_then_counts_them_down(monkeypatch):
 
     tty = _Tty()
     monkeypatch.setattr(progress.sys, "stderr", tty)
-    monkeypatch.setattr(lm_runs.cost, "announce", lambda name, planned, done: 30.0)
+    monkeypatch.setattr(lm_runs.cost, "announce", lambda name, planned, done, where: 30.0)
     lm_runs.announce("demo", [({"n_layers": 2}, {"steps": 5}), ({"n_layers": 3}, {"steps": 5})], [0])
     (bar,) = lm_runs._PROGRESS
     assert bar.total == 2 and "reproduce demo: 0/2 runs" in tty.getvalue()
