@@ -141,7 +141,8 @@ def heldout_lines(scale: dict | None, db: str) -> list[str]:
         "",
         f"`{SCALE_HELDOUT}` was committed before any of its runs and never used to choose anything; the "
         "doctor's rules were fitted on the tuning grids alone (the old grid and the scale tuning grids "
-        f"pooled), and so were the baselines. The runs are in `{db}`:",
+        "pooled, by `depthlab calibrate`, in the form committed before the held-out grid's first run: its "
+        f"file says so), and so were the baselines. The runs are in `{db}`:",
         "",
         *_grid_lines([*scale["tuning_grids"], scale["grid"]]),
         "",
