@@ -77,6 +77,8 @@ SHARED = {
         "CAP_REVISION",
         "base",
         "eval_loss",
+        "configs",
+        "train_seeds",
         "STALL_SHARE",
         "BOTH_TRAINED",
         "NO_ATTN_SKIP",
