@@ -43,10 +43,10 @@ def scale_store(tmp_path, monkeypatch):
 
 def test_the_held_out_grid_is_scored_with_baselines_and_per_width(scale_store):
     grids, runs, counts = doctor_scale.scale_tuning(scale_store)
-    assert [c[1:] for c in counts] == [(2, 2), (0, 2)]  # the wide grid is not in the store: 0 finished
+    assert [c[1:3] for c in counts] == [(2, 2), (0, 2)]  # the wide grid is not in the store: 0 finished
     assert len(runs) == 2 and all(r["probe"] for r in runs)  # probed again
     out = doctor_scale.score_heldout(scale_store, runs)
-    assert out["grid"][1:] == (4, 4)
+    assert out["grid"][1:3] == (4, 4) and out["grid"][3] > 0  # hours of the runs' own times
     assert out["heldout"]["runs"] == 4
     assert set(out["baselines"]) == {"always 'trains'", "wrapping x lr lookup"}
     assert [row["d_model"] for row in out["by_width"]] == [16, 32]
@@ -68,8 +68,8 @@ def test_the_document_opens_with_the_held_out_score_across_width():
     s = score([("trains", "trained")] * 9 + [("trains", "stalled")])
     k = score([("trains", "trained")] * 8 + [("fails", "trained"), ("trains", "stalled")])
     scale = {
-        "tuning_grids": [("doctor-scale-tuning", 540, 540)],
-        "grid": ("doctor-scale-heldout", 10, 36),
+        "tuning_grids": [("doctor-scale-tuning", 540, 540, 4.25)],
+        "grid": ("doctor-scale-heldout", 10, 36, 1.0),
         "heldout": s,
         "baselines": {"wrapping x lr lookup": k},
         "by_width": [{"d_model": 128, "doctor": s, "lookup": k}],
@@ -89,7 +89,8 @@ def test_the_document_opens_with_the_held_out_score_across_width():
     )
     head = text.index("## Held-out across width (the headline)")
     assert head < text.index("## Held-out score (widths 48-64)")
-    assert "- `doctor-scale-heldout`: 10 of 36 runs finished" in text
+    assert "- `doctor-scale-heldout`: 10 of 36 runs finished, 1.0 h of one core" in text
+    assert "- `doctor-scale-tuning`: 540 of 540 runs finished, 4.2 h of one core" in text
     assert "9 of 10 outcomes predicted: 90% (95% interval" in text[head:]
     assert "| 128 | 10 | 9 (90% (95% interval" in text
     assert "predicted trains, stalled (step size 9)" in text

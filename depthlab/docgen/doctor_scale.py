@@ -106,7 +106,7 @@ def scale_tuning(db: str) -> tuple[list[StudyConfig], list[dict], list[tuple[str
         study, got = stored(db, path)
         grids.append(study)
         runs.extend(got)
-        counts.append((study.name, len(got), len(study.expand())))
+        counts.append((study.name, len(got), len(study.expand()), _hours(got)))
     return grids, runs, counts
 
 
@@ -115,7 +115,7 @@ def score_heldout(db: str, tuning: list[dict]) -> dict:
     held-out grid across width scored, the baselines chosen on ``tuning`` (every tuning run pooled).
     Probe it after the calibration record is written: its verdicts read the record."""
     study, held = stored(db, SCALE_HELDOUT)
-    out = {"grid": (study.name, len(held), len(study.expand())), "heldout": None, "runs": held}
+    out = {"grid": (study.name, len(held), len(study.expand()), _hours(held)), "heldout": None, "runs": held}
     if not held:
         return out
     pairs = baseline_pairs(tuning, held)
@@ -127,15 +127,26 @@ def score_heldout(db: str, tuning: list[dict]) -> dict:
     }
 
 
+def _hours(runs: list[dict]) -> float:
+    """The runs' own training times summed, in hours of one core."""
+    return sum(r.get("seconds") or 0.0 for r in runs) / 3600
+
+
 def _grid_lines(grids) -> list[str]:
-    return [f"- `{name}`: {done} of {total} runs finished" for name, done, total in grids]
+    """One line per grid: its finished runs and what they cost (the runs' own times on this machine)."""
+    return [
+        f"- `{name}`: {done} of {total} runs finished"
+        + (f", {hours:.1f} h of one core (the runs' own times)" if done else "")
+        for name, done, total, *rest in grids
+        for hours in [rest[0] if rest else 0.0]
+    ]
 
 
 def heldout_lines(scale: dict | None, db: str) -> list[str]:
     """The section of docs/doctor.md on the held-out grid across width (the headline); ``scale`` is
     :func:`score_heldout`'s result with "tuning_grids" (None: the scale store was not read)."""
     if scale is None:
-        scale = {"tuning_grids": [], "grid": (SCALE_HELDOUT, 0, 0), "heldout": None}
+        scale = {"tuning_grids": [], "grid": (SCALE_HELDOUT, 0, 0, 0.0), "heldout": None}
     lines = [
         "## Held-out across width (the headline)",
         "",

@@ -82,7 +82,7 @@ def measure(
     tuning_runs = [dict(r, probe=probe_again(r)) for r in data.runs]
     scores["tuning"] = score(doctor_pairs(tuning_runs))
     scale_grids, scale_runs, scale_counts = scale_tuning(scale_db)
-    grids = [tuning_grid, *([g for g, (_, done, _) in zip(scale_grids, scale_counts) if done])]
+    grids = [tuning_grid, *([g for g, (_, done, *_) in zip(scale_grids, scale_counts) if done])]
     pool = tuning_runs + scale_runs
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     source = (
@@ -126,7 +126,12 @@ def where(scale_runs: list[dict], pool: list[dict]) -> str:
 
 
 def scale_section(record: dict) -> list[str]:
-    """The registered grids across scale, the fitted warmup-length limit and the plateau prediction."""
+    """The registered grids across scale, then the fitted limits and the plateau prediction."""
+    return [*_grids_lines(), *_fits_lines(record)]
+
+
+def _grids_lines() -> list[str]:
+    """The grids across scale: what each holds, its estimated cost, the commands that run them."""
     return [
         "## Across scale: registered grids",
         "",
@@ -153,6 +158,15 @@ def scale_section(record: dict) -> list[str]:
         "depthlab study --grid grids/doctor-scale-tuning-wide.yaml --db runs/doctor-scale.sqlite",
         "depthlab study --grid grids/doctor-scale-heldout.yaml --db runs/doctor-scale.sqlite",
         "```",
+        "",
+        "What each cost as run (the runs' own times) is in the first section.",
+    ]
+
+
+def _fits_lines(record: dict) -> list[str]:
+    """The rules fitted on the tuning runs: the step-size limit, the relative-update ceilings, both
+    across width, and the plateau model."""
+    return [
         "",
         "The rules below were fitted by `depthlab calibrate` on the tuning runs pooled: "
         f"{sources_text(record)}. Refit them as the scale grids complete (`depthlab calibrate --from "
