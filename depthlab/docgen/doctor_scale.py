@@ -20,7 +20,11 @@ from depthlab.study.scoring import doctor_pairs, format_score, interval_text, sc
 from depthlab.study.store import Store
 from depthlab.study.worker import probe_at_init
 
-SCALE_TUNING = ("grids/doctor-scale-tuning.yaml", "grids/doctor-scale-tuning-wide.yaml")
+SCALE_TUNING = (
+    "grids/doctor-scale-tuning.yaml",
+    "grids/doctor-scale-tuning-wide.yaml",
+    "grids/doctor-scale-tuning-wide-deep.yaml",
+)
 SCALE_HELDOUT = "grids/doctor-scale-heldout.yaml"
 DEFAULT_SCALE_DB = os.path.join("runs", "doctor-scale.sqlite")
 

@@ -147,6 +147,9 @@ def _grids_lines() -> list[str]:
         "5.1 h of one core.",
         "- `grids/doctor-scale-tuning-wide.yaml`: 24 runs at width 512 (post-LN, pre-LN, ReZero x lr 3e-4 to "
         "1e-2 x warmup 0 and 300, 1,000 steps); 2.5 h of one core.",
+        "- `grids/doctor-scale-tuning-wide-deep.yaml`: 9 runs at width 512 and 6 layers (post-LN x lr 3e-4 "
+        "to 3e-3 x warmup 0, 50 and 300, 1,000 steps), added when the rules fitted on the first two parts "
+        "called a 6-layer post-LN stack at that width that trained a failure; 1-1.5 h with 2 workers.",
         "- `grids/doctor-scale-heldout.yaml`: the held-out grid across width, 36 runs (post-LN, pre-LN, "
         "DeepNorm, ReZero x widths 128, 256, 512 x lr 6e-4, 2e-3, 6e-3, warmup 100, 1,000 steps); 3.5 h of "
         "one core. It is never used to choose anything, and `depthlab calibrate` refuses it.",
