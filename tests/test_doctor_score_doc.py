@@ -64,7 +64,7 @@ def test_the_document_shows_the_fitted_limit_and_plateau_model_from_the_record(t
     path = tmp_path / "record.json"
     path.write_text(json.dumps(record))
     text = render(scores, "runs/doctor.sqlite", str(path))
-    assert "more than 1.11 output norms without warmup" in text
+    assert "reaches more than 1.11 output norms without warmup" in text
     assert "| 0 | 1.11 | 1.05-1.18 | 38 | 3 |" in text
     assert (
         "`doctor-tuning` (180 of 180 runs done, 148 escaped the plateau); code at commit abcdef0123" in text

@@ -129,3 +129,20 @@ def test_a_longer_warmup_never_lowers_the_limit_the_warmups_are_pooled_instead()
     assert got[0]["limit"] < got[30]["limit"] == got[300]["limit"]
     assert got[30]["pooled_with"] == [30, 300] and got[30]["runs"] == 9 and "pooled_with" not in got[0]
     assert got[30]["errors"] == 1
+
+
+def test_between_the_limit_and_the_bands_high_end_a_warning_an_error_from_there():
+    """The tuning runs place the limit only within its band (trained below its low end, failed from its
+    high end): a step inside the band is a warning, not a confident error."""
+    band = {"warmup": 0, "limit": math.sqrt(2.0 * 6.0), "band": [2.0, 6.0], "runs": 10, "errors": 1}
+    points = {"warmups": [band], "error_from": "band_high", "support": LIMITS["support"]}
+    record = {"range": dict(LIMITS["support"]), "agreement": {}, "step_limit": points}
+    gain = _post(1e-3, 0).config["probe"]["update_gain"]
+    inside = learning_rate(_post(4.0 / gain, 0), record)
+    first_form = dict(record, step_limit={k: v for k, v in points.items() if k != "error_from"})
+    assert learning_rate(_post(4.0 / gain, 0), first_form).level == "error"  # a record fitted before
+    assert inside.level == "warning" and "but below 6, the smallest step at which" in inside.message
+    above = learning_rate(_post(7.0 / gain, 0), record)
+    assert above.level == "error" and "s above the limit 3.46 for no warmup" in above.message
+    below = learning_rate(_post(1.5 / gain, 0), record)
+    assert below.level == "ok"

@@ -88,19 +88,26 @@ def plateau_lines(record: dict) -> list[str]:
 
 
 def limit_summary(record: dict) -> str:
-    """'1.11 output norms without warmup, 4.73 after a 30-step warmup' from the fitted limits (the
-    constants when none was fitted)."""
+    """'1.66 output norms without warmup, 4.98 after a 30-step warmup': where the doctor's error starts,
+    from the fitted bands' high ends (the constants when none was fitted)."""
     points = (record.get("step_limit") or {}).get("warmups")
     if not points:
         return "1.3 output norms without warmup (4.7 with one)"
+    from_band = record["step_limit"].get("error_from") == "band_high"
     said = [
-        f"{p['limit']:.3g} output norms "
+        f"{(p['band'][1] if from_band and p['band'][1] else p['limit']):.3g} output norms "
         + (f"after a {p['warmup']}-step warmup" if p["warmup"] else "without warmup")
         for p in points
     ]
+    if not from_band:
+        return "more than " + ", ".join(said) + (
+            " (a limit per warmup length, never lower for a longer one, interpolated between them)"
+        )
     return (
         ", ".join(said)
-        + " (a limit per warmup length, never lower for a longer one, interpolated between them)"
+        + " (per warmup length the high end of the band of equally good limits, the smallest step at which "
+        "such tuning runs failed; never lower for a longer warmup, interpolated between them; between the "
+        "fitted limit and that end, a warning)"
     )
 
 

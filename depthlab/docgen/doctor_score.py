@@ -274,7 +274,7 @@ def render(scores: dict, db: str, record: str = RECORD_PATH, scale_db: str = DEF
         "at init and the doctor gives verdicts. Given the learning rate and warmup the run will use "
         "(`probe --lr --warmup`; studies pass theirs), the doctor measures the model's update gain (how far "
         "Adam's first update moves the output per unit learning rate) and predicts a failure where blocks "
-        f"renormalise the stream and the full-size step at the peak lr reaches more than {limit_summary(rec)}, "
+        f"renormalise the stream and the full-size step at the peak lr reaches {limit_summary(rec)}, "
         "where a ReZero stack of 6 layers or more takes a "
         f"relative update (Adam's first step against its block matrices' size) {_gated_summary(rec)}, "
         f"{_free_clause(rec)}or "

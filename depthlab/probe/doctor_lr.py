@@ -6,7 +6,10 @@ the relative update rho (:mod:`depthlab.probe.update_size`: Adam's first full st
 matrix's spectral norm, a quantity comparable across width). Three families of stacks:
 
 - blocks renormalise the stream (post-LN, DeepNorm, Admin, Mix-LN's bottom layers): **error** when
-  s > the limit for the run's warmup length, :func:`step_limit`: the calibration record's "step_limit"
+  s reaches the high end of the band of equally good limits for the run's warmup length (the smallest
+  step at which such tuning runs failed), a **warning** between the limit and that end (a record whose
+  "step_limit" lacks ``"error_from": "band_high"``, as those fitted before this form was registered: an
+  error from the limit itself), :func:`step_limit`: the calibration record's "step_limit"
   (:mod:`depthlab.study.step_limit_fit`: per warmup length among the tuning runs, the limit that
   classified them best, interpolated in ln(1 + warmup) between them; the step a stack can take at the
   peak lr grows with the warmup it had to adapt). Without that section, ``STEP_LIMIT`` = 1.3 without
@@ -149,7 +152,8 @@ def _renormalised(gain, step, lr, warmup, share, record):
         f"lr <= {lo / gain:.2g} expected to train {with_w}; above {hi / gain:.2g} such stacks (blocks that "
         f"renormalise the stream, {share:.0%} of them here) stalled or diverged on the calibration grid"
     )
-    if step > limit:
+    from_band = (record.get("step_limit") or {}).get("error_from") == "band_high"
+    if step >= hi if from_band else step > limit:
         return (
             "error",
             text
@@ -157,6 +161,15 @@ def _renormalised(gain, step, lr, warmup, share, record):
             "smaller learning rate" + (", a warmup" if not warmup else "") + " or a wrapping that does not "
             "renormalise the stream (pre-LN, sandwich) would train",
             "learning-rate:error",
+        )
+    if step > limit:  # below the band's high end: the tuning runs do not place the limit here
+        return (
+            "warning",
+            text
+            + f" (s above the limit {limit:.3g} for {_warm(warmup)} but below {hi:.3g}, the smallest step at "
+            "which such tuning runs failed: the tuning runs do not place the limit more exactly than that band, "
+            "so not expected to be safe; a smaller learning rate is)",
+            "learning-rate:warning",
         )
     return "ok", text + f" (s within the limit {limit:.3g} for {_warm(warmup)})", "learning-rate:ok"
 

@@ -66,7 +66,7 @@ def _monotone(groups: list) -> list:
 
 def fit_step_limit(runs: list[dict]) -> dict | None:
     """The record's "step_limit" section: {"rule", "warmups": [{"warmup", "limit", "band", "runs",
-    "errors", "by_width"}], "support"}; None without two classes of runs at any warmup. "by_width" is
+    "errors", "by_width"}], "error_from", "support"}; None without two classes of runs at any warmup. "by_width" is
     the same fit on each width's runs of the warmup's group alone (evidence, not used by the doctor)."""
     rows = limit_rows(runs)
     groups = []  # [warmups, rows] in warmup order, each telling a limit
@@ -88,7 +88,9 @@ def fit_step_limit(runs: list[dict]) -> dict | None:
     return {
         "rule": "per warmup length, the limit on s = update gain x lr with the fewest misclassified tuning "
         "runs (the band's geometric midpoint; warmups pooled where a longer one's limit fell below a "
-        "shorter one's); ln(limit) linear in ln(1 + warmup) between them",
+        "shorter one's); ln(limit) linear in ln(1 + warmup) between them; the doctor's error from the band's "
+        "high end (the smallest step at which such a tuning run failed), a warning between the limit and it",
         "warmups": points,
+        "error_from": "band_high",  # the doctor's error starts at the band's high end, a warning from the limit
         "support": {k: [min(r[k] for r in used), max(r[k] for r in used)] for k in keys},
     }
