@@ -257,3 +257,26 @@ def wilson_interval(hits: int, n: int, level: float = 0.95) -> tuple[float, floa
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
     return (0.0 if hits == 0 else centre - half), (1.0 if hits == n else centre + half)
+
+
+def paired_difference_interval(
+    both: int, only_first: int, only_second: int, neither: int, level: float = 0.95
+) -> tuple[float, float, float]:
+    """(difference, low, high) of two proportions measured on the same items (two predictors scored on
+    the same runs): ``both`` items hit by both, ``only_first`` / ``only_second`` by one, ``neither``.
+    Newcombe's (1998) method 10: each proportion's Wilson interval, combined with the correlation phi of
+    the paired hits; it stays inside [-1, 1] and accounts for the pairing, which two independent
+    intervals side by side ignore. Raises ValueError on a negative count or no items."""
+    counts = (both, only_first, only_second, neither)
+    n = sum(counts)
+    if min(counts) < 0 or n == 0:
+        raise ValueError(f"paired_difference_interval needs non-negative counts and an item, got {counts}")
+    p1, p2 = (both + only_first) / n, (both + only_second) / n
+    l1, u1 = wilson_interval(both + only_first, n, level)
+    l2, u2 = wilson_interval(both + only_second, n, level)
+    margins = (both + only_first) * (only_second + neither) * (both + only_second) * (only_first + neither)
+    phi = (both * neither - only_first * only_second) / math.sqrt(margins) if margins else 0.0
+    d = p1 - p2
+    low = d - math.sqrt(max((p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2, 0.0))
+    high = d + math.sqrt(max((u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2, 0.0))
+    return d, max(low, -1.0), min(high, 1.0)

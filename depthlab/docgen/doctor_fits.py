@@ -100,8 +100,10 @@ def limit_summary(record: dict) -> str:
         for p in points
     ]
     if not from_band:
-        return "more than " + ", ".join(said) + (
-            " (a limit per warmup length, never lower for a longer one, interpolated between them)"
+        return (
+            "more than "
+            + ", ".join(said)
+            + (" (a limit per warmup length, never lower for a longer one, interpolated between them)")
         )
     return (
         ", ".join(said)

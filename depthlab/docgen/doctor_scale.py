@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from depthlab.config import ModelConfig, TrainConfig
+from depthlab.docgen.doctor_registrations import scores_under_registrations, versus_lookup
 from depthlab.report import load
 from depthlab.report.grouping import predicted
 from depthlab.study import RunSpec, StudyConfig
@@ -126,6 +127,8 @@ def score_heldout(db: str, tuning: list[dict]) -> dict:
     return out | {
         "heldout": score(doctor_pairs(held)),
         "baselines": {name: score(p) for name, p in pairs.items()},
+        "versus_lookup": versus_lookup(held, tuning),
+        "registrations": scores_under_registrations(held),
         "by_width": by_width(held, tuning),
         "misses": miss_lines(held),
     }
@@ -185,6 +188,42 @@ def heldout_lines(scale: dict | None, db: str) -> list[str]:
             f"| {row['d_model']} | {d['runs']} | {d['hits']} ({interval_text(d['accuracy'], d['interval'])}) | "
             f"{k['hits']} ({interval_text(k['accuracy'], k['interval'])}) |"
         )
+    lines += _comparison_lines(scale)
     lines += ["", "Runs the doctor got wrong:", ""]
     lines += [f"- {m}" for m in scale["misses"]] or ["- none"]
+    return lines
+
+
+def _comparison_lines(scale: dict) -> list[str]:
+    """The doctor against the lookup on the same runs (a paired difference with its interval), and the
+    held-out score under each earlier registration of the rules."""
+    lines = []
+    v = scale.get("versus_lookup")
+    if v:
+        lo, hi = v["interval"]
+        lines += [
+            "",
+            f"The doctor against the lookup on the same {v['runs']} runs: {v['difference']:+.0%} "
+            f"[{lo:+.0%}, {hi:+.0%}] (95%, Newcombe's interval for a paired difference): both right on "
+            f"{v['both']}, only the doctor on {v['doctor_only']}, only the lookup on {v['lookup_only']}, "
+            f"neither on {v['neither']}.",
+        ]
+    regs = scale.get("registrations") or []
+    if regs:
+        lines += [
+            "",
+            "The score of record uses the rules as last registered before any held-out run (fitted on the "
+            "four tuning studies, the step-size error from the band's high end). Under the earlier "
+            "registrations (each committed before any held-out run too, their records kept in "
+            "`depthlab/probe/`):",
+            "",
+            "| registration | record | held-out score |",
+            "|---|---|---|",
+        ]
+        for r in regs:
+            s = r["score"]
+            lines.append(
+                f"| {r['label']} | `{r['record']}` | {s['hits']} of {s['runs']} "
+                f"({interval_text(s['accuracy'], s['interval'])}) |"
+            )
     return lines

@@ -172,9 +172,10 @@ def _fits_lines(record: dict) -> list[str]:
     return [
         "",
         "The rules below were fitted by `depthlab calibrate` on the tuning runs pooled: "
-        f"{sources_text(record)}. Refit them as the scale grids complete (`depthlab calibrate --from "
-        "runs/doctor.sqlite doctor-tuning --from runs/doctor-scale.sqlite doctor-scale-tuning`), then "
-        "rerun this command to score the doctor with them.",
+        f"{sources_text(record)}. To refit them: `depthlab calibrate --from runs/doctor.sqlite "
+        "doctor-tuning --from runs/doctor-scale.sqlite doctor-scale-tuning --from runs/doctor-scale.sqlite "
+        "doctor-scale-tuning-wide --from runs/doctor-scale.sqlite doctor-scale-tuning-wide-deep`, then "
+        "this command again to score the doctor with them.",
         "",
         "### The step-size limit against the warmup length",
         "",
@@ -183,7 +184,7 @@ def _fits_lines(record: dict) -> list[str]:
         "peak arrives, so a longer warmup cannot lower the limit on s; per warmup length among the "
         "tuning runs, the limit is the one that classified them best, and where a longer warmup's limit "
         "came out lower (its runs differ in depth and budget, not only in warmup) the two warmups are "
-        "pooled and one limit chosen on their runs together:",
+        "pooled and one limit chosen on their runs together. " + _step_error_text(record) + ":",
         "",
         *limit_lines(record),
         "",
@@ -225,6 +226,18 @@ def _fits_lines(record: dict) -> list[str]:
         "",
         *plateau_lines(record),
     ]
+
+
+def _step_error_text(record: dict) -> str:
+    """Where the step-size rule's error starts: the band's high end (the form registered last) or the
+    limit itself (a record fitted before that form)."""
+    if (record.get("step_limit") or {}).get("error_from") == "band_high":
+        return (
+            "The doctor calls a step that reaches the band's high end (the smallest step at which such a "
+            "tuning run failed) an error, one between the limit and that end a warning: the tuning runs "
+            "do not place the limit more exactly than its band"
+        )
+    return "The doctor calls a step above the limit an error"
 
 
 def _gated_summary(record: dict) -> str:

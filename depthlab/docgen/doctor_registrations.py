@@ -1,0 +1,86 @@
+"""The held-out grid across width scored under each registration of the doctor's rules, for ``depthlab reproduce doctor``.
+
+The rules the held-out grid is scored with were registered (committed) before any of its runs, and
+revised twice before any of them, each time in the grid's own file with the reason: first the rules
+fitted on three tuning studies, then on four (a 6-layer part at width 512 added), then with the
+step-size rule's error moved from the fitted limit to the band's high end. The score of record is the
+last (the doctor's own record, ``depthlab/probe/calibration.json``); the earlier registrations' records
+are kept beside it (``REGISTRATIONS``) and the held-out runs are scored under each, so that a reader
+sees what every registration would have said. Only the learning-rate verdict reads the fitted limits:
+under an earlier record it is taken again from the stored probe's measurements (the probe itself is not
+repeated), every other verdict kept.
+
+:func:`versus_lookup` gives the doctor's gain over the wrapping x lr lookup on the same runs, with
+Newcombe's interval for a paired difference (:func:`depthlab.intervals.paired_difference_interval`).
+"""
+
+from __future__ import annotations
+
+import os
+
+from depthlab.intervals import paired_difference_interval
+from depthlab.probe.calibration import load_record
+from depthlab.probe.doctor import prediction
+from depthlab.probe.doctor_lr import learning_rate
+from depthlab.probe.result import ProbeResult
+from depthlab.study.baselines import lookup, lookup_table
+from depthlab.study.scoring import doctor_pairs, expected, score
+
+_HERE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "probe")
+REGISTRATIONS = (
+    (
+        "first registration: fitted on three tuning studies (no 6-layer run at width 512), error from the "
+        "fitted step-size limit",
+        os.path.join(_HERE, "calibration-three-studies.json"),
+    ),
+    (
+        "second: fitted on four tuning studies, error from the fitted step-size limit",
+        os.path.join(_HERE, "calibration-four-studies-limit.json"),
+    ),
+)
+LR_CODES = ("learning-rate", "update-size")
+
+
+def probe_under(probe: dict, record: dict) -> dict:
+    """The stored probe with its learning-rate verdict taken again under ``record``."""
+    result = ProbeResult(probe["config"], probe["layers"])
+    kept = [v for v in probe.get("verdicts") or [] if v.get("code") not in LR_CODES]
+    verdict = learning_rate(result, record)
+    return dict(probe, verdicts=kept + ([verdict.to_dict()] if verdict else []))
+
+
+def scores_under_registrations(held: list[dict]) -> list[dict]:
+    """[{"label", "record", "score"}] per earlier registration: the held-out runs scored under it."""
+    out = []
+    for label, path in REGISTRATIONS:
+        record = load_record(path)
+        runs = [dict(r, probe=probe_under(r["probe"], record)) if r.get("probe") else r for r in held]
+        out.append({"label": label, "record": os.path.basename(path), "score": score(doctor_pairs(runs))})
+    return out
+
+
+def versus_lookup(held: list[dict], tuning: list[dict]) -> dict | None:
+    """{"runs", "both", "doctor_only", "lookup_only", "neither", "difference", "interval"}: the doctor's
+    hits against the lookup's on the same finished held-out runs (the lookup chosen on ``tuning``);
+    None without such runs."""
+    table = lookup_table(tuning)
+    counts = {"both": 0, "doctor_only": 0, "lookup_only": 0, "neither": 0}
+    for r in held:
+        if r.get("status") != "done" or not r.get("probe") or r.get("outcome") is None:
+            continue
+        warmup = int(r["config"]["train"].get("warmup") or 0)
+        said = prediction(r["probe"], warmup)
+        if said is None:
+            continue
+        right = expected(r["outcome"])
+        doctor = said == right
+        base = lookup(table, r["config"]["model"].get("wrap"), float(r["config"]["train"]["lr"])) == right
+        key = ("both" if base else "doctor_only") if doctor else ("lookup_only" if base else "neither")
+        counts[key] += 1
+    n = sum(counts.values())
+    if not n:
+        return None
+    d, lo, hi = paired_difference_interval(
+        counts["both"], counts["doctor_only"], counts["lookup_only"], counts["neither"]
+    )
+    return {"runs": n, **counts, "difference": d, "interval": (lo, hi)}

@@ -1,0 +1,139 @@
+"""The held-out score under each registration of the doctor's rules, and the paired comparison with the
+lookup: the learning-rate verdict taken again from a stored probe under an earlier record, Newcombe's
+interval for a paired difference."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from depthlab import ModelConfig, build_model
+from depthlab.docgen import doctor_registrations as regs
+from depthlab.intervals import paired_difference_interval, wilson_interval
+from depthlab.probe import probe
+from depthlab.probe.doctor import prediction
+
+
+def test_the_paired_interval_is_newcombes_method_10_by_hand():
+    # 12 both right, 9 only the first, 2 only the second, 21 neither (n 44)
+    d, lo, hi = paired_difference_interval(12, 9, 2, 21)
+    l1, u1 = wilson_interval(21, 44)
+    l2, u2 = wilson_interval(14, 44)
+    p1, p2 = 21 / 44, 14 / 44
+    phi = (12 * 21 - 9 * 2) / math.sqrt(21 * 23 * 14 * 30)
+    assert d == pytest.approx(7 / 44)
+    assert lo == pytest.approx(
+        d - math.sqrt((p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2)
+    )
+    assert hi == pytest.approx(
+        d + math.sqrt((u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2)
+    )
+    assert 0 < lo < d < hi < 0.3
+
+
+def test_pairing_narrows_the_interval_when_the_hits_go_together():
+    # the same margins (30 of 40 against 26 of 40), hits together or apart
+    together = paired_difference_interval(26, 4, 0, 10)
+    apart = paired_difference_interval(18, 12, 8, 2)
+    assert together[0] == apart[0] == pytest.approx(0.1)
+    assert together[2] - together[1] < apart[2] - apart[1]
+    assert together[1] > 0 > apart[1]  # four discordant runs, all one way: a real gain
+
+
+@given(st.lists(st.integers(0, 30), min_size=4, max_size=4).filter(lambda c: sum(c) > 0))
+def test_the_paired_interval_holds_its_estimate_and_flips_with_the_order(counts):
+    a, b, c, d = counts
+    est, lo, hi = paired_difference_interval(a, b, c, d)
+    assert -1.0 <= lo <= est <= hi <= 1.0
+    flipped = paired_difference_interval(a, c, b, d)
+    assert flipped[0] == pytest.approx(-est, abs=1e-12)
+    assert flipped[1] == pytest.approx(-hi, abs=1e-9) and flipped[2] == pytest.approx(-lo, abs=1e-9)
+
+
+def test_bad_counts_are_refused():
+    with pytest.raises(ValueError):
+        paired_difference_interval(0, 0, 0, 0)
+    with pytest.raises(ValueError):
+        paired_difference_interval(1, -1, 0, 0)
+
+
+def _record(with_band_form: bool) -> dict:
+    point = {"warmup": 0, "limit": math.sqrt(2.0 * 6.0), "band": [2.0, 6.0], "runs": 10, "errors": 1}
+    support = {"d_model": [32, 32], "n_layers": [2, 24], "lr": [1e-5, 1.0], "warmup": [0, 300]}
+    section = {"warmups": [point], "support": support}
+    if with_band_form:
+        section["error_from"] = "band_high"
+    return {"range": dict(support), "agreement": {}, "step_limit": section}
+
+
+def _post_probe(step: float) -> dict:
+    """A 6-layer post-LN probe at width 32 whose step size is ``step`` output norms (no warmup)."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(n_heads=4, d_model=32, n_layers=6, wrap="post"))
+    x = torch.randint(0, 256, (4, 32))
+    gain = probe(model, x, lr=1e-3).config["probe"]["update_gain"]
+    return probe(model, x, lr=step / gain).to_dict()
+
+
+def test_an_earlier_records_verdict_replaces_the_learning_rate_verdict_only():
+    stored = _post_probe(4.0)  # inside the band: a warning in the band form, an error from the limit
+    now = regs.probe_under(stored, _record(True))
+    first = regs.probe_under(stored, _record(False))
+    codes = lambda p: sorted(v["code"] for v in p["verdicts"])  # noqa: E731
+    assert codes(now) == codes(first) == codes(stored)
+    assert prediction(now) == "trains" and prediction(first) == "fails"
+    kept = [v for v in stored["verdicts"] if v["code"] != "learning-rate"]
+    assert [v for v in first["verdicts"] if v["code"] != "learning-rate"] == kept
+
+
+def _run(probe_dict, outcome, wrap="post", lr=1e-3):
+    return {
+        "status": "done",
+        "outcome": outcome,
+        "probe": probe_dict,
+        "config": {"model": {"wrap": wrap, "d_model": 32, "n_layers": 6}, "train": {"lr": lr, "warmup": 0}},
+    }
+
+
+def test_each_registration_scores_the_same_runs_under_its_own_record(tmp_path, monkeypatch):
+    paths = []
+    for name, form in (("first.json", False), ("now.json", True)):
+        path = tmp_path / name
+        path.write_text(json.dumps(_record(form)))
+        paths.append((name, str(path)))
+    monkeypatch.setattr(regs, "REGISTRATIONS", tuple(paths))
+    inside = _post_probe(4.0)
+    held = [_run(inside, "trained"), _run(inside, "trained"), _run(_post_probe(8.0), "stalled")]
+    got = {r["label"]: r["score"] for r in regs.scores_under_registrations(held)}
+    assert got["first.json"]["hits"] == 1 and got["now.json"]["hits"] == 3
+    assert got["now.json"]["runs"] == 3
+
+
+def test_the_doctor_against_the_lookup_counts_each_run_once():
+    ok, bad = _post_probe(1.0), _post_probe(8.0)
+    tuning = [_run(None, "trained", lr=1e-3), _run(None, "stalled", lr=1e-2)]
+    held = [
+        _run(ok, "trained", lr=1e-3),  # both right
+        _run(bad, "stalled", lr=1e-3),  # only the doctor (the lookup says trains at 1e-3)
+        _run(ok, "stalled", lr=1e-2),  # only the lookup
+        _run(ok, "trained", lr=1e-2),  # the doctor right, the lookup wrong
+        _run(None, "trained"),  # no probe: not counted
+    ]
+    v = regs.versus_lookup(held, tuning)
+    assert (v["runs"], v["both"], v["doctor_only"], v["lookup_only"], v["neither"]) == (4, 1, 2, 1, 0)
+    assert v["difference"] == pytest.approx(0.25) and v["interval"][0] < 0.25 < v["interval"][1]
+    assert regs.versus_lookup([], tuning) is None
+
+
+def test_the_earlier_registrations_records_are_kept_and_fitted_before_the_held_out_grid():
+    for _, path in regs.REGISTRATIONS:
+        rec = json.loads(open(path, encoding="utf-8").read())
+        studies = [s["study"] for s in rec["fitted_from"]["studies"]]
+        assert "doctor-scale-heldout" not in studies and "error_from" not in rec["step_limit"]
+    counts = [len(json.loads(open(p).read())["fitted_from"]["studies"]) for _, p in regs.REGISTRATIONS]
+    assert counts == [3, 4]
