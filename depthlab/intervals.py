@@ -265,7 +265,8 @@ def paired_difference_interval(
     """(difference, low, high) of two proportions measured on the same items (two predictors scored on
     the same runs): ``both`` items hit by both, ``only_first`` / ``only_second`` by one, ``neither``.
     Newcombe's (1998) method 10: each proportion's Wilson interval, combined with the correlation phi of
-    the paired hits; it stays inside [-1, 1] and accounts for the pairing, which two independent
+    the paired hits (its cross product ad - bc lessened by n / 2 when positive, as Newcombe corrects
+    it); it stays inside [-1, 1] and accounts for the pairing, which two independent
     intervals side by side ignore. Raises ValueError on a negative count or no items."""
     counts = (both, only_first, only_second, neither)
     n = sum(counts)
@@ -275,7 +276,10 @@ def paired_difference_interval(
     l1, u1 = wilson_interval(both + only_first, n, level)
     l2, u2 = wilson_interval(both + only_second, n, level)
     margins = (both + only_first) * (only_second + neither) * (both + only_second) * (only_first + neither)
-    phi = (both * neither - only_first * only_second) / math.sqrt(margins) if margins else 0.0
+    cross = both * neither - only_first * only_second
+    if cross > 0:  # Newcombe's correction of phi: the cross product less n / 2, not below 0
+        cross = max(cross - n / 2, 0.0)
+    phi = cross / math.sqrt(margins) if margins else 0.0
     d = p1 - p2
     low = d - math.sqrt(max((p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2, 0.0))
     high = d + math.sqrt(max((u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2, 0.0))

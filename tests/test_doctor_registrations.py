@@ -25,7 +25,7 @@ def test_the_paired_interval_is_newcombes_method_10_by_hand():
     l1, u1 = wilson_interval(21, 44)
     l2, u2 = wilson_interval(14, 44)
     p1, p2 = 21 / 44, 14 / 44
-    phi = (12 * 21 - 9 * 2) / math.sqrt(21 * 23 * 14 * 30)
+    phi = (12 * 21 - 9 * 2 - 44 / 2) / math.sqrt(21 * 23 * 14 * 30)  # Newcombe's corrected phi
     assert d == pytest.approx(7 / 44)
     assert lo == pytest.approx(
         d - math.sqrt((p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2)
@@ -36,13 +36,23 @@ def test_the_paired_interval_is_newcombes_method_10_by_hand():
     assert 0 < lo < d < hi < 0.3
 
 
+def test_the_corrected_phi_widens_the_interval_where_the_hits_go_together():
+    # regression values of method 10 with Newcombe's correction of phi (ad - bc - n / 2)
+    assert paired_difference_interval(18, 12, 2, 18) == pytest.approx((0.2, 0.05617, 0.32898), abs=1e-5)
+    assert paired_difference_interval(36, 12, 2, 0) == pytest.approx((0.2, 0.05693, 0.34043), abs=1e-5)
+    # a cross product below n / 2 counts as no correlation at all
+    d, lo, hi = paired_difference_interval(5, 5, 5, 6)  # ad - bc = 5 < 10.5
+    l1, u1 = wilson_interval(10, 21)
+    assert lo == pytest.approx(d - math.sqrt((10 / 21 - l1) ** 2 + (u1 - 10 / 21) ** 2))
+
+
 def test_pairing_narrows_the_interval_when_the_hits_go_together():
     # the same margins (30 of 40 against 26 of 40), hits together or apart
     together = paired_difference_interval(26, 4, 0, 10)
     apart = paired_difference_interval(18, 12, 8, 2)
     assert together[0] == apart[0] == pytest.approx(0.1)
     assert together[2] - together[1] < apart[2] - apart[1]
-    assert together[1] > 0 > apart[1]  # four discordant runs, all one way: a real gain
+    assert together[1] > apart[1]  # four discordant runs, all one way, against twenty split 12 to 8
 
 
 @given(st.lists(st.integers(0, 30), min_size=4, max_size=4).filter(lambda c: sum(c) > 0))

@@ -141,8 +141,14 @@ def test_between_the_limit_and_the_bands_high_end_a_warning_an_error_from_there(
     inside = learning_rate(_post(4.0 / gain, 0), record)
     first_form = dict(record, step_limit={k: v for k, v in points.items() if k != "error_from"})
     assert learning_rate(_post(4.0 / gain, 0), first_form).level == "error"  # a record fitted before
-    assert inside.level == "warning" and "but below 6, the smallest step at which" in inside.message
+    assert inside.level == "warning" and "but below 6, the band's high end" in inside.message
     above = learning_rate(_post(7.0 / gain, 0), record)
-    assert above.level == "error" and "s above the limit 3.46 for no warmup" in above.message
+    assert above.level == "error" and "s reaches 6, the high end of the band of limits" in above.message
+    at_end = learning_rate(_post(6.0 / gain, 0), record)  # the run the end was taken from: an error
+    assert at_end.level == "error"
+    open_band = dict(band, band=[2.0, None], limit=2.0)
+    no_end = dict(record, step_limit=dict(points, warmups=[open_band]))
+    never = learning_rate(_post(50.0 / gain, 0), no_end)  # no failed run above the limit: no error
+    assert never.level == "warning" and "no such stack above the limit failed" in never.message
     below = learning_rate(_post(1.5 / gain, 0), record)
     assert below.level == "ok"

@@ -107,9 +107,9 @@ def limit_summary(record: dict) -> str:
         )
     return (
         ", ".join(said)
-        + " (per warmup length the high end of the band of equally good limits, the smallest step at which "
-        "such tuning runs failed; never lower for a longer warmup, interpolated between them; between the "
-        "fitted limit and that end, a warning)"
+        + " (per warmup length the high end of the band of equally good limits, the smallest tuning step "
+        "above the limit, interpolated between the fitted warmups; between the limit and that end, a "
+        "warning)"
     )
 
 

@@ -7,8 +7,8 @@ step-size rule's error moved from the fitted limit to the band's high end. The s
 last (the doctor's own record, ``depthlab/probe/calibration.json``); the earlier registrations' records
 are kept beside it (``REGISTRATIONS``) and the held-out runs are scored under each, so that a reader
 sees what every registration would have said. Only the learning-rate verdict reads the fitted limits:
-under an earlier record it is taken again from the stored probe's measurements (the probe itself is not
-repeated), every other verdict kept.
+under an earlier record it is taken again from the probe's measurements (each held-out run is probed
+once, with the current code), every other verdict kept.
 
 :func:`versus_lookup` gives the doctor's gain over the wrapping x lr lookup on the same runs, with
 Newcombe's interval for a paired difference (:func:`depthlab.intervals.paired_difference_interval`).
@@ -25,6 +25,7 @@ from depthlab.probe.doctor_lr import learning_rate
 from depthlab.probe.result import ProbeResult
 from depthlab.study.baselines import lookup, lookup_table
 from depthlab.study.scoring import doctor_pairs, expected, score
+from depthlab.watch.outcome import OUTCOMES
 
 _HERE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "probe")
 REGISTRATIONS = (
@@ -66,7 +67,7 @@ def versus_lookup(held: list[dict], tuning: list[dict]) -> dict | None:
     table = lookup_table(tuning)
     counts = {"both": 0, "doctor_only": 0, "lookup_only": 0, "neither": 0}
     for r in held:
-        if r.get("status") != "done" or not r.get("probe") or r.get("outcome") is None:
+        if r.get("status") != "done" or not r.get("probe") or r.get("outcome") not in OUTCOMES:
             continue
         warmup = int(r["config"]["train"].get("warmup") or 0)
         said = prediction(r["probe"], warmup)

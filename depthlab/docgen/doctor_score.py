@@ -233,9 +233,9 @@ def _step_error_text(record: dict) -> str:
     limit itself (a record fitted before that form)."""
     if (record.get("step_limit") or {}).get("error_from") == "band_high":
         return (
-            "The doctor calls a step that reaches the band's high end (the smallest step at which such a "
-            "tuning run failed) an error, one between the limit and that end a warning: the tuning runs "
-            "do not place the limit more exactly than its band"
+            "The doctor calls a step that reaches the band's high end (the smallest tuning step above the "
+            "limit; interpolated between the fitted warmups) an error, one between the limit and that end "
+            "a warning: the tuning runs do not place the limit more exactly than its band"
         )
     return "The doctor calls a step above the limit an error"
 

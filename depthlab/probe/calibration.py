@@ -18,6 +18,7 @@ import os
 
 RECORD_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "calibration.json")
 RANGE_KEYS = (("d_model", "widths"), ("n_layers", "depths"), ("lr", "lrs"), ("warmup", "warmups"))
+DIGITS = 4  # the decimals the record stores a fitted limit and its band with
 
 
 @functools.cache

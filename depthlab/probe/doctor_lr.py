@@ -7,7 +7,8 @@ matrix's spectral norm, a quantity comparable across width). Three families of s
 
 - blocks renormalise the stream (post-LN, DeepNorm, Admin, Mix-LN's bottom layers): **error** when
   s reaches the high end of the band of equally good limits for the run's warmup length (the smallest
-  step at which such tuning runs failed), a **warning** between the limit and that end (a record whose
+  tuning step above the limit, interpolated between warmups; no error where no run above the limit
+  failed), a **warning** between the limit and that end (a record whose
   "step_limit" lacks ``"error_from": "band_high"``, as those fitted before this form was registered: an
   error from the limit itself), :func:`step_limit`: the calibration record's "step_limit"
   (:mod:`depthlab.study.step_limit_fit`: per warmup length among the tuning runs, the limit that
@@ -43,7 +44,7 @@ from __future__ import annotations
 
 import math
 
-from depthlab.probe.calibration import evidence, load_record, outside, range_text
+from depthlab.probe.calibration import DIGITS, evidence, load_record, outside, range_text
 from depthlab.probe.result import ProbeResult
 from depthlab.probe.verdict import Verdict
 
@@ -108,9 +109,11 @@ def step_limit(warmup: int, record: dict) -> tuple[float, tuple[float, float]]:
     if not points:
         return (STEP_LIMIT_WARMUP if warmup else STEP_LIMIT), STEP_BAND[bool(warmup)]
 
+    open_high = math.inf if from_band(record) else None  # the band form: no failed run above, no error
+
     def triple(p):
         lo, hi = p["band"]
-        return [math.log(v) for v in (p["limit"], lo or p["limit"], hi or p["limit"])]
+        return [math.log(v) for v in (p["limit"], lo or p["limit"], hi or open_high or p["limit"])]
 
     x = math.log(1 + warmup)
     xs = [math.log(1 + p["warmup"]) for p in points]
@@ -122,6 +125,18 @@ def step_limit(warmup: int, record: dict) -> tuple[float, tuple[float, float]]:
         ln = [a + f * (b - a) for a, b in zip(triple(points[i - 1]), triple(points[i]))]
     limit, lo, hi = (math.exp(v) for v in ln)
     return limit, (lo, hi)
+
+
+def from_band(record: dict) -> bool:
+    """Whether the record's step-size rule is in the band form (an error from the band's high end, a
+    warning between the limit and it); a record fitted before that form: an error above the limit."""
+    return (record.get("step_limit") or {}).get("error_from") == "band_high"
+
+
+def reaches(value: float, high: float | None) -> bool:
+    """Whether a measured value reaches a band's high end as the record stores it: rounded to the same
+    ``DIGITS`` decimals, so that the tuning run the end was taken from reaches it."""
+    return high is not None and math.isfinite(high) and round(value, DIGITS) >= round(high, DIGITS)
 
 
 def width(r: ProbeResult) -> int | None:
@@ -149,29 +164,51 @@ def _renormalised(gain, step, lr, warmup, share, record):
     with_w = f"with a {warmup}-step warmup" if warmup else "without warmup"
     text = (
         f"update gain {gain:.3g}: one Adam step at lr {lr:g} reaches s = {step:.3g} output norms; "
-        f"lr <= {lo / gain:.2g} expected to train {with_w}; above {hi / gain:.2g} such stacks (blocks that "
-        f"renormalise the stream, {share:.0%} of them here) stalled or diverged on the calibration grid"
+        f"lr <= {lo / gain:.2g} expected to train {with_w}; "
+        + (
+            f"above {hi / gain:.2g} such stacks (blocks that renormalise the stream, {share:.0%} of them here) "
+            "stalled or diverged on the calibration grid"
+            if math.isfinite(hi)
+            else "no such stack above the limit failed on the calibration grid"
+        )
     )
-    from_band = (record.get("step_limit") or {}).get("error_from") == "band_high"
-    if step >= hi if from_band else step > limit:
+    advice = (
+        "A smaller learning rate" + (", a warmup" if not warmup else "") + " or a wrapping that does not "
+        "renormalise the stream (pre-LN, sandwich) would train"
+    )
+    liu = "Liu et al. 2020: post-LN's output moves with depth"
+    if not from_band(record):  # the form registered first: an error above the limit
+        if step > limit:
+            return (
+                "error",
+                text + f" (s above the limit {limit:.3g} for {_warm(warmup)}; {liu}). " + advice,
+                ("learning-rate:error"),
+            )
+    elif reaches(step, hi):
         return (
             "error",
-            text
-            + f" (s above the limit {limit:.3g} for {_warm(warmup)}; Liu et al. 2020: post-LN's output moves with depth). A "
-            "smaller learning rate" + (", a warmup" if not warmup else "") + " or a wrapping that does not "
-            "renormalise the stream (pre-LN, sandwich) would train",
+            text + f" (s reaches {hi:.3g}, the high end of the band of limits for {_warm(warmup)}: the "
+            f"smallest tuning step above the limit{_interpolated(warmup, record)}; {liu}). " + advice,
             "learning-rate:error",
         )
-    if step > limit:  # below the band's high end: the tuning runs do not place the limit here
+    elif step > limit:  # inside the band: the tuning runs do not place the limit more exactly
+        end = f"below {hi:.3g}, the band's high end" if math.isfinite(hi) else "with no failed run above it"
         return (
             "warning",
-            text
-            + f" (s above the limit {limit:.3g} for {_warm(warmup)} but below {hi:.3g}, the smallest step at "
-            "which such tuning runs failed: the tuning runs do not place the limit more exactly than that band, "
-            "so not expected to be safe; a smaller learning rate is)",
+            text + f" (s above the limit {limit:.3g} for {_warm(warmup)} but {end}: the tuning runs do not "
+            "place the limit more exactly than that band, so not expected to be safe; a smaller learning "
+            "rate is)",
             "learning-rate:warning",
         )
     return "ok", text + f" (s within the limit {limit:.3g} for {_warm(warmup)})", "learning-rate:ok"
+
+
+def _interpolated(warmup: int, record: dict) -> str:
+    """' (interpolated between the fitted warmups)' where no tuning warmup is this one; '' where one is."""
+    points = (record.get("step_limit") or {}).get("warmups") or []
+    fitted = {p["warmup"] for p in points}
+    inside = points and min(fitted) < warmup < max(fitted)
+    return " (interpolated between the fitted warmups)" if inside and warmup not in fitted else ""
 
 
 def _warm(warmup: int) -> str:
@@ -230,8 +267,7 @@ def _band_text(rho, lr, fit, who):
 def _band_level(rho, fit):
     """The level: "error" from the fitted band's high end (where the calibration runs failed), "warning"
     between the limit and it (no calibration run lies there), "ok" up to the limit."""
-    hi = fit["band"][1]
-    if hi and rho >= hi:
+    if reaches(rho, fit["band"][1]):
         return "error"
     return "warning" if rho > fit["limit"] else "ok"
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 
+from depthlab.probe.calibration import DIGITS
+
 
 def best_band(rows: list[dict], key: str = "step") -> tuple[float, float, int]:
     """(low, high, errors): the widest interval (in ln) of limits between two measured values of
@@ -39,10 +41,10 @@ def band_limit(low: float, high: float) -> float:
 
 def band_fit(rows: list[dict], key: str) -> dict:
     """{"limit", "band": [low, high or None], "runs", "errors"} of :func:`best_band` on ``rows``,
-    rounded to 4 decimals as the calibration record stores them."""
+    rounded to ``DIGITS`` decimals as the calibration record stores them."""
     low, high, errors = best_band(rows, key)
-    band = [round(low, 4), round(high, 4) if math.isfinite(high) else None]
-    return {"limit": round(band_limit(low, high), 4), "band": band, "runs": len(rows), "errors": errors}
+    band = [round(low, DIGITS), round(high, DIGITS) if math.isfinite(high) else None]
+    return {"limit": round(band_limit(low, high), DIGITS), "band": band, "runs": len(rows), "errors": errors}
 
 
 def width_bands(rows: list[dict], key: str) -> list[dict]:

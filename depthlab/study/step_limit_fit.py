@@ -89,7 +89,7 @@ def fit_step_limit(runs: list[dict]) -> dict | None:
         "rule": "per warmup length, the limit on s = update gain x lr with the fewest misclassified tuning "
         "runs (the band's geometric midpoint; warmups pooled where a longer one's limit fell below a "
         "shorter one's); ln(limit) linear in ln(1 + warmup) between them; the doctor's error from the band's "
-        "high end (the smallest step at which such a tuning run failed), a warning between the limit and it",
+        "high end (the smallest tuning step above the limit), a warning between the limit and it",
         "warmups": points,
         "error_from": "band_high",  # the doctor's error starts at the band's high end, a warning from the limit
         "support": {k: [min(r[k] for r in used), max(r[k] for r in used)] for k in keys},
