@@ -122,6 +122,7 @@ def test_each_registration_scores_the_same_runs_under_its_own_record(tmp_path, m
     got = {r["label"]: r["score"] for r in regs.scores_under_registrations(held)}
     assert got["first.json"]["hits"] == 1 and got["now.json"]["hits"] == 3
     assert got["now.json"]["runs"] == 3
+    assert [r["predicted_under"] for r in held][0] == {"first.json": "fails", "now.json": "trains"}
 
 
 def test_the_doctor_against_the_lookup_counts_each_run_once():

@@ -51,12 +51,17 @@ def probe_under(probe: dict, record: dict) -> dict:
 
 
 def scores_under_registrations(held: list[dict]) -> list[dict]:
-    """[{"label", "record", "score"}] per earlier registration: the held-out runs scored under it."""
+    """[{"label", "record", "score"}] per earlier registration: the held-out runs scored under it. Each
+    run gains "predicted_under": {record file: its prediction under that record}, for the run record."""
     out = []
     for label, path in REGISTRATIONS:
-        record = load_record(path)
+        record, name = load_record(path), os.path.basename(path)
         runs = [dict(r, probe=probe_under(r["probe"], record)) if r.get("probe") else r for r in held]
-        out.append({"label": label, "record": os.path.basename(path), "score": score(doctor_pairs(runs))})
+        for r, under in zip(held, runs):
+            warmup = int(r["config"]["train"].get("warmup") or 0)
+            said = prediction(under["probe"], warmup) if under.get("probe") else None
+            r.setdefault("predicted_under", {})[name] = said
+        out.append({"label": label, "record": name, "score": score(doctor_pairs(runs))})
     return out
 
 

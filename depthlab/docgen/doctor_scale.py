@@ -90,7 +90,7 @@ def run_row(run: dict) -> dict:
         "step_size": probe.get("step_size"),
         "relative_update": probe.get("relative_update"),
         "predicted": predicted(run, run.get("probe")),
-    }
+    } | ({"predicted_under": run["predicted_under"]} if "predicted_under" in run else {})
 
 
 def by_width(runs: list[dict], tuning: list[dict]) -> list[dict]:
