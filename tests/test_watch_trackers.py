@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -31,24 +32,44 @@ def test_scalar_names_are_stable():
                                "depthlab/layer_00/stream_rms": 1.0, "depthlab/layer_03/grad_norm": 0.5}  # fmt: skip
 
 
-def _wandb_records(run_dir: Path) -> list:
+def _wandb_log(data: bytes) -> list | None:
     """The protobuf records of an offline run's .wandb file (a LevelDB-style log of 32 KiB blocks, each
-    record with a 7-byte header: crc, length, type 1 full / 2 first / 3 middle / 4 last)."""
+    record with a 7-byte header: crc, length, type 1 full / 2 first / 3 middle / 4 last); None while its
+    last record is still being written (wandb's service writes the file after ``finish`` returns)."""
+    from google.protobuf.message import DecodeError
     from wandb.proto import wandb_internal_pb2 as pb
 
-    (path,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
-    data, pos, buf, out = path.read_bytes(), 7, b"", []
+    pos, buf, out = 7, b"", []
     while pos + 7 <= len(data):
         left = 32768 - pos % 32768
         _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
         if left < 7 or (kind == 0 and length == 0):
             pos += left
             continue
+        if pos + 7 + length > len(data):
+            return None
         buf, pos = buf + data[pos + 7 : pos + 7 + length], pos + 7 + length
         if kind in (1, 4):
-            out.append(pb.Record.FromString(buf))
+            try:
+                out.append(pb.Record.FromString(buf))
+            except DecodeError:
+                return None
             buf = b""
     return out
+
+
+def _wandb_records(run_dir: Path, wait_s: float = 60.0) -> list:
+    """The offline run's records once the file holds the run's summary (polled: on a loaded machine the
+    service can finish writing a few seconds after the run ends)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        (path,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+        out = _wandb_log(path.read_bytes())
+        done = out is not None and any(r.WhichOneof("record_type") == "summary" for r in out)
+        if done or time.monotonic() > deadline:
+            assert out is not None, f"{path} still holds a partly written record after {wait_s:g} s"
+            return out
+        time.sleep(0.2)
 
 
 def _items(items) -> dict:
