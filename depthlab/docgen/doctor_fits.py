@@ -7,7 +7,7 @@ holds them, so that the page says what the doctor does without anyone copying a 
 
 from __future__ import annotations
 
-from depthlab.probe.doctor_lr import GATED_LIMIT, UPDATE_TRAINED
+from depthlab.probe.doctor_lr import GATED_LIMIT, UPDATE_TRAINED, from_band
 from depthlab.probe.plateau import FAMILY_TEXT as PLATEAU_FAMILY_TEXT
 from depthlab.probe.plateau import FEATURES
 from depthlab.study.update_limit_fit import FAMILY_TEXT
@@ -93,13 +93,13 @@ def limit_summary(record: dict) -> str:
     points = (record.get("step_limit") or {}).get("warmups")
     if not points:
         return "1.3 output norms without warmup (4.7 with one)"
-    from_band = record["step_limit"].get("error_from") == "band_high"
+    band_form = from_band(record)
     said = [
-        f"{(p['band'][1] if from_band and p['band'][1] else p['limit']):.3g} output norms "
+        f"{(p['band'][1] if band_form and p['band'][1] else p['limit']):.3g} output norms "
         + (f"after a {p['warmup']}-step warmup" if p["warmup"] else "without warmup")
         for p in points
     ]
-    if not from_band:
+    if not band_form:
         return (
             "more than "
             + ", ".join(said)

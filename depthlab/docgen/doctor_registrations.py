@@ -20,9 +20,9 @@ import os
 
 from depthlab.intervals import paired_difference_interval
 from depthlab.probe.calibration import load_record
-from depthlab.probe.doctor import prediction
 from depthlab.probe.doctor_lr import learning_rate
 from depthlab.probe.result import ProbeResult
+from depthlab.report.grouping import predicted
 from depthlab.study.baselines import lookup, lookup_table
 from depthlab.study.scoring import doctor_pairs, expected, score
 from depthlab.watch.outcome import OUTCOMES
@@ -58,9 +58,7 @@ def scores_under_registrations(held: list[dict]) -> list[dict]:
         record, name = load_record(path), os.path.basename(path)
         runs = [dict(r, probe=probe_under(r["probe"], record)) if r.get("probe") else r for r in held]
         for r, under in zip(held, runs):
-            warmup = int(r["config"]["train"].get("warmup") or 0)
-            said = prediction(under["probe"], warmup) if under.get("probe") else None
-            r.setdefault("predicted_under", {})[name] = said
+            r.setdefault("predicted_under", {})[name] = predicted(under, under.get("probe"))
         out.append({"label": label, "record": name, "score": score(doctor_pairs(runs))})
     return out
 
@@ -74,8 +72,7 @@ def versus_lookup(held: list[dict], tuning: list[dict]) -> dict | None:
     for r in held:
         if r.get("status") != "done" or not r.get("probe") or r.get("outcome") not in OUTCOMES:
             continue
-        warmup = int(r["config"]["train"].get("warmup") or 0)
-        said = prediction(r["probe"], warmup)
+        said = predicted(r, r["probe"])
         if said is None:
             continue
         right = expected(r["outcome"])

@@ -37,7 +37,7 @@ from depthlab.docgen.doctor_scale import (
 from depthlab.paths import check_output_file, write_json
 from depthlab.probe.calibration import RECORD_PATH, load_record
 from depthlab.probe.doctor import diagnose
-from depthlab.probe.doctor_lr import GATED_LIMIT, update_limit
+from depthlab.probe.doctor_lr import GATED_LIMIT, from_band, update_limit
 from depthlab.probe.result import ProbeResult
 from depthlab.report import load
 from depthlab.study import StudyConfig, run_study
@@ -231,7 +231,7 @@ def _fits_lines(record: dict) -> list[str]:
 def _step_error_text(record: dict) -> str:
     """Where the step-size rule's error starts: the band's high end (the form registered last) or the
     limit itself (a record fitted before that form)."""
-    if (record.get("step_limit") or {}).get("error_from") == "band_high":
+    if from_band(record):
         return (
             "The doctor calls a step that reaches the band's high end (the smallest tuning step above the "
             "limit; interpolated between the fitted warmups) an error, one between the limit and that end "
