@@ -96,6 +96,12 @@ def _print_limits(record: dict) -> None:
             f"step limit at warmup {p['warmup']}: {p['limit']:.3g} ({p['errors']} of {p['runs']} runs "
             f"misclassified){_by_width(p.get('by_width', []))}"
         )
+    for wrap, own in ((record.get("step_limit") or {}).get("by_wrap") or {}).items():
+        for p in own["warmups"]:
+            print(
+                f"step limit of {wrap} at warmup {p['warmup']}: {p['limit']:.3g} ({p['errors']} of "
+                f"{p['runs']} runs misclassified){_by_width(p.get('by_width', []))}"
+            )
     for fam, fit in ((record.get("update_limit") or {}).get("families") or {}).items():
         print(
             f"limit on rho, {UPDATE_FAMILY_TEXT[fam]}: {fit['limit']:.3g}, band {band_text(fit['band'])} "

@@ -54,6 +54,35 @@ def limit_lines(record: dict) -> list[str]:
         f"{_span(*sup['n_layers'])}, lrs {_span(*sup['lr'])}, warmups {_span(*sup['warmup'])}; a run outside "
         "it gets at most a warning, marked as an extrapolation.",
     ]
+    return lines + wrap_limit_lines(section)
+
+
+def wrap_limit_lines(section: dict) -> list[str]:
+    """The per-wrapping limits on s (each fitted on that wrapping's tuning runs alone), as a table; []
+    for a record fitted before them."""
+    by_wrap = section.get("by_wrap") or {}
+    if not by_wrap:
+        return []
+    lines = [
+        "",
+        "A wrapping whose own tuning runs tell a limit is judged by it (the same fit on its runs alone), "
+        "calibrated only where its runs ran; the others by the pooled limit above:",
+        "",
+        "| wrapping | warmup steps | limit on s | band of equally good limits | tuning runs | misclassified "
+        "| support |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for wrap, own in by_wrap.items():
+        sup = own["support"]
+        where = f"widths {_span(*sup['d_model'])}, depths {_span(*sup['n_layers'])}, lrs {_span(*sup['lr'])}"
+        for p in own["warmups"]:
+            lo, hi = p["band"]
+            band = f"{lo:.3g}-{hi:.3g}" if hi else f"above {lo:.3g}"
+            pooled = f" (pooled with {', '.join(map(str, p['pooled_with']))})" if p.get("pooled_with") else ""
+            lines.append(
+                f"| {wrap} | {p['warmup']}{pooled} | {p['limit']:.3g} | {band} | {p['runs']} | {p['errors']} "
+                f"| {where} |"
+            )
     return lines
 
 

@@ -71,7 +71,8 @@ def learning_rate(r: ProbeResult, record: dict | None = None) -> Verdict | None:
     wrap = (r.config.get("model") or {}).get("wrap")
     values = {"d_model": width(r), "n_layers": r.n_layers, "lr": lr, "warmup": warmup}
     if share > 0:
-        level, text, key = _renormalised(gain, step, lr, warmup, share, record)
+        record, who = for_wrap(record, wrap)
+        level, text, key = _renormalised(gain, step, lr, warmup, share, record, who)
         support = (record.get("step_limit") or {}).get("support")
     elif wrap in GATED and rho:
         fit = update_limit("gated", record)
@@ -81,9 +82,23 @@ def learning_rate(r: ProbeResult, record: dict | None = None) -> Verdict | None:
         fit = update_limit("free", record) if rho else None
         level, text, key = _free_fitted(gain, step, rho, lr, fit) if fit else _free(gain, step, rho, lr)
         support = (fit or {}).get("support")
-    if support:  # the limit was fitted over these runs too: its support widens the range
+    if support and record.get("own_range"):  # a wrapping's own limit: calibrated where its runs ran
+        record = dict(record, range=record["range"] | support)
+    elif support:  # the limit was fitted over these runs too: its support widens the range
         record = dict(record, range=_union(record["range"], support))
     return _with_range(level, text, key, record, outside(record, values))
+
+
+def for_wrap(record: dict, wrap: str | None) -> tuple[dict, str | None]:
+    """(the record to judge a renormalising stack of ``wrap`` with, who its limit is for): where the
+    record's "step_limit" holds a limit fitted on this wrapping's tuning runs alone ("by_wrap"), a view
+    of the record with that section as its "step_limit" and "own_range" set (the verdict is calibrated
+    where that wrapping's runs ran, not where any stack's did), and the wrapping's name; else the record
+    and None (the limit pooled over every renormalising stack)."""
+    section = ((record.get("step_limit") or {}).get("by_wrap") or {}).get(wrap or "")
+    if not section:
+        return record, None
+    return dict(record, step_limit=section, own_range=True), wrap
 
 
 def update_limit(family: str, record: dict) -> dict | None:
@@ -158,15 +173,17 @@ def _with_range(level: str, text: str, key: str, record: dict, out: list[str]) -
     return Verdict(level, "learning-rate" if key.startswith("learning-rate") else "update-size", text)
 
 
-def _renormalised(gain, step, lr, warmup, share, record):
-    """Post-LN-style stacks: the step-size limit for this warmup length and the ceiling it implies."""
+def _renormalised(gain, step, lr, warmup, share, record, who=None):
+    """Post-LN-style stacks: the step-size limit for this warmup length (``who``'s own limit where the
+    record holds one for that wrapping, else the pooled one) and the ceiling it implies."""
     limit, (lo, hi) = step_limit(warmup, record)
     with_w = f"with a {warmup}-step warmup" if warmup else "without warmup"
+    such = f"{who} stacks (the limit fitted on that wrapping's tuning runs alone)" if who else "such stacks"
     text = (
         f"update gain {gain:.3g}: one Adam step at lr {lr:g} reaches s = {step:.3g} output norms; "
         f"lr <= {lo / gain:.2g} expected to train {with_w}; "
         + (
-            f"above {hi / gain:.2g} such stacks (blocks that renormalise the stream, {share:.0%} of them here) "
+            f"above {hi / gain:.2g} {such} (blocks that renormalise the stream, {share:.0%} of them here) "
             "stalled or diverged on the calibration grid"
             if math.isfinite(hi)
             else "no such stack above the limit failed on the calibration grid"

@@ -13,6 +13,11 @@ fit on each width's runs alone (evidence of whether the limit on s holds across 
 (the runs' widths, depths, lrs, warmups). Between two fitted warmups the limit is interpolated linearly
 in ln(limit) against ln(1 + warmup); beyond the longest it is that warmup's limit, and the verdict is
 marked as an extrapolation.
+
+The renormalising wrappings do not share one limit on s: on the tuning runs at width 128, DeepNorm's
+(its residual scaled up, its branches' init scaled down) lies near 0.3 output norms without warmup where
+post-LN's lies near 3. So the same fit is also made on each wrapping's runs alone ("by_wrap"), and the
+doctor judges a wrapping that has one by its own limit, calibrated only where its own runs ran.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from depthlab.watch.outcome import OUTCOMES
 
 
 def limit_rows(runs: list[dict]) -> list[dict]:
-    """{"warmup", "step", "trained", "lr", "d_model", "n_layers"} of every finished run with an outcome
+    """{"wrap", "warmup", "step", "trained", "lr", "d_model", "n_layers"} of every finished run with an outcome
     whose probe measured a step size and whose blocks renormalise the stream (store run dicts with
     "probe" loaded)."""
     rows = []
@@ -38,6 +43,7 @@ def limit_rows(runs: list[dict]) -> list[dict]:
         m, t = r["config"]["model"], r["config"]["train"]
         rows.append(
             {
+                "wrap": m.get("wrap"),
                 "warmup": int(t.get("warmup") or 0),
                 "step": float(step),
                 "trained": r["outcome"] == "trained",
@@ -64,11 +70,9 @@ def _monotone(groups: list) -> list:
         groups[fall - 1 : fall + 1] = [[wa + wb, ra + rb]]
 
 
-def fit_step_limit(runs: list[dict]) -> dict | None:
-    """The record's "step_limit" section: {"rule", "warmups": [{"warmup", "limit", "band", "runs",
-    "errors", "by_width"}], "error_from", "support"}; None without two classes of runs at any warmup. "by_width" is
-    the same fit on each width's runs of the warmup's group alone (evidence, not used by the doctor)."""
-    rows = limit_rows(runs)
+def _fit_rows(rows: list[dict]) -> dict | None:
+    """{"warmups": [{"warmup", "limit", "band", "runs", "errors", "by_width"}], "support"} of ``rows``;
+    None without two classes of runs at any warmup."""
     groups = []  # [warmups, rows] in warmup order, each telling a limit
     for w in sorted({r["warmup"] for r in rows}):
         at = [r for r in rows if r["warmup"] == w]
@@ -86,11 +90,36 @@ def fit_step_limit(runs: list[dict]) -> dict | None:
     used = [r for r in rows if r["warmup"] in {p["warmup"] for p in points}]
     keys = ("d_model", "n_layers", "lr", "warmup")
     return {
+        "warmups": points,
+        "support": {k: [min(r[k] for r in used), max(r[k] for r in used)] for k in keys},
+    }
+
+
+def fit_step_limit(runs: list[dict]) -> dict | None:
+    """The record's "step_limit" section: {"rule", "warmups": [{"warmup", "limit", "band", "runs",
+    "errors", "by_width"}], "error_from", "support", "by_wrap"}; None without two classes of runs at any
+    warmup. "by_width" is the same fit on each width's runs of the warmup's group alone (evidence, not used
+    by the doctor). "by_wrap" holds, per renormalising wrapping whose own tuning runs tell a limit, the same
+    fit on its runs alone ({"warmups", "support", "error_from"}): the doctor judges that wrapping by it,
+    calibrated where its runs ran, and the other wrappings by the pooled limit."""
+    rows = limit_rows(runs)
+    pooled = _fit_rows(rows)
+    if pooled is None:
+        return None
+    by_wrap = {}
+    for wrap in sorted({r["wrap"] for r in rows if r["wrap"]}):
+        own = _fit_rows([r for r in rows if r["wrap"] == wrap])
+        if own is not None:
+            by_wrap[wrap] = own | {"error_from": "band_high"}
+    return {
         "rule": "per warmup length, the limit on s = update gain x lr with the fewest misclassified tuning "
         "runs (the band's geometric midpoint; warmups pooled where a longer one's limit fell below a "
         "shorter one's); ln(limit) linear in ln(1 + warmup) between them; the doctor's error from the band's "
-        "high end (the smallest tuning step above the limit), a warning between the limit and it",
-        "warmups": points,
+        "high end (the smallest tuning step above the limit), a warning between the limit and it; a "
+        "wrapping whose own tuning runs tell a limit is judged by the same fit on its runs alone, "
+        "calibrated where they ran",
+        "warmups": pooled["warmups"],
         "error_from": "band_high",  # the doctor's error starts at the band's high end, a warning from the limit
-        "support": {k: [min(r[k] for r in used), max(r[k] for r in used)] for k in keys},
+        "support": pooled["support"],
+        "by_wrap": by_wrap,
     }

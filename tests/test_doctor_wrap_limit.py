@@ -1,0 +1,99 @@
+"""The step-size limit per renormalising wrapping: fitted on each wrapping's runs alone where they tell
+one, and a wrapping judged by its own limit, calibrated only where its own runs ran."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from depthlab import ModelConfig, build_model
+from depthlab.docgen.doctor_fits import limit_lines
+from depthlab.probe import probe
+from depthlab.probe.doctor_lr import for_wrap, learning_rate
+from depthlab.study.step_limit_fit import fit_step_limit
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _run(wrap, step, trained, d_model=32, warmup=0):
+    return {
+        "status": "done",
+        "outcome": "trained" if trained else "stalled",
+        "config": {
+            "model": {"wrap": wrap, "d_model": d_model, "n_layers": 6},
+            "train": {"lr": step / 1000, "warmup": warmup},
+        },
+        "probe": {"config": {"stack": {"renormalised_share": 1.0}, "probe": {"step_size": step}}},
+    }
+
+
+def test_each_wrapping_whose_runs_tell_a_limit_gets_its_own_beside_the_pooled_one():
+    runs = [_run("post", s, s < 3.0, d_model=d) for s in (0.5, 2.0, 4.0, 9.0) for d in (32, 512)]
+    runs += [_run("deepnorm", s, s < 0.3, d_model=128) for s in (0.1, 0.2, 0.5, 2.0)]
+    runs += [_run("admin", s, True) for s in (0.5, 1.0)]  # one class only: tells no limit of its own
+    fit = fit_step_limit(runs)
+    assert set(fit["by_wrap"]) == {"post", "deepnorm"}
+    post, deep = fit["by_wrap"]["post"]["warmups"][0], fit["by_wrap"]["deepnorm"]["warmups"][0]
+    assert post["band"] == [2.0, 4.0] and post["errors"] == 0
+    assert deep["band"] == [0.2, 0.5] and deep["limit"] == pytest.approx(math.sqrt(0.1), rel=1e-3)
+    assert fit["warmups"][0]["errors"] > 0  # pooled, the two wrappings' runs cannot both be told apart
+    assert fit["by_wrap"]["deepnorm"]["support"]["d_model"] == [128, 128]
+    assert fit["by_wrap"]["post"]["support"]["d_model"] == [32, 512]
+    assert fit["by_wrap"]["deepnorm"]["error_from"] == "band_high"
+
+
+POOLED = {"warmup": 0, "limit": 3.0, "band": [2.5, 3.6], "runs": 20, "errors": 2}
+DEEP = {"warmup": 0, "limit": 0.3, "band": [0.25, 0.36], "runs": 8, "errors": 0}
+RECORD = {
+    "range": {"d_model": [32, 64], "n_layers": [2, 16], "lr": [1e-4, 1.0], "warmup": [0, 300]},
+    "agreement": {},
+    "step_limit": {
+        "warmups": [POOLED],
+        "error_from": "band_high",
+        "support": {"d_model": [32, 512], "n_layers": [2, 24], "lr": [1e-4, 1.0], "warmup": [0, 300]},
+        "by_wrap": {
+            "deepnorm": {
+                "warmups": [DEEP],
+                "error_from": "band_high",
+                "support": {"d_model": [32, 128], "n_layers": [2, 24], "lr": [1e-4, 1.0], "warmup": [0, 300]},
+            }
+        },
+    },
+}
+
+
+def _probe(wrap, step, d_model=32):
+    """The probe of a 6-layer stack of ``wrap`` at the lr that makes its step size ``step``."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(n_heads=4, d_model=d_model, n_layers=6, wrap=wrap))
+    x = torch.randint(0, 256, (4, 32))
+    gain = probe(model, x, lr=1e-3).config["probe"]["update_gain"]
+    return probe(model, x, lr=step / gain, warmup=0)
+
+
+def test_a_wrapping_with_its_own_limit_is_judged_by_it_and_the_others_by_the_pooled_one():
+    deep = learning_rate(_probe("deepnorm", 1.0), RECORD)
+    assert deep.level == "error" and "deepnorm stacks (the limit fitted on that wrapping's" in deep.message
+    assert "s reaches 0.36" in deep.message and "Extrapolation" not in deep.message
+    post = learning_rate(_probe("post", 1.0), RECORD)
+    assert post.level == "ok" and "s within the limit 3 for no warmup" in post.message
+    assert for_wrap(RECORD, "post") == (RECORD, None)
+    without = dict(RECORD, step_limit={k: v for k, v in RECORD["step_limit"].items() if k != "by_wrap"})
+    assert learning_rate(_probe("deepnorm", 1.0), without).level == "ok"  # a record fitted before: pooled
+
+
+def test_a_wrapping_judged_by_its_own_limit_is_calibrated_only_where_its_runs_ran():
+    wide = learning_rate(_probe("deepnorm", 1.0, d_model=192), RECORD)
+    assert wide.level == "warning" and "Extrapolation" in wide.message
+    assert "width 192 is above the calibrated widths 32-128" in wide.message
+    post = learning_rate(_probe("post", 5.0, d_model=192), RECORD)  # the pooled support reaches 512
+    assert post.level == "error" and "Extrapolation" not in post.message
+
+
+def test_the_document_shows_each_wrappings_own_limit_and_a_record_fitted_before_shows_none():
+    lines = "\n".join(limit_lines(RECORD))
+    assert "| deepnorm | 0 | 0.3 | 0.25-0.36 | 8 | 0 | widths 32-128," in lines
+    without = dict(RECORD, step_limit={k: v for k, v in RECORD["step_limit"].items() if k != "by_wrap"})
+    assert "deepnorm" not in "\n".join(limit_lines(without))
