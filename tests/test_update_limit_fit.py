@@ -57,14 +57,14 @@ def test_a_family_with_one_outcome_only_tells_no_limit():
     assert set(fit_update_limits(runs)["families"]) == {"gated"}
 
 
-def test_only_deep_zero_gated_runs_decide_the_gated_limit():
+def test_zero_gated_runs_of_every_depth_decide_the_gated_limit():
     deep = [_run("rezero", rho, rho < 0.6, n_layers=16, lr=rho / 30) for rho in (0.1, 0.3, 0.9, 2.0)]
-    shallow = [_run("rezero", rho, True, n_layers=GATED_DEPTH - 1) for rho in (0.9, 2.0, 5.0)]
+    shallow = [_run("rezero", rho, rho < 0.6, n_layers=2) for rho in (0.2, 0.9, 5.0)]
     gated = fit_update_limits(deep + shallow)["families"]["gated"]
-    assert gated["band"] == [0.3, 0.9] and gated["errors"] == 0 and gated["runs"] == 4
-    assert gated["min_depth"] == GATED_DEPTH and gated["support"]["n_layers"] == [16, 16]
-    assert gated["above"] == {"runs": 2, "failed": 2}
-    assert len(update_rows(deep + shallow)["gated"]) == 7  # the rows hold them all; the fit filters
+    assert gated["band"] == [0.3, 0.9] and gated["errors"] == 0 and gated["runs"] == 7
+    assert gated["all_depths"] is True and gated["support"]["n_layers"] == [2, 16]
+    assert gated["above"] == {"runs": 4, "failed": 4}
+    assert len(update_rows(deep + shallow)["gated"]) == 7
 
 
 def test_the_band_per_width_is_evidence_beside_the_pooled_limit():
@@ -141,6 +141,12 @@ def test_a_zero_gated_stack_errs_from_the_band_only_at_depth():
     assert learning_rate(_probe("rezero", _lr_for("rezero", 1.5)), RECORD).level == "ok"
 
 
+def test_a_gated_fit_of_every_depth_errs_at_every_depth():
+    every = dict(RECORD, update_limit={"families": {"gated": dict(FIT, all_depths=True)}})
+    shallow = learning_rate(_probe("rezero", _lr_for("rezero", 6.0), n_layers=2), every)
+    assert shallow.level == "error" and "layers or more" not in shallow.message
+
+
 def test_without_a_fitted_family_the_constants_decide():
     record = dict(RECORD, update_limit={"families": {"gated": FIT}})
     assert update_limit("free", record) is None and update_limit("gated", record) is FIT
@@ -168,7 +174,7 @@ def _store(path: str) -> str:
         sid = s.add_study(study.name, study.to_dict(), study.config_hash(), specs)
         for spec, run in zip(specs, s.runs(sid)):
             rho = 30 * spec.train.lr
-            cut = 1.0 if spec.model.wrap == "pre" else (0.3 if spec.model.n_layers >= GATED_DEPTH else 100)
+            cut = 1.0 if spec.model.wrap == "pre" else 0.3
             probe_json = {
                 "config": {"stack": {"renormalised_share": 0.0}, "probe": {"relative_update": rho}},
                 "layers": [],
@@ -184,7 +190,7 @@ def test_refit_and_calibrate_write_the_update_limits(tmp_path, capsys):
     rec = refit({"range": {}, "agreement": {}}, [(db, "rho-tuning")], None)
     free, gated = rec["update_limit"]["families"]["free"], rec["update_limit"]["families"]["gated"]
     assert free["band"] == [0.9, 3.0] and free["errors"] == 0 and free["runs"] == 18
-    assert gated["band"] == [0.09, 0.3] and gated["runs"] == 12 and gated["support"]["n_layers"] == [6, 12]
+    assert gated["band"] == [0.09, 0.3] and gated["runs"] == 18 and gated["support"]["n_layers"] == [2, 12]
     assert [w["d_model"] for w in free["by_width"]] == [16]
     assert "update_limit" in FITTED and keep_fitted({"range": {}}, rec)["update_limit"] == rec["update_limit"]
     path = tmp_path / "calibration.json"

@@ -5,14 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 
-from depthlab.docgen.doctor_fits import band_text
+from depthlab.docgen.doctor_fits import band_text, family_text
 from depthlab.errors import InputError
 from depthlab.paths import check_output_file
 from depthlab.probe.calibration import RECORD_PATH, load_record
 from depthlab.probe.plateau import FAMILY_TEXT
 from depthlab.study.calibration import write_record
 from depthlab.study.refit import refit
-from depthlab.study.update_limit_fit import FAMILY_TEXT as UPDATE_FAMILY_TEXT
 
 
 def add_parser(sub) -> None:
@@ -104,6 +103,6 @@ def _print_limits(record: dict) -> None:
             )
     for fam, fit in ((record.get("update_limit") or {}).get("families") or {}).items():
         print(
-            f"limit on rho, {UPDATE_FAMILY_TEXT[fam]}: {fit['limit']:.3g}, band {band_text(fit['band'])} "
+            f"limit on rho, {family_text(fam, fit)}: {fit['limit']:.3g}, band {band_text(fit['band'])} "
             f"({fit['errors']} of {fit['runs']} runs misclassified){_by_width(fit['by_width'])}"
         )

@@ -7,10 +7,17 @@ holds them, so that the page says what the doctor does without anyone copying a 
 
 from __future__ import annotations
 
-from depthlab.probe.doctor_lr import GATED_LIMIT, UPDATE_TRAINED, from_band
+from depthlab.probe.doctor_lr import GATED_DEPTH, GATED_LIMIT, UPDATE_TRAINED, from_band
 from depthlab.probe.plateau import FAMILY_TEXT as PLATEAU_FAMILY_TEXT
 from depthlab.probe.plateau import FEATURES
 from depthlab.study.update_limit_fit import FAMILY_TEXT
+
+
+def family_text(fam: str, fit: dict | None) -> str:
+    """The family's name as its rule applies: the zero-gated one 'of 6 layers or more' unless its limit
+    was fitted on every depth's runs (the constants, and records fitted before that form, err only there)."""
+    deep = fam == "gated" and not (fit or {}).get("all_depths")
+    return FAMILY_TEXT[fam] + (f" of {GATED_DEPTH} layers or more" if deep else "")
 
 
 def _span(lo, hi) -> str:
@@ -168,7 +175,7 @@ def update_limit_lines(record: dict) -> list[str]:
     for fam, fit in families.items():
         above = fit["above"]
         lines.append(
-            f"| {FAMILY_TEXT[fam]} | {fit['limit']:.3g} | {band_text(fit['band'])} | {fit['runs']} | "
+            f"| {family_text(fam, fit)} | {fit['limit']:.3g} | {band_text(fit['band'])} | {fit['runs']} | "
             f"{fit['errors']} | {above['failed']} of {above['runs']} | {_support_text(fit['support'])} |"
         )
     missing = [f for f in FAMILY_TEXT if f not in families]
@@ -182,7 +189,7 @@ def update_limit_lines(record: dict) -> list[str]:
         lines.append("")
     for f in missing:
         lines.append(
-            f"- {FAMILY_TEXT[f]}: no limit fitted (no tuning run, or one outcome only), the doctor keeps "
+            f"- {family_text(f, None)}: no limit fitted (no tuning run, or one outcome only), the doctor keeps "
             f"{fallback[f]}."
         )
     return lines

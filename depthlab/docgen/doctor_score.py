@@ -37,7 +37,7 @@ from depthlab.docgen.doctor_scale import (
 from depthlab.paths import check_output_file, write_json
 from depthlab.probe.calibration import RECORD_PATH, load_record
 from depthlab.probe.doctor import diagnose
-from depthlab.probe.doctor_lr import GATED_LIMIT, from_band, update_limit
+from depthlab.probe.doctor_lr import GATED_DEPTH, GATED_LIMIT, from_band, update_limit
 from depthlab.probe.result import ProbeResult
 from depthlab.report import load
 from depthlab.study import StudyConfig, run_study
@@ -194,8 +194,8 @@ def _fits_lines(record: dict) -> list[str]:
         "zero-gated ones (ReZero, whose first step sets every gate to +-lr whatever its size) are judged by "
         "the relative update rho, Adam's first full step against each block matrix's spectral norm. Per "
         "family, the limit on rho is the one that classified the tuning runs best (trained below, "
-        "stalled, undertrained or diverged above); the zero-gated family is fitted on its runs of 6 "
-        "layers or more, where its error applies. The doctor calls an lr whose rho reaches the band's high "
+        "stalled, undertrained or diverged above); the zero-gated family is fitted on its runs "
+        f"{_gated_depths(record)}, where its error applies. The doctor calls an lr whose rho reaches the band's high "
         "end (the smallest measured rho above the limit) an error, one between the limit and that end a "
         "warning; outside the calibrated range (the grids' range widened by the fit's support), a warning "
         "at most, marked as an extrapolation:",
@@ -288,7 +288,7 @@ def render(scores: dict, db: str, record: str = RECORD_PATH, scale_db: str = DEF
         "(`probe --lr --warmup`; studies pass theirs), the doctor measures the model's update gain (how far "
         "Adam's first update moves the output per unit learning rate) and predicts a failure where blocks "
         f"renormalise the stream and the full-size step at the peak lr reaches {limit_summary(rec)}, "
-        "where a ReZero stack of 6 layers or more takes a "
+        f"where a ReZero stack {_gated_depths(rec)} takes a "
         f"relative update (Adam's first step against its block matrices' size) {_gated_summary(rec)}, "
         f"{_free_clause(rec)}or "
         "where any other verdict is an error (an error outside the calibrated range is only a warning, "
@@ -364,3 +364,10 @@ def write_doctor_doc(
 def record_path(doc: str) -> str:
     """The run record beside the document: docs/doctor.md -> docs/doctor-runs.json."""
     return os.path.splitext(doc)[0] + "-runs.json"
+
+
+def _gated_depths(rec: dict) -> str:
+    """'of every depth' where the record's zero-gated limit was fitted on every depth's runs, else 'of 6
+    layers or more' (a record fitted before that form)."""
+    gated = ((rec.get("update_limit") or {}).get("families") or {}).get("gated") or {}
+    return "of every depth" if gated.get("all_depths") else f"of {GATED_DEPTH} layers or more"

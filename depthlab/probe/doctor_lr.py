@@ -29,11 +29,12 @@ matrix's spectral norm, a quantity comparable across width). Three families of s
   calibration run went there.
 - Where the record holds the "update_limit" section (:mod:`depthlab.study.update_limit_fit`: per
   family "free" and "gated", the limit on rho that classified the tuning runs best, the gated one on
-  runs of ``GATED_DEPTH`` layers or more), it replaces those constants (:func:`update_limit`): an
+  runs of every depth where it says "all_depths", else on runs of ``GATED_DEPTH`` layers or more), it
+  replaces those constants (:func:`update_limit`): an
   **error** from the band's high end (the smallest measured rho above the limit: runs from there failed), a warning between
   the limit and it, ok below; the ceiling printed is lr <= band low / (rho / lr) expected to train and
-  the failures from band high / (rho / lr). A zero-gated stack under ``GATED_DEPTH`` layers gets a
-  warning at most. The fit's support widens the calibrated range, as the step limit's does.
+  the failures from band high / (rho / lr). Under a gated fit without "all_depths", a zero-gated
+  stack under ``GATED_DEPTH`` layers gets a warning at most. The fit's support widens the calibrated range, as the step limit's does.
 
 Every verdict says where it was calibrated and, where the record holds it, how often the calibration
 grid agreed (:mod:`depthlab.probe.calibration`). A configuration outside the calibrated range (width,
@@ -319,12 +320,15 @@ def _free_fitted(gain, step, rho, lr, fit):
 
 
 def _gated_fitted(rho, lr, depth, fit):
-    """Zero-gated branches (ReZero) against the fitted limit on rho; an error only from ``GATED_DEPTH``
-    layers, the depths it was fitted on."""
+    """Zero-gated branches (ReZero) against the fitted limit on rho; an error at every depth where the
+    fit took every depth's runs ("all_depths"), else only from ``GATED_DEPTH`` layers, the depths a
+    record fitted before that form was fitted on."""
     level = _band_level(rho, fit)
+    every = fit.get("all_depths")
+    who = "zero-gated stacks (ReZero)" + ("" if every else f" of {GATED_DEPTH} layers or more")
     text = f"relative update rho = {rho:.3g} (Adam's first step against the block matrices' size); "
-    text += _band_text(rho, lr, fit, f"zero-gated stacks (ReZero) of {GATED_DEPTH} layers or more")
-    if level == "error" and depth < GATED_DEPTH:
+    text += _band_text(rho, lr, fit, who)
+    if level == "error" and depth < GATED_DEPTH and not every:
         note = (
             f"; fitted on stacks of {GATED_DEPTH} layers or more, so at {depth} layers no confident verdict "
             "(the 2-layer ReZero runs of the first tuning grid trained at rho 1.4)"
