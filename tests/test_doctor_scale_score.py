@@ -218,6 +218,7 @@ def test_the_document_opens_with_the_held_out_score_across_width():
             {
                 "held_out": doctor_heldout.FAMILIES,
                 "grid": ("doctor-scale-heldout-families", 0, 48, 0.0),
+                "record": load_record(RECORD_PATH),
                 "heldout": None,
             },
             _scored(doctor_heldout.FIRST, "doctor-scale-heldout", 10, s, k, [miss]),
@@ -251,6 +252,10 @@ def test_the_document_opens_with_the_held_out_score_across_width():
     assert "9 of 10 outcomes predicted: 90% (95% interval" in text[first:second]
     assert "| 128 | 10 | 9 (90% (95% interval" in text
     assert "predicted trains, stalled (step size 9)" in text
+    assert (
+        "To be scored under `calibration.json` (the doctor's current record), fitted on `doctor-tuning`"
+        in text
+    )
     assert (
         "Scored under `calibration-four-studies-band.json` (kept as registered), fitted on `doctor-tuning`"
         in text

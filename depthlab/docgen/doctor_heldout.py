@@ -24,6 +24,7 @@ from depthlab.docgen.doctor_registrations import (
 )
 from depthlab.docgen.doctor_scale import by_width, grid_lines, hours, miss_lines, run_row, stored
 from depthlab.probe.calibration import RECORD_PATH, load_record
+from depthlab.study import StudyConfig
 from depthlab.study.baselines import baseline_pairs
 from depthlab.study.scoring import doctor_pairs, format_score, interval_text, score
 
@@ -54,9 +55,9 @@ FAMILIES = HeldOutGrid(
         "ReZero stacks of 5 layers that diverged) led to a tuning part for DeepNorm and ReZero at widths 256 "
         "and 512 (`grids/doctor-scale-tuning-families.yaml`), so the first grid is no longer blind to the "
         "rules fitted with that part, and this grid is their clean test. Its score of record is under the "
-        "doctor's current record, which `depthlab calibrate` is to refit on the five tuning studies (that "
-        "part included) in the form and with the code committed before this grid's first run; beside it, "
-        "the rules of record before that part."
+        "doctor's current record as `depthlab calibrate` refits it on the five tuning studies (that part "
+        "included), in the form and with the code committed before this grid's first run; beside it, the "
+        "rules of record before that part."
     ),
     registrations=(
         (
@@ -166,7 +167,12 @@ def heldout_lines(scale: dict | None, db: str) -> list[str]:
 
 def _unread(grid: HeldOutGrid) -> dict:
     """A grid's result when the store was not read: no finished run."""
-    return {"held_out": grid, "grid": (grid.grid, 0, 0, 0.0), "record": None, "heldout": None}
+    study = StudyConfig.from_yaml(grid.grid)
+    return {
+        "held_out": grid,
+        "grid": (study.name, 0, len(study.expand()), 0.0),
+        "record": load_record(grid.record_path()),
+    }
 
 
 def _unscored_lines(result: dict, db: str) -> list[str]:
@@ -177,23 +183,25 @@ def _unscored_lines(result: dict, db: str) -> list[str]:
         "",
         grid.rules,
         "",
+        _record_line(result, "To be scored"),
+        "",
         f"Not scored yet: no finished run of `{grid.grid}` in the store "
         f"(`depthlab study --grid {grid.grid} --db {db}`, then this command again).",
     ]
 
 
-def _record_line(result: dict) -> str:
-    """Which record the score is under and what it was fitted on."""
+def _record_line(result: dict, said: str = "Scored") -> str:
+    """Which record the score is under and what it is fitted on."""
     grid, record = result["held_out"], result["record"]
     name = f"`{os.path.basename(grid.record_path())}`"
     name += " (the doctor's current record)" if grid.record is None else " (kept as registered)"
     fitted = record.get("fitted_from")
     if not fitted:
-        return f"Scored under {name}, which does not name what it was fitted on; the baselines chosen on every tuning run."
+        return f"{said} under {name}, which does not name what it was fitted on; the baselines chosen on every tuning run."
     studies = ", ".join(f"`{s['study']}`" for s in fitted["studies"])
     commit = (fitted.get("commit") or "unknown")[:10]
     return (
-        f"Scored under {name}, fitted on {studies} (code at commit {commit}, {fitted['when']}); the "
+        f"{said} under {name}, fitted on {studies} (code at commit {commit}, {fitted['when']}); the "
         "baselines chosen on those studies' runs."
     )
 

@@ -154,17 +154,18 @@ def _grids_lines() -> list[str]:
         "- `grids/doctor-scale-tuning-wide-deep.yaml`: 9 runs at width 512 and 6 layers (post-LN x lr 3e-4 "
         "to 3e-3 x warmup 0, 50 and 300, 1,000 steps), added when the rules fitted on the first two parts "
         "called a 6-layer post-LN stack at that width that trained a failure; 1-1.5 h with 2 workers.",
-        "- `grids/doctor-scale-heldout.yaml`: the held-out grid across width, 36 runs (post-LN, pre-LN, "
+        "- `grids/doctor-scale-heldout.yaml`: the first held-out grid across width, 36 runs (post-LN, pre-LN, "
         "DeepNorm, ReZero x widths 128, 256, 512 x lr 6e-4, 2e-3, 6e-3, warmup 100, 1,000 steps); 3.5 h of "
         "one core. It is never used to choose anything, and `depthlab calibrate` refuses it.",
         "- `grids/doctor-scale-tuning-families.yaml`: 24 runs (DeepNorm and ReZero x widths 256, 512 x lr "
-        "1e-3 to 1e-2 x warmup 0 and 300, 4 layers, 1,000 steps), added after the held-out grid's misses in "
+        "1e-3 to 1e-2 x warmup 0 and 300, 4 layers, 1,000 steps), added after the first held-out grid's misses in "
         "these two wrappings; about 2.3 h of one core from the stored runs' medians.",
         "- `grids/doctor-scale-heldout-families.yaml`: the second held-out grid across width, 48 runs "
         "(post-LN, pre-LN, DeepNorm, ReZero x widths 192, 384 x lr 1.5e-3 to 1.2e-2 x warmup 0 and 200, 3 "
         "layers, 1,000 steps, seed 2), the clean test of the rules fitted with that part; about 1.8 h.",
         "",
-        "In all about 15 hours of one core (half that with `--workers 2`). Each resumes where it stopped:",
+        "In all about 17 hours of one core by these estimates (about half with `--workers 2`). Each resumes "
+        "where it stopped:",
         "",
         "```",
         *[f"depthlab study --grid {g} --db runs/doctor-scale.sqlite" for g in SCALE_GRIDS],
@@ -315,8 +316,9 @@ def render(scores: dict, db: str, record: str = RECORD_PATH, scale_db: str = DEF
         "version's held-out misses (ReZero runs that diverged at lr 0.02) were listed on this page, so the "
         "held-out grid is no longer blind to them and the score below is optimistic. The same holds for the "
         "step-size limit as a function of the warmup length (fitted on tuning runs only, but after this "
-        "page had shown the held-out scores of the rule it replaces). The held-out grid across width (the "
-        "first section below), registered before any of its runs, is the clean test.",
+        "page had shown the held-out scores of the rule it replaces). The held-out grids across width (the "
+        "first section below), each registered before any of its runs and scored under the rules registered "
+        "before them, are the clean test.",
         "",
         *heldout_lines(scores.get("scale"), scale_db),
         "",
