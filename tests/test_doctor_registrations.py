@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from depthlab import ModelConfig, build_model
+from depthlab.docgen import doctor_heldout
 from depthlab.docgen import doctor_registrations as regs
 from depthlab.intervals import paired_difference_interval, wilson_interval
 from depthlab.probe import probe
@@ -110,16 +113,15 @@ def _run(probe_dict, outcome, wrap="post", lr=1e-3):
     }
 
 
-def test_each_registration_scores_the_same_runs_under_its_own_record(tmp_path, monkeypatch):
+def test_each_registration_scores_the_same_runs_under_its_own_record(tmp_path):
     paths = []
     for name, form in (("first.json", False), ("now.json", True)):
         path = tmp_path / name
         path.write_text(json.dumps(_record(form)))
         paths.append((name, str(path)))
-    monkeypatch.setattr(regs, "REGISTRATIONS", tuple(paths))
     inside = _post_probe(4.0)
     held = [_run(inside, "trained"), _run(inside, "trained"), _run(_post_probe(8.0), "stalled")]
-    got = {r["label"]: r["score"] for r in regs.scores_under_registrations(held)}
+    got = {r["label"]: r["score"] for r in regs.scores_under_registrations(held, tuple(paths))}
     assert got["first.json"]["hits"] == 1 and got["now.json"]["hits"] == 3
     assert got["now.json"]["runs"] == 3
     assert [r["predicted_under"] for r in held][0] == {"first.json": "fails", "now.json": "trains"}
@@ -148,3 +150,51 @@ def test_the_earlier_registrations_records_are_kept_and_fitted_before_the_held_o
         assert "doctor-scale-heldout" not in studies and "error_from" not in rec["step_limit"]
     counts = [len(json.loads(open(p).read())["fitted_from"]["studies"]) for _, p in regs.REGISTRATIONS]
     assert counts == [3, 4]
+
+
+ROOT = Path(__file__).resolve().parent.parent
+FITTED = ("step_limit", "update_limit", "escape", "fitted_from")
+BAND_COMMIT = (
+    "c7f1570"  # the commit whose calibration.json the first held-out grid across width was scored under
+)
+
+
+def _read(path: str) -> dict:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def test_the_first_held_out_grid_keeps_the_rules_registered_before_its_runs():
+    band = _read(doctor_heldout.BAND_RECORD)
+    try:
+        shown = subprocess.run(
+            ["git", "show", f"{BAND_COMMIT}:depthlab/probe/calibration.json"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as e:  # an sdist or an unpacked archive has no history
+        pytest.skip(f"no git history here: {e}")
+    then = json.loads(shown)
+    assert {k: band.get(k) for k in FITTED} == {k: then.get(k) for k in FITTED}
+
+
+def test_the_kept_record_is_the_four_studies_fit_in_the_band_form():
+    band = _read(doctor_heldout.BAND_RECORD)
+    fitted = band["fitted_from"]
+    assert fitted["commit"].startswith("e41569653f") and fitted["when"] == "2026-12-01 18:48 UTC"
+    studies = [s["study"] for s in fitted["studies"]]
+    assert studies == [
+        "doctor-tuning",
+        "doctor-scale-tuning",
+        "doctor-scale-tuning-wide",
+        "doctor-scale-tuning-wide-deep",
+    ]
+    assert band["step_limit"]["error_from"] == "band_high" and "by_wrap" not in band["step_limit"]
+    assert doctor_heldout.FIRST.record == doctor_heldout.BAND_RECORD
+    assert doctor_heldout.FIRST.registrations == regs.REGISTRATIONS
+    assert doctor_heldout.FAMILIES.record is None
+    assert [p for _, p in doctor_heldout.FAMILIES.registrations] == [doctor_heldout.BAND_RECORD]
+    assert doctor_heldout.HELDOUT_GRIDS == (doctor_heldout.FAMILIES, doctor_heldout.FIRST)  # newest first
+    for grid in doctor_heldout.HELDOUT_GRIDS:
+        assert Path(ROOT / grid.grid).is_file()

@@ -25,6 +25,11 @@ def test_the_document_shows_intervals_baselines_the_caveat_and_the_registered_gr
     assert "baseline wrapping x lr lookup: 8 of 10, 80% (95% interval" in text
     assert "score below is optimistic" in text and "- a miss" in text
     assert "grids/doctor-scale-heldout.yaml" in text and "`depthlab calibrate` refuses it" in text
+    for grid in ("doctor-scale-tuning-families", "doctor-scale-heldout-families"):
+        assert f"- `grids/{grid}.yaml`: " in text
+        assert f"depthlab study --grid grids/{grid}.yaml --db runs/doctor-scale.sqlite" in text
+    # the scale store not read: both held-out grids registered, none scored
+    assert text.count("registered, not scored yet") == 2
 
 
 def test_the_document_shows_the_fitted_limit_and_plateau_model_from_the_record(tmp_path):

@@ -139,9 +139,12 @@ def run(args) -> int:
         scores = write_doctor_doc(
             args.db or DOCTOR_DB, args.doc or DOCTOR_DOC, scale_db=args.scale_db or SCALE_DB
         )
-        scale = scores["scale"]
-        if scale.get("heldout"):
-            print("held-out across width: " + format_score(scale["heldout"], scale.get("baselines")))
+        for grid in scores["scale"]["grids"]:  # newest first, as the document's headline
+            if grid.get("heldout"):
+                name = grid["grid"][0]
+                print(
+                    f"held-out across width ({name}): " + format_score(grid["heldout"], grid.get("baselines"))
+                )
         print("held-out (widths 48-64): " + format_score(scores["heldout"], scores.get("baselines")))
         print(f"wrote {args.doc or DOCTOR_DOC}")
         return 0

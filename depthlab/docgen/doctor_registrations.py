@@ -1,14 +1,15 @@
-"""The held-out grid across width scored under each registration of the doctor's rules, for ``depthlab reproduce doctor``.
+"""A held-out grid across width scored under each registration of the doctor's rules, for ``depthlab reproduce doctor``.
 
-The rules the held-out grid is scored with were registered (committed) before any of its runs, and
-revised twice before any of them, each time in the grid's own file with the reason: first the rules
-fitted on three tuning studies, then on four (a 6-layer part at width 512 added), then with the
-step-size rule's error moved from the fitted limit to the band's high end. The score of record is the
-last (the doctor's own record, ``depthlab/probe/calibration.json``); the earlier registrations' records
-are kept beside it (``REGISTRATIONS``) and the held-out runs are scored under each, so that a reader
-sees what every registration would have said. Only the learning-rate verdict reads the fitted limits:
-under an earlier record it is taken again from the probe's measurements (each held-out run is probed
-once, with the current code), every other verdict kept.
+The rules a held-out grid is scored with were registered (committed) before any of its runs; the
+first grid across width saw them revised twice before any of its runs, each time in the grid's own file
+with the reason: first the rules fitted on three tuning studies, then on four (a 6-layer part at width
+512 added), then with the step-size rule's error moved from the fitted limit to the band's high end.
+Each grid's score of record is under its record of record (:mod:`depthlab.docgen.doctor_heldout`); the
+earlier registrations' records are kept beside it (for the first grid, ``REGISTRATIONS``) and the
+held-out runs are scored under each, so that a reader sees what every registration would have said.
+Only the learning-rate verdict reads the fitted limits: under a record other than the doctor's current
+one it is taken again from the probe's measurements (each held-out run is probed once, with the current
+code; :func:`under_record`), every other verdict kept.
 
 :func:`versus_lookup` gives the doctor's gain over the wrapping x lr lookup on the same runs, with
 Newcombe's interval for a paired difference (:func:`depthlab.intervals.paired_difference_interval`).
@@ -27,16 +28,17 @@ from depthlab.study.baselines import lookup, lookup_table
 from depthlab.study.scoring import doctor_pairs, expected, score
 from depthlab.watch.outcome import OUTCOMES
 
-_HERE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "probe")
+PROBE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "probe")  # where the records are kept
+# The first held-out grid across width's earlier registrations, oldest first: (label, record path).
 REGISTRATIONS = (
     (
         "first registration: fitted on three tuning studies (no 6-layer run at width 512), error from the "
         "fitted step-size limit",
-        os.path.join(_HERE, "calibration-three-studies.json"),
+        os.path.join(PROBE_DIR, "calibration-three-studies.json"),
     ),
     (
         "second: fitted on four tuning studies, error from the fitted step-size limit",
-        os.path.join(_HERE, "calibration-four-studies-limit.json"),
+        os.path.join(PROBE_DIR, "calibration-four-studies-limit.json"),
     ),
 )
 LR_CODES = ("learning-rate", "update-size")
@@ -50,13 +52,19 @@ def probe_under(probe: dict, record: dict) -> dict:
     return dict(probe, verdicts=kept + ([verdict.to_dict()] if verdict else []))
 
 
-def scores_under_registrations(held: list[dict]) -> list[dict]:
-    """[{"label", "record", "score"}] per earlier registration: the held-out runs scored under it. Each
-    run gains "predicted_under": {record file: its prediction under that record}, for the run record."""
+def under_record(runs: list[dict], record: dict) -> list[dict]:
+    """The runs, each with its stored probe's learning-rate verdict taken again under ``record``."""
+    return [dict(r, probe=probe_under(r["probe"], record)) if r.get("probe") else r for r in runs]
+
+
+def scores_under_registrations(held: list[dict], registrations) -> list[dict]:
+    """[{"label", "record", "score"}] per earlier registration ((label, record path) pairs): the held-out
+    runs scored under it. Each run gains "predicted_under": {record file: its prediction under that
+    record}, for the run record."""
     out = []
-    for label, path in REGISTRATIONS:
+    for label, path in registrations:
         record, name = load_record(path), os.path.basename(path)
-        runs = [dict(r, probe=probe_under(r["probe"], record)) if r.get("probe") else r for r in held]
+        runs = under_record(held, record)
         for r, under in zip(held, runs):
             r.setdefault("predicted_under", {})[name] = predicted(under, under.get("probe"))
         out.append({"label": label, "record": name, "score": score(doctor_pairs(runs))})

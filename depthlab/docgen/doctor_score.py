@@ -25,14 +25,15 @@ from depthlab.docgen.doctor_fits import (
     update_limit_lines,
     width_lines,
 )
+from depthlab.docgen.doctor_heldout import HELDOUT_GRIDS, heldout_lines, pop_runs, score_heldout_grids
 from depthlab.docgen.doctor_scale import (
     DEFAULT_SCALE_DB,
-    heldout_lines,
+    SCALE_TUNING,
     miss_lines,
     probe_again,
+    refit_command,
     run_row,
     scale_tuning,
-    score_heldout,
 )
 from depthlab.paths import check_output_file, write_json
 from depthlab.probe.calibration import RECORD_PATH, load_record
@@ -49,6 +50,7 @@ from depthlab.study.scoring import doctor_pairs, format_score, score
 TUNING, HELDOUT = "grids/doctor-tuning.yaml", "grids/doctor-heldout.yaml"
 DEFAULT_DB = os.path.join("runs", "doctor.sqlite")
 DEFAULT_DOC = os.path.join("docs", "doctor.md")
+SCALE_GRIDS = (*SCALE_TUNING, *(g.grid for g in reversed(HELDOUT_GRIDS)))  # the order to run them in
 
 
 def without_lr(probe: dict) -> dict:
@@ -72,14 +74,15 @@ def measure(
 ) -> dict:
     """Run (or resume) both grids into ``db`` and read the scale grids from ``scale_db`` (never trained
     here); returns {"tuning", "heldout", "heldout_before"} scores, the misses on the held-out grid, the
-    held-out grid across width scored ("scale") and the seconds this took. Rewrites the doctor's
+    held-out grids across width scored ("scale": the scale tuning grids' counts and each held-out grid's
+    score, newest first) and the seconds this took. Rewrites the doctor's
     calibration record (``record``) from every tuning run before any held-out run is probed again."""
     start = time.perf_counter()
     scores = {}
     tuning_grid, heldout_grid = StudyConfig.from_yaml(TUNING), StudyConfig.from_yaml(HELDOUT)
     res = run_study(tuning_grid, db=db, workers=workers, progress=False, out=out)
     data = load(db, res.study_id)
-    tuning_runs = [dict(r, probe=probe_again(r)) for r in data.runs]
+    tuning_runs = [dict(r, probe=probe_again(r), study=tuning_grid.name) for r in data.runs]
     scores["tuning"] = score(doctor_pairs(tuning_runs))
     scale_grids, scale_runs, scale_counts = scale_tuning(scale_db)
     grids = [tuning_grid, *([g for g, (_, done, *_) in zip(scale_grids, scale_counts) if done])]
@@ -103,11 +106,11 @@ def measure(
     before = [dict(r, probe=without_lr(r["probe"])) if r.get("probe") else r for r in held]
     scores["heldout_before"] = score(doctor_pairs(before))
     scores["misses"] = miss_lines(held)
-    scores["scale"] = score_heldout(scale_db, pool) | {"tuning_grids": scale_counts}
-    scale_held = scores["scale"].pop("runs")
+    scores["scale"] = {"tuning_grids": scale_counts, "grids": score_heldout_grids(scale_db, pool)}
     scores["runs"] = {tuning_grid.name: [run_row(r) for r in tuning_runs]}
-    for r in scale_runs + scale_held:
+    for r in scale_runs:
         scores["runs"].setdefault(r["study"], []).append(run_row(r))
+    scores["runs"] |= pop_runs(scores["scale"]["grids"])
     scores["runs"][heldout_grid.name] = [run_row(r) for r in held]
     scores["seconds"] = time.perf_counter() - start
     return scores
@@ -125,9 +128,10 @@ def where(scale_runs: list[dict], pool: list[dict]) -> str:
     )
 
 
-def scale_section(record: dict) -> list[str]:
-    """The registered grids across scale, then the fitted limits and the plateau prediction."""
-    return [*_grids_lines(), *_fits_lines(record)]
+def scale_section(record: dict, refit: str) -> list[str]:
+    """The registered grids across scale, then the fitted limits (``refit``: the command that refits
+    them) and the plateau prediction."""
+    return [*_grids_lines(), *_fits_lines(record, refit)]
 
 
 def _grids_lines() -> list[str]:
@@ -139,7 +143,7 @@ def _grids_lines() -> list[str]:
         "trainability verdict says where it was calibrated and how often the tuning grid agreed with it "
         "(the record `depthlab/probe/calibration.json`, rewritten from the tuning runs by this command), and a "
         "configuration outside that range (a wider or deeper model, another lr or warmup) gets at most a "
-        "warning marked as an extrapolation. Three grids, committed before any of their runs, are to "
+        "warning marked as an extrapolation. These grids, each committed before any of its runs, are to "
         "calibrate and score the doctor where people train:",
         "",
         "- `grids/doctor-scale-tuning.yaml`: 540 runs, 10 wrappings x width 32 at 2 and 24 layers and width "
@@ -150,31 +154,34 @@ def _grids_lines() -> list[str]:
         "- `grids/doctor-scale-tuning-wide-deep.yaml`: 9 runs at width 512 and 6 layers (post-LN x lr 3e-4 "
         "to 3e-3 x warmup 0, 50 and 300, 1,000 steps), added when the rules fitted on the first two parts "
         "called a 6-layer post-LN stack at that width that trained a failure; 1-1.5 h with 2 workers.",
-        "- `grids/doctor-scale-heldout.yaml`: the held-out grid across width, 36 runs (post-LN, pre-LN, "
+        "- `grids/doctor-scale-heldout.yaml`: the first held-out grid across width, 36 runs (post-LN, pre-LN, "
         "DeepNorm, ReZero x widths 128, 256, 512 x lr 6e-4, 2e-3, 6e-3, warmup 100, 1,000 steps); 3.5 h of "
         "one core. It is never used to choose anything, and `depthlab calibrate` refuses it.",
+        "- `grids/doctor-scale-tuning-families.yaml`: 24 runs (DeepNorm and ReZero x widths 256, 512 x lr "
+        "1e-3 to 1e-2 x warmup 0 and 300, 4 layers, 1,000 steps), added after the first held-out grid's misses in "
+        "these two wrappings; about 2.3 h of one core from the stored runs' medians.",
+        "- `grids/doctor-scale-heldout-families.yaml`: the second held-out grid across width, 48 runs "
+        "(post-LN, pre-LN, DeepNorm, ReZero x widths 192, 384 x lr 1.5e-3 to 1.2e-2 x warmup 0 and 200, 3 "
+        "layers, 1,000 steps, seed 2), the clean test of the rules fitted with that part; about 1.8 h.",
         "",
-        "In all about 11 hours of one core (5.6 with `--workers 2`). Each resumes where it stopped:",
+        "In all about 17 hours of one core by these estimates (about half with `--workers 2`). Each resumes "
+        "where it stopped:",
         "",
         "```",
-        "depthlab study --grid grids/doctor-scale-tuning.yaml --db runs/doctor-scale.sqlite",
-        "depthlab study --grid grids/doctor-scale-tuning-wide.yaml --db runs/doctor-scale.sqlite",
-        "depthlab study --grid grids/doctor-scale-heldout.yaml --db runs/doctor-scale.sqlite",
+        *[f"depthlab study --grid {g} --db runs/doctor-scale.sqlite" for g in SCALE_GRIDS],
         "```",
         "",
         "What each cost as run (the runs' own times) is in the first section.",
     ]
 
 
-def _fits_lines(record: dict) -> list[str]:
+def _fits_lines(record: dict, refit: str) -> list[str]:
     """The rules fitted on the tuning runs: the step-size limit, the relative-update ceilings, both
     across width, and the plateau model."""
     return [
         "",
         "The rules below were fitted by `depthlab calibrate` on the tuning runs pooled: "
-        f"{sources_text(record)}. To refit them: `depthlab calibrate --from runs/doctor.sqlite "
-        "doctor-tuning --from runs/doctor-scale.sqlite doctor-scale-tuning --from runs/doctor-scale.sqlite "
-        "doctor-scale-tuning-wide --from runs/doctor-scale.sqlite doctor-scale-tuning-wide-deep`, then "
+        f"{sources_text(record)}. To refit them on every tuning grid with finished runs: `{refit}`, then "
         "this command again to score the doctor with them.",
         "",
         "### The step-size limit against the warmup length",
@@ -274,6 +281,12 @@ def _scale_tuning_lines(scores: dict) -> list[str]:
     ]
 
 
+def _refit(scores: dict, db: str, record: dict, scale_db: str) -> str:
+    """The `depthlab calibrate` line over the tuning grids with finished runs."""
+    counts = (scores.get("scale") or {}).get("tuning_grids")
+    return refit_command((db, os.path.splitext(os.path.basename(TUNING))[0]), scale_db, counts, record)
+
+
 def render(scores: dict, db: str, record: str = RECORD_PATH, scale_db: str = DEFAULT_SCALE_DB) -> str:
     """The Markdown of docs/doctor.md from :func:`measure`'s scores and the calibration record."""
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -303,8 +316,9 @@ def render(scores: dict, db: str, record: str = RECORD_PATH, scale_db: str = DEF
         "version's held-out misses (ReZero runs that diverged at lr 0.02) were listed on this page, so the "
         "held-out grid is no longer blind to them and the score below is optimistic. The same holds for the "
         "step-size limit as a function of the warmup length (fitted on tuning runs only, but after this "
-        "page had shown the held-out scores of the rule it replaces). The held-out grid across width (the "
-        "first section below), registered before any of its runs, is the clean test.",
+        "page had shown the held-out scores of the rule it replaces). The held-out grids across width (the "
+        "first section below), each registered before any of its runs and scored under the rules registered "
+        "before them, are the clean test.",
         "",
         *heldout_lines(scores.get("scale"), scale_db),
         "",
@@ -338,7 +352,7 @@ def render(scores: dict, db: str, record: str = RECORD_PATH, scale_db: str = DEF
         "",
         *[f"- {m}" for m in scores["misses"]],
         "",
-        *scale_section(rec),
+        *scale_section(rec, _refit(scores, db, rec, scale_db)),
         "",
         "---",
         "",
