@@ -193,7 +193,7 @@ def test_the_kept_record_is_the_four_studies_fit_in_the_band_form():
     assert band["step_limit"]["error_from"] == "band_high" and "by_wrap" not in band["step_limit"]
     assert doctor_heldout.FIRST.record == doctor_heldout.BAND_RECORD
     assert doctor_heldout.FIRST.registrations == regs.REGISTRATIONS
-    assert doctor_heldout.FAMILIES.record is None
+    assert doctor_heldout.FAMILIES.record == doctor_heldout.FIVE_RECORD  # kept by the refit before its runs
     assert [p for _, p in doctor_heldout.FAMILIES.registrations] == [doctor_heldout.BAND_RECORD]
     assert doctor_heldout.HELDOUT_GRIDS == (doctor_heldout.FAMILIES, doctor_heldout.FIRST)  # newest first
     for grid in doctor_heldout.HELDOUT_GRIDS:

@@ -1,5 +1,7 @@
 """The held-out grids across width, each scored from its store under its own record by ``depthlab reproduce doctor`` (depthlab.docgen.doctor_heldout, doctor_scale)."""
 
+import dataclasses
+import datetime
 import json
 
 import pytest
@@ -218,7 +220,7 @@ def test_the_document_opens_with_the_held_out_score_across_width():
             {
                 "held_out": doctor_heldout.FAMILIES,
                 "grid": ("doctor-scale-heldout-families", 0, 48, 0.0),
-                "record": load_record(RECORD_PATH),
+                "record": None,  # its kept copy is not written yet
                 "heldout": None,
             },
             _scored(doctor_heldout.FIRST, "doctor-scale-heldout", 10, s, k, [miss]),
@@ -252,10 +254,7 @@ def test_the_document_opens_with_the_held_out_score_across_width():
     assert "9 of 10 outcomes predicted: 90% (95% interval" in text[first:second]
     assert "| 128 | 10 | 9 (90% (95% interval" in text
     assert "predicted trains, stalled (step size 9)" in text
-    assert (
-        "To be scored under `calibration.json` (the doctor's current record), fitted on `doctor-tuning`"
-        in text
-    )
+    assert "To be scored under `calibration-five-studies.json`, not written yet" in text
     assert (
         "Scored under `calibration-four-studies-band.json` (kept as registered), fitted on `doctor-tuning`"
         in text
@@ -315,3 +314,27 @@ def test_the_calibrated_range_is_where_the_tuning_runs_ran_not_where_the_grid_is
         return {"status": status, "config": {"model": {"d_model": d, "n_layers": 2}, "train": {"lr": 1e-3}}}
 
     assert runs_range([run(32), run(128), run(512, "queued")])["d_model"] == [32, 128]
+
+
+def test_a_grid_whose_record_is_not_written_keeps_its_runs_unscored(scale_store, records, monkeypatch):
+    """A grid is scored only under its own kept record: where that is not written, its finished runs are
+    listed and not scored (never under the current record instead)."""
+    _current(monkeypatch, records["lenient"])
+    _run_second(scale_store)
+    missing = dataclasses.replace(
+        doctor_heldout.HELDOUT_GRIDS[0], record=str(scale_store["db"]) + ".absent.json"
+    )
+    out = doctor_heldout.score_heldout(scale_store["db"], [], missing)
+    assert out["heldout"] is None and out["record"] is None and out["grid"][1] == len(out["runs"]) > 0
+    text = "\n".join(doctor_heldout._unscored_lines(out, "x.sqlite"))
+    assert "finished, but the record they are to be scored under is not written" in text
+
+
+def test_a_record_fitted_after_the_grids_first_run_is_flagged():
+    record = {"fitted_from": {"when": "2026-12-02 10:00 UTC"}}
+    before = datetime.datetime(2026, 12, 2, 11, 0, tzinfo=datetime.UTC).timestamp()
+    after = datetime.datetime(2026, 12, 2, 9, 30, tzinfo=datetime.UTC).timestamp()
+    assert doctor_heldout.fitted_after_start(record, [{"started_at": before}]) is None
+    late = doctor_heldout.fitted_after_start(record, [{"started_at": before}, {"started_at": after}])
+    assert late == "fitted 2026-12-02 10:00 UTC, after the grid's first run started (2026-12-02 09:30 UTC)"
+    assert doctor_heldout.fitted_after_start({}, [{"started_at": after}]) is None

@@ -3,16 +3,20 @@ one, and a wrapping judged by its own limit, calibrated only where its own runs 
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 import torch
 
 from depthlab import ModelConfig, build_model
+from depthlab.cli import main
 from depthlab.docgen.doctor_fits import limit_lines
 from depthlab.probe import probe
 from depthlab.probe.doctor_lr import for_wrap, learning_rate
+from depthlab.study.grid import StudyConfig
 from depthlab.study.step_limit_fit import fit_step_limit
+from depthlab.study.store import Store
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -97,3 +101,65 @@ def test_the_document_shows_each_wrappings_own_limit_and_a_record_fitted_before_
     assert "| deepnorm | 0 | 0.3 | 0.25-0.36 | 8 | 0 | widths 32-128," in lines
     without = dict(RECORD, step_limit={k: v for k, v in RECORD["step_limit"].items() if k != "by_wrap"})
     assert "deepnorm" not in "\n".join(limit_lines(without))
+
+
+def test_a_wrappings_own_range_replaces_a_wider_record_range():
+    wide_range = dict(RECORD, range=dict(RECORD["range"], d_model=[32, 512]))
+    v = learning_rate(_probe("deepnorm", 1.0, d_model=192), wide_range)
+    assert v.level == "warning" and "width 192 is above the calibrated widths 32-128" in v.message
+    assert "(the deepnorm runs of the tuning grids)" in v.message
+
+
+def test_a_wrappings_own_support_holds_every_warmup_its_runs_ran_at():
+    runs = [_run("deepnorm", s, s < 0.3) for s in (0.1, 0.2, 0.5, 2.0)]
+    runs += [_run("deepnorm", s, True, warmup=300) for s in (0.1, 0.4, 0.9)]  # one class: tells no limit
+    own = fit_step_limit(runs)["by_wrap"]["deepnorm"]
+    assert [p["warmup"] for p in own["warmups"]] == [0] and own["support"]["warmup"] == [0, 300]
+
+
+def test_warmups_pooled_into_one_limit_are_not_called_interpolated():
+    pooled = {"limit": 2.0, "band": [1.5, 2.7], "runs": 9, "errors": 1, "pooled_with": [30, 300]}
+    section = {
+        "warmups": [DEEP, {"warmup": 30} | pooled, {"warmup": 300} | pooled],
+        "error_from": "band_high",
+        "support": RECORD["step_limit"]["by_wrap"]["deepnorm"]["support"],
+    }
+    record = dict(RECORD, step_limit=dict(RECORD["step_limit"], by_wrap={"deepnorm": section}))
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(n_heads=4, d_model=32, n_layers=6, wrap="deepnorm"))
+    x = torch.randint(0, 256, (4, 32))
+    gain = probe(model, x, lr=1e-3).config["probe"]["update_gain"]
+    v = learning_rate(probe(model, x, lr=5.0 / gain, warmup=100), record)
+    assert v.level == "error" and "the fitted warmups around it pooled into one limit" in v.message
+    assert "interpolated between" not in v.message
+
+
+def test_calibrate_prints_each_wrappings_own_limit(tmp_path, capsys):
+    record = tmp_path / "record.json"
+    record.write_text(json.dumps({"range": {}, "agreement": {}}))
+    db = str(tmp_path / "s.sqlite")
+    study = StudyConfig.from_dict(
+        {
+            "name": "wrap-tuning",
+            "model": {"d_model": 16, "n_heads": 2, "max_len": 16, "n_layers": 2},
+            "train": {"steps": 20, "seq_len": 16, "batch_size": 2},
+            "axes": {"wrap": ["post", "deepnorm"], "lr": [1e-3, 1e-2, 1e-1, 1.0]},
+        }
+    )
+    with Store(db) as s:
+        specs = study.expand()
+        sid = s.add_study(study.name, study.to_dict(), study.config_hash(), specs)
+        for spec, run in zip(specs, s.runs(sid)):
+            step = 100 * spec.train.lr
+            cut = 5.0 if spec.model.wrap == "post" else 0.5
+            probe_json = {
+                "config": {"stack": {"renormalised_share": 1.0}, "probe": {"step_size": step}},
+                "layers": [],
+                "verdicts": [],
+            }
+            result = {"outcome": "trained" if step < cut else "stalled", "unigram_loss": 3.0}
+            s.finish(run["id"], {"result": result, "probe": probe_json})
+    assert main(["calibrate", "--from", db, "wrap-tuning", "--record", str(record)]) == 0
+    out = capsys.readouterr().out
+    assert "step limit of deepnorm at warmup 0: 0.316 (0 of 4 runs misclassified)" in out
+    assert "step limit of post at warmup 0: 3.16 (0 of 4 runs misclassified)" in out

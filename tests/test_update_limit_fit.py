@@ -13,10 +13,11 @@ import torch
 
 from depthlab import ModelConfig, build_model
 from depthlab.cli import main
+from depthlab.errors import InputError
 from depthlab.probe import probe
 from depthlab.probe.doctor_lr import GATED_DEPTH, UPDATE_TRAINED, learning_rate, update_limit
 from depthlab.study.grid import StudyConfig
-from depthlab.study.refit import FITTED, keep_fitted, refit
+from depthlab.study.refit import FITTED, keep_fitted, refit, tuning_runs
 from depthlab.study.store import Store
 from depthlab.study.update_limit_fit import fit_update_limits, update_rows
 
@@ -201,3 +202,23 @@ def test_refit_and_calibrate_write_the_update_limits(tmp_path, capsys):
     assert (
         "limit on rho, stacks that never renormalise the stream" in out and "by width: 16 band 0.9-3" in out
     )
+
+
+def test_a_held_out_study_is_refused_by_name_and_by_id_and_its_runs_never_fitted(tmp_path):
+    db = _store(str(tmp_path / "rho.sqlite"))
+    study = StudyConfig.from_dict(
+        {
+            "name": "doctor-scale-heldout-families",
+            "model": {"d_model": 16, "n_heads": 2, "max_len": 16},
+            "train": {"steps": 20, "seq_len": 16, "batch_size": 2},
+            "axes": {"wrap": ["pre"], "n_layers": [2], "lr": [1e-3, 3e-3]},
+        }
+    )
+    with Store(db) as s:  # a held-out grid sharing two runs with the tuning study
+        held_id = s.add_study(study.name, study.to_dict(), study.config_hash(), study.expand())
+        shared = {r["config_hash"] for r in s.runs(held_id)}
+    for which in ("doctor-scale-heldout-families", str(held_id)):
+        with pytest.raises(InputError, match="is a held-out grid"):
+            tuning_runs([(db, which)])
+    runs, summary = tuning_runs([(db, "rho-tuning")])
+    assert shared and not shared & {r["config_hash"] for r in runs} and summary[0]["runs"] == 36 - 2

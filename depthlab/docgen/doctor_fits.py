@@ -81,7 +81,10 @@ def wrap_limit_lines(section: dict) -> list[str]:
     ]
     for wrap, own in by_wrap.items():
         sup = own["support"]
-        where = f"widths {_span(*sup['d_model'])}, depths {_span(*sup['n_layers'])}, lrs {_span(*sup['lr'])}"
+        where = (
+            f"widths {_span(*sup['d_model'])}, depths {_span(*sup['n_layers'])}, lrs {_span(*sup['lr'])}, "
+            f"warmups {_span(*sup['warmup'])}"
+        )
         for p in own["warmups"]:
             lo, hi = p["band"]
             band = f"{lo:.3g}-{hi:.3g}" if hi else f"above {lo:.3g}"
@@ -135,17 +138,24 @@ def limit_summary(record: dict) -> str:
         + (f"after a {p['warmup']}-step warmup" if p["warmup"] else "without warmup")
         for p in points
     ]
+    by_wrap = (record.get("step_limit") or {}).get("by_wrap")
+    own = (
+        f"; a wrapping with a limit of its own ({', '.join(by_wrap)}) by that one (table below)"
+        if by_wrap
+        else ""
+    )
     if not band_form:
         return (
             "more than "
             + ", ".join(said)
             + (" (a limit per warmup length, never lower for a longer one, interpolated between them)")
+            + own
         )
     return (
         ", ".join(said)
         + " (per warmup length the high end of the band of equally good limits, the smallest tuning step "
         "above the limit, interpolated between the fitted warmups; between the limit and that end, a "
-        "warning)"
+        "warning" + own + ")"
     )
 
 

@@ -12,6 +12,7 @@ newest first: the newest with finished runs is the headline of docs/doctor.md.
 
 from __future__ import annotations
 
+import datetime
 import os
 from dataclasses import dataclass
 
@@ -47,6 +48,7 @@ class HeldOutGrid:
 
 
 BAND_RECORD = os.path.join(PROBE_DIR, "calibration-four-studies-band.json")
+FIVE_RECORD = os.path.join(PROBE_DIR, "calibration-five-studies.json")  # written by the refit before its runs
 FAMILIES = HeldOutGrid(
     grid="grids/doctor-scale-heldout-families.yaml",
     title="The second held-out grid across width (widths 192 and 384, 48 runs)",
@@ -56,9 +58,12 @@ FAMILIES = HeldOutGrid(
         "and 512 (`grids/doctor-scale-tuning-families.yaml`), so the first grid is no longer blind to the "
         "rules fitted with that part, and this grid is their clean test. Its score of record is under the "
         "doctor's current record as `depthlab calibrate` refits it on the five tuning studies (that part "
-        "included), in the form and with the code committed before this grid's first run; beside it, the "
-        "rules of record before that part."
+        "included), in the form and with the code committed before this grid's first run, kept as "
+        "`depthlab/probe/calibration-five-studies.json` (a copy made by that refit, so that a later refit "
+        "leaves this grid's score under the rules registered before its runs); beside it, the rules of "
+        "record before that part."
     ),
+    record=FIVE_RECORD,
     registrations=(
         (
             "the rules before the families tuning part: fitted on four tuning studies, one step-size limit "
@@ -100,12 +105,14 @@ def score_heldout(db: str, pool: list[dict], grid: HeldOutGrid) -> dict:
     runs in ``db`` scored under its record of record, the baselines chosen on the runs of ``pool`` from
     the studies that record was fitted on. Each run gains "scored_under" (the record's file name)."""
     study, held = stored(db, grid.grid)
-    record = load_record(grid.record_path())
+    out = {"held_out": grid, "grid": (study.name, len(held), len(study.expand()), hours(held))}
+    record = _record_of(grid)
+    if record is None:  # not written yet: the grid's runs are kept, never scored under another record
+        return out | {"record": None, "heldout": None, "runs": held}
     if grid.record is not None:
         held = under_record(held, record)
     held = [dict(r, scored_under=os.path.basename(grid.record_path())) for r in held]
-    out = {"held_out": grid, "grid": (study.name, len(held), len(study.expand()), hours(held))}
-    out |= {"record": record, "heldout": None, "runs": held}
+    out |= {"record": record, "heldout": None, "runs": held, "late": fitted_after_start(record, held)}
     if not held:
         return out
     tuning = tuning_for(record, pool)
@@ -118,6 +125,27 @@ def score_heldout(db: str, pool: list[dict], grid: HeldOutGrid) -> dict:
         "by_width": by_width(held, tuning),
         "misses": miss_lines(held),
     }
+
+
+def _record_of(grid: HeldOutGrid) -> dict | None:
+    """The grid's record of record; None where its kept copy is not written yet."""
+    path = grid.record_path()
+    return load_record(path) if os.path.isfile(path) else None
+
+
+def fitted_after_start(record: dict, held: list[dict]) -> str | None:
+    """'fitted 2026-12-02 10:00 UTC, after the grid's first run started (2026-12-02 09:00 UTC)' where the
+    record was fitted after any of ``held`` started (its rules were not registered before the grid's
+    runs); None where it was fitted before them all, or where either time is unknown."""
+    when = (record.get("fitted_from") or {}).get("when")
+    starts = [r["started_at"] for r in held if r.get("started_at")]
+    if not when or not starts:
+        return None
+    fitted = datetime.datetime.strptime(when, "%Y-%m-%d %H:%M UTC").replace(tzinfo=datetime.UTC)
+    first = datetime.datetime.fromtimestamp(min(starts), datetime.UTC)
+    if fitted.replace(second=59) < first:  # the record's time is to the minute
+        return None
+    return f"fitted {when}, after the grid's first run started ({first:%Y-%m-%d %H:%M} UTC)"
 
 
 def score_heldout_grids(db: str, pool: list[dict]) -> list[dict]:
@@ -168,11 +196,7 @@ def heldout_lines(scale: dict | None, db: str) -> list[str]:
 def _unread(grid: HeldOutGrid) -> dict:
     """A grid's result when the store was not read: no finished run."""
     study = StudyConfig.from_yaml(grid.grid)
-    return {
-        "held_out": grid,
-        "grid": (study.name, 0, len(study.expand()), 0.0),
-        "record": load_record(grid.record_path()),
-    }
+    return {"held_out": grid, "grid": (study.name, 0, len(study.expand()), 0.0), "record": _record_of(grid)}
 
 
 def _unscored_lines(result: dict, db: str) -> list[str]:
@@ -185,15 +209,33 @@ def _unscored_lines(result: dict, db: str) -> list[str]:
         "",
         _record_line(result, "To be scored"),
         "",
-        f"Not scored yet: no finished run of `{grid.grid}` in the store "
-        f"(`depthlab study --grid {grid.grid} --db {db}`, then this command again).",
+        _not_scored(result, db),
     ]
+
+
+def _not_scored(result: dict, db: str) -> str:
+    """Why a grid is not scored: no finished run yet, or runs but no record of record yet."""
+    grid, done = result["held_out"], result["grid"][1]
+    if done and result.get("record") is None:
+        return (
+            f"Not scored: {done} runs of `{grid.grid}` finished, but the record they are to be scored under "
+            "is not written (a record fitted after them would not be a registration before its runs)."
+        )
+    return (
+        f"Not scored yet: no finished run of `{grid.grid}` in the store "
+        f"(`depthlab study --grid {grid.grid} --db {db}`, then this command again)."
+    )
 
 
 def _record_line(result: dict, said: str = "Scored") -> str:
     """Which record the score is under and what it is fitted on."""
     grid, record = result["held_out"], result["record"]
     name = f"`{os.path.basename(grid.record_path())}`"
+    if record is None:
+        return (
+            f"{said} under {name}, not written yet: the refit on the tuning studies writes it, committed "
+            "before this grid's first run; until then the grid is not scored."
+        )
     name += " (the doctor's current record)" if grid.record is None else " (kept as registered)"
     fitted = record.get("fitted_from")
     if not fitted:
@@ -217,6 +259,7 @@ def _scored_lines(result: dict, headline: bool) -> list[str]:
         "",
         _record_line(result),
         "",
+        *_late_lines(result),
         "With 95% Wilson intervals (runs counted as independent: each is its own configuration), against "
         "always answering 'trains' and the wrapping x learning rate lookup chosen on the tuning runs:",
         "",
@@ -237,6 +280,18 @@ def _scored_lines(result: dict, headline: bool) -> list[str]:
     lines += ["", "Runs the doctor got wrong:", ""]
     lines += [f"- {m}" for m in result["misses"]] or ["- none"]
     return lines
+
+
+def _late_lines(result: dict) -> list[str]:
+    """A warning where the record was fitted after the grid's first run started: then its score is not
+    a held-out score under rules registered before the runs."""
+    if not result.get("late"):
+        return []
+    return [
+        f"**Not a registered score:** the record was {result['late']}, so its rules were not fixed before "
+        "the grid's runs.",
+        "",
+    ]
 
 
 def _comparison_lines(result: dict) -> list[str]:

@@ -211,7 +211,8 @@ def _fits_lines(record: dict, refit: str) -> list[str]:
         "",
         "### The limits across width",
         "",
-        "Each limit fitted again on each width's runs alone. The doctor uses only the pooled limit; this "
+        "Each limit fitted again on each width's runs alone. The doctor uses only the limits pooled over "
+        "widths (a wrapping with its own step-size limit: that one, pooled over its widths); this "
         "table is the evidence of whether a limit in its units (s in output norms, rho against the "
         "matrices' size) holds from one width to the next. A band open at one end means that width's runs "
         "all trained (or all failed) on the side measured. The widths' runs may differ in depth too "

@@ -16,7 +16,9 @@ matrix's spectral norm, a quantity comparable across width). Three families of s
   peak lr grows with the warmup it had to adapt). Without that section, ``STEP_LIMIT`` = 1.3 without
   warmup and ``STEP_LIMIT_WARMUP`` = 4.7 with one (any limit in ``STEP_BAND`` classified the first tuning
   grid's runs as well). The ceiling printed is lr <= band low / G (expected to train) and the failures
-  above band high / G. A warmup beyond the longest fitted is an extrapolation.
+  above band high / G. A warmup beyond the longest fitted is an extrapolation. Where the section holds
+  a limit fitted on this wrapping's runs alone ("by_wrap", :func:`for_wrap`), that limit judges it, and
+  its range is where that wrapping's runs ran (it replaces the calibrated range rather than widening it).
 - zero-gated branches (ReZero, ``GATED``): the first step sets every gate to +-lr whatever its size, so
   rho decides. Without a fitted limit: on the first tuning grid all 6 ReZero runs at rho = 0.28 (lr
   0.01, width 32) trained and the 4 of 6 and 16 layers at rho = 1.4 (lr 0.05) diverged (the 2-layer
@@ -99,7 +101,8 @@ def for_wrap(record: dict, wrap: str | None) -> tuple[dict, str | None]:
     section = ((record.get("step_limit") or {}).get("by_wrap") or {}).get(wrap or "")
     if not section:
         return record, None
-    return dict(record, step_limit=section, own_range=True), wrap
+    where = f"the {wrap} runs of the tuning grids"
+    return dict(record, step_limit=section, own_range=True, where=where), wrap
 
 
 def update_limit(family: str, record: dict) -> dict | None:
@@ -222,11 +225,17 @@ def _renormalised(gain, step, lr, warmup, share, record, who=None):
 
 
 def _interpolated(warmup: int, record: dict) -> str:
-    """' (interpolated between the fitted warmups)' where no tuning warmup is this one; '' where one is."""
-    points = (record.get("step_limit") or {}).get("warmups") or []
+    """' (interpolated between the fitted warmups)' where no tuning warmup is this one and its neighbours
+    hold different limits; '' where one is, or where both neighbours were pooled into one limit."""
+    points = sorted((record.get("step_limit") or {}).get("warmups") or [], key=lambda p: p["warmup"])
     fitted = {p["warmup"] for p in points}
-    inside = points and min(fitted) < warmup < max(fitted)
-    return " (interpolated between the fitted warmups)" if inside and warmup not in fitted else ""
+    if not points or warmup in fitted or not min(fitted) < warmup < max(fitted):
+        return ""
+    below = max((p for p in points if p["warmup"] < warmup), key=lambda p: p["warmup"])
+    above = min((p for p in points if p["warmup"] > warmup), key=lambda p: p["warmup"])
+    if (below["limit"], below["band"]) == (above["limit"], above["band"]):
+        return " (the fitted warmups around it pooled into one limit)"
+    return " (interpolated between the fitted warmups)"
 
 
 def _warm(warmup: int) -> str:

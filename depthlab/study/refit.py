@@ -26,17 +26,16 @@ FITTED = ("escape", "step_limit", "update_limit", "fitted_from")  # the record's
 
 def tuning_runs(sources: list[tuple[str, str]]) -> tuple[list[dict], list[dict]]:
     """(every run of the named studies, with "probe" loaded; one summary per study). ``sources``:
-    (store path, study name) pairs. InputError for a held-out study, a missing store or study."""
+    (store path, study name or id) pairs. InputError for a held-out study (by name or by id), a missing
+    store or study; a run that a held-out study in the same store also holds is left out."""
     runs, summary = [], []
     for db, name in sources:
-        if "heldout" in name.lower():
-            raise InputError(
-                f"study {name!r} is a held-out grid: the doctor's rules are fitted on tuning grids only "
-                "(a held-out grid is only ever scored)"
-            )
+        _refuse_held_out(name)
         with Store(db, create=False) as store:
             study = store.find_study(name)
-            got = store.runs(study["id"])
+            _refuse_held_out(study["name"])  # named by its id, a held-out study is refused too
+            held = {r["id"] for s in store.studies() if is_held_out(s["name"]) for r in store.runs(s["id"])}
+            got = [r for r in store.runs(study["id"]) if r["id"] not in held]  # a run a held-out grid shares
             for r in got:
                 r["probe"] = store.probe(r["id"])
         done = [r for r in got if r.get("status") == "done"]
@@ -52,6 +51,19 @@ def tuning_runs(sources: list[tuple[str, str]]) -> tuple[list[dict], list[dict]]
         )
         runs.extend(got)
     return runs, summary
+
+
+def is_held_out(name: str) -> bool:
+    """Whether a study is a held-out grid (its name holds "heldout"): only ever scored, never fitted on."""
+    return "heldout" in name.lower()
+
+
+def _refuse_held_out(name: str) -> None:
+    if is_held_out(name):
+        raise InputError(
+            f"study {name!r} is a held-out grid: the doctor's rules are fitted on tuning grids only "
+            "(a held-out grid is only ever scored)"
+        )
 
 
 def refit(record: dict, sources: list[tuple[str, str]], commit: str | None) -> dict:

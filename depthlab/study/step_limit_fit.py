@@ -14,10 +14,11 @@ fit on each width's runs alone (evidence of whether the limit on s holds across 
 in ln(limit) against ln(1 + warmup); beyond the longest it is that warmup's limit, and the verdict is
 marked as an extrapolation.
 
-The renormalising wrappings do not share one limit on s: on the tuning runs at width 128, DeepNorm's
-(its residual scaled up, its branches' init scaled down) lies near 0.3 output norms without warmup where
-post-LN's lies near 3. So the same fit is also made on each wrapping's runs alone ("by_wrap"), and the
-doctor judges a wrapping that has one by its own limit, calibrated only where its own runs ran.
+The renormalising wrappings do not share one limit on s: on the tuning runs at width 128 and 6 layers
+without warmup, DeepNorm's band (its residual scaled up, its branches' init scaled down) lies at 0.17-0.50
+output norms where post-LN's lies at 1.9-5.6. So the same fit is also made on each wrapping's runs alone
+("by_wrap"; pooled over widths like the pooled limit), and the doctor judges a wrapping that has one by
+its own limit, calibrated only where its own runs ran (every run of that wrapping, at any warmup).
 """
 
 from __future__ import annotations
@@ -70,9 +71,10 @@ def _monotone(groups: list) -> list:
         groups[fall - 1 : fall + 1] = [[wa + wb, ra + rb]]
 
 
-def _fit_rows(rows: list[dict]) -> dict | None:
+def _fit_rows(rows: list[dict], every: bool = False) -> dict | None:
     """{"warmups": [{"warmup", "limit", "band", "runs", "errors", "by_width"}], "support"} of ``rows``;
-    None without two classes of runs at any warmup."""
+    None without two classes of runs at any warmup. The support spans the runs of the warmups that told
+    a limit, or with ``every`` all of ``rows`` (a wrapping's own limit: where its runs ran)."""
     groups = []  # [warmups, rows] in warmup order, each telling a limit
     for w in sorted({r["warmup"] for r in rows}):
         at = [r for r in rows if r["warmup"] == w]
@@ -87,7 +89,7 @@ def _fit_rows(rows: list[dict]) -> dict | None:
         for w in warmups:
             pooled = {"pooled_with": warmups} if len(warmups) > 1 else {}
             points.append({"warmup": w} | fit | pooled | {"by_width": widths})
-    used = [r for r in rows if r["warmup"] in {p["warmup"] for p in points}]
+    used = rows if every else [r for r in rows if r["warmup"] in {p["warmup"] for p in points}]
     keys = ("d_model", "n_layers", "lr", "warmup")
     return {
         "warmups": points,
@@ -108,7 +110,7 @@ def fit_step_limit(runs: list[dict]) -> dict | None:
         return None
     by_wrap = {}
     for wrap in sorted({r["wrap"] for r in rows if r["wrap"]}):
-        own = _fit_rows([r for r in rows if r["wrap"] == wrap])
+        own = _fit_rows([r for r in rows if r["wrap"] == wrap], every=True)
         if own is not None:
             by_wrap[wrap] = own | {"error_from": "band_high"}
     return {
