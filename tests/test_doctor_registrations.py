@@ -179,6 +179,42 @@ def test_the_first_held_out_grid_keeps_the_rules_registered_before_its_runs():
     assert {k: band.get(k) for k in FITTED} == {k: then.get(k) for k in FITTED}
 
 
+REGISTERED_COMMIT = "3d3216b"  # the commit before the first held-out grid's first run (18:39 UTC)
+
+
+def _numbers(section):
+    """A record section without its descriptions: what decides a verdict."""
+    if isinstance(section, dict):
+        return {k: _numbers(v) for k, v in section.items() if k != "rule"}
+    if isinstance(section, list):
+        return [_numbers(v) for v in section]
+    return section
+
+
+def test_the_first_grids_record_rewritten_after_its_first_run_changed_no_fitted_number():
+    """The kept record was fitted at 18:48 UTC, after the first run started; the grid's note says the
+    rewrite changed only the rule's description. Checked against the record committed before the runs."""
+    band = _read(doctor_heldout.BAND_RECORD)
+    try:
+        shown = subprocess.run(
+            ["git", "show", f"{REGISTERED_COMMIT}:depthlab/probe/calibration.json"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        pytest.skip(f"no git history here: {e}")
+    then = json.loads(shown)
+    assert (
+        then["fitted_from"]["when"] == "2026-12-01 18:38 UTC"
+        and "18:38 UTC" in doctor_heldout.FIRST.late_note
+    )
+    for key in ("step_limit", "update_limit", "escape"):
+        assert _numbers(band[key]) == _numbers(then[key]), key
+    assert band["step_limit"]["rule"] != then["step_limit"]["rule"]  # the description did change
+
+
 def test_the_kept_record_is_the_four_studies_fit_in_the_band_form():
     band = _read(doctor_heldout.BAND_RECORD)
     fitted = band["fitted_from"]

@@ -338,3 +338,13 @@ def test_a_record_fitted_after_the_grids_first_run_is_flagged():
     late = doctor_heldout.fitted_after_start(record, [{"started_at": before}, {"started_at": after}])
     assert late == "fitted 2026-12-02 10:00 UTC, after the grid's first run started (2026-12-02 09:30 UTC)"
     assert doctor_heldout.fitted_after_start({}, [{"started_at": after}]) is None
+
+
+def test_a_late_record_with_a_note_says_what_the_rewrite_changed_and_without_one_is_not_registered():
+    late = "fitted 2026-12-02 10:00 UTC, after the grid's first run started (2026-12-02 09:30 UTC)"
+    bare = HeldOutGrid("g.yaml", "G", "rules")
+    noted = dataclasses.replace(bare, late_note="only the description changed")
+    assert "**Not a registered score:**" in doctor_heldout._late_lines({"held_out": bare, "late": late})[0]
+    said = doctor_heldout._late_lines({"held_out": noted, "late": late})[0]
+    assert said == f"The record was {late}: only the description changed." and "Not a registered" not in said
+    assert doctor_heldout._late_lines({"held_out": bare, "late": None}) == []

@@ -33,14 +33,16 @@ from depthlab.study.scoring import doctor_pairs, format_score, interval_text, sc
 @dataclass(frozen=True)
 class HeldOutGrid:
     """A held-out grid across width: its grid file, a title, the rules it is scored with and why (one
-    paragraph), its record of record (None: the doctor's current record) and its earlier registrations
-    ((label, record path), oldest first)."""
+    paragraph), its record of record (None: the doctor's current record), its earlier registrations
+    ((label, record path), oldest first) and, where its record was rewritten after the grid's first run
+    started, what that rewrite changed."""
 
     grid: str
     title: str
     rules: str
     record: str | None = None
     registrations: tuple[tuple[str, str], ...] = ()
+    late_note: str = ""  # where the record was rewritten after the first run: what changed (and what did not)
 
     def record_path(self) -> str:
         """The record its score of record is under."""
@@ -85,6 +87,11 @@ FIRST = HeldOutGrid(
     ),
     record=BAND_RECORD,
     registrations=REGISTRATIONS,
+    late_note=(
+        "the rewrite changed only the step-size rule's description (with the comparison of band ends as "
+        "stored, a correction the grid's file records); every fitted limit, band and coefficient is the "
+        "one the record committed before the first run held (fitted 2026-12-01 18:38 UTC)"
+    ),
 )
 HELDOUT_GRIDS = (FAMILIES, FIRST)
 
@@ -287,6 +294,9 @@ def _late_lines(result: dict) -> list[str]:
     a held-out score under rules registered before the runs."""
     if not result.get("late"):
         return []
+    note = result["held_out"].late_note
+    if note:
+        return [f"The record was {result['late']}: {note}.", ""]
     return [
         f"**Not a registered score:** the record was {result['late']}, so its rules were not fixed before "
         "the grid's runs.",
