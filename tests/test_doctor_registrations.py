@@ -159,23 +159,29 @@ BAND_COMMIT = (
 )
 
 
+def _record_at(commit: str) -> dict:
+    """The doctor's calibration.json as committed at ``commit`` (the test skips without git history:
+    an sdist or an unpacked archive has none)."""
+    try:
+        shown = subprocess.run(
+            ["git", "show", f"{commit}:depthlab/probe/calibration.json"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        pytest.skip(f"no git history here: {e}")
+    return json.loads(shown)
+
+
 def _read(path: str) -> dict:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
 def test_the_first_held_out_grid_keeps_the_rules_registered_before_its_runs():
     band = _read(doctor_heldout.BAND_RECORD)
-    try:
-        shown = subprocess.run(
-            ["git", "show", f"{BAND_COMMIT}:depthlab/probe/calibration.json"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.CalledProcessError) as e:  # an sdist or an unpacked archive has no history
-        pytest.skip(f"no git history here: {e}")
-    then = json.loads(shown)
+    then = _record_at(BAND_COMMIT)
     assert {k: band.get(k) for k in FITTED} == {k: then.get(k) for k in FITTED}
 
 
@@ -195,17 +201,7 @@ def test_the_first_grids_record_rewritten_after_its_first_run_changed_no_fitted_
     """The kept record was fitted at 18:48 UTC, after the first run started; the grid's note says the
     rewrite changed only the rule's description. Checked against the record committed before the runs."""
     band = _read(doctor_heldout.BAND_RECORD)
-    try:
-        shown = subprocess.run(
-            ["git", "show", f"{REGISTERED_COMMIT}:depthlab/probe/calibration.json"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.CalledProcessError) as e:
-        pytest.skip(f"no git history here: {e}")
-    then = json.loads(shown)
+    then = _record_at(REGISTERED_COMMIT)
     assert (
         then["fitted_from"]["when"] == "2026-12-01 18:38 UTC"
         and "18:38 UTC" in doctor_heldout.FIRST.late_note
