@@ -18,6 +18,7 @@ from depthlab.study.escape_fit import escape_rows, fit_escape, tobit
 from depthlab.study.grid import StudyConfig
 from depthlab.study.refit import keep_fitted, refit
 from depthlab.study.store import Store
+from tests.tuning_store import tuning_store
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -48,27 +49,17 @@ def _built_store(path: str) -> str:
         }
     )
     rng = random.Random(0)
-    with Store(path) as s:
-        specs = study.expand()
-        sid = s.add_study(study.name, study.to_dict(), study.config_hash(), specs)
-        for spec, run in zip(specs, s.runs(sid)):
-            m, t = spec.model, spec.train
-            step = math.exp(_law(t.lr, m.n_layers) + rng.gauss(0, SPREAD))
-            escaped = int(step) if step <= BUDGET else None
-            share = 1.0 if m.wrap == "post" else 0.0
-            gain = 50.0 * m.n_layers**0.5  # a step size that varies apart from the lr
-            probe_json = {
-                "config": {"stack": {"renormalised_share": share}, "probe": {"step_size": gain * t.lr}},
-                "layers": [],
-                "verdicts": [],
-            }
-            result = {
-                "outcome": "trained" if escaped else "stalled",
-                "unigram_loss": 3.0,
-                "escape_step": escaped,
-            }
-            s.finish(run["id"], {"result": result, "probe": probe_json})
-    return path
+
+    def judge(spec):
+        m, t = spec.model, spec.train
+        step = math.exp(_law(t.lr, m.n_layers) + rng.gauss(0, SPREAD))
+        escaped = int(step) if step <= BUDGET else None
+        share = 1.0 if m.wrap == "post" else 0.0
+        gain = 50.0 * m.n_layers**0.5  # a step size that varies apart from the lr
+        probe = {"stack": {"renormalised_share": share}, "probe": {"step_size": gain * t.lr}}
+        return probe, {"outcome": "trained" if escaped else "stalled", "escape_step": escaped}
+
+    return tuning_store(path, study.to_dict(), judge)
 
 
 @pytest.fixture(scope="module")

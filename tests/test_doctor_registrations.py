@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from depthlab.docgen import doctor_registrations as regs
 from depthlab.intervals import paired_difference_interval, wilson_interval
 from depthlab.probe import probe
 from depthlab.probe.doctor import prediction
+from tests.git_history import git
 
 
 def test_the_paired_interval_is_newcombes_method_10_by_hand():
@@ -160,19 +160,8 @@ BAND_COMMIT = (
 
 
 def _record_at(commit: str) -> dict:
-    """The doctor's calibration.json as committed at ``commit`` (the test skips without git history:
-    an sdist or an unpacked archive has none)."""
-    try:
-        shown = subprocess.run(
-            ["git", "show", f"{commit}:depthlab/probe/calibration.json"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.CalledProcessError) as e:
-        pytest.skip(f"no git history here: {e}")
-    return json.loads(shown)
+    """The doctor's calibration.json as committed at ``commit`` (the test skips without git history)."""
+    return json.loads(git("show", f"{commit}:depthlab/probe/calibration.json"))
 
 
 def _read(path: str) -> dict:

@@ -14,9 +14,8 @@ from depthlab.cli import main
 from depthlab.docgen.doctor_fits import limit_lines
 from depthlab.probe import probe
 from depthlab.probe.doctor_lr import for_wrap, learning_rate
-from depthlab.study.grid import StudyConfig
 from depthlab.study.step_limit_fit import fit_step_limit
-from depthlab.study.store import Store
+from tests.tuning_store import tuning_store
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -137,28 +136,19 @@ def test_warmups_pooled_into_one_limit_are_not_called_interpolated():
 def test_calibrate_prints_each_wrappings_own_limit(tmp_path, capsys):
     record = tmp_path / "record.json"
     record.write_text(json.dumps({"range": {}, "agreement": {}}))
-    db = str(tmp_path / "s.sqlite")
-    study = StudyConfig.from_dict(
-        {
-            "name": "wrap-tuning",
-            "model": {"d_model": 16, "n_heads": 2, "max_len": 16, "n_layers": 2},
-            "train": {"steps": 20, "seq_len": 16, "batch_size": 2},
-            "axes": {"wrap": ["post", "deepnorm"], "lr": [1e-3, 1e-2, 1e-1, 1.0]},
-        }
-    )
-    with Store(db) as s:
-        specs = study.expand()
-        sid = s.add_study(study.name, study.to_dict(), study.config_hash(), specs)
-        for spec, run in zip(specs, s.runs(sid)):
-            step = 100 * spec.train.lr
-            cut = 5.0 if spec.model.wrap == "post" else 0.5
-            probe_json = {
-                "config": {"stack": {"renormalised_share": 1.0}, "probe": {"step_size": step}},
-                "layers": [],
-                "verdicts": [],
-            }
-            result = {"outcome": "trained" if step < cut else "stalled", "unigram_loss": 3.0}
-            s.finish(run["id"], {"result": result, "probe": probe_json})
+    study = {
+        "name": "wrap-tuning",
+        "model": {"d_model": 16, "n_heads": 2, "max_len": 16, "n_layers": 2},
+        "train": {"steps": 20, "seq_len": 16, "batch_size": 2},
+        "axes": {"wrap": ["post", "deepnorm"], "lr": [1e-3, 1e-2, 1e-1, 1.0]},
+    }
+
+    def judge(spec):
+        step, cut = 100 * spec.train.lr, 5.0 if spec.model.wrap == "post" else 0.5
+        probe = {"stack": {"renormalised_share": 1.0}, "probe": {"step_size": step}}
+        return probe, {"outcome": "trained" if step < cut else "stalled"}
+
+    db = tuning_store(str(tmp_path / "s.sqlite"), study, judge)
     assert main(["calibrate", "--from", db, "wrap-tuning", "--record", str(record)]) == 0
     out = capsys.readouterr().out
     assert "step limit of deepnorm at warmup 0: 0.316 (0 of 4 runs misclassified)" in out

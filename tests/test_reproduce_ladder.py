@@ -9,7 +9,6 @@ import inspect
 import io
 import json
 import math
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from depthlab.reproduce.ladder import COMMITS, LADDER, REGISTRATIONS, STEP_RULE,
 from depthlab.reproduce.ladder_effects import AWAY, FLAT, TOWARD, Measured, final_loss, trend
 from depthlab.reproduce.registration import unrevised_changes
 from depthlab.study import Store
+from tests.git_history import git
 
 ROOT = Path(__file__).parent.parent
 PINS_PATH = "tests/registered_ladder.json"
@@ -61,23 +61,15 @@ def test_a_changed_bound_or_effect_code_fails_the_pin():
     assert unrevised_changes(first, changed, _code())
 
 
-def _git(*args: str) -> str:
-    try:
-        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True)
-    except (OSError, subprocess.CalledProcessError) as e:
-        pytest.skip(f"no git history here: {e}")
-    return done.stdout
-
-
 def test_the_ladder_registration_is_the_commit_that_first_recorded_it():
-    if _git("rev-parse", "--is-shallow-repository").strip() == "true":
+    if git("rev-parse", "--is-shallow-repository").strip() == "true":
         pytest.fail("a shallow clone: the ladder's commit needs the full history")
-    commits = _git("log", "--full-history", "--reverse", "--format=%H", "--", PINS_PATH).split()
-    history = [(c, json.loads(_git("show", f"{c}:{PINS_PATH}"))) for c in commits]
+    commits = git("log", "--full-history", "--reverse", "--format=%H", "--", PINS_PATH).split()
+    history = [(c, json.loads(git("show", f"{c}:{PINS_PATH}"))) for c in commits]
     for name, reg in REGISTRATIONS.items():
         first = next((c for c, p in history if p.get(name, {}).get("values") == PINS[name]["values"]), None)
         assert first is not None and reg.commit == COMMITS[name] == first, name
-        assert "ladder" in _git("show", f"{first}:depthlab/reproduce/ladder.py")
+        assert "ladder" in git("show", f"{first}:depthlab/reproduce/ladder.py")
 
 
 def test_a_run_stored_before_the_registration_is_named():

@@ -35,6 +35,7 @@ from depthlab.reproduce.registration import (
     replay,
     unrevised_changes,
 )
+from tests.git_history import git, show
 
 ROOT = Path(__file__).parent.parent
 PINS_PATH = "tests/registered_expectations.json"
@@ -70,12 +71,7 @@ def test_shared_decision_code_changes_only_through_revisions():
     assert problems == [] and replayed == now, "shared decision code changed without a revision"
 
 
-def _git(*args: str) -> str:
-    try:
-        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True)
-    except (OSError, subprocess.CalledProcessError) as e:  # an sdist or an unpacked archive has no history
-        pytest.skip(f"no git history here: {e}")
-    return done.stdout
+_git = git  # skips without history (an sdist or an unpacked archive)
 
 
 def _history_of_pins() -> list[tuple[str, dict]]:
@@ -104,20 +100,7 @@ def test_each_registration_is_the_commit_that_first_recorded_its_values():
         )
         assert first is not None, f"{name}: its first values are in no commit of {PINS_PATH}"
         assert reg.commit == first, f"{name}: registered as {reg.commit}, but {first} first recorded it"
-        sources = []
-        for path in _claim_file_names(name):
-            try:
-                sources.append(
-                    subprocess.run(
-                        ["git", "show", f"{first}:{path}"],
-                        cwd=ROOT,
-                        capture_output=True,
-                        text=True,
-                        check=True,
-                    ).stdout
-                )
-            except subprocess.CalledProcessError:
-                continue
+        sources = [src for path in _claim_file_names(name) if (src := show(first, path)) is not None]
         assert any("Registration(" in s for s in sources), f"{name}: no Registration in its file at {first}"
 
 
@@ -260,9 +243,8 @@ def _source_at(commit: str):
         path = module.replace(".", "/") + ".py"
         names = _git("log", "--follow", "--format=", "--name-only", "--", path).split()
         for p in dict.fromkeys([path, *names]):
-            done = subprocess.run(["git", "show", f"{commit}:{p}"], cwd=ROOT, capture_output=True, text=True)
-            if done.returncode == 0:
-                return done.stdout
+            if (src := show(commit, p)) is not None:
+                return src
         raise FileNotFoundError(f"{path} at {commit}")
 
     return source

@@ -20,6 +20,7 @@ from depthlab.study.grid import StudyConfig
 from depthlab.study.refit import FITTED, keep_fitted, refit, tuning_runs
 from depthlab.study.store import Store
 from depthlab.study.update_limit_fit import fit_update_limits, update_rows
+from tests.tuning_store import tuning_store
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -157,33 +158,25 @@ def test_without_a_fitted_family_the_constants_decide():
 
 def _store(path: str) -> str:
     """A store of one study (pre-LN and ReZero x 3 depths x 6 lrs), finished with probes whose relative
-    update is 30 x lr and outcomes that fail from rho 1 (ReZero from 0.3, trained at 2 layers)."""
-    study = StudyConfig.from_dict(
-        {
-            "name": "rho-tuning",
-            "model": {"d_model": 16, "n_heads": 2, "max_len": 16},
-            "train": {"steps": 20, "seq_len": 16, "batch_size": 2},
-            "axes": {
-                "wrap": ["pre", "rezero"],
-                "n_layers": [2, 6, 12],
-                "lr": [1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1],
-            },
-        }
-    )
-    with Store(path) as s:
-        specs = study.expand()
-        sid = s.add_study(study.name, study.to_dict(), study.config_hash(), specs)
-        for spec, run in zip(specs, s.runs(sid)):
-            rho = 30 * spec.train.lr
-            cut = 1.0 if spec.model.wrap == "pre" else 0.3
-            probe_json = {
-                "config": {"stack": {"renormalised_share": 0.0}, "probe": {"relative_update": rho}},
-                "layers": [],
-                "verdicts": [],
-            }
-            result = {"outcome": "trained" if rho < cut else "diverged", "unigram_loss": 3.0}
-            s.finish(run["id"], {"result": result, "probe": probe_json})
-    return path
+    update is 30 x lr and outcomes that fail from rho 1 (ReZero from 0.3)."""
+
+    def judge(spec):
+        rho = 30 * spec.train.lr
+        cut = 1.0 if spec.model.wrap == "pre" else 0.3
+        probe = {"stack": {"renormalised_share": 0.0}, "probe": {"relative_update": rho}}
+        return probe, {"outcome": "trained" if rho < cut else "diverged"}
+
+    study = {
+        "name": "rho-tuning",
+        "model": {"d_model": 16, "n_heads": 2, "max_len": 16},
+        "train": {"steps": 20, "seq_len": 16, "batch_size": 2},
+        "axes": {
+            "wrap": ["pre", "rezero"],
+            "n_layers": [2, 6, 12],
+            "lr": [1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1],
+        },
+    }
+    return tuning_store(path, study, judge)
 
 
 def test_refit_and_calibrate_write_the_update_limits(tmp_path, capsys):
