@@ -8,7 +8,9 @@ from depthlab.cli.common import add_json_flag, refuse_flags
 from depthlab.docgen.doctor_scale import DEFAULT_SCALE_DB as SCALE_DB
 from depthlab.docgen.doctor_score import DEFAULT_DB as DOCTOR_DB
 from depthlab.docgen.doctor_score import DEFAULT_DOC as DOCTOR_DOC
-from depthlab.docgen.doctor_score import write_doctor_doc
+from depthlab.docgen.doctor_score import HELDOUT as DOCTOR_HELDOUT
+from depthlab.docgen.doctor_score import SCALE_GRIDS, write_doctor_doc
+from depthlab.docgen.doctor_score import TUNING as DOCTOR_TUNING
 from depthlab.docgen.ladder_doc import DEFAULT_DB as LADDER_DB
 from depthlab.docgen.ladder_doc import DEFAULT_DOC as LADDER_DOC
 from depthlab.docgen.ladder_doc import check_page, write_ladder
@@ -22,7 +24,9 @@ from depthlab.reproduce.dry_run import print_plan as print_all_plan
 from depthlab.reproduce.ladder_run import check_db, chosen, print_plan, rungs
 from depthlab.reproduce.reproduction import SCALES, run_claim
 from depthlab.study.executors import default_workers
+from depthlab.study.restore import restore
 from depthlab.study.scoring import format_score
+from depthlab.study.storefile import check_store_path
 from depthlab.train.distributed import set_torch_threads
 
 OUT = os.path.join("runs", "reproduce")
@@ -87,6 +91,13 @@ def add_parser(sub) -> None:
         f"(`depthlab study` runs them; default {SCALE_DB})",
     )
     p.add_argument(
+        "--restore",
+        metavar="RECORD",
+        help="for 'doctor': first write the runs a committed run record keeps (docs/doctor-runs.json) into "
+        "--db and --scale-db, their probes taken again, so that the document is re-derived without "
+        "training what the record holds (runs already stored are kept as they are)",
+    )
+    p.add_argument(
         "--claims", help="for 'ladder': comma-separated claims (default every claim on the ladder)"
     )
     p.add_argument(
@@ -122,6 +133,8 @@ def run(args) -> int:
         raise InputError(f"--db applies to 'doctor' and 'ladder' only, not to {args.name}")
     if args.scale_db is not None and args.name != "doctor":
         raise InputError(f"--scale-db applies to 'doctor' only, not to {args.name}")
+    if args.restore is not None and args.name != "doctor":
+        raise InputError(f"--restore applies to 'doctor' only, not to {args.name}")
     if args.scale != "small" and args.name in ("list", "tour", "doctor", "ladder"):
         raise InputError(f"--scale applies to the reproductions, not to {args.name}")
     if args.quick and args.scale != "small":
@@ -134,7 +147,9 @@ def run(args) -> int:
             f"in {args.db or DOCTOR_DB} are skipped)",
             flush=True,
         )
-        if args.scale_db is not None and not os.path.isfile(args.scale_db):
+        if args.restore is not None:
+            _restore_doctor(args.restore, args.db or DOCTOR_DB, args.scale_db or SCALE_DB)
+        elif args.scale_db is not None and not os.path.isfile(args.scale_db):
             raise InputError(f"--scale-db {args.scale_db}: no such store (run the scale grids into it first)")
         scores = write_doctor_doc(
             args.db or DOCTOR_DB, args.doc or DOCTOR_DOC, scale_db=args.scale_db or SCALE_DB
@@ -156,6 +171,17 @@ def run(args) -> int:
         print(f"wrote {path} ({len(results)} commands, {sum(r.seconds for r in results):.0f} s)")
         return 1 if missing else 0
     return run_reproductions(args)
+
+
+def _restore_doctor(record: str, db: str, scale_db: str) -> None:
+    """Write the runs ``record`` keeps into the doctor's two stores, one line per study restored."""
+    if not os.path.isfile(record):
+        raise InputError(f"--restore {record}: no such run record")
+    check_store_path(db, "--db")
+    check_store_path(scale_db, "--scale-db")
+    done = restore(record, db, [DOCTOR_TUNING, DOCTOR_HELDOUT]) | restore(record, scale_db, list(SCALE_GRIDS))
+    for name, (new, kept) in done.items():
+        print(f"{name}: {new} runs restored from {record}, {kept} already stored", flush=True)
 
 
 def run_reproductions(args) -> int:

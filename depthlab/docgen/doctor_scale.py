@@ -71,7 +71,7 @@ def miss_lines(runs: list[dict]) -> list[str]:
 
 def run_row(run: dict) -> dict:
     """A run as the document's record keeps it: its configuration, its outcome, its escape step, the
-    probe's step size and relative update, what the doctor predicted, and for a held-out run the record
+    run's training time, the probe's step size and relative update, what the doctor predicted, and for a held-out run the record
     it was scored under ("scored_under") and its prediction under each earlier registration."""
     m, t = run["config"]["model"], run["config"]["train"]
     probe = (run.get("probe") or {}).get("config", {}).get("probe") or {}
@@ -88,6 +88,7 @@ def run_row(run: dict) -> dict:
         "val_loss": run.get("val_loss"),
         "unigram_loss": run.get("unigram_loss"),
         "escape_step": run.get("escape_step"),
+        "seconds": run.get("seconds"),
         "step_size": probe.get("step_size"),
         "relative_update": probe.get("relative_update"),
         "predicted": predicted(run, run.get("probe")),
@@ -116,19 +117,30 @@ def scale_tuning(db: str) -> tuple[list[StudyConfig], list[dict], list[tuple[str
     return grids, runs, counts
 
 
-def hours(runs: list[dict]) -> float:
-    """The runs' own training times summed, in hours of one core."""
-    return sum(r.get("seconds") or 0.0 for r in runs) / 3600
+def hours(runs: list[dict]) -> float | None:
+    """The runs' own training times summed, in hours of one core (None when a run's time is not kept: a
+    run restored from a run record written before the record kept times)."""
+    if any(r.get("seconds") is None for r in runs):
+        return None
+    return sum(r["seconds"] for r in runs) / 3600
 
 
 def grid_lines(grids) -> list[str]:
     """One line per grid: its finished runs and what they cost (the runs' own times on this machine)."""
     return [
-        f"- `{name}`: {done} of {total} runs finished"
-        + (f", {h:.1f} h of one core (the runs' own times)" if done else "")
+        f"- `{name}`: {done} of {total} runs finished" + _cost(done, rest)
         for name, done, total, *rest in grids
-        for h in [rest[0] if rest else 0.0]
     ]
+
+
+def _cost(done: int, rest: list) -> str:
+    """', 4.9 h of one core (the runs' own times)', or what is known of it."""
+    if not done:
+        return ""
+    h = rest[0] if rest else None
+    if h is None:
+        return " (their training times are not in the run record they were restored from)"
+    return f", {h:.1f} h of one core (the runs' own times)"
 
 
 def refit_command(first: tuple[str, str], scale_db: str, tuning_grids: list | None, record: dict) -> str:

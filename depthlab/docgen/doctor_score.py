@@ -358,7 +358,10 @@ def render(scores: dict, db: str, record: str = RECORD_PATH, scale_db: str = DEF
         "---",
         "",
         f"Written by `depthlab reproduce doctor` on {when} ({platform.node()}, {os.cpu_count()} cores); the "
-        f"runs are in `{db}` ({scores['seconds']:.0f} s to run or resume them this time).",
+        f"runs are in `{db}` ({scores['seconds']:.0f} s to run or resume them this time). Every run "
+        "scored here is kept in `docs/doctor-runs.json`; `depthlab reproduce doctor --restore "
+        "docs/doctor-runs.json` writes those runs back into the two stores (their probes taken again) and "
+        "re-derives this page without training them.",
         "",
     ]
     return "\n".join(lines)
