@@ -39,7 +39,8 @@ def _record(tmp_path, rows, name="record.json"):
 
 def _rows(specs):
     return [
-        {"config_hash": specs[0].hash, "outcome": "trained", "val_loss": 2.5, "unigram_loss": 3.1, "escape_step": 10},
+        {"config_hash": specs[0].hash, "outcome": "trained", "val_loss": 2.5, "unigram_loss": 3.1, "escape_step": 10,
+         "started_at": 1764614340.0, "finished_at": 1764614400.0},
         {"config_hash": specs[1].hash, "outcome": "stalled", "val_loss": 3.1, "unigram_loss": 3.1, "escape_step": None,
          "seconds": 12.5},
     ]  # fmt: skip
@@ -65,6 +66,11 @@ def test_recorded_runs_are_written_back_done_with_their_outcomes_and_a_probe(tmp
         HOST,
     )
     assert (b["outcome"], b["escape_step"], b["seconds"], a["seconds"]) == ("stalled", None, 12.5, None)
+    assert (a["started_at"], a["finished_at"], b["started_at"]) == (
+        1764614340.0,
+        1764614400.0,
+        None,
+    )  # as run
     assert a["probe"]["config"]["probe"]["step_size"] > 0  # taken again, as a study run takes it
     assert a["probe"]["config"]["probe"]["lr"] == specs[0].train.lr
 
@@ -117,3 +123,16 @@ def test_every_run_of_the_doctors_committed_record_is_in_its_grid_as_it_stands()
     for name, rows in studies.items():
         hashes = {s.hash for s in StudyConfig.from_yaml(grids[name]).expand()}
         assert {r["config_hash"] for r in rows} <= hashes, name
+
+
+def test_a_grid_restored_without_start_times_is_still_flagged_when_its_record_came_later():
+    """A late record is flagged from the start time the grid kept, where its restored runs have none."""
+    from depthlab.docgen.doctor_heldout import FIRST, fitted_after_start
+
+    record = {"fitted_from": {"when": "2026-12-01 18:48 UTC"}}
+    assert fitted_after_start(record, [{"started_at": None}], FIRST.first_started).startswith(
+        "fitted 2026-12-01 18:48"
+    )
+    assert fitted_after_start(record, [{}]) is None  # nothing known: no flag, and none invented
+    early = {"fitted_from": {"when": "2026-12-01 18:30 UTC"}}
+    assert fitted_after_start(early, [{}], FIRST.first_started) is None

@@ -43,6 +43,9 @@ class HeldOutGrid:
     record: str | None = None
     registrations: tuple[tuple[str, str], ...] = ()
     late_note: str = ""  # where the record was rewritten after the first run: what changed (and what did not)
+    # when its first run started ("2026-12-01 18:39 UTC"), for runs whose record kept no start times (a
+    # store restored from a run record written before it kept them): the time the store showed
+    first_started: str = ""
 
     def record_path(self) -> str:
         """The record its score of record is under."""
@@ -92,6 +95,7 @@ FIRST = HeldOutGrid(
         "stored, a correction the grid's file records); every fitted limit, band and coefficient is the "
         "one the record committed before the first run held (fitted 2026-12-01 18:38 UTC)"
     ),
+    first_started="2026-12-01 18:39 UTC",  # as its store showed when this page was first written from it
 )
 HELDOUT_GRIDS = (FAMILIES, FIRST)
 
@@ -119,7 +123,12 @@ def score_heldout(db: str, pool: list[dict], grid: HeldOutGrid) -> dict:
     if grid.record is not None:
         held = under_record(held, record)
     held = [dict(r, scored_under=os.path.basename(grid.record_path())) for r in held]
-    out |= {"record": record, "heldout": None, "runs": held, "late": fitted_after_start(record, held)}
+    out |= {
+        "record": record,
+        "heldout": None,
+        "runs": held,
+        "late": fitted_after_start(record, held, grid.first_started),
+    }
     if not held:
         return out
     tuning = tuning_for(record, pool)
@@ -140,19 +149,24 @@ def _record_of(grid: HeldOutGrid) -> dict | None:
     return load_record(path) if os.path.isfile(path) else None
 
 
-def fitted_after_start(record: dict, held: list[dict]) -> str | None:
+def fitted_after_start(record: dict, held: list[dict], first_started: str = "") -> str | None:
     """'fitted 2026-12-02 10:00 UTC, after the grid's first run started (2026-12-02 09:00 UTC)' where the
     record was fitted after any of ``held`` started (its rules were not registered before the grid's
-    runs); None where it was fitted before them all, or where either time is unknown."""
+    runs); None where it was fitted before them all, or where either time is unknown. ``first_started``
+    ("2026-12-01 18:39 UTC"): the first start as known before, used where no run keeps its start time."""
     when = (record.get("fitted_from") or {}).get("when")
     starts = [r["started_at"] for r in held if r.get("started_at")]
-    if not when or not starts:
+    if not when or not (starts or first_started):
         return None
-    fitted = datetime.datetime.strptime(when, "%Y-%m-%d %H:%M UTC").replace(tzinfo=datetime.UTC)
-    first = datetime.datetime.fromtimestamp(min(starts), datetime.UTC)
+    fitted = _utc(when)
+    first = datetime.datetime.fromtimestamp(min(starts), datetime.UTC) if starts else _utc(first_started)
     if fitted.replace(second=59) < first:  # the record's time is to the minute
         return None
     return f"fitted {when}, after the grid's first run started ({first:%Y-%m-%d %H:%M} UTC)"
+
+
+def _utc(text: str) -> datetime.datetime:
+    return datetime.datetime.strptime(text, "%Y-%m-%d %H:%M UTC").replace(tzinfo=datetime.UTC)
 
 
 def score_heldout_grids(db: str, pool: list[dict]) -> list[dict]:

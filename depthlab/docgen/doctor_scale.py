@@ -71,7 +71,7 @@ def miss_lines(runs: list[dict]) -> list[str]:
 
 def run_row(run: dict) -> dict:
     """A run as the document's record keeps it: its configuration, its outcome, its escape step, the
-    run's training time, the probe's step size and relative update, what the doctor predicted, and for a held-out run the record
+    run's training time and when it started and finished (seconds since the epoch), the probe's step size and relative update, what the doctor predicted, and for a held-out run the record
     it was scored under ("scored_under") and its prediction under each earlier registration."""
     m, t = run["config"]["model"], run["config"]["train"]
     probe = (run.get("probe") or {}).get("config", {}).get("probe") or {}
@@ -89,6 +89,8 @@ def run_row(run: dict) -> dict:
         "unigram_loss": run.get("unigram_loss"),
         "escape_step": run.get("escape_step"),
         "seconds": run.get("seconds"),
+        "started_at": run.get("started_at"),
+        "finished_at": run.get("finished_at"),
         "step_size": probe.get("step_size"),
         "relative_update": probe.get("relative_update"),
         "predicted": predicted(run, run.get("probe")),

@@ -2,7 +2,7 @@
 
 A grid of hours is kept in the repository as a compact run record (``docs/doctor-runs.json``: per study,
 each run's config hash, outcome, validation and unigram losses, escape step and, where it was kept, its
-training time), not as a store. :func:`restore` writes such a record back into a store, so that what
+training time and when it started and finished), not as a store. :func:`restore` writes such a record back into a store, so that what
 reads a store (``depthlab reproduce doctor``: it probes every run's model at init again and scores the
 doctor) re-derives its numbers from the record without training anything. Each study is added from its
 grid file, exactly as ``depthlab study`` adds it; a recorded run is written as done only where the store
@@ -10,7 +10,9 @@ does not already hold it done (a stored run is never replaced), and a record run
 grid does not produce is refused (the grid or the config hashing changed since the record was written,
 and the run could not be told apart from another). Each restored run's at-init probe is taken again with
 the current code, as the study worker takes it (deterministic: the run's seed and first batch), so that
-``depthlab calibrate`` can refit on it; the restored runs have no curves.
+``depthlab calibrate`` can refit on it; the restored runs have no curves. A run keeps the start and
+finish times the record gives (none where it kept none): the registration checks read when a grid's runs
+started, never when they were restored.
 """
 
 from __future__ import annotations
@@ -87,5 +89,12 @@ def _write(db: str, study: StudyConfig, specs: list, rows: list[dict]) -> tuple[
             probe, why = probe_at_init(by_hash[row["config_hash"]])
             payload = {"result": result, "probe": probe, "probe_error": why}
             store.finish(run["id"], payload | {"host": HOST, "seconds": row.get("seconds")})
+            with (
+                store.transaction() as c
+            ):  # when it ran, as recorded (unknown: none), not when it was restored
+                c.execute(
+                    "UPDATE runs SET started_at = ?, finished_at = ? WHERE id = ?",
+                    (row.get("started_at"), row.get("finished_at"), run["id"]),
+                )
             restored += 1
     return restored, kept
