@@ -153,3 +153,35 @@ def test_calibrate_prints_each_wrappings_own_limit(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "step limit of deepnorm at warmup 0: 0.316 (0 of 4 runs misclassified)" in out
     assert "step limit of post at warmup 0: 3.16 (0 of 4 runs misclassified)" in out
+
+
+def test_a_wrapping_whose_limit_moves_with_width_is_fitted_on_width_scaled_steps():
+    """DeepNorm-like runs whose tolerated step falls as 1 / width: no limit on s classifies every width,
+    one on s x (d / 128) does; the exponent found is the smallest |a| that classifies them all."""
+    runs = [
+        _run("deepnorm", f * 128 / d, f < 1.0, d_model=d)
+        for d in (32, 128, 512)
+        for f in (0.5, 0.8, 1.25, 2.0)
+    ]
+    own = fit_step_limit(runs)["by_wrap"]["deepnorm"]
+    assert -1.35 < own["width_exponent"] < -0.65 and own["width_ref"] == 128
+    assert own["misclassified"]["scaled"] == 0 < own["misclassified"]["unscaled"]
+    same = [_run("post", s, s < 3.0, d_model=d) for s in (0.5, 2.0, 4.0, 9.0) for d in (32, 512)]
+    assert fit_step_limit(same)["by_wrap"]["post"]["width_exponent"] == 0  # a limit on s holds: no scaling
+
+
+def test_the_doctor_compares_a_width_scaled_step_with_a_wrappings_width_scaled_limit():
+    section = RECORD["step_limit"]["by_wrap"]["deepnorm"]
+    wide = {
+        **section,
+        "width_exponent": -1.0,
+        "width_ref": 128,
+        "support": {**section["support"], "d_model": [32, 512]},
+    }
+    record = dict(RECORD, step_limit=dict(RECORD["step_limit"], by_wrap={"deepnorm": wide}))
+    narrow = learning_rate(_probe("deepnorm", 1.0, d_model=32), record)  # 1.0 x (32 / 128) = 0.25
+    assert narrow.level == "ok" and "the width-scaled s within the limit 0.3" in narrow.message
+    assert "0.25 width-scaled" in narrow.message and "s = 1 output norms" in narrow.message
+    at_64 = learning_rate(_probe("deepnorm", 1.0, d_model=64), record)  # 0.5: above the band's high end
+    assert at_64.level == "error" and "the width-scaled s reaches 0.36" in at_64.message
+    assert learning_rate(_probe("deepnorm", 1.0, d_model=32), RECORD).level == "error"  # on s itself

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from depthlab.docgen.doctor_fits import band_text, family_text
+from depthlab.docgen.doctor_fits import band_text, family_text, scaled_text
 from depthlab.errors import InputError
 from depthlab.paths import check_output_file
 from depthlab.probe.calibration import RECORD_PATH, load_record
@@ -96,11 +96,18 @@ def _print_limits(record: dict) -> None:
             f"misclassified){_by_width(p.get('by_width', []))}"
         )
     for wrap, own in ((record.get("step_limit") or {}).get("by_wrap") or {}).items():
+        on = (
+            f" on s x (d / {own.get('width_ref', 128)})^{-own['width_exponent']:g}"
+            if own.get("width_exponent")
+            else ""
+        )
         for p in own["warmups"]:
             print(
-                f"step limit of {wrap} at warmup {p['warmup']}: {p['limit']:.3g} ({p['errors']} of "
+                f"step limit of {wrap}{on} at warmup {p['warmup']}: {p['limit']:.3g} ({p['errors']} of "
                 f"{p['runs']} runs misclassified){_by_width(p.get('by_width', []))}"
             )
+        if on:
+            print(f"  {scaled_text(wrap, own)}")
     for fam, fit in ((record.get("update_limit") or {}).get("families") or {}).items():
         print(
             f"limit on rho, {family_text(fam, fit)}: {fit['limit']:.3g}, band {band_text(fit['band'])} "

@@ -19,6 +19,9 @@ matrix's spectral norm, a quantity comparable across width). Three families of s
   above band high / G. A warmup beyond the longest fitted is an extrapolation. Where the section holds
   a limit fitted on this wrapping's runs alone ("by_wrap", :func:`for_wrap`), that limit judges it, and
   its range is where that wrapping's runs ran (it replaces the calibrated range rather than widening it).
+  Such a limit may be on the width-scaled step s x (d / ``WIDTH_REF``)^-a ("width_exponent" a, fitted on
+  that wrapping's runs across width: DeepNorm tolerates a smaller s the wider it is), and s is then
+  scaled the same way before it is compared (:func:`width_scale`); the ceiling printed is in lr.
 - zero-gated branches (ReZero, ``GATED``): the first step sets every gate to +-lr whatever its size, so
   rho decides. Without a fitted limit: on the first tuning grid all 6 ReZero runs at rho = 0.28 (lr
   0.01, width 32) trained and the 4 of 6 and 16 layers at rho = 1.4 (lr 0.05) diverged (the 2-layer
@@ -59,6 +62,7 @@ GATED_TRAINED = 0.28
 GATED_LIMIT = 0.63
 GATED_DEPTH = 6
 GATED = ("rezero",)
+WIDTH_REF = 128  # a wrapping's width-scaled step s x (d / WIDTH_REF)^-a equals s at this width
 
 
 def learning_rate(r: ProbeResult, record: dict | None = None) -> Verdict | None:
@@ -75,7 +79,8 @@ def learning_rate(r: ProbeResult, record: dict | None = None) -> Verdict | None:
     values = {"d_model": width(r), "n_layers": r.n_layers, "lr": lr, "warmup": warmup}
     if share > 0:
         record, who = for_wrap(record, wrap)
-        level, text, key = _renormalised(gain, step, lr, warmup, share, record, who)
+        scale = width_scale(record, values["d_model"])
+        level, text, key = _renormalised(gain, step, lr, warmup, share, record, who, scale)
         support = (record.get("step_limit") or {}).get("support")
     elif wrap in GATED and rho:
         fit = update_limit("gated", record)
@@ -103,6 +108,15 @@ def for_wrap(record: dict, wrap: str | None) -> tuple[dict, str | None]:
         return record, None
     where = f"the {wrap} runs of the tuning grids"
     return dict(record, step_limit=section, own_range=True, where=where), wrap
+
+
+def width_scale(record: dict, d_model: int | None) -> float:
+    """(d / width_ref)^-a, the factor that puts s in the width-scaled units of a wrapping's own limit
+    (:mod:`depthlab.study.step_limit_fit`: "width_exponent" a); 1 for a limit on s itself or an unknown width."""
+    a = (record.get("step_limit") or {}).get("width_exponent") or 0.0
+    if not a or not d_model:
+        return 1.0
+    return (d_model / record["step_limit"].get("width_ref", WIDTH_REF)) ** -a
 
 
 def update_limit(family: str, record: dict) -> dict | None:
@@ -177,15 +191,25 @@ def _with_range(level: str, text: str, key: str, record: dict, out: list[str]) -
     return Verdict(level, "learning-rate" if key.startswith("learning-rate") else "update-size", text)
 
 
-def _renormalised(gain, step, lr, warmup, share, record, who=None):
+def _renormalised(gain, step, lr, warmup, share, record, who=None, scale=1.0):
     """Post-LN-style stacks: the step-size limit for this warmup length (``who``'s own limit where the
-    record holds one for that wrapping, else the pooled one) and the ceiling it implies."""
+    record holds one for that wrapping, else the pooled one) and the ceiling it implies. ``scale``
+    (:func:`width_scale`) puts s in the units of a limit fitted on width-scaled steps."""
     limit, (lo, hi) = step_limit(warmup, record)
     with_w = f"with a {warmup}-step warmup" if warmup else "without warmup"
     such = f"{who} stacks (the limit fitted on that wrapping's tuning runs alone)" if who else "such stacks"
+    scaled = ""
+    if scale != 1.0:
+        sec = record["step_limit"]
+        scaled = (
+            f" ({step * scale:.3g} width-scaled: {who}'s limit is on s x (d / {sec.get('width_ref', WIDTH_REF)})"
+            f"^{-sec['width_exponent']:g}, the width exponent that classified its tuning runs best)"
+        )
+    gain, step = gain * scale, step * scale  # compared, and the ceiling taken, in the limit's units
+    s = "s" if scale == 1.0 else "the width-scaled s"
     text = (
-        f"update gain {gain:.3g}: one Adam step at lr {lr:g} reaches s = {step:.3g} output norms; "
-        f"lr <= {lo / gain:.2g} expected to train {with_w}; "
+        f"update gain {gain / scale:.3g}: one Adam step at lr {lr:g} reaches s = {step / scale:.3g} output "
+        f"norms{scaled}; lr <= {lo / gain:.2g} expected to train {with_w}; "
         + (
             f"above {hi / gain:.2g} {such} (blocks that renormalise the stream, {share:.0%} of them here) "
             "stalled or diverged on the calibration grid"
@@ -202,13 +226,13 @@ def _renormalised(gain, step, lr, warmup, share, record, who=None):
         if step > limit:
             return (
                 "error",
-                text + f" (s above the limit {limit:.3g} for {_warm(warmup)}; {liu}). " + advice,
+                text + f" ({s} above the limit {limit:.3g} for {_warm(warmup)}; {liu}). " + advice,
                 ("learning-rate:error"),
             )
     elif reaches(step, hi):
         return (
             "error",
-            text + f" (s reaches {hi:.3g}, the high end of the band of limits for {_warm(warmup)}: the "
+            text + f" ({s} reaches {hi:.3g}, the high end of the band of limits for {_warm(warmup)}: the "
             f"smallest tuning step above the limit{_interpolated(warmup, record)}; {liu}). " + advice,
             "learning-rate:error",
         )
@@ -216,12 +240,12 @@ def _renormalised(gain, step, lr, warmup, share, record, who=None):
         end = f"below {hi:.3g}, the band's high end" if math.isfinite(hi) else "with no failed run above it"
         return (
             "warning",
-            text + f" (s above the limit {limit:.3g} for {_warm(warmup)} but {end}: the tuning runs do not "
+            text + f" ({s} above the limit {limit:.3g} for {_warm(warmup)} but {end}: the tuning runs do not "
             "place the limit more exactly than that band, so not expected to be safe; a smaller learning "
             "rate is)",
             "learning-rate:warning",
         )
-    return "ok", text + f" (s within the limit {limit:.3g} for {_warm(warmup)})", "learning-rate:ok"
+    return "ok", text + f" ({s} within the limit {limit:.3g} for {_warm(warmup)})", "learning-rate:ok"
 
 
 def _interpolated(warmup: int, record: dict) -> str:

@@ -19,12 +19,22 @@ without warmup, DeepNorm's band (its residual scaled up, its branches' init scal
 output norms where post-LN's lies at 1.9-5.6. So the same fit is also made on each wrapping's runs alone
 ("by_wrap"; pooled over widths like the pooled limit), and the doctor judges a wrapping that has one by
 its own limit, calibrated only where its own runs ran (every run of that wrapping, at any warmup).
+
+Nor does one limit on s hold across width for every wrapping: DeepNorm's band without warmup lies at
+1.3-1.7 output norms at width 32 and at 0.17-0.50 at width 128 (its update gain grows faster with width
+than the step it tolerates). So a wrapping's own limit is fitted on a width-scaled step, s x (d / 128)^-a,
+with the exponent a (from -2 to 2 in steps of 0.05; 0 where no exponent misclassifies fewer of its tuning
+runs, ties to the smallest |a|) that misclassifies the fewest of its tuning runs under the whole rule (the
+per-warmup limits and their interpolation): a = 0 is the limit on s itself, and a wrapping whose runs
+need no scaling keeps it. The record keeps the exponent, the width it is relative to, and the
+misclassified runs with and without it.
 """
 
 from __future__ import annotations
 
 import math
 
+from depthlab.probe.doctor_lr import WIDTH_REF, step_limit
 from depthlab.study.band_fit import band_fit, band_limit, best_band, width_bands
 from depthlab.watch.outcome import OUTCOMES
 
@@ -97,6 +107,45 @@ def _fit_rows(rows: list[dict], every: bool = False) -> dict | None:
     }
 
 
+EXPONENTS = tuple(round(-2 + 0.05 * i, 2) for i in range(81))  # the width exponents tried, -2 to 2
+
+
+def width_scaled(rows: list[dict], a: float) -> list[dict]:
+    """``rows`` with each step s replaced by s x (d_model / WIDTH_REF)^-a (unchanged for a = 0)."""
+    return [dict(r, step=r["step"] * (r["d_model"] / WIDTH_REF) ** -a) for r in rows] if a else rows
+
+
+def misclassified(rows: list[dict], section: dict) -> int:
+    """How many ``rows`` the fitted limits of ``section`` (a "step_limit" section) classify wrongly:
+    a step above the limit for the row's warmup (interpolated as the doctor does) that trained, or one
+    within it that did not."""
+    record = {"step_limit": section}
+    return sum((r["step"] > step_limit(r["warmup"], record)[0]) == r["trained"] for r in rows)
+
+
+def fit_across_width(rows: list[dict]) -> dict | None:
+    """:func:`_fit_rows` (every warmup, the wrapping's own support) on the width-scaled steps whose
+    exponent misclassifies the fewest ``rows`` (ties: the smallest |a|), with "width_exponent",
+    "width_ref" and "misclassified": {"scaled", "unscaled"}; None where no exponent tells a limit."""
+    best = None
+    unscaled = None
+    for a in EXPONENTS:
+        scaled = width_scaled(rows, a)
+        fit = _fit_rows(scaled, every=True)
+        if fit is None:
+            continue
+        errors = misclassified(scaled, fit)
+        if a == 0:
+            unscaled = errors
+        if best is None or (errors, abs(a)) < (best[0], abs(best[1])):
+            best = (errors, a, fit)
+    if best is None:
+        return None
+    errors, a, fit = best
+    counts = {"scaled": errors, "unscaled": unscaled}
+    return fit | {"width_exponent": a, "width_ref": WIDTH_REF, "misclassified": counts}
+
+
 def fit_step_limit(runs: list[dict]) -> dict | None:
     """The record's "step_limit" section: {"rule", "warmups": [{"warmup", "limit", "band", "runs",
     "errors", "by_width"}], "error_from", "support", "by_wrap"}; None without two classes of runs at any
@@ -110,7 +159,7 @@ def fit_step_limit(runs: list[dict]) -> dict | None:
         return None
     by_wrap = {}
     for wrap in sorted({r["wrap"] for r in rows if r["wrap"]}):
-        own = _fit_rows([r for r in rows if r["wrap"] == wrap], every=True)
+        own = fit_across_width([r for r in rows if r["wrap"] == wrap])
         if own is not None:
             by_wrap[wrap] = own | {"error_from": "band_high"}
     return {
@@ -119,7 +168,8 @@ def fit_step_limit(runs: list[dict]) -> dict | None:
         "shorter one's); ln(limit) linear in ln(1 + warmup) between them; the doctor's error from the band's "
         "high end (the smallest tuning step above the limit), a warning between the limit and it; a "
         "wrapping whose own tuning runs tell a limit is judged by the same fit on its runs alone, "
-        "calibrated where they ran",
+        "calibrated where they ran, on the width-scaled step s x (d / 128)^-a with the exponent a that "
+        "misclassifies the fewest of its runs",
         "warmups": pooled["warmups"],
         "error_from": "band_high",  # the doctor's error starts at the band's high end, a warning from the limit
         "support": pooled["support"],
