@@ -21,10 +21,11 @@ from depthlab.errors import ConfigError, InputError
 from depthlab.paths import check_folder, check_output_file, write_json
 from depthlab.reproduce import REPRODUCTIONS, run_cache
 from depthlab.reproduce.dry_run import print_plan as print_all_plan
+from depthlab.reproduce.ladder_record import record_path, restore_ladder
 from depthlab.reproduce.ladder_run import check_db, chosen, print_plan, rungs
 from depthlab.reproduce.reproduction import SCALES, run_claim
 from depthlab.study.executors import default_workers
-from depthlab.study.restore import restore
+from depthlab.study.restore import checked, restore
 from depthlab.study.scoring import format_score
 from depthlab.study.storefile import check_store_path
 from depthlab.train.distributed import set_torch_threads
@@ -93,8 +94,9 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--restore",
         metavar="RECORD",
-        help="for 'doctor': first write the runs a committed run record keeps (docs/doctor-runs.json) into "
-        "--db and --scale-db, their probes taken again, so that the document is re-derived without "
+        help="for 'doctor' and 'ladder': first write the runs a committed run record keeps "
+        "(docs/doctor-runs.json into --db and --scale-db, their probes taken again; "
+        "docs/reproductions-ladder-runs.json into --db), so that the document is re-derived without "
         "training what the record holds (runs already stored are kept as they are)",
     )
     p.add_argument(
@@ -133,8 +135,8 @@ def run(args) -> int:
         raise InputError(f"--db applies to 'doctor' and 'ladder' only, not to {args.name}")
     if args.scale_db is not None and args.name != "doctor":
         raise InputError(f"--scale-db applies to 'doctor' only, not to {args.name}")
-    if args.restore is not None and args.name != "doctor":
-        raise InputError(f"--restore applies to 'doctor' only, not to {args.name}")
+    if args.restore is not None and args.name not in ("doctor", "ladder"):
+        raise InputError(f"--restore applies to 'doctor' and 'ladder' only, not to {args.name}")
     if args.scale != "small" and args.name in ("list", "tour", "doctor", "ladder"):
         raise InputError(f"--scale applies to the reproductions, not to {args.name}")
     if args.quick and args.scale != "small":
@@ -179,7 +181,13 @@ def _restore_doctor(record: str, db: str, scale_db: str) -> None:
         raise InputError(f"--restore {record}: no such run record")
     check_store_path(db, "--db")
     check_store_path(scale_db, "--scale-db")
+    # every row of both stores checked before either is written
+    checked(record, [DOCTOR_TUNING, DOCTOR_HELDOUT, *SCALE_GRIDS])
     done = restore(record, db, [DOCTOR_TUNING, DOCTOR_HELDOUT]) | restore(record, scale_db, list(SCALE_GRIDS))
+    _print_restored(done, record)
+
+
+def _print_restored(done: dict[str, tuple[int, int]], record: str) -> None:
     for name, (new, kept) in done.items():
         print(f"{name}: {new} runs restored from {record}, {kept} already stored", flush=True)
 
@@ -231,8 +239,9 @@ def _refuse_ladder_flags(args) -> None:
 
 
 def run_ladder_command(args) -> int:
-    """``depthlab reproduce ladder``: the plan (``--plan``), or the runs and the page. ``--quick`` writes
-    no page unless ``--doc`` names one: its results are not the ladder's."""
+    """``depthlab reproduce ladder``: the plan (``--plan``), or the runs and the page, after the runs of
+    a run record (``--restore``) are written into the store. ``--quick`` writes no page unless ``--doc``
+    names one: its results are not the ladder's."""
     why = "does nothing with 'ladder'"
     refuse_flags(args, why, json=args.json is not None, out=args.out is not None)
     db = args.db or LADDER_DB
@@ -241,6 +250,9 @@ def run_ladder_command(args) -> int:
     doc = args.doc if args.quick else (args.doc or LADDER_DOC)
     if doc and not args.plan:
         check_page(doc)
+    if args.restore is not None:  # before the plan and the runs: what the record holds is not trained
+        check_store_path(db, "--db")
+        _print_restored(restore_ladder(args.restore, db, names, args.quick), args.restore)
     if args.plan:
         print_plan(rungs(names, args.quick), db, default_workers())
         return 0
@@ -250,5 +262,5 @@ def run_ladder_command(args) -> int:
         done = sum(1 for row in rows for m in row["measured"] if m.interval is not None)
         print(f"ladder {name}: {done} of {sum(len(row['measured']) for row in rows)} effect cells measured")
     if doc:
-        print(f"wrote {doc}")
+        print(f"wrote {doc} and its run record {record_path(doc)}")
     return 0

@@ -2,7 +2,8 @@
 docs/reproductions-ladder.md, each training claim's effect sizes against width with their intervals.
 
 The page is generated from the store alone (every number on it is a stored run's), so it can be
-rewritten after each sitting: a rung not yet run shows as such.
+rewritten after each sitting: a rung not yet run shows as such. Beside it goes the ladder's run record
+(:mod:`depthlab.reproduce.ladder_record`), which ``--restore`` writes back into a store.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from depthlab.intervals import AGREE, MISMATCH
 from depthlab.paths import check_output_file
 from depthlab.reproduce.ladder import COMMITS, LADDER, LEFT_OUT, SEEDS, STEP_RULE
 from depthlab.reproduce.ladder_effects import ladder_effects
+from depthlab.reproduce.ladder_record import check_record_file, record_path, write_record
 from depthlab.reproduce.ladder_run import commit_time, print_plan, run_ladder, rungs, runs_before
 from depthlab.study import Store
 from depthlab.study.executors import default_workers
@@ -28,7 +30,8 @@ TITLE = "# The reproductions' scale ladder"
 
 def check_page(doc: str) -> None:
     """InputError (one line) for a ``--doc`` that cannot be written, or an existing file this command did
-    not write (its first line is not the page's title): it is not replaced."""
+    not write (its first line is not the page's title): it is not replaced; the same of the run record
+    beside it."""
     check_output_file(doc, "--doc")
     if os.path.isfile(doc):
         with open(doc, encoding="utf-8", errors="replace") as f:
@@ -36,6 +39,7 @@ def check_page(doc: str) -> None:
                 raise InputError(
                     f"--doc {doc}: exists and is not a ladder page; move it or name another file"
                 )
+    check_record_file(record_path(doc))
 
 
 def _bounds(effect) -> str:
@@ -111,7 +115,7 @@ def sweep_line(name: str, rows: list[dict], width: int) -> str | None:
 class Page:
     """What the page says besides the effects: per claim its widths, the seeds, the registration
     commits, the stored runs and how many of them started before their claim's registration commit,
-    and the plan's text (expected cost of what is not yet stored)."""
+    the plan's text (expected cost of what is not yet stored) and the run record's path."""
 
     widths: dict
     seeds: int
@@ -119,6 +123,7 @@ class Page:
     stored: int
     before: int
     plan_text: str
+    record: str = record_path(DEFAULT_DOC)
 
 
 def _commits_text(commits: dict) -> str:
@@ -147,6 +152,11 @@ def render(effects: dict, page: Page) -> str:
         "",
         f"Registered before any of its runs in {_commits_text(page.commits)}: {page.stored} runs stored, "
         f"{page.before} of them started before their claim's registration commit.",
+        "",
+        f"Every finished run is kept in `{page.record}` (its outcome, losses, times and the telemetry read "
+        f"here); `depthlab reproduce ladder --restore {page.record}` writes those runs back into the store "
+        "before the ladder resumes, so that no recorded run is trained again and this page is re-derived "
+        "from the record (training only the runs it lacks).",
         "",
         "Expected cost of what is not yet stored (the cost model, step times measured when this page "
         "was written):",
@@ -193,7 +203,7 @@ def write_ladder(
     run: bool = True,
 ) -> dict:
     """Run (or resume, unless ``run`` is False) the ladder of ``names`` into ``db``, then write ``doc``
-    (None: none); returns the effects by claim."""
+    (None: none) and its run record; returns the effects by claim."""
     names = names or list(LADDER)
     if doc:
         check_page(doc)
@@ -205,7 +215,9 @@ def write_ladder(
         stored, before = stored_runs(db, todo)
         widths = {n: sorted({r.width for r in todo if r.claim == n}) for n in names}
         seeds = len(todo[0].seeds) if todo else len(SEEDS)
-        page = Page(widths, seeds, {n: COMMITS[n] for n in names}, stored, before, buf.getvalue())
+        record = record_path(doc)
+        page = Page(widths, seeds, {n: COMMITS[n] for n in names}, stored, before, buf.getvalue(), record)
         with open(doc, "w") as f:
             f.write(render(effects, page))
+        write_record(db, doc, quick)
     return effects
