@@ -83,6 +83,21 @@ class Interval:
             "scale": self.scale,
         }
 
+    @classmethod
+    def from_dict(cls, d: dict) -> Interval:
+        """The interval :meth:`to_dict` wrote: a bound written as None is the infinite one on its side
+        (one seed's interval, -inf to inf; on a log scale, 0 to inf)."""
+        low, high = d["low"], d["high"]
+        return cls(
+            float(d["mean"]),
+            -math.inf if low is None else float(low),
+            math.inf if high is None else float(high),
+            float(d["level"]),
+            tuple(float(v) for v in d["values"]),
+            d.get("method", METHOD),
+            d.get("scale", "linear"),
+        )
+
 
 def mean_interval(values: Sequence[float], level: float = 0.95) -> Interval:
     """Student's t-interval for the mean of ``values`` (one per seed); see the module docstring.

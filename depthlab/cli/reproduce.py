@@ -14,12 +14,12 @@ from depthlab.docgen.doctor_score import TUNING as DOCTOR_TUNING
 from depthlab.docgen.ladder_doc import DEFAULT_DB as LADDER_DB
 from depthlab.docgen.ladder_doc import DEFAULT_DOC as LADDER_DOC
 from depthlab.docgen.ladder_doc import check_page, write_ladder
-from depthlab.docgen.reproductions import DEFAULT_DOC, names_to_run, run_all
+from depthlab.docgen.reproductions import DEFAULT_DOC, names_to_run, parts_of, run_all
 from depthlab.docgen.reproductions_ladder import check_ladder_db
 from depthlab.docgen.tour import check_written, write_tour
 from depthlab.errors import ConfigError, InputError
 from depthlab.paths import check_folder, check_output_file, write_json
-from depthlab.reproduce import REPRODUCTIONS, run_cache
+from depthlab.reproduce import REPRODUCTIONS, parts, run_cache
 from depthlab.reproduce.dry_run import print_plan as print_all_plan
 from depthlab.reproduce.ladder_record import record_path, restore_ladder
 from depthlab.reproduce.ladder_run import check_db, chosen, print_plan, rungs
@@ -67,6 +67,14 @@ def add_parser(sub) -> None:
         "--ladder-db",
         help=f"for 'all': the scale ladder's store whose tables the document shows in each claim on the "
         f"ladder (default {LADDER_DB}; absent: 'not run')",
+    )
+    p.add_argument(
+        "--parts",
+        metavar="DIR",
+        help="for 'all': the folder of its committed parts, one file per claim written as the claim "
+        "finishes; a claim whose part has today's key (the same code, registration, torch and threads) is "
+        f"loaded from it, not run, so the page accumulates across sittings (default beside --doc: "
+        f"{parts.default_folder(DEFAULT_DOC)} for {DEFAULT_DOC})",
     )
     p.add_argument(
         "--cache",
@@ -117,6 +125,7 @@ def run(args) -> int:
     if args.name in ("list", "tour"):
         why = f"does nothing with '{args.name}'"
         given = {"cache": args.cache is not None, "ladder_db": args.ladder_db is not None, "plan": args.plan}
+        given["parts"] = args.parts is not None
         refuse_flags(
             args, why, quick=args.quick, json=args.json is not None, out=args.out is not None, **given
         )
@@ -199,11 +208,15 @@ def run_reproductions(args) -> int:
     cache = args.cache or os.path.join(args.out or OUT, run_cache.DEFAULT_FOLDER)
     check_folder(cache, "--cache")
     out_dir = os.path.join(args.out or OUT, args.name)
+    folder = parts_of(args.parts, args.doc, args.scale)
     if args.plan:
-        print_all_plan(names_to_run(REPRODUCTIONS, scale=args.scale), args.scale, args.quick, cache)
+        check_folder(folder, "--parts")  # a plan reads the parts, writes nothing
+        names = names_to_run(REPRODUCTIONS, scale=args.scale)
+        print_all_plan(names, args.scale, args.quick, cache, parts_dir=folder)
         return 0
     if args.name == "all":
         check_ladder_db(args.ladder_db or LADDER_DB)  # before any run: a bad path must not cost them
+        parts.check_writable(folder)
     with run_cache.using(cache):  # for this command only (a caller in-process keeps its own)
         if args.name == "all":
             result = run_all(
@@ -212,6 +225,7 @@ def run_reproductions(args) -> int:
                 doc=args.doc,
                 scale=args.scale,
                 ladder_db=args.ladder_db or LADDER_DB,
+                parts_dir=folder,
             )
         else:
             result = run_claim(args.name, quick=args.quick, out_dir=out_dir, scale=args.scale)
@@ -232,6 +246,8 @@ def _refuse_ladder_flags(args) -> None:
         raise InputError(f"--plan applies to 'all' and 'ladder' only, not to {args.name}")
     if args.name != "all" and args.ladder_db is not None:
         raise InputError(f"--ladder-db applies to 'all' only, not to {args.name}")
+    if args.name != "all" and args.parts is not None:
+        raise InputError(f"--parts applies to 'all' only, not to {args.name}")
     if args.name in DOCUMENTS[1:] and args.cache is not None:
         raise InputError(f"--cache applies to the reproductions and 'all', not to {args.name}")
     if args.plan and args.json is not None and args.name == "all":  # ladder refuses --json itself

@@ -33,9 +33,10 @@ import torch
 
 from depthlab.docgen.ladder_doc import DEFAULT_DB as LADDER_DB
 from depthlab.docgen.reproductions_ladder import check_ladder_db, ladder_blocks
+from depthlab.docgen.reproductions_origin import parts_context
 from depthlab.docgen.reproductions_text import render
 from depthlab.errors import ConfigError, InputError
-from depthlab.reproduce import Check, Reproduction, load_all, run_cache, run_record
+from depthlab.reproduce import Check, Reproduction, load_all, parts, run_cache, run_record
 from depthlab.reproduce.reproduction import REGISTRATIONS, counts, format_counts, run_claim, supports
 
 # The order of the document: the seeds' numbers first, then the papers' claims; any other registered
@@ -70,6 +71,17 @@ ORDER = (
 MARKER = "<!-- written by `depthlab reproduce all`: regenerate it rather than editing it -->"
 DEFAULT_DOC = os.path.join("docs", "reproductions.md")
 LARGE_DOC = os.path.join("docs", "reproductions-large.md")
+RAISED = "the reproduction runs"  # the check that stands for a reproduction that raised
+
+
+def doc_of(doc: str | None, scale: str) -> str:
+    """The page ``reproduce all`` writes: ``doc``, else the default page of ``scale``."""
+    return doc or (DEFAULT_DOC if scale == "small" else LARGE_DOC)
+
+
+def parts_of(folder: str | None, doc: str | None, scale: str) -> str:
+    """The parts folder: ``folder``, else beside the page (docs/reproductions-parts for the default one)."""
+    return folder if folder is not None else parts.default_folder(doc_of(doc, scale))
 
 
 @dataclass
@@ -120,7 +132,7 @@ def run_one(name: str, quick: bool, out_dir: str | None, scale: str = "small") -
     except (InputError, ConfigError):
         raise
     except Exception as e:  # noqa: BLE001 -- recorded in the document, the other reproductions still run
-        check = Check("the reproduction runs", "completes", f"error: {type(e).__name__}: {e}", False)
+        check = Check(RAISED, "completes", f"error: {type(e).__name__}: {e}", False)
         result = Reproduction(name, {"error": f"{type(e).__name__}: {e}"}, [check])
     return result, time.perf_counter() - start
 
@@ -132,39 +144,84 @@ def run_all(
     names: list[str] | None = None,
     scale: str = "small",
     ladder_db: str = LADDER_DB,
+    parts_dir: str | None = None,
 ) -> Reproduction:
     """Every reproduction, one after the other; writes docs/reproductions.md (or, at ``scale`` large,
-    docs/reproductions-large.md) and its plots. Training runs go through the run cache in use
-    (:func:`depthlab.reproduce.run_cache.use`); each claim on the scale ladder shows its table from
-    ``ladder_db``."""
-    doc = doc or (DEFAULT_DOC if scale == "small" else LARGE_DOC)
+    docs/reproductions-large.md) and its plots. A claim whose committed part in ``parts_dir`` (default
+    beside the page: :func:`parts_of`) has today's key is loaded from it, not run; a claim run here
+    writes its part as it finishes (:mod:`depthlab.reproduce.parts`), so the page accumulates across
+    sittings. Training runs go through the run cache in use (:func:`depthlab.reproduce.run_cache.use`);
+    each claim on the scale ladder shows its table from ``ladder_db``."""
+    doc = doc_of(doc, scale)
+    folder = parts_of(parts_dir, doc, scale)
     check_doc_path(doc)
     check_ladder_db(ladder_db)
+    parts.check_writable(folder)
     registry = load_all()
     todo = names_to_run(registry, names, scale)
-    context = machine()
+    keys = {name: parts.key_inputs(name, scale, quick) for name in todo}  # the code this sitting found
+    context = {**machine(), "commit": run_cache.current_commit()}
     run_cache.reset_tally()
     start = time.perf_counter()
-    parts, seconds = [], {}
+    results, seconds, loaded, kept = [], {}, {}, []
     for i, name in enumerate(todo, 1):
-        _log(f"[{i}/{len(todo)}] {name} ...")
-        result, seconds[name] = run_one(name, quick, out_dir, scale)
-        _log(f"[{i}/{len(todo)}] {name}: {format_counts(result.checks)}, {seconds[name]:.0f} s")
-        parts.append(result)
+        step = f"[{i}/{len(todo)}] {name}"
+        part, why = parts.status(folder, name, keys[name])
+        if part is not None:
+            result, seconds[name], loaded[name] = part.reproduction, part.seconds, part
+            _log(
+                f"{step}: loaded from its committed part, computed at commit {parts.short_commit(part.commit)}"
+            )
+        else:
+            if why != "no part":  # one line; the file stays until a new part replaces it
+                _log(f"{step}: its part {parts.path_of(folder, name)} is {why}; running it again")
+            result, seconds[name], written = run_and_keep(
+                step, name, quick, out_dir, scale, folder, keys, context
+            )
+            kept += [name] if written else []
+        results.append(result)
     context["seconds"] = round(time.perf_counter() - start, 1)
     context["cache"] = {"folder": run_cache.folder(), **vars(run_cache.TALLY)}
+    computed = [n for n in todo if n not in loaded]
+    context["parts"] = parts_context(folder, doc, loaded, kept, computed, context["commit"])
     context["scale"] = scale
     context["command"] = "depthlab reproduce all" + (" --quick" if quick else "")
     context["command"] += f" --scale {scale}" if scale != "small" else ""
     img = "img" if scale == "small" else f"img-{scale}"
-    images = copy_plots(parts, os.path.join(os.path.dirname(doc) or ".", img), img)
-    text = render(parts, registry, seconds, images, context, quick, ladder_blocks(ladder_db, todo, doc))
+    images = copy_plots(results, os.path.join(os.path.dirname(doc) or ".", img), img)
+    text = render(results, registry, seconds, images, context, quick, ladder_blocks(ladder_db, todo, doc))
     os.makedirs(os.path.dirname(doc) or ".", exist_ok=True)
     with open(doc, "w", encoding="utf-8") as f:
         f.write(MARKER + "\n" + text)
     record_path = record_path_of(doc)
-    run_record.write(run_record.build(parts, REGISTRATIONS), record_path)
-    return collect(parts, seconds, {**context, "doc": doc, "record": record_path})
+    run_record.write(run_record.build(results, REGISTRATIONS), record_path)
+    return collect(results, seconds, {**context, "doc": doc, "record": record_path})
+
+
+def run_and_keep(
+    step: str, name: str, quick: bool, out_dir: str | None, scale: str, folder: str, keys: dict, sitting: dict
+) -> tuple[Reproduction, float, bool]:
+    """Run claim ``name`` and write its part to ``folder`` (with the run cache's tally for it): (its
+    result, seconds, whether its part was written). A claim that raised writes none: the next sitting
+    runs it again; a part that cannot be written is said in one line, and the page still shows the claim."""
+    _log(f"{step} ...")
+    before = dict(vars(run_cache.TALLY))
+    result, seconds = run_one(name, quick, out_dir, scale)
+    _log(f"{step}: {format_counts(result.checks)}, {seconds:.0f} s")
+    if "error" in result.data and [c.claim for c in result.checks] == [RAISED]:
+        _log(f"{step}: it raised, so no part is written; the next sitting runs it again")
+        return result, seconds, False
+    if parts.registered_kept(folder, name, quick):
+        _log(f"{step}: its part holds the registered regime's result; a --quick one does not replace it")
+        return result, seconds, False
+    tally = {k: v - before[k] for k, v in vars(run_cache.TALLY).items()} if run_cache.folder() else None
+    try:
+        path = parts.write(folder, result, seconds, keys[name], tally, sitting)
+    except (OSError, InputError) as e:
+        _log(f"{step}: its part could not be written ({e}); the page still shows it")
+        return result, seconds, False
+    _log(f"{step}: kept in {path}")
+    return result, seconds, True
 
 
 def record_path_of(doc: str) -> str:

@@ -65,7 +65,14 @@ time on the machine at hand before it starts (`depthlab.reproduce.cost`); `pytho
 the torch threads and version and a digest of the training code (not of the checks), and a later sitting
 loads it instead of training it again: a loaded run is the trained one bit for bit (CPU runs only), so
 a cut sitting resumes where it stopped. The lines below say how many runs this page trained and how many
-it loaded; the record gives each run's commit. **The scale ladder.** Each training claim on the scale
+it loaded; the record gives each run's commit. Across sessions (the cache is not kept), the page
+accumulates from committed parts: each claim, as it finishes, writes its whole result to
+`reproductions-parts/NAME.json` (with its plots), keyed by everything that decides it (its registration,
+the scale, the torch version and threads, and the source of every module its code imports, the training
+code among them; not the code that renders this page), and `depthlab reproduce all` loads each claim
+whose part has today's key instead of running it. Each section says whether its claim was computed in
+the sitting below or loaded from its part, and at which commit; `depthlab reproduce all --plan` lists
+the claims still to run. To regenerate the page from nothing, delete the parts. **The scale ladder.** Each training claim on the scale
 ladder shows, after its checks, its effect sizes at each width from the ladder's store
 (`reproductions-ladder.md` has the details and the steps per width).
 

@@ -7,6 +7,7 @@ import re
 import sys
 
 from depthlab.docgen.reproductions_intro import INTRO
+from depthlab.docgen.reproductions_origin import origin, parts_runs, time_line
 from depthlab.intervals import AGREE, INCONCLUSIVE, METHOD, MISMATCH
 from depthlab.reproduce.lm_runs import BOTH_TRAINED
 from depthlab.reproduce.reproduction import REGISTRATIONS, Reproduction, counts, family_results
@@ -36,8 +37,8 @@ def header(context: dict) -> list[str]:
         f"- machine: {context['host']}, {context['cpu']}, {context['cores']} cores"
         + (f" (load average {load} at the start: the machine was shared)" if load else ""),
         f"- software: torch {context['torch']} (torch threads: {context['torch_threads']}), Python {context['python']}",
-        f"- date: {context['date']}; total time {context['seconds'] / 60:.1f} min",
-        runs_line(context.get("cache")),
+        time_line(context),
+        runs_line(context.get("cache")) + parts_runs(context.get("parts")),
         "",
     ]
 
@@ -254,10 +255,18 @@ def measured_tables(tables: list[dict]) -> list[str]:
 
 
 def section(
-    p: Reproduction, fn, images: list[str], seconds: float, quick: bool, scale: str, ladder: list[str] = ()
+    p: Reproduction,
+    fn,
+    images: list[str],
+    seconds: float,
+    quick: bool,
+    scale: str,
+    ladder: list[str] = (),
+    came_from: str = "",
 ) -> list[str]:
     """One reproduction's section: claim, result, source, command, registration, method, checks, the
-    measured tables, its scale-ladder table (``ladder``: Markdown lines), plots."""
+    measured tables, its scale-ladder table (``ladder``: Markdown lines), plots; ``came_from``: where its
+    result comes from (this sitting or its committed part), after the command."""
     module = sys.modules.get(fn.__module__)
     module_doc = plain(getattr(module, "__doc__", None))
     command = f"depthlab reproduce {p.name}" + (" --quick" if quick else "")
@@ -265,7 +274,7 @@ def section(
     lines = [f"## {p.name}", "", f"**The claim:** {cell(plain(fn.__doc__))}", "", result_line(p.checks), ""]
     if p.source:
         lines.append(f"Source: {p.source}. ")
-    lines += [f"Command: `{command}` ({seconds:.0f} s).", ""]
+    lines += [f"Command: `{command}` ({seconds:.0f} s)." + (f" {came_from}" if came_from else ""), ""]
     lines += registration_block(p.name, scale)
     if module_doc:
         lines += [
@@ -334,6 +343,7 @@ def render(
             quick,
             scale,
             (ladder or {}).get(p.name, ()),
+            origin(p.name, context.get("parts"), seconds[p.name]),
         )
     lines += revisions(parts)
     return "\n".join(lines).rstrip() + "\n"

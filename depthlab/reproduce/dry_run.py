@@ -7,7 +7,8 @@ trains nothing is stopped at the first model it builds or coordinate check it st
 at init): it has no runs. The training entry points are the training loop (:func:`depthlab.train.train`,
 which the run cache calls) and the study runner; a claim may import either under its own name, so every
 module of depthlab.reproduce is searched for attributes that *are* one of these functions (by identity).
-Used by ``depthlab reproduce all --plan`` and, for the large scale, ``benchmarks/gpu.py``.
+Used by ``depthlab reproduce all --plan`` (which also says which claims have a current committed part,
+:mod:`depthlab.reproduce.parts`, and so nothing to train) and, for the large scale, ``benchmarks/gpu.py``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from depthlab.config import ModelConfig, TrainConfig
-from depthlab.reproduce import cost, lm_runs, run_cache
+from depthlab.reproduce import cost, lm_runs, parts, run_cache
 from depthlab.reproduce.reproduction import REPRODUCTIONS
 
 TRAINING = (("depthlab.train", "train"), ("depthlab.study.runner", "run_study"))
@@ -139,21 +140,35 @@ def claim_plan(name: str, scale: str, quick: bool, cache: str | None) -> ClaimPl
     return ClaimPlan(name, len(runs), len(runs) - len(left), sum(left.values()), left, stopped)
 
 
-def print_plan(names: list[str], scale: str, quick: bool, cache: str | None, out=None) -> list[ClaimPlan]:
+def print_plan(
+    names: list[str], scale: str, quick: bool, cache: str | None, out=None, parts_dir: str | None = None
+) -> list[ClaimPlan]:
     """Print (``out``, default stdout) each claim's runs, how many are stored, and the expected time of
-    the rest, then the total (a run two claims share counted once); returns the plans."""
+    the rest, then the total (a run two claims share counted once); returns the plans. With
+    ``parts_dir``, a claim whose committed part there has today's key (:mod:`depthlab.reproduce.parts`)
+    is loaded, not run: it has nothing to train; the others say why they run (no part, a stale or a
+    damaged one)."""
     out = out or sys.stdout
     print(f"{'claim':20} {'runs':>5} {'stored':>7} {'to train':>9}  expected", file=out)
-    plans = []
+    plans, current = [], 0
     for name in names:
+        part, why = (
+            parts.status(parts_dir, name, parts.key_inputs(name, scale, quick)) if parts_dir else (None, "")
+        )
+        if part is not None:
+            current += 1
+            done = f"part current (commit {parts.short_commit(part.commit)}): nothing to train"
+            print(f"{name:20} {'-':>5} {'-':>7} {'-':>9}  {done}", file=out)
+            continue
+        tail = f"; part: {why}" if why else ""
         p = claim_plan(name, scale, quick, cache)
         plans.append(p)
         if not p.runs:
             what = NOT_TRAINING.get(p.stopped, "trains nothing")
-            print(f"{name:20} {'-':>5} {'-':>7} {'-':>9}  {what}; not timed, not cached", file=out)
+            print(f"{name:20} {'-':>5} {'-':>7} {'-':>9}  {what}; not timed, not cached{tail}", file=out)
             continue
         shown = cost.duration(p.seconds)
-        print(f"{name:20} {p.runs:5} {p.stored:7} {p.runs - p.stored:9}  {shown}", file=out, flush=True)
+        print(f"{name:20} {p.runs:5} {p.stored:7} {p.runs - p.stored:9}  {shown}{tail}", file=out, flush=True)
     left = {k: v for p in plans for k, v in p.left.items()}
     runs, stored = sum(p.runs for p in plans), sum(p.stored for p in plans)
     print(
@@ -163,4 +178,10 @@ def print_plan(names: list[str], scale: str, quick: bool, cache: str | None, out
     )
     where = f"the run cache {cache}" if cache else "no run cache"
     print(f"stored: in {where} or the claim's own study store; step times measured now", file=out)
+    if parts_dir:
+        print(
+            f"parts in {parts_dir}: {current} of {len(names)} claims current (loaded, nothing to train), "
+            f"{len(names) - current} to run",
+            file=out,
+        )
     return plans

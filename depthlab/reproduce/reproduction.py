@@ -108,7 +108,7 @@ class Check:
             d["interval"] = self.interval.to_dict()
         if not math.isnan(self.p):
             d["p"] = self.p
-        if self.revised:
+        if self.revised or self.revision:
             d["revised"] = self.revised
             d["revision"] = self.revision
         if self.bounds is not None:
@@ -118,6 +118,26 @@ class Check:
         if self.revised_values is not None:
             d["revised_values"] = list(self.revised_values)
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Check:
+        """The check :meth:`to_dict` wrote, every field as it was ("ok" and "counted" follow from them)."""
+        interval, values = d.get("interval"), d.get("revised_values")
+        return cls(
+            d["claim"],
+            d["stated"],
+            d["measured"],
+            d["result"],
+            d.get("sanity", ""),
+            Interval.from_dict(interval) if interval is not None else None,
+            d.get("p", math.nan),
+            d.get("revised", ""),
+            d.get("revision", ""),
+            d.get("bounds"),
+            d.get("revised_bounds"),
+            tuple(values) if values is not None else None,
+            d.get("revised_sanity", ""),
+        )
 
 
 def seeded_check(
@@ -328,6 +348,13 @@ class Reproduction:
 
     def to_dict(self) -> dict:
         return {**self.data, "checks": [c.to_dict() for c in self.checks]}
+
+    @classmethod
+    def from_dict(cls, d: dict, name: str, plots: Sequence[str] = (), source: str = "") -> Reproduction:
+        """The reproduction :meth:`to_dict` wrote (the data and the checks), under ``name``, ``plots``
+        and ``source``, which it does not hold."""
+        data = {k: v for k, v in d.items() if k != "checks"}
+        return cls(name, data, [Check.from_dict(c) for c in d["checks"]], list(plots), source)
 
     def format(self) -> str:
         """A claim / stated / measured / result table, sanity checks marked, then the counts."""
