@@ -185,3 +185,24 @@ def test_the_doctor_compares_a_width_scaled_step_with_a_wrappings_width_scaled_l
     at_64 = learning_rate(_probe("deepnorm", 1.0, d_model=64), record)  # 0.5: above the band's high end
     assert at_64.level == "error" and "the width-scaled s reaches 0.36" in at_64.message
     assert learning_rate(_probe("deepnorm", 1.0, d_model=32), RECORD).level == "error"  # on s itself
+
+
+def test_the_width_scaled_form_is_kept_only_where_it_tells_a_width_left_out_better():
+    """With two widths, leaving one out leaves one width, where every exponent fits alike: the scaled
+    form cannot show that it transfers, so the limit on s itself is kept, even though in sample the
+    scaled form classifies every run."""
+    runs = [
+        _run("deepnorm", f * 128 / d, f < 1.0, d_model=d) for d in (32, 512) for f in (0.5, 0.8, 1.25, 2.0)
+    ]
+    own = fit_step_limit(runs)["by_wrap"]["deepnorm"]
+    assert own["width_exponent"] == 0
+    n = own["misclassified"]
+    assert n["scaled"] == 0 < n["unscaled"] and n["held_out_scaled"] >= n["held_out_unscaled"]
+    assert n["runs"] == 8
+    three = [
+        _run("deepnorm", f * 128 / d, f < 1.0, d_model=d)
+        for d in (32, 128, 512)
+        for f in (0.5, 0.8, 1.25, 2.0)
+    ]
+    kept = fit_step_limit(three)["by_wrap"]["deepnorm"]["misclassified"]
+    assert kept["held_out_scaled"] < kept["held_out_unscaled"]  # what the three-width case above adopts

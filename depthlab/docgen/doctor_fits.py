@@ -71,8 +71,8 @@ def wrap_limit_lines(section: dict) -> list[str]:
         "A wrapping whose own tuning runs tell a limit is judged by it (the same fit on its runs alone), "
         "calibrated only where its runs ran; the others by the pooled limit above:",
         "",
-        "| wrapping | warmup steps | limit on s | band of equally good limits | tuning runs | misclassified "
-        "| support |",
+        "| wrapping | warmup steps | limit on s (or width-scaled s, below) | band of equally good limits | "
+        "tuning runs | misclassified | support |",
         "|---|---|---|---|---|---|---|",
     ]
     for wrap, own in by_wrap.items():
@@ -83,29 +83,41 @@ def wrap_limit_lines(section: dict) -> list[str]:
         )
         lines += [f"| {wrap} | {_warmup_cells(p)} | {where} |" for p in own["warmups"]]
     scaled = [scaled_text(wrap, own) for wrap, own in by_wrap.items() if own.get("width_exponent")]
-    if scaled:
+    kept = [w for w, own in by_wrap.items() if "misclassified" in own and not own.get("width_exponent")]
+    if scaled or kept:
         lines += [
             "",
-            "Where one limit on s does not hold across width, a wrapping's limits are on the width-scaled "
-            "step s x (d / 128)^-a, with the exponent a that misclassifies the fewest of its tuning runs "
-            "(the table's limits and bands are in those units; a = 0, the limit on s itself, where no "
-            "exponent does better):",
+            "Where one limit on s does not hold across width, a wrapping's limits (the table's limits and "
+            "bands) are on the width-scaled step s x (d / 128)^-a, with the middle of the exponents a that "
+            "misclassify the fewest of its tuning runs, taken only where that form, fitted with each width's "
+            "runs left out in turn, tells the left-out runs better than the limit on s itself:",
             "",
             *[f"- {t}" for t in scaled],
+            *(
+                [
+                    f"- on s itself (the width-scaled form did not tell a left-out width better): {', '.join(kept)}"
+                ]
+                if kept
+                else []
+            ),
         ]
     return lines
 
 
 def scaled_text(wrap: str, own: dict) -> str:
-    """'deepnorm: s x (d / 128)^0.85 (a = -0.85): 4 of its tuning runs misclassified, 9 on s itself'."""
+    """'deepnorm: s x (d / 128)^0.85 (a = -0.85): 4 of its 80 tuning runs misclassified, 9 on s itself; with
+    each width left out of the fit in turn, 9 against 24'."""
     a, ref, n = own["width_exponent"], own.get("width_ref", 128), own.get("misclassified") or {}
-    runs = sum(
-        p["runs"] for p in own["warmups"] if not p.get("pooled_with") or p["warmup"] == p["pooled_with"][0]
-    )
-    return (
-        f"{wrap}: s x (d / {ref})^{-a:g} (a = {a:g}): {n.get('scaled')} of its {runs} tuning runs "
+    text = (
+        f"{wrap}: s x (d / {ref})^{-a:g} (a = {a:g}): {n.get('scaled')} of its {n.get('runs')} tuning runs "
         f"misclassified, {n.get('unscaled')} on s itself"
     )
+    if "held_out_scaled" in n:
+        text += (
+            f"; with each width's runs left out of the fit in turn, {n['held_out_scaled']} of the left-out "
+            f"runs misclassified against {n['held_out_unscaled']}"
+        )
+    return text
 
 
 def _warmup_cells(p: dict) -> str:

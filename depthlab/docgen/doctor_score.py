@@ -191,7 +191,9 @@ def _fits_lines(record: dict, refit: str) -> list[str]:
         "peak arrives, so a longer warmup cannot lower the limit on s; per warmup length among the "
         "tuning runs, the limit is the one that classified them best, and where a longer warmup's limit "
         "came out lower (its runs differ in depth and budget, not only in warmup) the two warmups are "
-        "pooled and one limit chosen on their runs together. " + _step_error_text(record) + ":",
+        "pooled and one limit chosen on their runs together. A wrapping whose own runs tell a limit is "
+        "judged by its own, on the width-scaled step s x (d / 128)^-a where that form tells a width left "
+        "out of its fit better (the list under its table). " + _step_error_text(record) + ":",
         "",
         *limit_lines(record),
         "",
@@ -212,7 +214,7 @@ def _fits_lines(record: dict, refit: str) -> list[str]:
         "### The limits across width",
         "",
         "Each limit fitted again on each width's runs alone. The doctor uses only the limits pooled over "
-        "widths (a wrapping with its own step-size limit: that one, pooled over its widths); this "
+        "widths (a wrapping with its own step-size limit: that one, pooled over its widths, on the width-scaled step where it has an exponent); this "
         "table is the evidence of whether a limit in its units (s in output norms, rho against the "
         "matrices' size) holds from one width to the next. A band open at one end means that width's runs "
         "all trained (or all failed) on the side measured. The widths' runs may differ in depth too "

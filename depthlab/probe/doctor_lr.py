@@ -20,7 +20,8 @@ matrix's spectral norm, a quantity comparable across width). Three families of s
   a limit fitted on this wrapping's runs alone ("by_wrap", :func:`for_wrap`), that limit judges it, and
   its range is where that wrapping's runs ran (it replaces the calibrated range rather than widening it).
   Such a limit may be on the width-scaled step s x (d / ``WIDTH_REF``)^-a ("width_exponent" a, fitted on
-  that wrapping's runs across width: DeepNorm tolerates a smaller s the wider it is), and s is then
+  that wrapping's runs across width where that form tells a width left out of the fit better than the
+  limit on s itself: DeepNorm tolerates a smaller s the wider it is), and s is then
   scaled the same way before it is compared (:func:`width_scale`); the ceiling printed is in lr.
 - zero-gated branches (ReZero, ``GATED``): the first step sets every gate to +-lr whatever its size, so
   rho decides. Without a fitted limit: on the first tuning grid all 6 ReZero runs at rho = 0.28 (lr
@@ -94,7 +95,10 @@ def learning_rate(r: ProbeResult, record: dict | None = None) -> Verdict | None:
         record = dict(record, range=record["range"] | support)
     elif support:  # the limit was fitted over these runs too: its support widens the range
         record = dict(record, range=_union(record["range"], support))
-    return _with_range(level, text, key, record, outside(record, values))
+    out = outside(record, values)
+    if share > 0 and values["d_model"] is None and (record.get("step_limit") or {}).get("width_exponent"):
+        out.append("the stream's width is unknown, and this wrapping's limit is on width-scaled steps")
+    return _with_range(level, text, key, record, out)
 
 
 def for_wrap(record: dict, wrap: str | None) -> tuple[dict, str | None]:

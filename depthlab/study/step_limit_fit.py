@@ -23,11 +23,12 @@ its own limit, calibrated only where its own runs ran (every run of that wrappin
 Nor does one limit on s hold across width for every wrapping: DeepNorm's band without warmup lies at
 1.3-1.7 output norms at width 32 and at 0.17-0.50 at width 128 (its update gain grows faster with width
 than the step it tolerates). So a wrapping's own limit is fitted on a width-scaled step, s x (d / 128)^-a,
-with the exponent a (from -2 to 2 in steps of 0.05; 0 where no exponent misclassifies fewer of its tuning
-runs, ties to the smallest |a|) that misclassifies the fewest of its tuning runs under the whole rule (the
-per-warmup limits and their interpolation): a = 0 is the limit on s itself, and a wrapping whose runs
-need no scaling keeps it. The record keeps the exponent, the width it is relative to, and the
-misclassified runs with and without it.
+with the exponent a (from -2 to 2 in steps of 0.05) that misclassifies the fewest of its tuning runs under
+the whole rule (the per-warmup limits and their interpolation): a = 0 is the limit on s itself. Among equally good exponents the middle one is taken (as a limit is the middle
+of its band), and the scaled form only where it transfers: with each width's runs left out in turn and
+the rule fitted on the others, it must misclassify fewer of the left-out runs than the limit on s itself,
+else a = 0 is kept. The record keeps the exponent, the width it is relative to, and the misclassified
+runs with and without it, in sample and with widths held out.
 """
 
 from __future__ import annotations
@@ -123,26 +124,58 @@ def misclassified(rows: list[dict], section: dict) -> int:
     return sum((r["step"] > step_limit(r["warmup"], record)[0]) == r["trained"] for r in rows)
 
 
-def fit_across_width(rows: list[dict]) -> dict | None:
-    """:func:`_fit_rows` (every warmup, the wrapping's own support) on the width-scaled steps whose
-    exponent misclassifies the fewest ``rows`` (ties: the smallest |a|), with "width_exponent",
-    "width_ref" and "misclassified": {"scaled", "unscaled"}; None where no exponent tells a limit."""
-    best = None
-    unscaled = None
+def _search(rows: list[dict]) -> tuple[float, dict] | None:
+    """(a, fit): among the exponents whose width-scaled fit misclassifies the fewest ``rows``, the middle
+    one (the median of those equally good, as a limit is the middle of its band of equally good limits;
+    of two middles, the smaller |a|); None where no exponent tells a limit."""
+    found = []
     for a in EXPONENTS:
-        scaled = width_scaled(rows, a)
-        fit = _fit_rows(scaled, every=True)
-        if fit is None:
-            continue
-        errors = misclassified(scaled, fit)
-        if a == 0:
-            unscaled = errors
-        if best is None or (errors, abs(a)) < (best[0], abs(best[1])):
-            best = (errors, a, fit)
-    if best is None:
+        fit = _fit_rows(width_scaled(rows, a), every=True)
+        if fit is not None:
+            found.append((misclassified(width_scaled(rows, a), fit), a, fit))
+    if not found:
         return None
-    errors, a, fit = best
-    counts = {"scaled": errors, "unscaled": unscaled}
+    fewest = min(e for e, _, _ in found)
+    best = [(a, fit) for e, a, fit in found if e == fewest]
+    mid = len(best) // 2
+    pick = best[mid] if len(best) % 2 else min(best[mid - 1], best[mid], key=lambda t: abs(t[0]))
+    return pick
+
+
+def held_out_widths(rows: list[dict], scaled: bool) -> int:
+    """Misclassified runs with each width's runs left out in turn: the rule (width-scaled with its exponent
+    searched again, or on s itself) fitted on the other widths' runs and applied to that width's."""
+    errors = 0
+    for d in sorted({r["d_model"] for r in rows}):
+        rest, left = [r for r in rows if r["d_model"] != d], [r for r in rows if r["d_model"] == d]
+        got = _search(rest) if scaled else (0.0, _fit_rows(rest, every=True))
+        if got is None or got[1] is None:  # the other widths tell no limit: the rule judges nothing here
+            continue
+        a, fit = got
+        errors += misclassified(width_scaled(left, a), fit)
+    return errors
+
+
+def fit_across_width(rows: list[dict]) -> dict | None:
+    """The wrapping's own limit, with "width_exponent", "width_ref" and "misclassified": {"runs",
+    "scaled", "unscaled", "held_out_scaled", "held_out_unscaled"}; None where no limit can be told.
+    The width-scaled form (:func:`_search`'s exponent) is taken only where it misclassifies fewer runs
+    with each width left out in turn than the limit on s itself (:func:`held_out_widths`): fitted on
+    some widths, it must tell the outcomes at a width it did not see better, or a = 0 is kept."""
+    plain = _fit_rows(rows, every=True)
+    searched = _search(rows)
+    if searched is None:
+        return None
+    a, fit = searched
+    counts = {
+        "runs": len(rows),
+        "scaled": misclassified(width_scaled(rows, a), fit),
+        "unscaled": misclassified(rows, plain) if plain is not None else None,
+        "held_out_scaled": held_out_widths(rows, scaled=True),
+        "held_out_unscaled": held_out_widths(rows, scaled=False),
+    }
+    if plain is not None and (a == 0 or counts["held_out_scaled"] >= counts["held_out_unscaled"]):
+        a, fit = 0.0, plain
     return fit | {"width_exponent": a, "width_ref": WIDTH_REF, "misclassified": counts}
 
 
@@ -169,7 +202,8 @@ def fit_step_limit(runs: list[dict]) -> dict | None:
         "high end (the smallest tuning step above the limit), a warning between the limit and it; a "
         "wrapping whose own tuning runs tell a limit is judged by the same fit on its runs alone, "
         "calibrated where they ran, on the width-scaled step s x (d / 128)^-a with the exponent a that "
-        "misclassifies the fewest of its runs",
+        "misclassifies the fewest of its runs where that form tells a width left out of the fit better "
+        "than the limit on s itself (else a = 0)",
         "warmups": pooled["warmups"],
         "error_from": "band_high",  # the doctor's error starts at the band's high end, a warning from the limit
         "support": pooled["support"],
