@@ -8,7 +8,13 @@ import json
 from depthlab.docgen import reproductions as all_mod
 from depthlab.intervals import INCONCLUSIVE
 from depthlab.reproduce import REPRODUCTIONS
-from depthlab.reproduce.reproduction import Check, Reproduction, seeded_check, with_revision
+from depthlab.reproduce.reproduction import (
+    Check,
+    Reproduction,
+    revised_unless_control,
+    seeded_check,
+    with_revision,
+)
 from depthlab.reproduce.run_record import build, regenerate
 
 RUNS = [
@@ -66,3 +72,20 @@ def test_reproduce_all_writes_the_record_beside_the_document(tmp_path, monkeypat
     assert result.data["record"] == str(path)
     record = json.loads(path.read_text())
     assert set(record["claims"]) == {"fake"} and regenerate(record) == (2, 1, [])
+
+
+def test_a_revised_result_set_by_a_failed_control_regenerates():
+    check = seeded_check("gap", "> 0, both trained", [0.15, 0.16, 0.155], at_least=0.0)
+    check = with_revision(check, seeded_check("gap", "> 0", [0.15, 0.16, 0.155], at_least=0.01), "min effect")
+    check = revised_unless_control(
+        check, False, "post (stalled) not clearly trained", "untrained: -> inconclusive"
+    )
+    record = json.loads(json.dumps(build([Reproduction("fake", {"runs": RUNS}, [check])], {})))
+    recorded = record["claims"]["fake"]["checks"][0]
+    assert (
+        recorded["revised"] == INCONCLUSIVE
+        and recorded["revised_control"] == "post (stalled) not clearly trained"
+    )
+    assert regenerate(record) == (1, 0, [])
+    del recorded["revised_control"]  # without it the interval alone would say agree: caught
+    assert "revised inconclusive, the record gives agree" in regenerate(record)[2][0]

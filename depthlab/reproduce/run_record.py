@@ -19,6 +19,9 @@ import math
 from depthlab.intervals import INCONCLUSIVE, decide, log_interval, mean_interval
 from depthlab.reproduce.shares import share_interval
 
+# what revised_unless_control appends to a check's measurement when the compared runs did not train
+CONTROL_FAILED = " (inconclusive under the revised rule)"
+
 VERSION = 1
 
 
@@ -58,7 +61,17 @@ def _check(c: dict) -> dict:
         out["values"] = c["interval"]["values"]
     if "revised_values" in c:
         out["revised_values"] = c["revised_values"]
+    control = _failed_control(c.get("measured", ""))
+    if control and c.get("revised") == INCONCLUSIVE:
+        out["revised_control"] = control
     return out
+
+
+def _failed_control(measured: str) -> str:
+    """The control a revised rule found failed (:func:`~depthlab.reproduce.reproduction.revised_unless_control`
+    appends it to what was measured): under that rule the check is inconclusive whatever its interval."""
+    head, sep, _ = measured.rpartition(CONTROL_FAILED)
+    return head.rpartition("; ")[2] if sep else ""
 
 
 def build(parts, registrations: dict) -> dict:
@@ -110,7 +123,11 @@ def regenerate(record: dict) -> tuple[int, int, list[str]]:
             if again != c["result"]:
                 problems.append(f"{name}: {c['claim']}: recorded {c['result']}, the record gives {again}")
             if "revised_bounds" in c and c.get("revised"):
-                again = decide_again(c.get("revised_values", c["values"]), c["revised_bounds"])
+                again = (
+                    INCONCLUSIVE  # a side of the comparison did not train: no verdict under that rule
+                    if c.get("revised_control")
+                    else decide_again(c.get("revised_values", c["values"]), c["revised_bounds"])
+                )
                 if again != c["revised"]:
                     problems.append(f"{name}: {c['claim']}: revised {c['revised']}, the record gives {again}")
     return done, other, problems
