@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from depthlab.cli import main
-from depthlab.docgen.ladder_doc import sweep_line, write_ladder
+from depthlab.docgen.ladder_doc import busy_seconds, cost_lines, sweep_line, write_ladder
 from depthlab.intervals import AGREE, MISMATCH, mean_interval
 from depthlab.reproduce import ladder_effects, ladder_run
 from depthlab.reproduce.check_code import module_pins
@@ -138,12 +138,26 @@ def test_the_effect_table_renders_from_a_built_store(built, tmp_path):
     row = next(ln for ln in text.splitlines() if ln.startswith("| (val - train) of BatchNorm"))
     assert row.count("[") == 2 and "not run yet" not in row
     assert "8 runs stored, 0 of them started before their claim's registration commit" in text
+    with Store(db, create=False) as store:
+        seconds = sum(r["seconds"] for s in store.studies() for r in store.runs(s["id"]))
+    cost_row = next(ln for ln in text.splitlines() if ln.startswith("| batchnorm |"))
+    assert cost_row.startswith("| batchnorm | 8 | ") and f"| {seconds / 60:.0f} min |" in cost_row
     measured = effects["batchnorm"][0]["measured"]
     assert [m.width for m in measured] == [16, 32] and all(m.interval and m.interval.n == 2 for m in measured)
     with Store(db, create=False) as store:
         assert not ladder_run.runs_before(
             [r for s in store.studies() for r in store.runs(s["id"])], ladder_run.commit_time()
         )
+
+
+def test_busy_wall_time_is_the_union_of_the_runs_intervals():
+    # two overlapping runs, a gap (a pause between sittings, not counted), a run inside another
+    assert busy_seconds([(10.0, 14.0), (0.0, 2.0), (1.0, 3.0), (11.0, 12.0)]) == 7.0
+    assert busy_seconds([]) == 0.0
+    assert cost_lines({"a": (0, 0.0, 0.0)}) == []
+    table = cost_lines({"a": (3, 600.0, 300.0), "b": (2, 7200.0, 3600.0)})
+    assert "| a | 3 | 10 min | 5 min |" in table and "| b | 2 | 2.0 h | 60 min |" in table
+    assert table[-1] == "| all | 5 | 2.2 h | 65 min |"
 
 
 def test_the_plan_prints_each_claims_cost_and_runs_nothing(tmp_path, capsys):

@@ -124,6 +124,7 @@ class Page:
     before: int
     plan_text: str
     record: str = record_path(DEFAULT_DOC)
+    spent: dict | None = None  # claim -> (runs stored, seconds of their own times, wall seconds)
 
 
 def _commits_text(commits: dict) -> str:
@@ -165,6 +166,7 @@ def render(effects: dict, page: Page) -> str:
         page.plan_text.rstrip(),
         "```",
     ]
+    lines += cost_lines(page.spent or {})
     for name, rows in effects.items():
         widths = page.widths[name]
         lines += ["", f"## {name}", "", f"Runs: {LADDER[name].subset}.", ""]
@@ -176,6 +178,66 @@ def render(effects: dict, page: Page) -> str:
         lines += ["", "## Training claims not on the ladder", ""]
         lines += [f"- {name}: {why}." for name, why in LEFT_OUT.items()]
     return "\n".join(lines) + "\n"
+
+
+def cost_lines(spent: dict) -> list[str]:
+    """The measured cost of what is stored: per claim its runs, the sum of their own times (one core
+    each) and its busy wall time (:func:`busy_seconds`); nothing when none is stored."""
+    rows = [(n, *v) for n, v in spent.items() if v[0]]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "Measured cost of what is stored (each run's own time on one core, one torch thread; wall: the "
+        "time during which at least one of the claim's runs was training, two at a time on two cores):",
+        "",
+        "| claim | runs | one core | wall |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {n} | {runs} | {_minutes(s)} | {_minutes(w)} |" for n, runs, s, w in rows]
+    runs, seconds = sum(r[1] for r in rows), sum(r[2] for r in rows)
+    lines.append(f"| all | {runs} | {_minutes(seconds)} | {_minutes(sum(r[3] for r in rows))} |")
+    return lines
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def spent_by_claim(db: str, todo: list) -> dict:
+    """Per claim of ``todo``: (runs stored, sum of their own times, busy wall seconds), from the store
+    (its runs' recorded times)."""
+    out: dict = {}
+    if not (os.path.isfile(db) and os.path.getsize(db) > 0):
+        return out
+    with Store(db, create=False) as store:
+        ids = {s["name"]: s["id"] for s in store.studies()}
+        for r in todo:
+            runs = store.runs(ids[r.study.name]) if r.study.name in ids else []
+            done = [x for x in runs if x.get("seconds") is not None]
+            acc = out.setdefault(r.claim, [0, 0.0, []])
+            acc[0] += len(done)
+            acc[1] += sum(x["seconds"] for x in done)
+            acc[2] += [
+                (x["started_at"], x["finished_at"])
+                for x in done
+                if x.get("started_at") is not None and x.get("finished_at") is not None
+            ]
+    return {n: (runs, seconds, busy_seconds(spans)) for n, (runs, seconds, spans) in out.items()}
+
+
+def busy_seconds(spans: list[tuple[float, float]]) -> float:
+    """The length of the union of the (start, end) intervals: wall time with at least one run going, so
+    that a pause between sittings does not count."""
+    total, end = 0.0, None
+    for a, b in sorted(spans):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
 
 
 def stored_runs(db: str, todo: list) -> tuple[int, int]:
@@ -216,7 +278,9 @@ def write_ladder(
         widths = {n: sorted({r.width for r in todo if r.claim == n}) for n in names}
         seeds = len(todo[0].seeds) if todo else len(SEEDS)
         record = record_path(doc)
-        page = Page(widths, seeds, {n: COMMITS[n] for n in names}, stored, before, buf.getvalue(), record)
+        commits = {n: COMMITS[n] for n in names}
+        spent = spent_by_claim(db, todo)
+        page = Page(widths, seeds, commits, stored, before, buf.getvalue(), record, spent)
         with open(doc, "w") as f:
             f.write(render(effects, page))
         write_record(db, doc, quick)
