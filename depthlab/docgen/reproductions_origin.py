@@ -52,7 +52,7 @@ def time_line(context: dict) -> str:
     return (
         f"- date: {context['date']} (this sitting); this sitting took {context['seconds'] / 60:.1f} min and "
         f"computed {len(info.get('computed', []))} claims; {len(loaded)} were loaded from their committed "
-        f"parts (`{info['folder']}/`), computed at earlier sittings ({span}; commit{'s' * (len(commits) > 1)} "
+        f"parts (`{info['folder']}/`), computed by earlier runs of this command ({span}; commit{'s' * (len(commits) > 1)} "
         f"{', '.join(commits)}{elsewhere}) in {own / 60:.1f} min of their own"
     )
 

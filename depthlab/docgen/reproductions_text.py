@@ -49,7 +49,7 @@ def runs_line(cache: dict | None) -> str:
         return "- training runs: all trained in this sitting (no run cache)"
     return (
         f"- training runs: {cache['trained']} trained in this sitting, {cache['loaded']} loaded from the run "
-        f"cache `{cache['folder']}` (trained at an earlier sitting with the same configs, threads and "
+        f"cache `{cache['folder']}` (trained earlier with the same configs, threads and "
         "training code; the record beside this page gives each run's commit). Not counted: the runs of "
         "claims that train outside the cache (batchnorm, batchnorm-same, model-update, "
         "model-update-stream, coord-depth's coordinate checks) and of the study claims, which resume from their own store"
