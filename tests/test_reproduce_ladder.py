@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from depthlab.cli import main
-from depthlab.docgen.ladder_doc import busy_seconds, cost_lines, sweep_line, write_ladder
+from depthlab.docgen.ladder_doc import busy_seconds, cost_lines, summary_lines, sweep_line, write_ladder
 from depthlab.intervals import AGREE, MISMATCH, mean_interval
 from depthlab.reproduce import ladder_effects, ladder_run
 from depthlab.reproduce.check_code import module_pins
@@ -158,6 +158,33 @@ def test_busy_wall_time_is_the_union_of_the_runs_intervals():
     table = cost_lines({"a": (3, 600.0, 300.0), "b": (2, 7200.0, 3600.0)})
     assert "| a | 3 | 10 min | 5 min |" in table and "| b | 2 | 2.0 h | 60 min |" in table
     assert table[-1] == "| all | 5 | 2.2 h | 65 min |"
+
+
+def test_the_summary_counts_trends_and_results_at_the_narrowest_and_widest_width():
+    grows = Effect("grows", "gap", "a", "b", at_least=0.5)
+    low, high = (0.0, 0.1, 0.2), (1.0, 1.1, 1.2)
+    rows = {
+        "c1": [
+            {"effect": grows, "measured": [Measured(32, low, mean_interval(low), "inconclusive"),
+                                           Measured(128, high, mean_interval(high), AGREE)],
+             "trend": TOWARD},
+            {"effect": Effect("sweep", "nats", "a", at_least=-0.05, first_rung_only=True),
+             "measured": [Measured(32, low, mean_interval(low), AGREE)], "trend": "not measured at two widths"},
+        ],
+        "c2": [
+            {"effect": Effect("shrinks", "gap", "a", "b", at_most=0.5),
+             "measured": [Measured(32, low, mean_interval(low), AGREE),
+                          Measured(128, high, mean_interval(high), AGREE)],
+             "trend": AWAY},
+        ],
+    }  # fmt: skip
+    text = "\n".join(summary_lines(rows))
+    assert "Of the 3 effects, 2, in 2 claims, are measured at two widths or more" in text
+    assert "1 moved toward the claim's side of its bound, 1 away from it, 0 not beyond" in text
+    assert "narrowest width: 1 agree, 0 MISMATCH, 1 inconclusive; at the widest: 2 agree, 0 MISMATCH" in text
+    assert "- c1, grows: inconclusive at d 32, agree at d 128 (toward the claim)" in text
+    assert "- c2, shrinks: agree at d 32, agree at d 128 (away from the claim)" in text
+    assert summary_lines({"c": [rows["c1"][1]]}) == []
 
 
 def test_the_plan_prints_each_claims_cost_and_runs_nothing(tmp_path, capsys):

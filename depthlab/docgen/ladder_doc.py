@@ -14,10 +14,10 @@ import os
 from dataclasses import dataclass
 
 from depthlab.errors import InputError
-from depthlab.intervals import AGREE, MISMATCH
+from depthlab.intervals import AGREE, INCONCLUSIVE, MISMATCH
 from depthlab.paths import check_output_file
 from depthlab.reproduce.ladder import COMMITS, LADDER, LEFT_OUT, SEEDS, STEP_RULE
-from depthlab.reproduce.ladder_effects import ladder_effects
+from depthlab.reproduce.ladder_effects import AWAY, FLAT, TOWARD, ladder_effects
 from depthlab.reproduce.ladder_record import check_record_file, record_path, write_record
 from depthlab.reproduce.ladder_run import commit_time, print_plan, run_ladder, rungs, runs_before
 from depthlab.study import Store
@@ -167,6 +167,7 @@ def render(effects: dict, page: Page) -> str:
         "```",
     ]
     lines += cost_lines(page.spent or {})
+    lines += summary_lines(effects)
     for name, rows in effects.items():
         widths = page.widths[name]
         lines += ["", f"## {name}", "", f"Runs: {LADDER[name].subset}.", ""]
@@ -178,6 +179,60 @@ def render(effects: dict, page: Page) -> str:
         lines += ["", "## Training claims not on the ladder", ""]
         lines += [f"- {name}: {why}." for name, why in LEFT_OUT.items()]
     return "\n".join(lines) + "\n"
+
+
+def summary_lines(effects: dict) -> list[str]:
+    """What the ladder shows over all its claims, under the first registration: of the effects measured
+    at two widths or more, how many moved toward the claim with width, away from it, or not beyond the
+    intervals; and their results at the narrowest and the widest width (nothing when none is measured
+    at two widths)."""
+    rows = [r for rows in effects.values() for r in rows]
+    spanning = [r for r in rows if r["trend"] in (TOWARD, AWAY, FLAT)]
+    if not spanning:
+        return []
+
+    def tally(results: list[str]) -> str:
+        return ", ".join(f"{results.count(k)} {k}" for k in (AGREE, MISMATCH, INCONCLUSIVE))
+
+    def done(r) -> list:
+        return [m for m in r["measured"] if m.interval is not None]
+
+    trends = [r["trend"] for r in spanning]
+    claims = sum(1 for rows in effects.values() if any(r in spanning for r in rows))
+    return [
+        "",
+        "## What the ladder shows",
+        "",
+        f"Of the {len(rows)} effects, {len(spanning)}, in {claims} claims, are measured at two widths or "
+        f"more (the others run at the first rung only, or are not yet stored). From the narrowest to the "
+        f"widest width: {trends.count(TOWARD)} moved toward the claim's side of its bound, "
+        f"{trends.count(AWAY)} away from it, {trends.count(FLAT)} not beyond the intervals. Results at the "
+        f"narrowest width: {tally([done(r)[0].result for r in spanning])}; at the widest: "
+        f"{tally([done(r)[-1].result for r in spanning])} (95% t-intervals over "
+        "the seeds, each against its registered bound; were every effect's true value on its bound, "
+        "about 2.5% of them would read agree and 2.5% MISMATCH by chance).",
+        *changed_lines(effects, done),
+    ]
+
+
+def changed_lines(effects: dict, done) -> list[str]:
+    """The effects whose result differs between the narrowest and the widest width measured, or that
+    moved away from the claim: one bullet each (nothing when none)."""
+    out = []
+    for name, rows in effects.items():
+        for r in rows:
+            m = done(r)
+            if len(m) < 2 or (m[0].result == m[-1].result and r["trend"] != AWAY):
+                continue
+            out.append(
+                f"- {name}, {r['effect'].name}: {m[0].result} at d {m[0].width}, {m[-1].result} at "
+                f"d {m[-1].width} ({r['trend']})"
+            )
+    return (
+        ["", "Effects whose result changes with width, or that move away from the claim:", "", *out]
+        if out
+        else []
+    )
 
 
 def cost_lines(spent: dict) -> list[str]:
