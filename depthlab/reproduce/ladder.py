@@ -6,8 +6,8 @@ above it change only the width (4 heads at every width: heads of 8, 16 and 32 di
 number of updates, by one rule (:func:`steps_at`): steps (and warmup steps, so that a warmup stays the
 same share of the run) grow with the square root of the width, x1.41 at 64 and x2 at 128. Why that rule:
 every rung sees more data than the one below it, and the whole ladder fits in about four hours of two
-cores (the cost model's estimate, printed by ``depthlab reproduce ladder --plan``; its first 396 runs
-took 4.6 h of one core, 2.5 h on two, as measured on the ladder page); a rule that kept
+cores (the cost model's estimate, printed by ``depthlab reproduce ladder --plan``; its 528 runs took
+6.1 h of one core, 3.3 h on two, as measured on the ladder page); a rule that kept
 tokens per parameter fixed (steps x 16 at width 128) would cost about a week there. The price, said
 where the effects are shown: parameters grow as width squared, so an upper rung is trained less, for its
 size, than the first. The learning rate stays the registered one at every width (no width scaling).
