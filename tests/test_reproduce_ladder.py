@@ -150,6 +150,19 @@ def test_the_effect_table_renders_from_a_built_store(built, tmp_path):
         )
 
 
+def test_the_page_gives_the_expected_cost_only_of_what_is_left(built, tmp_path):
+    db, _ = built
+    done, partial = tmp_path / "done.md", tmp_path / "partial.md"
+    write_ladder(db, str(done), ["batchnorm"], quick=True, run=False)
+    assert "Nothing left to run: every run of the plan is stored." in done.read_text()
+    assert "Expected cost of what is not yet stored" not in done.read_text()
+    write_ladder(db, str(partial), ["batchnorm", "dyt"], quick=True, run=False)
+    text = partial.read_text()
+    assert "Nothing left to run" not in text and "Expected cost of what is not yet stored" in text
+    assert "ladder dyt: " in text and "(0 already in the store)" in text
+    assert "ladder batchnorm: 8 runs (8 already in the store)" in text
+
+
 def test_busy_wall_time_is_the_union_of_the_runs_intervals():
     # two overlapping runs, a gap (a pause between sittings, not counted), a run inside another
     assert busy_seconds([(10.0, 14.0), (0.0, 2.0), (1.0, 3.0), (11.0, 12.0)]) == 7.0

@@ -8,7 +8,6 @@ rewritten after each sitting: a rung not yet run shows as such. Beside it goes t
 
 from __future__ import annotations
 
-import io
 import math
 import os
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from depthlab.paths import check_output_file
 from depthlab.reproduce.ladder import COMMITS, LADDER, LEFT_OUT, SEEDS, STEP_RULE
 from depthlab.reproduce.ladder_effects import AWAY, FLAT, TOWARD, ladder_effects
 from depthlab.reproduce.ladder_record import check_record_file, record_path, write_record
-from depthlab.reproduce.ladder_run import commit_time, print_plan, run_ladder, rungs, runs_before
+from depthlab.reproduce.ladder_run import commit_time, estimate, plan_lines, run_ladder, rungs, runs_before
 from depthlab.study import Store
 from depthlab.study.executors import default_workers
 
@@ -115,7 +114,8 @@ def sweep_line(name: str, rows: list[dict], width: int) -> str | None:
 class Page:
     """What the page says besides the effects: per claim its widths, the seeds, the registration
     commits, the stored runs and how many of them started before their claim's registration commit,
-    the plan's text (expected cost of what is not yet stored) and the run record's path."""
+    the plan's text (expected cost of what is not yet stored), how many of the plan's runs are not yet
+    stored, and the run record's path."""
 
     widths: dict
     seeds: int
@@ -123,6 +123,7 @@ class Page:
     stored: int
     before: int
     plan_text: str
+    left: int
     record: str = record_path(DEFAULT_DOC)
     spent: dict | None = None  # claim -> (runs stored, seconds of their own times, wall seconds)
 
@@ -131,6 +132,20 @@ def _commits_text(commits: dict) -> str:
     first = max(set(commits.values()), key=list(commits.values()).count)
     others = [f"{n}: {c[:7] or '(not recorded)'}" for n, c in commits.items() if c != first]
     return f"commit {first[:7] or '(not recorded)'}" + (f" ({'; '.join(others)})" if others else "")
+
+
+def _plan_lines(page: Page) -> list[str]:
+    """The expected cost of what is not yet stored, or one line saying that nothing is left."""
+    if not page.left:
+        return ["Nothing left to run: every run of the plan is stored."]
+    return [
+        "Expected cost of what is not yet stored (the cost model, step times measured when this page "
+        "was written):",
+        "",
+        "```",
+        page.plan_text.rstrip(),
+        "```",
+    ]
 
 
 def render(effects: dict, page: Page) -> str:
@@ -159,12 +174,7 @@ def render(effects: dict, page: Page) -> str:
         "before the ladder resumes, so that no recorded run is trained again and this page is re-derived "
         "from the record (training only the runs it lacks).",
         "",
-        "Expected cost of what is not yet stored (the cost model, step times measured when this page "
-        "was written):",
-        "",
-        "```",
-        page.plan_text.rstrip(),
-        "```",
+        *_plan_lines(page),
     ]
     lines += cost_lines(page.spent or {})
     lines += summary_lines(effects)
@@ -325,8 +335,9 @@ def write_ladder(
     if doc:
         check_page(doc)
     todo = run_ladder(db, names, quick, workers) if run else rungs(names, quick)
-    buf = io.StringIO()
-    print_plan(todo, db, workers or default_workers(), buf)
+    rows = estimate(todo, db)
+    plan_text = "\n".join(plan_lines(rows, workers or default_workers()))
+    left = sum(n - done for _, n, done, _ in rows)
     effects = ladder_effects(db, todo)
     if doc:
         stored, before = stored_runs(db, todo)
@@ -335,7 +346,7 @@ def write_ladder(
         record = record_path(doc)
         commits = {n: COMMITS[n] for n in names}
         spent = spent_by_claim(db, todo)
-        page = Page(widths, seeds, commits, stored, before, buf.getvalue(), record, spent)
+        page = Page(widths, seeds, commits, stored, before, plan_text, left, record, spent)
         with open(doc, "w") as f:
             f.write(render(effects, page))
         write_record(db, doc, quick)

@@ -111,22 +111,27 @@ def estimate(todo: list[Rung], db: str) -> list[tuple[str, int, int, float]]:
     return [tuple(v) for v in out.values()]
 
 
-def print_plan(todo: list[Rung], db: str, workers: int, out=None) -> float:
-    """Print each claim's runs and expected time, then the total (serial, and with ``workers`` workers on
-    as many cores); returns the total serial seconds."""
-    out = out or sys.stdout
-    rows = estimate(todo, db)
+def plan_lines(rows: list[tuple[str, int, int, float]], workers: int) -> list[str]:
+    """The plan's text from :func:`estimate`'s rows: a line per claim, then the total (serial, and with
+    ``workers`` workers on as many cores)."""
     total = sum(r[3] for r in rows)
-    for name, n, done, seconds in rows:
-        print(f"ladder {name}: {n} runs ({done} already in the store), about {_hours(seconds)}", file=out)
-    print(
+    lines = [
+        f"ladder {name}: {n} runs ({done} already in the store), about {_hours(s)}"
+        for name, n, done, s in rows
+    ]
+    lines.append(
         f"ladder: {sum(r[1] for r in rows)} runs, {sum(r[2] for r in rows)} already done; expected about "
         f"{_hours(total)} of one core, {_hours(total / max(workers, 1))} with {workers} workers "
-        "(cost model: step times measured now, one torch thread a run)",
-        file=out,
-        flush=True,
+        "(cost model: step times measured now, one torch thread a run)"
     )
-    return total
+    return lines
+
+
+def print_plan(todo: list[Rung], db: str, workers: int, out=None) -> float:
+    """Print the plan (:func:`plan_lines`) of ``todo`` against ``db``; returns the total serial seconds."""
+    rows = estimate(todo, db)
+    print("\n".join(plan_lines(rows, workers)), file=out or sys.stdout, flush=True)
+    return sum(r[3] for r in rows)
 
 
 def _hours(seconds: float) -> str:
