@@ -5,7 +5,7 @@ STAMP   := .venv/.installed
 DEVSTAMP:= .venv/.installed-dev
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: run test lint bench tour clean chromium
+.PHONY: run job test lint bench tour clean chromium
 
 .venv/bin/python:
 	python3 -m venv .venv
@@ -27,7 +27,14 @@ $(DEVSTAMP): $(STAMP)
 # The main job: the default study (post-LN vs pre-LN, DeepNorm, sandwich, no attention skip; shallow
 # and deep; with and without warmup), its report and an outcome table. Re-running resumes.
 run: $(STAMP)
-	.venv/bin/depthlab study --preset default --workers 2
+	@$(MAKE) --no-print-directory job
+
+# The job itself, on an installed depthlab. tests/test_fresh_clone.py runs it on a fresh clone of the
+# repository with PRESET=smoke, so that the path `make run` takes (its store, its report) is tested.
+PRESET   ?= default
+DEPTHLAB ?= .venv/bin/depthlab
+job:
+	$(DEPTHLAB) study --preset $(PRESET) --workers 2
 
 # docs/tour.md: the source texts' argument, each step with a depthlab command and its real output.
 tour: $(STAMP)

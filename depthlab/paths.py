@@ -53,6 +53,12 @@ def check_path(path: str | Path, flag: str) -> None:
     text = os.fspath(path)
     if "\x00" in text:
         raise InputError(f"{flag}: a path cannot hold a NUL byte")
+    broken = dangling_folder(text)
+    if broken is not None:
+        raise InputError(
+            f"{flag} {printable(text)}: {printable(broken)} is a link to {printable(os.readlink(broken))}, a "
+            "folder that does not exist; make that folder, remove the link, or choose another path"
+        )
     raw = os.fsencode(text)
     if len(raw) > PATH_MAX:
         raise InputError(f"{flag}: the path is {len(raw)} bytes long; the limit is {PATH_MAX}")
@@ -64,6 +70,18 @@ def check_path(path: str | Path, flag: str) -> None:
             raise InputError(
                 f"{flag}: a name in the path is {size} bytes long ({shown!r}); the filesystem allows {limit}"
             )
+
+
+def dangling_folder(path: str) -> str | None:
+    """The first folder on the way to ``path`` (its last part excluded) that is a symbolic link to
+    nothing, or None. Through such a link no file can be made or read: the OS says only "File exists"
+    or "No such file", which points the wrong way."""
+    parts = Path(path).parts[:-1]
+    for i in range(1, len(parts) + 1):
+        here = os.path.join(*parts[:i])
+        if os.path.islink(here) and not os.path.exists(here):
+            return here
+    return None
 
 
 def _name_max(path: str) -> int:
