@@ -33,7 +33,9 @@ def test_no_tracked_link_points_outside_the_repository():
         mode, _, _, path = line.split(maxsplit=3)
         if mode != "120000":
             continue
-        target = os.readlink(REPO / path) if (REPO / path).is_symlink() else _git("cat-file", "-p", f"HEAD:{path}")
+        target = (
+            os.readlink(REPO / path) if (REPO / path).is_symlink() else _git("cat-file", "-p", f"HEAD:{path}")
+        )
         resolved = (REPO / path).parent.joinpath(target).resolve()
         if os.path.isabs(target) or not resolved.is_relative_to(REPO):
             outside.append(f"{path} -> {target}")
