@@ -12,9 +12,11 @@ export OMP_NUM_THREADS ?= 2
 	$(PIP) install -q --upgrade pip
 
 # torch is pinned to the CPU build that lies on these machines' disk; see README.
-$(STAMP): .venv/bin/python pyproject.toml
+# The library (depthlab) and, beside it, the lab (lab/: the claims, the doctor's calibration, the document
+# generators), which `depthlab reproduce` and `depthlab calibrate` reach when it is installed.
+$(STAMP): .venv/bin/python pyproject.toml lab/pyproject.toml
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e .
+	$(PIP) install -q -e . -e lab
 	touch $@
 
 $(DEVSTAMP): $(STAMP)
@@ -46,8 +48,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
 
 lint: $(DEVSTAMP)
-	.venv/bin/ruff check depthlab tests benchmarks
-	.venv/bin/ruff format --check depthlab tests benchmarks
+	.venv/bin/ruff check depthlab lab tests benchmarks
+	.venv/bin/ruff format --check depthlab lab tests benchmarks
 
 # The browser test renders the report in headless Chromium (Debian's package); install it when missing.
 # Without chromium that test fails (its message says how to install it or opt out: DEPTHLAB_SKIP_BROWSER=1).
@@ -56,7 +58,7 @@ chromium:
 	  || echo "make chromium: 'apt-get install -y chromium' failed; tests/test_report_browser.py will fail" >&2; }
 
 test: $(DEVSTAMP) chromium
-	.venv/bin/ruff check depthlab tests benchmarks
+	.venv/bin/ruff check depthlab lab tests benchmarks
 	$(PY) -m pytest -q
 
 clean:

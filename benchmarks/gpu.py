@@ -35,14 +35,14 @@ from large_plan import claim_cost
 from peers import Shape, build, check_param_counts, train_flops, train_step
 
 from depthlab.corpus import load_corpus
-from depthlab.docgen.ladder_doc import DEFAULT_DB as LADDER_DB
-from depthlab.docgen.ladder_doc import DEFAULT_DOC as LADDER_DOC
-from depthlab.docgen.ladder_doc import write_ladder
-from depthlab.docgen.reproductions import names_to_run, run_all
-from depthlab.reproduce import REGISTRATIONS, load_all
-from depthlab.reproduce.cost import device_for
-from depthlab.reproduce.ladder_run import check_db, chosen, print_plan, rungs
-from depthlab.reproduce.lm_runs import LARGE_TRAIN, configs
+from depthlab_lab.docgen.ladder_doc import DEFAULT_DB as LADDER_DB
+from depthlab_lab.docgen.ladder_doc import DEFAULT_DOC as LADDER_DOC
+from depthlab_lab.docgen.ladder_doc import write_ladder
+from depthlab_lab.docgen.reproductions import names_to_run, run_all
+from depthlab_lab.reproduce import REGISTRATIONS, load_all
+from depthlab_lab.reproduce.cost import device_for
+from depthlab_lab.reproduce.ladder_run import check_db, chosen, print_plan, rungs
+from depthlab_lab.reproduce.lm_runs import LARGE_TRAIN, configs
 
 # The H200's fp32 (no tensor core) peak from its data sheet, FLOP/s: depthlab trains in fp32 unless bf16
 # is asked for, so this bounds the large scale's time on one H200 from below.

@@ -1,8 +1,8 @@
 """The registered large scale's runs and cost, without training anything.
 
-Every training claim announces its runs (``depthlab.reproduce.cost.announce``) before its first training
+Every training claim announces its runs (``depthlab_lab.reproduce.cost.announce``) before its first training
 step. Here each claim with a large scale is started with that announcement recorded instead of printed
-and its first training call stopped (:mod:`depthlab.reproduce.dry_run`, which ``depthlab reproduce all
+and its first training call stopped (:mod:`depthlab_lab.reproduce.dry_run`, which ``depthlab reproduce all
 --plan`` uses too), so the runs listed are exactly the ones the claim would train.
 Per claim: runs, tokens (steps x batch x sequence length) and passes over the default corpus, training
 FLOP (6 x parameters x tokens, forward and backward), and the cost model's expected seconds on this
@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from depthlab.model.memory import param_count
-from depthlab.reproduce import cost
-from depthlab.reproduce.dry_run import planned_runs as _planned
+from depthlab_lab.reproduce import cost
+from depthlab_lab.reproduce.dry_run import planned_runs as _planned
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class ClaimCost:
 
 def planned_runs(name: str) -> list:
     """The (ModelConfig, TrainConfig) pairs claim ``name`` trains at the large scale (duplicates, as
-    when two claims share a run, counted once): :func:`depthlab.reproduce.dry_run.planned_runs`."""
+    when two claims share a run, counted once): :func:`depthlab_lab.reproduce.dry_run.planned_runs`."""
     runs, _ = _planned(name, "large", measuring=False)
     return [(p.model, p.train) for p in runs]
 

@@ -20,7 +20,7 @@ import os
 import sys
 
 from depthlab.report.data import load
-from depthlab.reproduce import REGISTRATIONS
+from depthlab_lab.reproduce import REGISTRATIONS
 
 # The studies the learning-rate claims' registered regimes run in the store (their names in the claims).
 STUDIES = {

@@ -203,7 +203,7 @@ def test_importing_depthlab_leaves_matplotlibs_backend_alone(choose, expect):
 
 def test_the_reproductions_plots_are_figures_first(tmp_path):
     """reproduce's shared plots are functions returning a Figure; the PNG writers only save them."""
-    from depthlab.reproduce.claim_plots import loss_curves, loss_curves_figure, profiles, profiles_figure
+    from depthlab_lab.reproduce.claim_plots import loss_curves, loss_curves_figure, profiles, profiles_figure
 
     class Run:  # the two things loss_curves reads of a reproduction's run
         label, curve = "post", [(0, 5.0), (10, 3.0), (20, float("nan"))]

@@ -128,7 +128,7 @@ def _run(outcome, verdicts, warmup=0):
 
 
 def test_the_record_counts_each_verdict_and_prediction_against_the_outcomes():
-    from depthlab.study.calibration import agreement
+    from depthlab_lab.calibrate.calibration import agreement
 
     runs = [
         _run("stalled", [("error", "learning-rate")]),
@@ -151,7 +151,7 @@ def test_the_record_counts_each_verdict_and_prediction_against_the_outcomes():
 
 def test_the_grid_range_spans_every_run_of_the_grids():
     from depthlab.study import StudyConfig
-    from depthlab.study.calibration import grid_range
+    from depthlab_lab.calibrate.calibration import grid_range
 
     grid = StudyConfig.from_dict(
         {

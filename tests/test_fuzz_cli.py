@@ -72,7 +72,7 @@ def sandbox(tmp_path, monkeypatch):
     ):
         monkeypatch.setattr(target, _work)
     monkeypatch.setattr("depthlab.train.loop.Trainer", _Trainer)
-    import depthlab.cli.reproduce as reproduce
+    import depthlab_lab.cli.reproduce as reproduce
 
     monkeypatch.setattr(reproduce, "REPRODUCTIONS", {name: _work for name in reproduce.REPRODUCTIONS})
     fill_store(str(tmp_path / "store.sqlite"), fake_study())

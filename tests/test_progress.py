@@ -61,7 +61,7 @@ def test_probe_compare_draws_its_progress_on_a_terminal(monkeypatch):
 
 
 def test_a_reproduction_announces_its_runs_then_counts_them_down(monkeypatch):
-    from depthlab.reproduce import lm_runs
+    from depthlab_lab.reproduce import lm_runs
 
     tty = _Tty()
     monkeypatch.setattr(progress.sys, "stderr", tty)

@@ -39,7 +39,7 @@ def _row(wrap, lr, outcome, status="done"):
 
 
 def test_the_baselines_are_chosen_on_the_tuning_runs_and_scored_on_the_held_out_ones():
-    from depthlab.study.baselines import baseline_pairs, lookup, lookup_table
+    from depthlab_lab.calibrate.baselines import baseline_pairs, lookup, lookup_table
 
     tuning = [_row("post", 1e-3, "trained"), _row("post", 5e-2, "stalled"), _row("post", 5e-2, "diverged")]
     tuning += [_row("post", 5e-2, "trained"), _row("pre", 5e-2, "trained"), _row("pre", 1e-3, "stalled")]

@@ -5,8 +5,11 @@ Layers, bottom to top (a module may import its own layer and those below, never 
 
     foundation (errors, version, jsonable, fit, intervals, paths, config_base, config_family, config, corpus,
     display, frames, progress)
-    -> model -> interop -> probe -> watch -> train -> integrations -> study -> report -> reproduce
-    -> docgen -> cli
+    -> model -> interop -> probe -> watch -> train -> integrations -> study -> report -> cli
+
+The lab (lab/depthlab_lab: the claims, the doctor's calibration, the document generators) sits above all
+of it: it imports depthlab, and no library module imports it (checked here, statically and in a fresh
+interpreter).
 
 ``depthlab/__init__.py`` (the public API) and ``__main__`` sit above everything and are not imported
 from inside the package.
@@ -48,8 +51,6 @@ LAYERS = [
     {"integrations"},
     {"study"},
     {"report"},
-    {"reproduce"},
-    {"docgen"},
     {"cli"},
     {"__init__", "__main__"},
 ]
@@ -182,6 +183,32 @@ def test_imports_sit_at_module_top_except_optional_extras():
     )
 
 
+def test_no_library_module_imports_the_lab():
+    bad = [
+        f"{module}:{line} imports {target}"
+        for module in MODULES
+        for target, line, _ in _imports(module)
+        if target.split(".")[0] == "depthlab_lab"
+    ]
+    assert not bad, "the library imports the lab:\n" + "\n".join(bad)
+
+
+def test_importing_every_library_module_loads_nothing_of_the_lab():
+    """In a fresh interpreter: every module of depthlab imported, depthlab_lab never loaded (the lab
+    may be installed beside it, as make test installs it)."""
+    code = (
+        "import importlib, pkgutil, sys, depthlab\n"
+        "for m in pkgutil.walk_packages(depthlab.__path__, 'depthlab.'):\n"
+        "    if not m.name.endswith('__main__'): importlib.import_module(m.name)\n"
+        "print(len([m for m in sys.modules if m.startswith('depthlab.')]), "
+        "[m for m in sys.modules if m.split('.')[0] == 'depthlab_lab'])"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT.parent)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    count, lab = done.stdout.strip().split(" ", 1)
+    assert int(count) > 100 and lab == "[]", done.stdout
+
+
 def test_import_depthlab_loads_no_plotting_table_or_hf_library():
     """In a fresh interpreter (this one has imported everything already)."""
     code = (
@@ -215,6 +242,7 @@ def test_nothing_refers_to_a_document_outside_the_repository():
     files = [repo / "README.md", repo / "Makefile", *repo.glob("docs/*.md"), *repo.glob("benchmarks/*")]
     files += [
         *ROOT.rglob("*.py"),
+        *(repo / "lab").rglob("*.py"),
         *(p for p in (repo / "tests").glob("*.py") if p.name != "test_structure.py"),
     ]
     bad = [

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import importlib
 import os
 import re
 import sys
+from importlib.metadata import entry_points
 
-from depthlab.cli import calibrate, coord, explain, forecast, probe, report, reproduce, study, train, transfer
+from depthlab.cli import coord, explain, forecast, probe, report, study, train, transfer
 from depthlab.cli.common import as_typed
 from depthlab.errors import ConfigError, InputError
 from depthlab.paths import printable
@@ -24,7 +26,17 @@ DESCRIPTION = (
 )
 
 # Each command is a module with ``add_parser(subparsers)`` (which sets ``run(args) -> int``).
-COMMANDS = (explain, probe, coord, train, study, report, transfer, forecast, reproduce, calibrate)
+COMMANDS = (explain, probe, coord, train, study, report, transfer, forecast)
+# The lab's commands (depthlab_lab, beside the library in the repository: never imported by it). They are
+# found through the "depthlab.commands" entry points when the lab is installed, and loaded only when run.
+LAB_COMMANDS = {
+    "reproduce": "reproduce the source texts' and papers' claims, with seeds and intervals (the lab)",
+    "calibrate": "refit the doctor's rules from tuning studies (the lab)",
+}
+LAB_MISSING = (
+    "the {name} command is in depthlab's lab, which is not installed: from a clone of the repository, "
+    "pip install -e lab (make test installs it)"
+)
 
 
 class Parser(argparse.ArgumentParser):
@@ -52,11 +64,25 @@ class Parser(argparse.ArgumentParser):
         self.error(f"unrecognized arguments: {' '.join(extras)}{said}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def lab_command(name: str):
+    """The lab's module for command ``name`` (with ``add_parser``), or None when the lab is not installed."""
+    found = [ep for ep in entry_points(group="depthlab.commands") if ep.name == name]
+    return importlib.import_module(found[0].value) if found else None
+
+
+def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; a lab command is loaded only when it is ``wanted`` (the one typed),
+    and listed by name otherwise."""
     parser = Parser(prog="depthlab", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for command in COMMANDS:
         command.add_parser(sub)
+    for name, summary in LAB_COMMANDS.items():
+        module = lab_command(name) if name == wanted else None
+        if module is not None:
+            module.add_parser(sub)
+        else:
+            sub.add_parser(name, help=summary, add_help=False)
     for p in sub.choices.values():  # each command's flags, so that an error can name the one typed
         p.set_defaults(flags={a.dest: a for a in p._actions if a.option_strings})
     parser.subcommands = sub.choices  # name -> the subcommand's parser (see parse)
@@ -66,7 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     """The parsed arguments; a flag the subcommand does not take is that subcommand's usage error
     (``depthlab train: error: ...``), not the top-level one."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    wanted = next((a for a in argv if not a.startswith("-")), None)
+    if wanted in LAB_COMMANDS and lab_command(wanted) is None:
+        sys.stderr.write(f"depthlab {wanted}: error: {LAB_MISSING.format(name=wanted)}\n")
+        raise SystemExit(2)
+    parser = build_parser(wanted)
     args, extras = parser.parse_known_args(argv)
     if extras:
         parser.subcommands.get(args.command, parser).unrecognized(extras)

@@ -36,7 +36,7 @@ registered with :func:`register` (plus its constants function): config, build, e
 no other edit.
 
 The table of every wrapping's name, formula, source and constants is written from these classes by
-``python -m depthlab.docgen.tables`` into docs/wrappings.md and README.md.
+``python -m depthlab_lab.docgen.tables`` into docs/wrappings.md and README.md.
 """
 
 from __future__ import annotations

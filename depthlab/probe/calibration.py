@@ -7,7 +7,7 @@ update of :mod:`depthlab.probe.update_size`); its "agreement" holds, per verdict
 calibration runs got that verdict and how many of them went the way it said. :func:`outside` names the
 quantities of a configuration that fall outside the range (its verdict is then an extrapolation) and
 :func:`evidence` writes the count as a sentence. ``depthlab reproduce doctor`` rewrites the record from
-the tuning grid's store (:mod:`depthlab.study.calibration`).
+the tuning grid's store (:mod:`depthlab_lab.calibrate.calibration`).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ matrix's spectral norm, a quantity comparable across width). Three families of s
   failed), a **warning** between the limit and that end (a record whose
   "step_limit" lacks ``"error_from": "band_high"``, as those fitted before this form was registered: an
   error from the limit itself), :func:`step_limit`: the calibration record's "step_limit"
-  (:mod:`depthlab.study.step_limit_fit`: per warmup length among the tuning runs, the limit that
+  (:mod:`depthlab_lab.calibrate.step_limit_fit`: per warmup length among the tuning runs, the limit that
   classified them best, interpolated in ln(1 + warmup) between them; the step a stack can take at the
   peak lr grows with the warmup it had to adapt). Without that section, ``STEP_LIMIT`` = 1.3 without
   warmup and ``STEP_LIMIT_WARMUP`` = 4.7 with one (any limit in ``STEP_BAND`` classified the first tuning
@@ -33,7 +33,7 @@ matrix's spectral norm, a quantity comparable across width). Three families of s
   runs there, pre-LN and reorder, stalled: 2 of its 10 runs of 16 layers at that lr, which no threshold
   on rho separates); the ceiling is the lr at which rho reaches it, and a larger lr is a **warning**: no
   calibration run went there.
-- Where the record holds the "update_limit" section (:mod:`depthlab.study.update_limit_fit`: per
+- Where the record holds the "update_limit" section (:mod:`depthlab_lab.calibrate.update_limit_fit`: per
   family "free" and "gated", the limit on rho that classified the tuning runs best, the gated one on
   runs of every depth where it says "all_depths", else on runs of ``GATED_DEPTH`` layers or more), it
   replaces those constants (:func:`update_limit`): an
@@ -116,7 +116,7 @@ def for_wrap(record: dict, wrap: str | None) -> tuple[dict, str | None]:
 
 def width_scale(record: dict, d_model: int | None) -> float:
     """(d / width_ref)^-a, the factor that puts s in the width-scaled units of a wrapping's own limit
-    (:mod:`depthlab.study.step_limit_fit`: "width_exponent" a); 1 for a limit on s itself or an unknown width."""
+    (:mod:`depthlab_lab.calibrate.step_limit_fit`: "width_exponent" a); 1 for a limit on s itself or an unknown width."""
     a = (record.get("step_limit") or {}).get("width_exponent") or 0.0
     if not a or not d_model:
         return 1.0
@@ -125,7 +125,7 @@ def width_scale(record: dict, d_model: int | None) -> float:
 
 def update_limit(family: str, record: dict) -> dict | None:
     """The record's fitted limit on rho for the "free" or "gated" family
-    (:mod:`depthlab.study.update_limit_fit`: "limit", "band", "runs", "errors", "above", "support");
+    (:mod:`depthlab_lab.calibrate.update_limit_fit`: "limit", "band", "runs", "errors", "above", "support");
     None where the record holds none, and the constants decide."""
     return ((record.get("update_limit") or {}).get("families") or {}).get(family)
 

@@ -3,7 +3,7 @@
 A stack that renormalises its stream can sit on the unigram plateau (the loss of a model that knows only
 which tokens are common) for hundreds of steps and then train: at a short budget such a run is called
 stalled, though it is only late. The calibration record's "escape" section
-(:mod:`depthlab.study.escape_fit`, refitted by ``depthlab calibrate``) holds, per family of stacks, a
+(:mod:`depthlab_lab.calibrate.escape_fit`, refitted by ``depthlab calibrate``) holds, per family of stacks, a
 censored log-linear fit of the escape step on the learning rate, width, depth, warmup and the probe's
 step size s (how far one full Adam step moves the output). The verdict
 (code ``plateau``) gives its median and its 80% interval and, given the run's budget (``probe --steps``;

@@ -1,7 +1,7 @@
 """Import Hugging Face models into depthlab models with the same outputs, family by family.
 
 Each family is one module declaring a :class:`~depthlab.interop.hf.family.Family` (its config map, its
-weight map, what is exact and what is approximated); ``python -m depthlab.docgen.tables`` writes the
+weight map, what is exact and what is approximated); ``python -m depthlab_lab.docgen.tables`` writes the
 table of them into docs/families.md. tests/test_parity_hf*.py check every one to 1e-5.
 Only ``model_type`` and class names are read, so this package does not import ``transformers``.
 Dropout: the HF residual/hidden dropout becomes ``ModelConfig.dropout``; parity holds in eval mode.

@@ -36,7 +36,7 @@ class Family:
     "logits" (``model(...)``) or "states" (``model(..., return_states=True)[1][-1]`` = last_hidden_state).
     ``config`` maps an HF config to ours; ``state(hf_state, cfg, hf_config)`` an HF state dict to ours.
     ``exact`` and ``approximated`` are the closing note of the import and the columns of docs/families.md's
-    table (``python -m depthlab.docgen.tables``)."""
+    table (``python -m depthlab_lab.docgen.tables``)."""
 
     name: str
     model_types: tuple[str, ...]

@@ -1,0 +1,1 @@
+"""The two commands the lab adds to ``depthlab``: ``reproduce`` and ``calibrate``."""

@@ -1,0 +1,140 @@
+"""docs/doctor.md's text from measured scores (depthlab_lab.docgen.doctor_score.render), on scores built by hand."""
+
+import json
+
+from depthlab.probe.plateau import FEATURES
+from depthlab.study.scoring import score
+from depthlab_lab.docgen.doctor_score import render
+
+
+def test_the_document_shows_intervals_baselines_the_caveat_and_the_registered_grids():
+    s = score([("trains", "trained")] * 8 + [("fails", "stalled"), ("trains", "diverged")])
+    base = {"wrapping x lr lookup": score([("trains", "trained")] * 8 + [("trains", "stalled")] * 2)}
+    text = render(
+        {
+            "heldout": s,
+            "heldout_before": s,
+            "tuning": s,
+            "baselines": base,
+            "misses": ["a miss"],
+            "seconds": 3.0,
+        },
+        "runs/doctor.sqlite",
+    )
+    assert "9 of 10 outcomes predicted: 90% (95% interval" in text
+    assert "baseline wrapping x lr lookup: 8 of 10, 80% (95% interval" in text
+    assert "score below is optimistic" in text and "- a miss" in text
+    assert (
+        "lab/depthlab_lab/grids/doctor-scale-heldout.yaml" in text
+        and "`depthlab calibrate` refuses it" in text
+    )
+    for grid in ("doctor-scale-tuning-families", "doctor-scale-heldout-families"):
+        assert f"- `lab/depthlab_lab/grids/{grid}.yaml`: " in text
+        assert (
+            f"depthlab study --grid lab/depthlab_lab/grids/{grid}.yaml --db runs/doctor-scale.sqlite" in text
+        )
+    # the scale store not read: both held-out grids registered, none scored
+    assert text.count("registered, not scored yet") == 2
+
+
+def test_the_document_shows_the_fitted_limit_and_plateau_model_from_the_record(tmp_path):
+    s = score([("trains", "trained")] * 3)
+    scores = {"heldout": s, "heldout_before": s, "tuning": s, "misses": [], "seconds": 1.0}
+    fit = {
+        "coef": {k: 0.5 for k in FEATURES},
+        "sigma": 0.62,
+        "runs": 75,
+        "censored": 36,
+        "support": {
+            "lr": [1e-4, 0.05],
+            "d_model": [32, 32],
+            "n_layers": [2, 24],
+            "warmup": [0, 300],
+            "steps": [150, 600],
+        },
+        "left_out": ["ln_d_model"],
+        "in_sample": {"runs": 75, "agreed": 61, "median_factor": 1.3},
+    }
+    record = {
+        "range": {},
+        "agreement": {},
+        "step_limit": {
+            "warmups": [{"warmup": 0, "limit": 1.11, "band": [1.05, 1.18], "runs": 38, "errors": 3}],
+            "support": {"d_model": [32, 32], "n_layers": [2, 24], "lr": [1e-4, 0.05], "warmup": [0, 30]},
+        },
+        "escape": {"model": "the model", "z_interval": 1.28, "families": {"renormalising": fit}},
+        "fitted_from": {
+            "studies": [
+                {"study": "doctor-tuning", "store": "a.sqlite", "runs": 180, "done": 180, "escaped": 148}
+            ],
+            "commit": "abcdef0123456789",
+            "when": "2026-12-01 12:00 UTC",
+        },
+    }
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps(record))
+    text = render(scores, "runs/doctor.sqlite", str(path))
+    assert "reaches more than 1.11 output norms without warmup" in text
+    assert "| 0 | 1.11 | 1.05-1.18 | 38 | 3 |" in text
+    assert (
+        "`doctor-tuning` (180 of 180 runs done, 148 escaped the plateau); code at commit abcdef0123" in text
+    )
+    assert "| stacks whose blocks renormalise the stream | 75 | 36 | 0.62 | 61 of 75 | 1.3 |" in text
+    assert "widths 32, depths 2-24, warmups 0-300, budgets 150-600" in text
+
+
+def test_the_document_shows_the_limits_on_rho_and_every_limit_per_width(tmp_path):
+    s = score([("trains", "trained")] * 3)
+    scores = {"heldout": s, "heldout_before": s, "tuning": s, "misses": [], "seconds": 1.0}
+    support = {"d_model": [32, 128], "n_layers": [6, 24], "lr": [1e-4, 1.0], "warmup": [0, 300]}
+    free = {
+        "limit": 5.23,
+        "band": [3.29, 8.3],
+        "runs": 144,
+        "errors": 16,
+        "above": {"runs": 38, "failed": 32},
+        "support": support,
+        "by_width": [
+            {"d_model": 32, "limit": 4.79, "band": [2.77, 8.3], "runs": 90, "errors": 12},
+            {"d_model": 128, "limit": 0.4, "band": [0.4, None], "runs": 54, "errors": 0},
+        ],
+    }
+    step = {"warmup": 30, "limit": 4.7, "band": [4.3, 5.1], "runs": 60, "errors": 9}
+    step_by = [{"d_model": 32, "limit": 4.7, "band": [4.3, 5.1], "runs": 60, "errors": 9}]
+    record = {
+        "range": {},
+        "agreement": {},
+        "step_limit": {
+            "warmups": [
+                step | {"pooled_with": [30, 300], "by_width": step_by},
+                step | {"warmup": 300, "pooled_with": [30, 300], "by_width": step_by},
+            ],
+            "support": support,
+        },
+        "update_limit": {"families": {"free": free}},
+    }
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps(record))
+    text = render(scores, "runs/doctor.sqlite", str(path))
+    assert "### Ceilings on the relative update" in text and "### The limits across width" in text
+    assert (
+        "| stacks that never renormalise the stream (pre-LN, sandwich, LayerScale, ...) | 5.23 | 3.29-8.3 | 144 "
+        "| 16 | 32 of 38 | widths 32-128, depths 6-24, lrs 0.0001-1, warmups 0-300 |" in text
+    )
+    assert "zero-gated stacks (ReZero) of 6 layers or more: no limit fitted" in text
+    assert "an error above rho 0.63" in text
+    assert "| rho, free | 5.23 | 32 | 2.77-8.3 | 4.79 | 90 | 12 |" in text
+    assert "| rho, free | 5.23 | 128 | above 0.4 | 0.4 | 54 | 0 |" in text
+    assert text.count("| s, warmup 30, 300 | 4.7 | 32 | 4.3-5.1 | 4.7 | 60 | 9 |") == 1  # pooled: shown once
+    assert "any other stack's relative update reaches 8.3" in text
+
+
+def test_without_fitted_limits_the_document_says_the_constants_hold(tmp_path):
+    s = score([("trains", "trained")] * 3)
+    scores = {"heldout": s, "heldout_before": s, "tuning": s, "misses": [], "seconds": 1.0}
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps({"range": {}, "agreement": {}}))
+    text = render(scores, "runs/doctor.sqlite", str(path))
+    assert "No limit on rho was fitted." in text and "a warning above rho 1.42" in text
+    assert "No fitted limit holds a fit per width yet." in text
+    assert "size) above 0.63, " in text and "any other stack's relative update" not in text

@@ -1,0 +1,42 @@
+"""What `pip install depthlab` gives: the library, and none of the lab (the claims, their registrations,
+the calibration pipeline, the document generators), which stays beside it in lab/."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+LAB_WORDS = ("depthlab_lab", "reproduce", "registration", "docgen", "claims/", "calibrate", "grids/")
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_the_library_and_nothing_of_the_lab(tmp_path):
+    pytest.importorskip("setuptools", minversion="77")
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "-q",
+        "--no-deps",
+        "--no-build-isolation",
+        "-w",
+        str(tmp_path),
+        str(REPO),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (wheel,) = tmp_path.glob("depthlab-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    code = [n for n in names if n.endswith(".py")]
+    assert "depthlab/model/wrappings.py" in code and "depthlab/cli/__init__.py" in code
+    assert "depthlab/probe/calibration.json" in names  # the doctor's record: data the library reads
+    lab = [n for n in names if any(w in n for w in LAB_WORDS)]
+    assert lab == [], f"the wheel carries the lab: {lab[:10]}"
+    tops = {n.split("/")[0] for n in names}
+    assert tops <= {"depthlab", next(t for t in tops if t.endswith(".dist-info"))}, tops
