@@ -38,6 +38,12 @@ def past_names(path: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys([path, *names]))
 
 
+def commits_of(path: str) -> list[str]:
+    """Every commit that touched ``path`` under any of its past names, oldest first (full history: a
+    merged branch's commits included, which ``git log --follow`` alone would simplify away)."""
+    return git("log", "--full-history", "--reverse", "--format=%H", "--", *past_names(path)).split()
+
+
 def show_followed(commit: str, path: str) -> str | None:
     """The file at ``path`` as committed at ``commit`` under any of its past names; None if none."""
     for p in past_names(path):

@@ -28,6 +28,7 @@ import pytest
 
 from depthlab_lab.reproduce import REGISTRATIONS, REPRODUCTIONS
 from depthlab_lab.reproduce.check_code import claim_pins, module_pins, shared_pins, source_of
+from depthlab_lab.reproduce.moved import registered_name
 from depthlab_lab.reproduce.registration import (
     SHARED_REVISIONS,
     Registration,
@@ -35,7 +36,7 @@ from depthlab_lab.reproduce.registration import (
     replay,
     unrevised_changes,
 )
-from lab.tests.git_history import git, module_path, show, show_followed
+from lab.tests.git_history import commits_of, git, module_path, show, show_followed
 
 ROOT = Path(__file__).resolve().parents[2]
 PINS_PATH = "lab/tests/registered_expectations.json"
@@ -79,8 +80,11 @@ def _history_of_pins() -> list[tuple[str, dict]]:
         pytest.fail(
             "a shallow clone: the registrations' commits need the full history (git fetch --unshallow)"
         )
-    commits = _git("log", "--follow", "--reverse", "--format=%H", "--", PINS_PATH).split()
-    return [(c, json.loads(src)) for c in commits if (src := show_followed(c, PINS_PATH)) is not None]
+    return [
+        (c, json.loads(src))
+        for c in commits_of(PINS_PATH)
+        if (src := show_followed(c, PINS_PATH)) is not None
+    ]
 
 
 def _claim_file_names(name: str) -> set[str]:
@@ -189,7 +193,9 @@ def test_a_change_to_an_imported_helper_fails_the_importing_claims_pin():
     fn = REPRODUCTIONS["batchnorm-same"]
     today = claim_pins(fn)
     assert f"{helper}._train_config" in today
-    mutated = claim_pins(fn, lambda m: source_of(m).replace(old, new) if m == helper else source_of(m))
+    mutated = claim_pins(
+        fn, lambda m: source_of(m).replace(old, new) if registered_name(m) == helper else source_of(m)
+    )
     assert [k for k in today if mutated[k] != today[k]] == [f"{helper}._train_config"]
     reg = REGISTRATIONS["batchnorm-same"]
     assert unrevised_changes(first_values("batchnorm-same"), reg, today) == []

@@ -187,9 +187,7 @@ def test_registered_regimes_are_the_ones_described():
 def test_the_documented_record_decides_as_recorded():
     """docs/transfer-claims.json: each claim's commit and regime are the registration's, and every
     check's result follows again from the values the record holds and the rule it records."""
-    record = json.loads(
-        (Path(__file__).resolve().parents[2] / "docs" / "transfer-claims.json").read_text()
-    )
+    record = json.loads((Path(__file__).resolve().parents[2] / "docs" / "transfer-claims.json").read_text())
     assert set(record["claims"]) == {"coord-depth", "lr-transfer-depth", "width-transfer"}
     for name, claim in record["claims"].items():
         reg = REGISTRATIONS[name]
