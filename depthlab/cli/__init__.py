@@ -70,15 +70,15 @@ def lab_command(name: str):
     return importlib.import_module(found[0].value) if found else None
 
 
-def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
-    """The parser of every command; a lab command is loaded only when it is ``wanted`` (the one typed),
-    and listed by name otherwise."""
+def build_parser(load: tuple[str, ...] = ()) -> argparse.ArgumentParser:
+    """The parser of every command; a lab command is loaded only when named in ``load`` (the command
+    typed; every one of :data:`LAB_COMMANDS` to check the documents) and listed by name otherwise."""
     parser = Parser(prog="depthlab", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for command in COMMANDS:
         command.add_parser(sub)
     for name, summary in LAB_COMMANDS.items():
-        module = lab_command(name) if name == wanted else None
+        module = lab_command(name) if name in load else None
         if module is not None:
             module.add_parser(sub)
         else:
@@ -97,7 +97,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     if wanted in LAB_COMMANDS and lab_command(wanted) is None:
         sys.stderr.write(f"depthlab {wanted}: error: {LAB_MISSING.format(name=wanted)}\n")
         raise SystemExit(2)
-    parser = build_parser(wanted)
+    parser = build_parser(load=(wanted,))
     args, extras = parser.parse_known_args(argv)
     if extras:
         parser.subcommands.get(args.command, parser).unrecognized(extras)

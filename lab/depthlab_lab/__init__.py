@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+REPOSITORY = HERE.parents[1]  # the checkout the lab is installed from (make installs it editable)
 GRIDS = HERE / "grids"
 RECORDS = HERE / "records"
 

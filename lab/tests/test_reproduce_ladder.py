@@ -22,7 +22,7 @@ from depthlab_lab.reproduce.check_code import module_pins
 from depthlab_lab.reproduce.ladder import COMMITS, LADDER, REGISTRATIONS, STEP_RULE, Effect, steps_at
 from depthlab_lab.reproduce.ladder_effects import AWAY, FLAT, TOWARD, Measured, final_loss, trend
 from depthlab_lab.reproduce.registration import unrevised_changes
-from lab.tests.git_history import git
+from lab.tests.git_history import commits_of, git, show_followed
 
 ROOT = Path(__file__).resolve().parents[2]
 PINS_PATH = "lab/tests/registered_ladder.json"
@@ -64,12 +64,11 @@ def test_a_changed_bound_or_effect_code_fails_the_pin():
 def test_the_ladder_registration_is_the_commit_that_first_recorded_it():
     if git("rev-parse", "--is-shallow-repository").strip() == "true":
         pytest.fail("a shallow clone: the ladder's commit needs the full history")
-    commits = git("log", "--full-history", "--reverse", "--format=%H", "--", PINS_PATH).split()
-    history = [(c, json.loads(git("show", f"{c}:{PINS_PATH}"))) for c in commits]
+    history = [(c, json.loads(src)) for c in commits_of(PINS_PATH) if (src := show_followed(c, PINS_PATH))]
     for name, reg in REGISTRATIONS.items():
         first = next((c for c, p in history if p.get(name, {}).get("values") == PINS[name]["values"]), None)
         assert first is not None and reg.commit == COMMITS[name] == first, name
-        assert "ladder" in git("show", f"{first}:depthlab/reproduce/ladder.py")
+        assert "ladder" in show_followed(first, "lab/depthlab_lab/reproduce/ladder.py")
 
 
 def test_a_run_stored_before_the_registration_is_named():

@@ -104,9 +104,12 @@ def test_the_code_digest_covers_the_training_code_not_the_checks():
     modules = run_cache.training_modules()
     for name in ("depthlab.train.loop", "depthlab.model.stack", "depthlab.corpus", "depthlab.watch.outcome"):
         assert name in modules
-    assert "depthlab.reproduce.run_cache" in modules
-    assert not [m for m in modules if m.startswith("depthlab.reproduce.claims")]
-    assert "depthlab.reproduce.lm_runs" not in modules and "depthlab.reproduce.reproduction" not in modules
+    assert "depthlab_lab.reproduce.run_cache" in modules
+    assert not [m for m in modules if m.startswith("depthlab_lab.reproduce.claims")]
+    assert (
+        "depthlab_lab.reproduce.lm_runs" not in modules
+        and "depthlab_lab.reproduce.reproduction" not in modules
+    )
 
 
 def test_no_cache_in_use_trains_and_stores_nothing(tmp_path):

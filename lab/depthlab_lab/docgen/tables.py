@@ -24,8 +24,9 @@ from pathlib import Path
 
 from depthlab.interop.hf import FAMILIES
 from depthlab.model.wrappings import WRAPPINGS
+from depthlab_lab import REPOSITORY
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPOSITORY
 COMMAND = "python -m depthlab_lab.docgen.tables"
 BLOCK = re.compile(
     r"(?P<open><!-- generated: (?P<name>[a-z-]+)[^>]*-->\n)(?P<body>.*?)(?P<close><!-- end generated -->)",

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from depthlab.errors import InputError
+from depthlab_lab import REPOSITORY
 from depthlab_lab.docgen.tour_checks import contradicted
 from depthlab_lab.docgen.tour_text import SECTIONS
 
@@ -47,7 +48,7 @@ class Ran:
 
 def repo_root() -> Path:
     """The depthlab checkout this package is installed from (editable install); InputError if none."""
-    root = Path(__file__).resolve().parents[2]
+    root = REPOSITORY
     if not (root / "pyproject.toml").is_file() or not (root / "depthlab").is_dir():
         raise InputError(
             f"depthlab reproduce tour writes docs/tour.md of a depthlab checkout; none at {root}"

@@ -13,12 +13,12 @@ import math
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from depthlab.errors import ConfigError
 from depthlab.study import StudyConfig, plan, run_study
 from depthlab.study.executors import default_workers
 from depthlab.study.storefile import check_sqlite_header
+from depthlab_lab import REPOSITORY
 from depthlab_lab.reproduce import cost
 from depthlab_lab.reproduce.ladder import COMMIT, LADDER, LadderClaim
 from depthlab_lab.reproduce.lm_runs import TINY_MODEL, TINY_TRAIN
@@ -156,7 +156,7 @@ def commit_time(commit: str = COMMIT) -> float | None:
     without a registered commit."""
     if not commit:
         return None
-    root = Path(__file__).resolve().parents[2]
+    root = REPOSITORY
     try:
         done = subprocess.run(
             ["git", "show", "-s", "--format=%ct", commit],
