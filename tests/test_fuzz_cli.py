@@ -11,6 +11,8 @@ runs in well under a minute.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import math
 import os
 import stat
@@ -21,7 +23,7 @@ from hypothesis import strategies as st
 from test_study_fakes import fake_study, fill_store
 
 from depthlab import ConfigError, InputError
-from depthlab.cli import build_parser, main
+from depthlab.cli import LAB_COMMANDS, build_parser, main
 from depthlab.study import StudyConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -66,15 +68,14 @@ def sandbox(tmp_path, monkeypatch):
         "depthlab.probe.saved_hf.load_hf_model",
         "depthlab.study.runner.make_executor",
         "depthlab.cli.report.render",
-        "depthlab.cli.reproduce.run_all",
-        "depthlab.cli.reproduce.print_all_plan",
-        "depthlab.cli.reproduce.write_tour",
     ):
         monkeypatch.setattr(target, _work)
     monkeypatch.setattr("depthlab.train.loop.Trainer", _Trainer)
-    import depthlab_lab.cli.reproduce as reproduce
-
-    monkeypatch.setattr(reproduce, "REPRODUCTIONS", {name: _work for name in reproduce.REPRODUCTIONS})
+    if LAB:  # the lab's commands, where the lab is installed beside the library (make test installs it)
+        reproduce = importlib.import_module("depthlab_lab.cli.reproduce")
+        for name in ("run_all", "print_all_plan", "write_tour"):
+            monkeypatch.setattr(reproduce, name, _work)
+        monkeypatch.setattr(reproduce, "REPRODUCTIONS", {name: _work for name in reproduce.REPRODUCTIONS})
     fill_store(str(tmp_path / "store.sqlite"), fake_study())
     (tmp_path / "data.txt").write_bytes(b"the quick brown fox jumps over the lazy dog\n" * 400)
     (tmp_path / "grid.yaml").write_text(GRID)
@@ -84,6 +85,7 @@ def sandbox(tmp_path, monkeypatch):
     return tmp_path
 
 
+LAB = importlib.util.find_spec("depthlab_lab") is not None
 GRID = "name: g\nmodel: {d_model: 16, n_heads: 2, max_len: 16}\ntrain: {steps: 2, seq_len: 8}\naxes:\n  n_layers: [2, 3]\n"
 PATHS = ["store.sqlite", "data.txt", "grid.yaml", "bad.yaml", "dir", "fifo", "missing", "-", "/dev/null",
          "dir/x.json", "x" * 300, "new/out.json", "plot.png", "plot.txt", "", "store.sqlite/x"]  # fmt: skip
@@ -97,7 +99,7 @@ FLOATS = [0.0, 1e-3, 0.5, 1.0, 3.0, -1.0, 1e9, math.inf, math.nan]
 
 def _options() -> dict[str, list[tuple[str, str]]]:
     """Per command, its flags with the kind of value each takes ("flag" for none, "pos" for NAME)."""
-    parser = build_parser()
+    parser = build_parser(load=tuple(LAB_COMMANDS) if LAB else ())
     sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
     out = {}
     for name, sp in sub.choices.items():
