@@ -1,7 +1,7 @@
 """What a probe costs, against one plain forward and backward of the same model.
 
 A 96-layer pre-LN decoder, d_model 64, 4 heads, on a batch of 8 x 64 bytes: the median wall time of
-``depthlab.probe.probe`` (forward, backward to every stream and parameter, one more backward for the
+``depthlab.probe.forward_backward`` (forward, backward to every stream and parameter, one more backward for the
 position-varying gradient, one forward without grad for the output change, the statistics and the
 verdicts) over the median of a plain ``loss.backward()`` step, timed in alternation.
 

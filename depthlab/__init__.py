@@ -4,13 +4,13 @@
 ``depthlab.open("runs/depthlab.sqlite").study("default")``.
 """
 
+from depthlab import watch  # a callable package: depthlab.watch(model, optimizer, every=10, out=None)
 from depthlab.config import FamilyOptions, ModelConfig, TrainConfig
 from depthlab.errors import ConfigError, InputError
 from depthlab.model import build_model
 from depthlab.model.param_groups import param_groups
 from depthlab.report.view import open_store
 from depthlab.version import __version__
-from depthlab.watch import watch  # the function: depthlab.watch(model, optimizer, every=10, out=None)
 
 # depthlab.open(path) opens a study store. It is left out of __all__, so that ``from depthlab import *``
 # never replaces the builtin open; inside the package the builtin is always what ``open`` means.

@@ -16,9 +16,9 @@ from test_study_fakes import fake_study, fill_store
 import depthlab
 from depthlab import InputError, ModelConfig, TrainConfig
 from depthlab.display import InlineFigure
+from depthlab.doctor.verdict import Verdict
 from depthlab.model.explain import explain
 from depthlab.probe.compare import compare
-from depthlab.probe.verdict import Verdict
 from depthlab.train import RunResult, train
 from depthlab.train.result import RESULT_KEYS
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from depthlab import ModelConfig, build_model
+from depthlab.doctor.checks import prediction
+from depthlab.doctor.lr_limit import GATED_LIMIT, UPDATE_TRAINED, update_limit
+from depthlab.doctor.record import evidence, load_record, outside, range_text
 from depthlab.probe import probe
-from depthlab.probe.calibration import evidence, load_record, outside, range_text
-from depthlab.probe.doctor import prediction
-from depthlab.probe.doctor_lr import GATED_LIMIT, UPDATE_TRAINED, update_limit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from depthlab import ModelConfig, build_model
+from depthlab.doctor.checks import EXPLODE_WARN, VANISH_ERROR, VANISH_WARN, WARMUP_K, rms_exponent
 from depthlab.probe import diagnose, probe
-from depthlab.probe.doctor import EXPLODE_WARN, VANISH_ERROR, VANISH_WARN, WARMUP_K, rms_exponent
 from depthlab.probe.result import ProbeResult
 
 
@@ -171,7 +171,7 @@ def test_non_finite_forward_is_one_error_and_nothing_else(rms, loss_value, where
 
 
 def test_a_verdict_is_a_record_whose_json_is_the_probe_jsons():
-    from depthlab.probe.verdict import Verdict
+    from depthlab.doctor.verdict import Verdict
 
     assert Verdict("ok", "ok", "fine").to_dict() == {"level": "ok", "code": "ok", "message": "fine"}
     assert Verdict("error", "x", "m", "init").to_dict()["cause"] == "init"

@@ -11,8 +11,7 @@ import torch
 
 from depthlab import ModelConfig, build_model, param_groups
 from depthlab.probe.capture import find_norms
-from depthlab.probe.locate import locate_stack
-from depthlab.probe.probe import (
+from depthlab.probe.forward_backward import (
     ADAM_EPS,
     GAIN_LR,
     _first_update_change,
@@ -22,6 +21,7 @@ from depthlab.probe.probe import (
     model_output,
     probe_mode,
 )
+from depthlab.probe.locate import locate_stack
 from depthlab.probe.update_size import group_scales, relative_update, spectral_norm
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -1,6 +1,6 @@
-"""The doctor's score (depthlab.study.scoring) on pairs built by hand."""
+"""The doctor's score (depthlab.report.doctor_score) on pairs built by hand."""
 
-from depthlab.study.scoring import format_score, score
+from depthlab.report.doctor_score import format_score, score
 
 
 def test_score_by_hand():

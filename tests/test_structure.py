@@ -45,7 +45,7 @@ LAYERS = [
     },
     {"model"},
     {"interop"},
-    {"probe"},
+    {"probe", "doctor"},
     {"watch"},
     {"train"},
     {"integrations"},

@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -282,14 +284,25 @@ def test_each_rule_fires_on_a_record_that_crosses_its_threshold():
     assert [(w["code"], w["step"]) for w in replay(starved, th)] == [("gradient-starvation", 3)]
 
 
-def test_depthlab_watch_is_a_function_with_its_real_signature():
+def test_depthlab_watch_is_a_callable_package_with_the_functions_signature():
     import inspect
 
     import depthlab.watch as package_path
 
     params = inspect.signature(depthlab.watch).parameters
-    assert inspect.isfunction(depthlab.watch) and list(params)[:4] == ["model", "optimizer", "every", "out"]
+    assert callable(depthlab.watch) and list(params)[:4] == ["model", "optimizer", "every", "out"]
     assert {"sublayers", "logits", "trackers", "steps"} <= set(params)
     assert depthlab.watch.Watcher is Watcher and package_path.Watcher is Watcher
     with pytest.raises(depthlab.ConfigError, match="every"):
         depthlab.watch(build_model(ModelConfig(**TINY)), every=0)
+
+
+def test_the_watch_package_keeps_its_modules_reachable():
+    """``depthlab.watch`` was once the function, which hid the package: ``import depthlab.watch.outcome``
+    left ``depthlab.watch.outcome`` an AttributeError."""
+    code = (
+        "import depthlab.watch.outcome, depthlab.probe.forward_backward, depthlab\n"
+        "print(depthlab.watch.outcome.__name__, depthlab.probe.forward_backward.__name__, callable(depthlab.watch))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["depthlab.watch.outcome", "depthlab.probe.forward_backward", "True"]

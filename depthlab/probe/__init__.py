@@ -5,8 +5,8 @@ result = probe(model, tokens)          # depthlab, Hugging Face or torch.nn.Tran
 print(result.format()); result.to_dict()   # the Probe JSON of docs/design.md
 """
 
-from depthlab.probe.doctor import diagnose
-from depthlab.probe.probe import LOSSES, measure, probe
+from depthlab.doctor.checks import diagnose
+from depthlab.probe.forward_backward import LOSSES, measure, probe
 from depthlab.probe.result import ProbeResult
 
 __all__ = ["LOSSES", "ProbeResult", "diagnose", "measure", "probe"]

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from depthlab.config import ModelConfig
 from depthlab.display import block, esc, level_badge, table
+from depthlab.doctor.checks import ratios
 from depthlab.frames import check_table, to_frame
 from depthlab.paths import save_figure
-from depthlab.probe.doctor import ratios
 from depthlab.probe.plot import probe_figure
 from depthlab.probe.result import FRAMES as PROBE_FRAMES
 from depthlab.probe.result import ProbeResult, format_verdicts, verdicts_html

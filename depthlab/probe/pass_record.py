@@ -1,6 +1,6 @@
-"""``PassRecord``: what the probe's hooked forward and backward pass recorded (:mod:`depthlab.probe.probe`).
+"""``PassRecord``: what the probe's hooked forward and backward pass recorded (:mod:`depthlab.probe.forward_backward`).
 
-It lives between the pass and the probe's outputs: :func:`depthlab.probe.probe.measure` turns it into
+It lives between the pass and the probe's outputs: :func:`depthlab.probe.forward_backward.measure` turns it into
 the per-stream rows and the ``config`` of a :class:`~depthlab.probe.result.ProbeResult`.
 """
 

@@ -38,10 +38,10 @@ from dataclasses import dataclass, field
 
 from depthlab.display import bar as html_bar
 from depthlab.display import block, esc, level_badge, para, table
+from depthlab.doctor.verdict import Verdict
 from depthlab.frames import check_table, to_frame
 from depthlab.jsonable import finite_or_none
 from depthlab.probe.plot import probe_figure
-from depthlab.probe.verdict import Verdict
 
 REQUIRED = ("index", "grad_norm", "stream_rms", "update_ratio", "cos_prev")
 EXTRA = (
@@ -67,8 +67,8 @@ HTML_BAR_HEADER = f"log scale: {BAR // PER_DECADE} decades"
 
 @dataclass
 class ProbeResult:
-    """config: {"model", "stack", "probe"} (see :func:`depthlab.probe.probe`); layers: one dict per
-    stream; verdicts: the doctor's :class:`~depthlab.probe.verdict.Verdict` s, most severe first."""
+    """config: {"model", "stack", "probe"} (see :func:`depthlab.probe.forward_backward`); layers: one dict per
+    stream; verdicts: the doctor's :class:`~depthlab.doctor.verdict.Verdict` s, most severe first."""
 
     config: dict
     layers: list[dict]

@@ -13,13 +13,13 @@ import torch
 
 from depthlab.config import ModelConfig, check_int
 from depthlab.corpus import describe_batch, text_batch
+from depthlab.doctor.verdict import Verdict
 from depthlab.model import build_model
 from depthlab.model.explain import init_summary, param_summary, wiring_summary
 from depthlab.model.memory import available_memory, check_memory, estimate_memory
 from depthlab.model.stack import check_config
-from depthlab.probe.probe import check_options, probe
+from depthlab.probe.forward_backward import check_options, probe
 from depthlab.probe.result import ProbeResult
-from depthlab.probe.verdict import Verdict
 
 # depthlab's reference init conventions: what a verdict is compared under to tell init from wiring
 REFERENCE_INIT = {"init": "xavier", "tie_embeddings": True, "embed_scale": True}
@@ -41,7 +41,7 @@ def probe_config(
     encoder-decoder gets a second, independent batch as its source. The batch is bytes: a vocabulary
     above 256 never sees its ids 256 and up, and ``config["probe"]["batch"]`` says so.
 
-    ``options`` are :func:`depthlab.probe.probe`'s keyword arguments (loss, perturbation,
+    ``options`` are :func:`depthlab.probe.forward_backward`'s keyword arguments (loss, perturbation,
     jacobian_probes, context). The header names the wiring and the init conventions; with
     ``attribute``, a config whose init conventions are not the reference ones (:data:`REFERENCE_INIT`)
     and that gets a warning or error is probed once more under the reference init, and each verdict

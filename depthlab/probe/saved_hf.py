@@ -25,8 +25,8 @@ from depthlab.errors import ConfigError, InputError
 from depthlab.interop.hf import config_from_hf, family_for
 from depthlab.interop.hf.load import config_errors, config_path, one_line, read_config, transformers_module
 from depthlab.model.explain import wiring_summary
+from depthlab.probe.forward_backward import probe
 from depthlab.probe.locate import locate_stack
-from depthlab.probe.probe import probe
 from depthlab.probe.result import ProbeResult
 from depthlab.probe.run import attribute_to_init, note_batch, reference_init
 
@@ -45,7 +45,7 @@ def probe_hf(
     """Probe the Hugging Face model saved at ``path`` (a folder or a config.json), as transformers builds
     it, on ``batch_size`` x ``seq_len`` bytes of the corpus ``data`` (a file; None: the default
     corpus): random weights drawn with ``seed`` unless ``weights``. ``options`` are
-    :func:`depthlab.probe.probe`'s keyword arguments. The batch is bytes, so a vocabulary above 256
+    :func:`depthlab.probe.forward_backward`'s keyword arguments. The batch is bytes, so a vocabulary above 256
     never sees its ids 256 and up (``config["probe"]["batch"]`` says so).
 
     For an imported family the header names its wiring, and a verdict that the same wiring under

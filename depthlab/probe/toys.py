@@ -1,6 +1,6 @@
 """The seeds' toy stacks as modules the probe can observe, and the seeds' worked numbers.
 
-Each toy is a ``ToyStack`` (one ModuleList of identical blocks), so :func:`depthlab.probe.probe`
+Each toy is a ``ToyStack`` (one ModuleList of identical blocks), so :func:`depthlab.probe.forward_backward`
 finds it like any Transformer and its ``grad_norm`` column is exactly the seeds' "gradient reaching
 each depth". Random draws happen in the texts' order, inside ``torch.random.fork_rng`` so that the
 caller's global RNG is left as it was.

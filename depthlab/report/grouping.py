@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from depthlab.config import TrainConfig
 from depthlab.display import STATE_COLOURS as COLOURS  # noqa: F401 (the report's colours, named here)
-from depthlab.probe.doctor import prediction
+from depthlab.doctor.checks import prediction
 
 STATES = ("trained", "undertrained", "stalled", "diverged", "failed", "running", "queued")
 SEVERITY = {
@@ -192,7 +192,7 @@ def cells(runs: list[dict], lay: Layout) -> dict[tuple[str, str, object], Cell]:
 
 def predicted(run: dict, probe: dict | None) -> str | None:
     """What the at-init verdicts predict for this run: "trains", "fails", or None (no probe)
-    (:func:`depthlab.probe.doctor.prediction`, with the run's own warmup)."""
+    (:func:`depthlab.doctor.checks.prediction`, with the run's own warmup)."""
     if not probe:
         return None
     return prediction(probe, int(run["config"]["train"].get("warmup") or 0))

@@ -12,10 +12,10 @@ import yaml
 from depthlab.display import esc, table
 from depthlab.display import state_badge as _state
 from depthlab.report.data import StudyData
+from depthlab.report.doctor_score import PREDICTIONS, doctor_pairs, expected, score
 from depthlab.report.figures import PageFigure
 from depthlab.report.grouping import depth, predicted, state
 from depthlab.report.lr_tables import lr_section
-from depthlab.study.scoring import PREDICTIONS, doctor_pairs, expected, score
 from depthlab.watch.outcome import OUTCOMES
 
 CSS = """
@@ -74,7 +74,7 @@ def _verdict_row(data: StudyData, r: dict, pred: str | None, actual: str) -> lis
 
 
 def verdict_section(data: StudyData) -> str:
-    """The doctor's verdict at init beside each run's outcome; its score (depthlab.study.scoring)."""
+    """The doctor's verdict at init beside each run's outcome; its score (depthlab.report.doctor_score)."""
     rows = [_verdict_row(data, r, predicted(r, r.get("probe")), state(r)) for r in data.runs]
     s = score(doctor_pairs(data.runs))
     pct = lambda v: "-" if v is None else f"{v:.0%}"  # noqa: E731

@@ -107,7 +107,7 @@ CANDIDATES = [
     {"lse_rise": 2.0}, {"lse_rise": 10.0},
     {"update_factor": 5.0}, {"update_factor": 30.0},
     {"starved_ratio": 0.05}, {"starved_ratio": 0.003},
-    {"spike_factor": 1.5}, {"spike_factor": 3.0},
+    {"spike_ratio": 1.5}, {"spike_ratio": 3.0},
 ]  # fmt: skip
 STALL_RATIOS = (1.0, 1.05, 1.1, 1.2, 1.3)
 

@@ -5,15 +5,17 @@
     ...
     watcher.close()                                                          # every hook removed
 
-``depthlab.watch`` (the attribute of the ``depthlab`` package) is the function :func:`watch`; this package
-is ``sys.modules["depthlab.watch"]`` (``from depthlab.watch import Watcher`` reads it).
+``depthlab.watch`` is this package, and it is callable: ``depthlab.watch(model, ...)`` calls :func:`watch`,
+while ``depthlab.watch.outcome`` (and every other module of it) stays reachable as a module.
 ``depthlab train`` measures through the same :class:`Watcher`: one telemetry implementation. The
 integrations (``depthlab.integrations``) attach it to Hugging Face's ``Trainer`` and to Lightning.
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
+import types
 
 from depthlab.watch.keys import LAYER_KEYS, RECORD_KEYS
 from depthlab.watch.rules import Thresholds, replay
@@ -69,10 +71,15 @@ def watch(
     )  # fmt: skip
 
 
-# ``depthlab.watch`` is this function once ``depthlab`` is imported; ``import depthlab.watch as w`` then
-# binds the function too, so the package's public names are reachable from it as well.
-for _name, _value in (("Watcher", Watcher), ("Thresholds", Thresholds), ("replay", replay),
-                      ("LAYER_KEYS", LAYER_KEYS), ("RECORD_KEYS", RECORD_KEYS)):  # fmt: skip
-    setattr(watch, _name, _value)
+class _CallableModule(types.ModuleType):
+    """The package's module type: calling the package calls :func:`watch` (``depthlab.watch(model)``), so
+    that neither the function nor the package hides the other."""
+
+    def __call__(self, *args, **kwargs) -> Watcher:
+        return watch(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
+__signature__ = inspect.signature(watch)  # what inspect and help() show for depthlab.watch(...)
 
 __all__ = ["LAYER_KEYS", "RECORD_KEYS", "Thresholds", "Watcher", "replay", "watch"]

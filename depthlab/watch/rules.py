@@ -7,7 +7,7 @@ watcher prints it once and records it in that step's ``warnings``.
 | code                    | condition (defaults in :class:`Thresholds`)                                       |
 |-------------------------|------------------------------------------------------------------------------------|
 | non-finite              | the loss, the gradient norm or a layer's number is inf/NaN; names the first stream where it appeared |
-| loss-spike              | a step's loss > ``spike_factor`` x the median of the previous ``spike_window`` losses |
+| loss-spike              | a step's loss > ``spike_ratio`` x the median of the previous ``spike_window`` losses |
 | gradient-starvation     | bottom-quarter layers' sublayer gradient norm < ``starved_ratio`` x the top quarter's, ``starved_logged`` logged steps running (stacks of >= 4 layers) |
 | attention-entropy-collapse | a layer's attention entropy < ``entropy_share`` x its value at the first logged step |
 | attention-logit-growth  | a layer's largest attention logit > ``attn_logit_factor`` x its first value, and above ``attn_logit_floor`` |
@@ -31,7 +31,7 @@ SUBLAYER_GRADS = tuple(k for k in GRAD_KEYS if k != "cross_grad_norm")
 
 @dataclass(frozen=True)
 class Thresholds:
-    spike_factor: float = 2.0
+    spike_ratio: float = 2.0
     spike_window: int = 20
     starved_ratio: float = 0.01
     starved_logged: int = 3
@@ -81,11 +81,11 @@ class Rules:
         recent = self.losses[-th.spike_window :]
         if len(recent) >= min(5, th.spike_window):
             med = statistics.median(recent)
-            if med > 0 and loss > th.spike_factor * med:
+            if med > 0 and loss > th.spike_ratio * med:
                 out += self._fire(
                     step, "loss-spike",
                     f"loss {loss:.4g} is {loss / med:.2f} x the median {med:.4g} of the last {len(recent)} "
-                    f"steps (threshold {th.spike_factor:g} x)", value=loss / med, threshold=th.spike_factor,
+                    f"steps (threshold {th.spike_ratio:g} x)", value=loss / med, threshold=th.spike_ratio,
                 )  # fmt: skip
         self.losses = [*recent, loss][-th.spike_window :]
         return out

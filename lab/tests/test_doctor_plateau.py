@@ -12,8 +12,8 @@ import torch
 
 from depthlab import ModelConfig, build_model
 from depthlab.cli import main
+from depthlab.doctor.plateau import FEATURES, family, p_within, plateau_verdict, predict
 from depthlab.probe import probe
-from depthlab.probe.plateau import FEATURES, family, p_within, plateau_verdict, predict
 from depthlab.study.grid import StudyConfig
 from depthlab.study.store import Store
 from depthlab_lab.calibrate.escape_fit import escape_rows, fit_escape, tobit

@@ -14,9 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from depthlab import ModelConfig, build_model
+from depthlab.doctor.checks import prediction
 from depthlab.intervals import paired_difference_interval, wilson_interval
 from depthlab.probe import probe
-from depthlab.probe.doctor import prediction
 from depthlab_lab.docgen import doctor_heldout
 from depthlab_lab.docgen import doctor_registrations as regs
 from lab.tests.git_history import git
@@ -161,7 +161,7 @@ BAND_COMMIT = (
 
 def _record_at(commit: str) -> dict:
     """The doctor's calibration.json as committed at ``commit`` (the test skips without git history)."""
-    return json.loads(git("show", f"{commit}:depthlab/probe/calibration.json"))
+    return json.loads(git("show", f"{commit}:depthlab/doctor/calibration.json"))
 
 
 def _read(path: str) -> dict:

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from depthlab.cli import main
+from depthlab.doctor.record import RECORD_PATH, load_record
 from depthlab.probe import doctor_lr
-from depthlab.probe.calibration import RECORD_PATH, load_record
+from depthlab.report.doctor_score import score
 from depthlab.study import StudyConfig, run_study
-from depthlab.study.scoring import score
 from depthlab_lab.calibrate.calibration import runs_range
 from depthlab_lab.docgen import doctor_heldout, doctor_scale
 from depthlab_lab.docgen.doctor_heldout import HeldOutGrid

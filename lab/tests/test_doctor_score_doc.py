@@ -2,8 +2,8 @@
 
 import json
 
-from depthlab.probe.plateau import FEATURES
-from depthlab.study.scoring import score
+from depthlab.doctor.plateau import FEATURES
+from depthlab.report.doctor_score import score
 from depthlab_lab.docgen.doctor_score import render
 
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from depthlab import ModelConfig, build_model
+from depthlab.doctor.lr_limit import STEP_LIMIT, STEP_LIMIT_WARMUP, learning_rate, step_limit
 from depthlab.probe import probe
-from depthlab.probe.doctor_lr import STEP_LIMIT, STEP_LIMIT_WARMUP, learning_rate, step_limit
 from depthlab_lab.calibrate.step_limit_fit import band_limit, best_band, fit_step_limit
 
 pytestmark = pytest.mark.usefixtures("one_thread")

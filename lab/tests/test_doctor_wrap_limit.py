@@ -11,8 +11,8 @@ import torch
 
 from depthlab import ModelConfig, build_model
 from depthlab.cli import main
+from depthlab.doctor.lr_limit import for_wrap, learning_rate
 from depthlab.probe import probe
-from depthlab.probe.doctor_lr import for_wrap, learning_rate
 from depthlab_lab.calibrate.step_limit_fit import fit_step_limit
 from depthlab_lab.docgen.doctor_fits import limit_lines
 from lab.tests.tuning_store import tuning_store

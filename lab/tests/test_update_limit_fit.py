@@ -13,9 +13,9 @@ import torch
 
 from depthlab import ModelConfig, build_model
 from depthlab.cli import main
+from depthlab.doctor.lr_limit import GATED_DEPTH, UPDATE_TRAINED, learning_rate, update_limit
 from depthlab.errors import InputError
 from depthlab.probe import probe
-from depthlab.probe.doctor_lr import GATED_DEPTH, UPDATE_TRAINED, learning_rate, update_limit
 from depthlab.study.grid import StudyConfig
 from depthlab.study.store import Store
 from depthlab_lab.calibrate.refit import FITTED, keep_fitted, refit, tuning_runs

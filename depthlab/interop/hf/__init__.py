@@ -12,7 +12,7 @@ from __future__ import annotations
 from torch import nn
 
 from depthlab.errors import InputError
-from depthlab.interop.hf import bert, gpt2, opt, parallel_decoders, rope_decoders, seq2seq, t5  # noqa: F401 (registration)
+from depthlab.interop.hf import bert, gpt2, gpt_neox, llama, opt, seq2seq, t5  # noqa: F401 (registration)
 from depthlab.interop.hf.family import FAMILIES, Family, config_from_hf, family_for, model_types
 from depthlab.interop.hf.load import family_info, imported_config, read_config, rewire, rewired_config
 from depthlab.model import build_model

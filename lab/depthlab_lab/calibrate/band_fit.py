@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from depthlab.probe.calibration import DIGITS
+from depthlab.doctor.record import DIGITS
 
 
 def best_band(rows: list[dict], key: str = "step") -> tuple[float, float, int]:

@@ -2,7 +2,7 @@
 
 - **always "trains"**: what a reader who ignores the doctor assumes.
 - **wrapping x learning rate lookup**: per (wrapping, lr) of the tuning runs, the prediction most of
-  them called for (:func:`depthlab.study.scoring.expected`; ties go to "trains"); a held-out run takes
+  them called for (:func:`depthlab.report.doctor_score.expected`; ties go to "trains"); a held-out run takes
   the entry of its wrapping at the tuning lr nearest its own on a log scale, and "trains" for a
   wrapping the tuning grid does not have. A doctor that does not beat it is not worth its probe: the
   lookup needs no probe at all.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from depthlab.study.scoring import expected
+from depthlab.report.doctor_score import expected
 from depthlab.watch.outcome import OUTCOMES
 
 
@@ -44,7 +44,7 @@ def lookup(table: dict[tuple[str, float], str], wrap: str, lr: float) -> str:
 
 def baseline_pairs(tuning_runs: list[dict], heldout_runs: list[dict]) -> dict[str, list[tuple[str, str]]]:
     """{"always 'trains'": pairs, "wrapping x lr lookup": pairs}: (prediction, outcome) per finished
-    held-out run, for :func:`depthlab.study.scoring.score`."""
+    held-out run, for :func:`depthlab.report.doctor_score.score`."""
     table = lookup_table(tuning_runs)
     held = _finished(heldout_runs)
     return {

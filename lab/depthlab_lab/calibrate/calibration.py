@@ -1,6 +1,6 @@
 """The doctor's calibration record filled from studies: its range from the grids, its counts from the tuning runs.
 
-The record's format is :mod:`depthlab.probe.calibration`'s. :func:`calibration_record` builds it: the
+The record's format is :mod:`depthlab.doctor.record`'s. :func:`calibration_record` builds it: the
 range of width, depth, lr and warmup spans the grids given (the tuning grid where the thresholds were
 chosen and the held-out grid where they were scored: the verdicts were tested over both), the range of
 the relative update spans the tuning runs' probes, and every count comes from the tuning runs alone,
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 
-from depthlab.probe.doctor import prediction
+from depthlab.doctor.checks import prediction
 from depthlab.study.grid import StudyConfig
 from depthlab.watch.outcome import OUTCOMES
 
@@ -78,7 +78,7 @@ def runs_range(runs: list[dict]) -> dict:
 
 
 def calibration_record(tuning_runs: list[dict], where: str, source: str) -> dict:
-    """The record (:mod:`depthlab.probe.calibration`'s format) from the tuning runs: its range is where
+    """The record (:mod:`depthlab.doctor.record`'s format) from the tuning runs: its range is where
     they ran (their finished runs' widths, depths, lrs and warmups)."""
     rng = runs_range(tuning_runs)
     rho = [

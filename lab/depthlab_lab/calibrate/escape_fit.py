@@ -17,7 +17,7 @@ per family (:func:`family`): stacks whose blocks renormalise the stream (post-LN
 Mix-LN) and the rest (pre-LN-like). Diverged runs are left out: they never escape at any budget, which
 is the learning-rate verdict's question, not a late escape. A feature that does not vary among a
 family's runs (one width only, say) is left out of its fit (coefficient 0) and its support is that one
-value. :func:`fit_escape` returns the record section that :mod:`depthlab.probe.plateau` reads.
+value. :func:`fit_escape` returns the record section that :mod:`depthlab.doctor.plateau` reads.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import math
 
 import torch
 
-from depthlab.probe.plateau import FEATURES, Z_INTERVAL, family, features
+from depthlab.doctor.plateau import FEATURES, Z_INTERVAL, family, features
 
 RIDGE = 1e-3  # on the standardised coefficients: keeps a fit with a separated feature finite
 MIN_RUNS = 8  # fewer runs in a family: no fit for it (the doctor then says nothing of its plateau)

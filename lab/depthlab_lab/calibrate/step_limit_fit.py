@@ -8,7 +8,7 @@ finds the limits on s that classify those runs (trained below, stalled or diverg
 fewest errors; the limit is the band's geometric midpoint. Where a longer warmup's limit comes out below
 a shorter one's (runs of another depth or budget), the two are pooled and one limit chosen on their runs
 together (:func:`_monotone`). :func:`fit_step_limit` returns the record section that
-:func:`depthlab.probe.doctor_lr.step_limit` reads: per warmup its limit, band, runs and errors, the same
+:func:`depthlab.doctor.lr_limit.step_limit` reads: per warmup its limit, band, runs and errors, the same
 fit on each width's runs alone (evidence of whether the limit on s holds across width), and the support
 (the runs' widths, depths, lrs, warmups). Between two fitted warmups the limit is interpolated linearly
 in ln(limit) against ln(1 + warmup); beyond the longest it is that warmup's limit, and the verdict is
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 
-from depthlab.probe.doctor_lr import WIDTH_REF, step_limit
+from depthlab.doctor.lr_limit import WIDTH_REF, step_limit
 from depthlab.watch.outcome import OUTCOMES
 from depthlab_lab.calibrate.band_fit import band_fit, band_limit, best_band, width_bands
 

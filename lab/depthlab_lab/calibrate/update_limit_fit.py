@@ -3,11 +3,11 @@
 The relative update rho (:mod:`depthlab.probe.update_size`: Adam's first full step against each block
 matrix's spectral norm) decides the learning-rate verdict of two families of stacks: "free" ones
 (pre-LN, sandwich, reorder, LNS, LayerScale, ...: no block renormalises the stream, no branch is
-zero-gated) and "gated" ones (ReZero, :data:`depthlab.probe.doctor_lr.GATED`), whose first step sets
+zero-gated) and "gated" ones (ReZero, :data:`depthlab.doctor.lr_limit.GATED`), whose first step sets
 every gate to +-lr whatever its size. Per family, :func:`fit_update_limits` finds the limit on rho that
 misclassifies the fewest finished tuning runs (trained below it, stalled, undertrained or diverged
 above; :func:`~depthlab_lab.calibrate.band_fit.best_band`). The gated family is fitted on its runs of every
-depth: records fitted before this form kept only runs of :data:`~depthlab.probe.doctor_lr.GATED_DEPTH`
+depth: records fitted before this form kept only runs of :data:`~depthlab.doctor.lr_limit.GATED_DEPTH`
 layers or more (at width 32 and 150 steps, 2-layer ReZero stacks had trained where deeper ones diverged),
 but at the budgets of the grids across scale (600-1,000 steps) the 2-layer ReZero stacks failed above the
 same band as the 6-layer ones (width 32: trained up to rho 0.85, failed from 2.8; width 512: failed from
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from depthlab.probe.doctor_lr import GATED
+from depthlab.doctor.lr_limit import GATED
 from depthlab.watch.outcome import OUTCOMES
 from depthlab_lab.calibrate.band_fit import band_fit, width_bands
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 
+from depthlab.doctor.plateau import FAMILY_TEXT
+from depthlab.doctor.record import RECORD_PATH, load_record
 from depthlab.errors import InputError
 from depthlab.paths import check_output_file
-from depthlab.probe.calibration import RECORD_PATH, load_record
-from depthlab.probe.plateau import FAMILY_TEXT
 from depthlab_lab.calibrate.calibration import write_record
 from depthlab_lab.calibrate.refit import refit
 from depthlab_lab.docgen.doctor_fits import band_text, family_text, scaled_text
@@ -37,7 +37,7 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--record",
         default=RECORD_PATH,
-        help="the calibration record to update (default: the doctor's own, depthlab/probe/calibration.json)",
+        help="the calibration record to update (default: the doctor's own, depthlab/doctor/calibration.json)",
     )
     p.set_defaults(run=run)
 

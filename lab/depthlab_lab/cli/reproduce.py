@@ -7,8 +7,8 @@ import os
 from depthlab.cli.common import add_json_flag, refuse_flags
 from depthlab.errors import ConfigError, InputError
 from depthlab.paths import check_folder, check_output_file, write_json
+from depthlab.report.doctor_score import format_score
 from depthlab.study.executors import default_workers
-from depthlab.study.scoring import format_score
 from depthlab.study.storefile import check_store_path
 from depthlab.train.distributed import set_torch_threads
 from depthlab_lab.docgen.doctor_scale import DEFAULT_SCALE_DB as SCALE_DB

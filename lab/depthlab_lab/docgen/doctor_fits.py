@@ -7,9 +7,9 @@ holds them, so that the page says what the doctor does without anyone copying a 
 
 from __future__ import annotations
 
-from depthlab.probe.doctor_lr import GATED_DEPTH, GATED_LIMIT, UPDATE_TRAINED, from_band
-from depthlab.probe.plateau import FAMILY_TEXT as PLATEAU_FAMILY_TEXT
-from depthlab.probe.plateau import FEATURES
+from depthlab.doctor.lr_limit import GATED_DEPTH, GATED_LIMIT, UPDATE_TRAINED, from_band
+from depthlab.doctor.plateau import FAMILY_TEXT as PLATEAU_FAMILY_TEXT
+from depthlab.doctor.plateau import FEATURES
 from depthlab_lab.calibrate.update_limit_fit import FAMILY_TEXT
 
 

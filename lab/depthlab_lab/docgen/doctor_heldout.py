@@ -1,7 +1,7 @@
 """The doctor's held-out grids across width, each scored under its own record of record, for ``depthlab reproduce doctor``.
 
 A held-out grid's score of record is under the rules registered before any of its runs. The doctor's
-current record (``depthlab/probe/calibration.json``) is refitted when a tuning part is added, so a grid
+current record (``depthlab/doctor/calibration.json``) is refitted when a tuning part is added, so a grid
 scored before that refit keeps its own record (:class:`HeldOutGrid`'s ``record``, a copy kept in
 ``depthlab/probe/``), and is scored under it: only the learning-rate verdict reads the fitted rules, so
 it alone is taken again from each run's probe (:func:`depthlab_lab.docgen.doctor_registrations.under_record`),
@@ -16,9 +16,9 @@ import datetime
 import os
 from dataclasses import dataclass
 
-from depthlab.probe.calibration import RECORD_PATH, load_record
+from depthlab.doctor.record import RECORD_PATH, load_record
+from depthlab.report.doctor_score import doctor_pairs, format_score, interval_text, score
 from depthlab.study import StudyConfig
-from depthlab.study.scoring import doctor_pairs, format_score, interval_text, score
 from depthlab_lab import lab_file
 from depthlab_lab.calibrate.baselines import baseline_pairs
 from depthlab_lab.docgen.doctor_registrations import (

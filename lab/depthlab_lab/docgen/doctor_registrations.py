@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import os
 
+from depthlab.doctor.lr_limit import learning_rate
+from depthlab.doctor.record import load_record
 from depthlab.intervals import paired_difference_interval
-from depthlab.probe.calibration import load_record
-from depthlab.probe.doctor_lr import learning_rate
 from depthlab.probe.result import ProbeResult
+from depthlab.report.doctor_score import doctor_pairs, expected, score
 from depthlab.report.grouping import predicted
-from depthlab.study.scoring import doctor_pairs, expected, score
 from depthlab.watch.outcome import OUTCOMES
 from depthlab_lab import RECORDS
 from depthlab_lab.calibrate.baselines import lookup, lookup_table

@@ -14,9 +14,9 @@ import os
 
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.report import load
+from depthlab.report.doctor_score import doctor_pairs, score
 from depthlab.report.grouping import predicted
 from depthlab.study import RunSpec, StudyConfig
-from depthlab.study.scoring import doctor_pairs, score
 from depthlab.study.store import Store
 from depthlab.study.worker import probe_at_init
 from depthlab_lab import lab_file

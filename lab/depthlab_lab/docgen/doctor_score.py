@@ -1,7 +1,7 @@
 """``depthlab reproduce doctor``: score the doctor's at-init verdicts on its held-out grid; docs/doctor.md.
 
 The doctor's thresholds were chosen on ``lab/depthlab_lab/grids/doctor-tuning.yaml`` and are constants in
-:mod:`depthlab.probe.doctor`; ``lab/depthlab_lab/grids/doctor-heldout.yaml`` was fixed before any of its runs and is
+:mod:`depthlab.doctor.checks`; ``lab/depthlab_lab/grids/doctor-heldout.yaml`` was fixed before any of its runs and is
 only scored. This command runs both grids into one store (resumable: runs already done are skipped),
 probes every run's model at init again with the current probe (deterministic: the run's seed and first
 batch), so that the score is always the current doctor's, scores it on each grid (the tuning score is
@@ -17,14 +17,14 @@ import os
 import platform
 import time
 
+from depthlab.doctor.checks import diagnose
+from depthlab.doctor.lr_limit import GATED_DEPTH, GATED_LIMIT, from_band, update_limit
+from depthlab.doctor.record import RECORD_PATH, load_record
 from depthlab.paths import check_output_file, write_json
-from depthlab.probe.calibration import RECORD_PATH, load_record
-from depthlab.probe.doctor import diagnose
-from depthlab.probe.doctor_lr import GATED_DEPTH, GATED_LIMIT, from_band, update_limit
 from depthlab.probe.result import ProbeResult
 from depthlab.report import load
+from depthlab.report.doctor_score import doctor_pairs, format_score, score
 from depthlab.study import StudyConfig, run_study
-from depthlab.study.scoring import doctor_pairs, format_score, score
 from depthlab_lab import lab_file
 from depthlab_lab.calibrate.baselines import baseline_pairs
 from depthlab_lab.calibrate.calibration import calibration_record, write_record
@@ -145,7 +145,7 @@ def _grids_lines() -> list[str]:
         "",
         "The grids above stop at width 64, 16 layers, lr 0.05 and 150 steps. Every learning-rate and "
         "trainability verdict says where it was calibrated and how often the tuning grid agreed with it "
-        "(the record `depthlab/probe/calibration.json`, rewritten from the tuning runs by this command), and a "
+        "(the record `depthlab/doctor/calibration.json`, rewritten from the tuning runs by this command), and a "
         "configuration outside that range (a wider or deeper model, another lr or warmup) gets at most a "
         "warning marked as an extrapolation. These grids, each committed before any of its runs, are to "
         "calibrate and score the doctor where people train:",

@@ -10,7 +10,7 @@ LM loss, for five seeds (each its own initial weights and batch), the probe meas
 - ``final_rms``: the rms of x_L before any final norm (Lemma 2: pre-LN's E||x_l||^2 grows linearly in
   l, so its rms ~ L^(1/2); post-LN's is renormalised, flat);
 - ``ctx_ratio``: the position-varying gradient at layer 1's output over its value at the top
-  (:mod:`depthlab.probe.probe`): how much of the signal that teaches context reaches the bottom.
+  (:mod:`depthlab.probe.forward_backward`): how much of the signal that teaches context reaches the bottom.
 
 Log-log slopes against L are fitted by least squares, one per seed; the results are decided on the
 mean slope over seeds with its interval. The texts (the stacks article and the stream chapter) read Xiong et al. as saying that

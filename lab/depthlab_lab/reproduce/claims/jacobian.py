@@ -7,7 +7,7 @@ signal and its gradient cross the whole stack at their own scale.
 
 Measured here: depthlab decoders (d_model 128, 4 heads, d_ff 512, Xavier init) of the same depth, the
 probe's Hutchinson estimate of ||d x_L / d x_0||_F^2 / n (``jacobian_probes`` random projections, one
-backward pass each; :func:`depthlab.probe.probe._jacobian_msv`) on a batch of real text. x_0 is the
+backward pass each; :func:`depthlab.probe.forward_backward._jacobian_msv`) on a batch of real text. x_0 is the
 stream entering layer 1, x_L the one leaving layer L (before any final norm), for five seeds. With
 a = 0 at init every ReZero layer is the identity, so its Jacobian is I and its MSV exactly 1 (a sanity
 check): the notebook's 2.14 cannot be an at-init value of a ReZero layer whose a starts at 0.

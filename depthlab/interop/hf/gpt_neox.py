@@ -1,4 +1,4 @@
-"""The parallel-attention decoders: GPT-NeoX / Pythia, GPT-J, Falcon, Phi-1/2.
+"""GPT-NeoX and the parallel-attention decoders built like it: GPT-NeoX / Pythia, GPT-J, Falcon, Phi-1/2.
 
 Each block adds attention and FFN, both read from the same stream, to one skip:
 

@@ -43,17 +43,20 @@ matrix's spectral norm, a quantity comparable across width). Three families of s
   stack under ``GATED_DEPTH`` layers gets a warning at most. The fit's support widens the calibrated range, as the step limit's does.
 
 Every verdict says where it was calibrated and, where the record holds it, how often the calibration
-grid agreed (:mod:`depthlab.probe.calibration`). A configuration outside the calibrated range (width,
+grid agreed (:mod:`depthlab.doctor.record`). A configuration outside the calibrated range (width,
 depth, lr, warmup) is an extrapolation: its error becomes a warning that says so.
 """
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from depthlab.probe.calibration import DIGITS, evidence, load_record, outside, range_text
-from depthlab.probe.result import ProbeResult
-from depthlab.probe.verdict import Verdict
+from depthlab.doctor.record import DIGITS, evidence, load_record, outside, range_text
+from depthlab.doctor.verdict import Verdict
+
+if TYPE_CHECKING:  # the doctor reads a probe's result; the probe package imports the doctor
+    from depthlab.probe.result import ProbeResult
 
 STEP_LIMIT = 1.3
 STEP_LIMIT_WARMUP = 4.7

@@ -1,4 +1,4 @@
-"""``Verdict``: one finding of the doctor about a probed stack (:mod:`depthlab.probe.doctor`).
+"""``Verdict``: one finding of the doctor about a probed stack (:mod:`depthlab.doctor.checks`).
 
 "Verdict" means this in depthlab and nothing else: a level, a code naming the phenomenon and a message
 with the numbers behind it. In the Probe JSON (docs/design.md) each is the object ``to_dict`` returns.

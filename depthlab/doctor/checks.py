@@ -1,8 +1,8 @@
-"""The doctor: verdicts (:class:`~depthlab.probe.verdict.Verdict`: level, code, message) read off a probe, the numbers in each message.
+"""The doctor: verdicts (:class:`~depthlab.doctor.verdict.Verdict`: level, code, message) read off a probe, the numbers in each message.
 
 Thresholds, and the measurements that placed them (depthlab decoders, d_model 64, 4 heads, xavier
 init, a batch of 8 x 64 bytes of the default corpus, LM loss, seed 0 unless a range is given;
-``c0/cL`` = context_grad_norm at stream 0 over the top, see :mod:`depthlab.probe.probe`):
+``c0/cL`` = context_grad_norm at stream 0 over the top, see :mod:`depthlab.probe.forward_backward`):
 
 | stack (L = 6 / 12 / 24 / 48)              | c0/cL                         | g0/gL          | top token_cos   |
 |-------------------------------------------|-------------------------------|----------------|-----------------|
@@ -42,12 +42,12 @@ init, a batch of 8 x 64 bytes of the default corpus, LM loss, seed 0 unless a ra
   model will train with; it then replaces ``warmup-required``): a learning-rate ceiling for every
   wrapping, from the measured update gain and relative update and the calibrated limits, with how often
   the calibration grid agreed and where it was calibrated; an error outside that range is a warning
-  marked as an extrapolation. The rules and their measurements: :mod:`depthlab.probe.doctor_lr`.
+  marked as an extrapolation. The rules and their measurements: :mod:`depthlab.doctor.lr_limit`.
 - ``plateau`` (only with the learning rate): when the run is expected to leave the unigram plateau
   (median and 80% interval of a censored fit of the tuning runs' escape steps on lr, width, depth and
   warmup) and, given its budget of steps, whether that budget would call it stalled (**warning**) or
   leaves it room (**ok**); never an error, and marked as an extrapolation outside the fit's support.
-  The model: :mod:`depthlab.probe.plateau`.
+  The model: :mod:`depthlab.doctor.plateau`.
 - ``non-finite`` (**error**, reported alone): a stream or the loss is inf or nan: float32 overflowed
   (a norm-free stack's stream grows with depth), so nothing else can be judged.
 - ``dead-stream`` (**error**): a stream that is exactly zero (ReZero's a = 0 with its skip off).
@@ -57,13 +57,16 @@ init, a batch of 8 x 64 bytes of the default corpus, LM loss, seed 0 unless a ra
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
+from depthlab.doctor.lr_limit import learning_rate, width
+from depthlab.doctor.plateau import plateau_verdict
+from depthlab.doctor.record import evidence, load_record
+from depthlab.doctor.verdict import Verdict
 from depthlab.fit import loglog_slope
-from depthlab.probe.calibration import evidence, load_record
-from depthlab.probe.doctor_lr import learning_rate, width
-from depthlab.probe.plateau import plateau_verdict
-from depthlab.probe.result import ProbeResult
-from depthlab.probe.verdict import Verdict
+
+if TYPE_CHECKING:  # the doctor reads a probe's result; the probe package imports the doctor
+    from depthlab.probe.result import ProbeResult
 
 VANISH_ERROR = 1e-3
 VANISH_WARN = 0.1
@@ -255,7 +258,7 @@ def _growth(r: ProbeResult):
 
 
 def _plateau(r: ProbeResult):
-    """Whether and when the run leaves the unigram plateau (:mod:`depthlab.probe.plateau`)."""
+    """Whether and when the run leaves the unigram plateau (:mod:`depthlab.doctor.plateau`)."""
     return plateau_verdict(r, load_record(), width(r))
 
 

@@ -1,4 +1,4 @@
-"""The RoPE decoders that share Llama's module layout: Llama, Mistral, Qwen2, Qwen3, OLMo 2, Gemma 2, Gemma 3.
+"""Llama and the RoPE decoders built like it: Llama, Mistral, Qwen2, Qwen3, OLMo 2, Gemma 2, Gemma 3.
 
 All have ``model.embed_tokens``, ``model.layers.i.self_attn.{q,k,v,o}_proj``, ``mlp.{gate,up,down}_proj``
 (our gated ``fc1`` holds [gate; up], ``fc2`` = down), ``model.norm`` and ``lm_head``; they differ in

@@ -1,6 +1,6 @@
 """How well an at-init prediction foretold the outcomes of a study's runs: the doctor's score.
 
-The doctor predicts "trains" or "fails" (:func:`depthlab.probe.doctor.prediction`); a run's outcome is
+The doctor predicts "trains" or "fails" (:func:`depthlab.doctor.checks.prediction`); a run's outcome is
 one of trained, undertrained, stalled, diverged (:mod:`depthlab.watch.outcome`). A prediction is a hit
 when "trains" meets "trained" or "fails" meets any other outcome. :func:`score` gives the accuracy, the
 confusion table (predictions down, outcomes across), per outcome its recall (the share of its runs the
@@ -12,8 +12,8 @@ as independent, though runs of one configuration at other lrs or warmups are ali
 
 from __future__ import annotations
 
+from depthlab.doctor.checks import prediction
 from depthlab.intervals import wilson_interval
-from depthlab.probe.doctor import prediction
 from depthlab.watch.outcome import OUTCOMES
 
 PREDICTIONS = ("trains", "fails")

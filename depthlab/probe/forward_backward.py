@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from depthlab.config import check_seed
+from depthlab.doctor.checks import diagnose
 from depthlab.errors import ConfigError, InputError
 from depthlab.probe.capture import StreamCapture, find_norms, stream_tensor
-from depthlab.probe.doctor import diagnose
 from depthlab.probe.locate import StackInfo, locate_stack, missing_sublayers, with_sublayers
 from depthlab.probe.pass_record import PassRecord
 from depthlab.probe.result import ProbeResult

@@ -16,10 +16,13 @@ fit's support (the lrs, widths, depths and warmups it was fitted on) is marked a
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from depthlab.probe.calibration import outside
-from depthlab.probe.result import ProbeResult
-from depthlab.probe.verdict import Verdict
+from depthlab.doctor.record import outside
+from depthlab.doctor.verdict import Verdict
+
+if TYPE_CHECKING:  # the doctor reads a probe's result; the probe package imports the doctor
+    from depthlab.probe.result import ProbeResult
 
 FEATURES = ("const", "ln_lr", "ln_lr_sq", "ln_d_model", "ln_n_layers", "ln_1_warmup", "ln_step", "ln_step_sq")
 Z_INTERVAL = 1.2816  # the normal's 90% point: an 80% interval for one run's escape step
