@@ -19,7 +19,7 @@ from depthlab.intervals import paired_difference_interval, wilson_interval
 from depthlab.probe import probe
 from depthlab_lab.docgen import doctor_heldout
 from depthlab_lab.docgen import doctor_registrations as regs
-from lab.tests.git_history import git
+from lab.tests.git_history import git, show_followed
 
 
 def test_the_paired_interval_is_newcombes_method_10_by_hand():
@@ -161,7 +161,7 @@ BAND_COMMIT = (
 
 def _record_at(commit: str) -> dict:
     """The doctor's calibration.json as committed at ``commit`` (the test skips without git history)."""
-    return json.loads(git("show", f"{commit}:depthlab/doctor/calibration.json"))
+    return json.loads(show_followed(commit, "depthlab/doctor/calibration.json") or git("show", f"{commit}:x"))
 
 
 def _read(path: str) -> dict:

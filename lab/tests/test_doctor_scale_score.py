@@ -7,8 +7,8 @@ import json
 import pytest
 
 from depthlab.cli import main
+from depthlab.doctor import lr_limit
 from depthlab.doctor.record import RECORD_PATH, load_record
-from depthlab.probe import doctor_lr
 from depthlab.report.doctor_score import score
 from depthlab.study import StudyConfig, run_study
 from depthlab_lab.calibrate.calibration import runs_range
@@ -58,7 +58,7 @@ def _current(monkeypatch, path):
     real = load_record.__wrapped__
     rec = real(path)
     read = lambda p=RECORD_PATH: rec if p == RECORD_PATH else real(p)  # noqa: E731
-    monkeypatch.setattr(doctor_lr, "load_record", read)
+    monkeypatch.setattr(lr_limit, "load_record", read)
     monkeypatch.setattr(doctor_heldout, "load_record", read)
 
 
