@@ -312,3 +312,26 @@ def test_no_revision_is_dated_before_the_registration_it_revises():
     pinning = _floor(_commit_time(PINNING), "day")
     for r in SHARED_REVISIONS:
         assert _typed(r.date)[0] >= pinning, f"shared {r.key}: dated before the shared code was pinned"
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("if final <= (1 + STALL_MARGIN) * U:", "if final <= (1 + 2 * STALL_MARGIN) * U:"),
+        ("if drop > FALL_MARGIN:", "if drop >= FALL_MARGIN:"),
+        ("if self.ema > self.spike_factor * floor:", "if self.ema > 2 * self.spike_factor * floor:"),
+        (
+            "below = loss is not None and math.isfinite(loss) and loss < level",
+            "below = loss is not None and loss < level",
+        ),
+    ],
+)
+def test_weakening_how_the_outcome_rules_are_applied_fails_the_shared_pin(old, new):
+    """Every run's label rests on the outcome classifier: its code is pinned, not only its constants."""
+    src = source_of("depthlab.watch.outcome")
+    assert src.count(old) == 1
+    mutated = shared_pins(lambda m: src.replace(old, new) if m == "depthlab.watch.outcome" else source_of(m))
+    first = {f"code.{k}": v for k, v in CODE["_shared"].items()}
+    replayed, problems = replay(first, SHARED_REVISIONS)
+    assert problems == [] and replayed == {f"code.{k}": v for k, v in shared_pins().items()}
+    assert replayed != {f"code.{k}": v for k, v in mutated.items()}, "the weakened rule went unnoticed"

@@ -94,6 +94,13 @@ SHARED = {
     # undertrained, stalled, diverged): a change there relabels runs, so it changes results.
     "depthlab.train.regimes": ("TINY_LM_MODEL", "TINY_LM_TRAIN", "LARGE_LM_MODEL", "LARGE_LM_TRAIN"),
     "depthlab.watch.outcome": (
+        # the code that applies them, not only the constants: every run's label rests on it
+        "Monitor.stall_level",
+        "Monitor.update",
+        "Monitor.log",
+        "Monitor.decide",
+        "Monitor._fitted_drop",
+        "escape_step",
         "EMA_WEIGHT",
         "SPIKE_FLOOR",
         "BLOWUP",

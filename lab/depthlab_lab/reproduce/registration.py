@@ -394,6 +394,25 @@ SHARED_REVISIONS: tuple[Revision, ...] = (
     ),
 )
 
+# The outcome classifier's code pinned with its constants (before, only the constants were: changing how a
+# margin is applied, (1 + STALL_MARGIN) to (1 + 2 * STALL_MARGIN), passed every test).
+MONITOR_PINNED = (
+    "the code that labels every run (trained, undertrained, stalled, diverged) is pinned like a claim's "
+    "decision code: a change to how a threshold is applied relabels runs as surely as a changed threshold"
+)
+MONITOR_KNOWN = "yes: pinned as it is, no result changes (a new pin of unchanged code)"
+SHARED_REVISIONS += tuple(
+    Revision("2026-12-04", f"code.depthlab.watch.outcome.{name}", None, digest, MONITOR_PINNED, MONITOR_KNOWN)
+    for name, digest in (
+        ("Monitor.stall_level", "eb7b738a908ccf85"),
+        ("Monitor.update", "e9c8c8b68feac52a"),
+        ("Monitor.log", "57f84919e98e284e"),
+        ("Monitor.decide", "8a22ca5f1fcf6017"),
+        ("Monitor._fitted_drop", "681e8e8566c48025"),
+        ("escape_step", "42ff81567bead73f"),
+    )
+)
+
 # The revision that moved checks holding by construction (or known before registration) to sanity.
 TO_SANITY = (
     "a check that holds by construction, holds without training, tests a measurement already counted, or "
