@@ -71,8 +71,8 @@ def test_vanishing_thresholds(ratio, expected):
 def test_vanishing_counts_starved_bottom_layers_and_uses_the_context_gradient():
     ctx = [1e-6] * 7 + [0.5, 0.8, 0.9, 1.0]  # streams 0..6 below 1e-2 of the top: layers 1..6 starved
     [v] = [v for v in diagnose(fake([1.0] * 11, ctx=ctx)) if v.code == "vanishing-gradient"]
-    assert v.level == "error" and "the bottom 6 of 10 layers" in v.message
-    assert "differs between positions" in v.message and "1.0e-06" in v.message
+    assert v.level == "error" and "the bottom 6 of 10 layers" in v.message + v.detail
+    assert "differs between positions" in v.message + v.detail and "1.0e-06" in v.message + v.detail
 
 
 @pytest.mark.parametrize(
@@ -87,7 +87,7 @@ def test_stream_growth_exponent_and_level():
     sqrt_growth = [0.02] + [math.sqrt(i) for i in range(1, 49)]  # an unscaled embedding, then sqrt(l)
     assert rms_exponent(sqrt_growth[1:]) == pytest.approx(0.5)
     v = next(v for v in diagnose(fake([1.0] * 49, rms=sqrt_growth)) if v.code == "stream-growth")
-    assert v.level == "ok" and "^0.50" in v.message and "sqrt(L) = 6.93" in v.message
+    assert v.level == "ok" and "^0.50" in v.message + v.detail and "sqrt(L) = 6.93" in v.message + v.detail
     linear = [0.02] + [float(i) for i in range(1, 49)]
     assert levels(fake([1.0] * 49, rms=linear))["stream-growth"] == "warning"
 
@@ -152,7 +152,7 @@ def test_seed_004_toy_without_skips_vanishes(one_thread):
     x = torch.randn(8, 64)
     verdicts = probe(ToyStack([TanhBlock(f, False) for f in layers]), x, loss="sum").verdicts
     [v] = [v for v in verdicts if v.code == "vanishing-gradient"]
-    assert v.level == "error" and "of 48 layers get less than 0.01" in v.message
+    assert v.level == "error" and "of 48 layers get less than 0.01" in v.message + v.detail
     with_skips = probe(ToyStack([TanhBlock(f, True) for f in layers]), x, loss="sum").verdicts
     assert with_skips and "vanishing-gradient" not in {v.code for v in with_skips}
 

@@ -52,7 +52,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from depthlab.doctor.record import DIGITS, evidence, load_record, outside, range_text
+from depthlab.doctor.limit import LrLimit
+from depthlab.doctor.record import evidence, load_record, outside, range_text
 from depthlab.doctor.verdict import Verdict
 
 if TYPE_CHECKING:  # the doctor reads a probe's result; the probe package imports the doctor
@@ -70,7 +71,20 @@ WIDTH_REF = 128  # a wrapping's width-scaled step s x (d / WIDTH_REF)^-a equals 
 
 
 def learning_rate(r: ProbeResult, record: dict | None = None) -> Verdict | None:
-    """The learning-rate verdict with its ceiling, evidence and range; None when the gain was not measured."""
+    """The learning-rate verdict with its limit, evidence and range; None when the gain was not measured."""
+    found = limit_of(r, record)
+    if found is None:
+        return None
+    limit, record, out = found
+    pr = r.config["probe"]
+    return render(limit, pr["lr"], r.n_layers, record, out)
+
+
+def limit_of(r: ProbeResult, record: dict | None = None) -> tuple[LrLimit, dict, list[str]] | None:
+    """(the stack's :class:`LrLimit` at the probe's warmup, the record it was read from with the range it
+    was calibrated on, the phrases that put the probe's width, depth, lr or warmup outside that range);
+    None when the probe measured no update gain. The one computation of the limit: the verdict, the
+    comparison table and ``depthlab advise`` all read it."""
     pr = r.config["probe"]
     gain, step = pr.get("update_gain"), pr.get("step_size")
     if gain is None or step is None or not math.isfinite(gain) or gain <= 0:
@@ -84,15 +98,15 @@ def learning_rate(r: ProbeResult, record: dict | None = None) -> Verdict | None:
     if share > 0:
         record, who = for_wrap(record, wrap)
         scale = width_scale(record, values["d_model"])
-        level, text, key = _renormalised(gain, step, lr, warmup, share, record, who, scale)
+        limit = _renormalised(gain * scale, warmup, record, who, scale)
         support = (record.get("step_limit") or {}).get("support")
     elif wrap in GATED and rho:
         fit = update_limit("gated", record)
-        level, text, key = _gated_fitted(rho, lr, r.n_layers, fit) if fit else _gated(rho, lr, r.n_layers)
+        limit = _gated(rho / lr, warmup, fit)
         support = (fit or {}).get("support")
     else:
         fit = update_limit("free", record) if rho else None
-        level, text, key = _free_fitted(gain, step, rho, lr, fit) if fit else _free(gain, step, rho, lr)
+        limit = _free(rho / lr if rho else gain, warmup, fit, measured=bool(rho))
         support = (fit or {}).get("support")
     if support and record.get("own_range"):  # a wrapping's own limit: calibrated where its runs ran
         record = dict(record, range=record["range"] | support)
@@ -101,7 +115,7 @@ def learning_rate(r: ProbeResult, record: dict | None = None) -> Verdict | None:
     out = outside(record, values)
     if share > 0 and values["d_model"] is None and (record.get("step_limit") or {}).get("width_exponent"):
         out.append("the stream's width is unknown, and this wrapping's limit is on width-scaled steps")
-    return _with_range(level, text, key, record, out)
+    return limit, record, out
 
 
 def for_wrap(record: dict, wrap: str | None) -> tuple[dict, str | None]:
@@ -173,86 +187,143 @@ def from_band(record: dict) -> bool:
     return (record.get("step_limit") or {}).get("error_from") == "band_high"
 
 
-def reaches(value: float, high: float | None) -> bool:
-    """Whether a measured value reaches a band's high end as the record stores it: rounded to the same
-    ``DIGITS`` decimals, so that the tuning run the end was taken from reaches it."""
-    return high is not None and math.isfinite(high) and round(value, DIGITS) >= round(high, DIGITS)
-
-
 def width(r: ProbeResult) -> int | None:
     """The stream's width: the last dimension of the probed stream (None when it has no such axis)."""
     shape = r.config["probe"].get("batch_shape") or []
     return int(shape[-1]) if len(shape) >= 2 else None
 
 
-def _with_range(level: str, text: str, key: str, record: dict, out: list[str]) -> Verdict:
-    """The verdict with its evidence and range; an error outside the range becomes a warning."""
-    said = evidence(record, key) or evidence(
+def _renormalised(per_lr: float, warmup: int, record: dict, who: str | None, scale: float = 1.0) -> LrLimit:
+    """Post-LN-style stacks: the step-size limit for this warmup length (``who``'s own where the record
+    holds one for that wrapping, else the one pooled over such stacks). ``per_lr``: G, times the width
+    scale where the limit is on width-scaled steps."""
+    limit, (lo, hi) = step_limit(warmup, record)
+    band = from_band(record)  # the form registered first (no band): an error above the limit itself
+    sec = record.get("step_limit") or {}
+    return LrLimit(
+        "renormalising",
+        "s",
+        per_lr,
+        warn_above=limit,
+        error_from=hi if band else limit,
+        trained_to=lo,
+        who=f"{who} stacks (fitted on that wrapping's tuning runs alone)" if who else RENORMALISING_WHO,
+        warmup=warmup,
+        fitted=bool(sec.get("warmups")),
+        error_strict=not band,
+        width_exponent=sec.get("width_exponent") or 0.0,
+        scale=scale,
+        note=_interpolated(warmup, record),
+    )
+
+
+def _gated(per_lr: float, warmup: int, fit: dict | None) -> LrLimit:
+    """Zero-gated branches (ReZero): the relative update decides (the first step sets every gate to
+    +-lr whatever its size). Without a fitted limit the first tuning grid's constants: an error above
+    ``GATED_LIMIT`` from ``GATED_DEPTH`` layers."""
+    if fit is None:
+        return LrLimit("gated", "rho", per_lr, GATED_LIMIT, GATED_LIMIT, GATED_TRAINED, GATED_WHO, warmup,
+                       fitted=False, error_strict=True, error_min_depth=GATED_DEPTH)  # fmt: skip
+    every = fit.get("all_depths")
+    who = GATED_WHO + ("" if every else f" of {GATED_DEPTH} layers or more")
+    lo, hi = fit["band"]
+    return LrLimit("gated", "rho", per_lr, fit["limit"], hi, lo or fit["limit"], who, warmup,
+                   error_min_depth=None if every else GATED_DEPTH, above=_above(fit))  # fmt: skip
+
+
+def _free(per_lr: float, warmup: int, fit: dict | None, measured: bool) -> LrLimit:
+    """Stacks that never renormalise the stream: the limit on rho fitted on the tuning runs, else the
+    largest rho at which such stacks trained on the first tuning grid (a warning above it: no
+    calibration run went there). Without a measured rho, no ceiling: ``per_lr`` is G, the limit infinite."""
+    if not measured:
+        return LrLimit("free", "s", per_lr, math.inf, None, None, FREE_WHO, warmup, fitted=False)
+    if fit is None:
+        return LrLimit(
+            "free", "rho", per_lr, UPDATE_TRAINED, None, UPDATE_TRAINED, FREE_WHO, warmup, fitted=False
+        )
+    lo, hi = fit["band"]
+    return LrLimit(
+        "free", "rho", per_lr, fit["limit"], hi, lo or fit["limit"], FREE_WHO, warmup, above=_above(fit)
+    )
+
+
+def _above(fit: dict) -> tuple[int, int] | None:
+    """(failed, runs) of a fitted band's tuning runs at or above its high end (None where not recorded)."""
+    a = fit.get("above")
+    return (a["failed"], a["runs"]) if a else None
+
+
+def render(limit: LrLimit, lr: float, depth: int, record: dict, out: list[str]) -> Verdict:
+    """The verdict for a run at ``lr``: its level (an error outside the calibrated range is a warning);
+    its message, lr against the limit in one sentence; its detail, how the limit was measured, the
+    evidence and the range it was calibrated on."""
+    level = limit.level(lr, depth)
+    code = "update-size" if limit.family == "gated" else "learning-rate"
+    said = evidence(record, f"{code}:{level}") or evidence(
         record, "prediction:" + ("fails" if level == "error" else "trains")
     )
-    text += f". Calibrated at {range_text(record)}" + (f"; {said}" if said else "")
+    if out and level == "error":
+        level = "warning"
+    message = _position(limit, lr, depth) + (" (an extrapolation: see below)" if out else "")
+    detail = f"{_how(limit, lr)}. Calibrated at {range_text(record)}" + (f"; {said}" if said else "")
     if out:
-        if level == "error":
-            level = "warning"
-        text += f". Extrapolation: {'; '.join(out)}, so this is not a confident verdict"
-    return Verdict(level, "learning-rate" if key.startswith("learning-rate") else "update-size", text)
+        detail += f". Extrapolation: {'; '.join(out)}, so this is not a confident verdict"
+    if limit.level(lr, depth) == "error" and limit.above:
+        detail += (
+            f"; above lr {limit.lr_fails:.2g}, {limit.above[0]} of {limit.above[1]} tuning runs there failed"
+        )
+    if level != "ok":
+        detail += f". {ADVICE[limit.family]}"
+    return Verdict(level, code, message, detail=detail)
 
 
-def _renormalised(gain, step, lr, warmup, share, record, who=None, scale=1.0):
-    """Post-LN-style stacks: the step-size limit for this warmup length (``who``'s own limit where the
-    record holds one for that wrapping, else the pooled one) and the ceiling it implies. ``scale``
-    (:func:`width_scale`) puts s in the units of a limit fitted on width-scaled steps."""
-    limit, (lo, hi) = step_limit(warmup, record)
-    with_w = f"with a {warmup}-step warmup" if warmup else "without warmup"
-    such = f"{who} stacks (the limit fitted on that wrapping's tuning runs alone)" if who else "such stacks"
-    scaled = ""
-    if scale != 1.0:
-        sec = record["step_limit"]
-        scaled = (
-            f" ({step * scale:.3g} width-scaled: {who}'s limit is on s x (d / {sec.get('width_ref', WIDTH_REF)})"
-            f"^{-sec['width_exponent']:g}, the width exponent that classified its tuning runs best)"
+def _position(limit: LrLimit, lr: float, depth: int) -> str:
+    """Where ``lr`` lies against the limit, in lr, as the level says it (one short sentence)."""
+    if not math.isfinite(limit.warn_above):
+        return f"lr {lr:g}: no relative update measured, so no ceiling"
+    safe = f"safe lr <= {limit.lr_limit:.2g} ({_who(limit)}, {_warm(limit.warmup)})"
+    fails = f"{limit.lr_fails:.2g}" if limit.lr_fails else None
+    level = limit.level(lr, depth)
+    if level == "ok":
+        return f"lr {lr:g} is within the limit: {safe}" + (
+            f"; such runs failed from {fails}" if fails else ""
         )
-    gain, step = gain * scale, step * scale  # compared, and the ceiling taken, in the limit's units
-    s = "s" if scale == 1.0 else "the width-scaled s"
-    text = (
-        f"update gain {gain / scale:.3g}: one Adam step at lr {lr:g} reaches s = {step / scale:.3g} output "
-        f"norms{scaled}; lr <= {lo / gain:.2g} expected to train {with_w}; "
-        + (
-            f"above {hi / gain:.2g} {such} (blocks that renormalise the stream, {share:.0%} of them here) "
-            "stalled or diverged on the calibration grid"
-            if math.isfinite(hi)
-            else "no such stack above the limit failed on the calibration grid"
-        )
-    )
-    advice = (
-        "A smaller learning rate" + (", a warmup" if not warmup else "") + " or a wrapping that does not "
-        "renormalise the stream (pre-LN, sandwich) would train"
-    )
-    liu = "Liu et al. 2020: post-LN's output moves with depth"
-    if not from_band(record):  # the form registered first: an error above the limit
-        if step > limit:
-            return (
-                "error",
-                text + f" ({s} above the limit {limit:.3g} for {_warm(warmup)}; {liu}). " + advice,
-                ("learning-rate:error"),
-            )
-    elif reaches(step, hi):
-        return (
-            "error",
-            text + f" ({s} reaches {hi:.3g}, the high end of the band of limits for {_warm(warmup)}: the "
-            f"smallest tuning step above the limit{_interpolated(warmup, record)}; {liu}). " + advice,
-            "learning-rate:error",
-        )
-    elif step > limit:  # inside the band: the tuning runs do not place the limit more exactly
-        end = f"below {hi:.3g}, the band's high end" if math.isfinite(hi) else "with no failed run above it"
-        return (
-            "warning",
-            text + f" ({s} above the limit {limit:.3g} for {_warm(warmup)} but {end}: the tuning runs do not "
-            "place the limit more exactly than that band, so not expected to be safe; a smaller learning "
-            "rate is)",
-            "learning-rate:warning",
-        )
-    return "ok", text + f" ({s} within the limit {limit:.3g} for {_warm(warmup)})", "learning-rate:ok"
+    if level == "error":
+        return f"lr {lr:g} is where such stacks failed (from {fails}): {safe}"
+    if limit.error_from is not None and limit.value(lr) > limit.error_from:  # an error held back by depth
+        return f"lr {lr:g} is where deeper such stacks failed; at {depth} layers they trained: {safe}"
+    if fails:
+        above = f"below {fails}, where such runs failed"
+    else:
+        above = "where no tuning run above it failed" if limit.fitted else "where no calibration run went"
+    return f"lr {lr:g} is above the limit, {above}: not expected to be safe; {safe}"
+
+
+def _who(limit: LrLimit) -> str:
+    """The stacks the limit is for, briefly: "post's own limit", "the limit of stacks like this"."""
+    if limit.who.endswith("(fitted on that wrapping's tuning runs alone)"):
+        return f"{limit.who.split()[0]}'s own limit"
+    return f"the limit of {limit.who}"
+
+
+def _how(limit: LrLimit, lr: float) -> str:
+    """How the limit is measured: the quantity at this lr, the limit on it, the band it came from."""
+    if not math.isfinite(limit.warn_above):
+        return f"update gain {limit.per_lr:.3g}: one Adam step at lr {lr:g} reaches s = {limit.value(lr):.3g} output norms"
+    name = "s" if limit.quantity == "s" else "rho"
+    if name == "s":
+        text = f"s = {limit.value(lr) / limit.scale:.3g} output norms per Adam step here"
+        if limit.width_exponent:
+            text += f", {limit.value(lr):.3g} width-scaled by (d / {WIDTH_REF})^{-limit.width_exponent:g}"
+    else:
+        text = f"rho = {limit.value(lr):.3g} here (Adam's first step against the block matrices' size)"
+    text += f"; the limit is {name} <= {limit.warn_above:.3g}"
+    if not limit.fitted:
+        return text + " (the first tuning grid's constant)" + limit.note
+    band = [f"trained up to {limit.trained_to:.3g} (lr {limit.lr_trained:.2g})"] if limit.trained_to else []
+    if limit.lr_fails:
+        band.append(f"failed from {limit.error_from:.3g} (lr {limit.lr_fails:.2g})")
+    return text + (f" (tuning runs {' and '.join(band)})" if band else "") + limit.note
 
 
 def _interpolated(warmup: int, record: dict) -> str:
@@ -265,113 +336,20 @@ def _interpolated(warmup: int, record: dict) -> str:
     below = max((p for p in points if p["warmup"] < warmup), key=lambda p: p["warmup"])
     above = min((p for p in points if p["warmup"] > warmup), key=lambda p: p["warmup"])
     if (below["limit"], below["band"]) == (above["limit"], above["band"]):
-        return " (the fitted warmups around it pooled into one limit)"
-    return " (interpolated between the fitted warmups)"
+        return "; the fitted warmups around it pooled into one limit"
+    return "; interpolated between the fitted warmups"
 
 
 def _warm(warmup: int) -> str:
-    return f"a {warmup}-step warmup" if warmup else "no warmup"
+    return f"with a {warmup}-step warmup" if warmup else "without warmup"
 
 
-def _gated(rho, lr, depth):
-    """Zero-gated branches (ReZero): the relative update decides."""
-    per_lr = rho / lr
-    text = (
-        f"relative update rho = {rho:.3g} (Adam's first step against the block matrices' size); "
-        f"lr <= {GATED_TRAINED / per_lr:.2g} expected to train; from {GATED_LIMIT / per_lr:.2g} (rho {GATED_LIMIT:g}) "
-        f"zero-gated stacks (ReZero) of {GATED_DEPTH} layers or more diverged on the calibration grid"
-    )
-    if rho <= GATED_LIMIT:
-        return "ok", text, "update-size:ok"
-    if depth >= GATED_DEPTH:
-        return "error", text + ": lower the learning rate (or warm it up longer)", "update-size:error"
-    return "warning", text + f"; at {depth} layers such runs trained", "update-size:warning"
-
-
-def _free(gain, step, rho, lr):
-    """Stacks that never renormalise the stream: a ceiling from the largest calibrated relative update."""
-    reach = f"update gain {gain:.3g}: one Adam step at lr {lr:g} reaches s = {step:.3g} output norms"
-    if not rho:
-        return "ok", reach + "; no relative update measured, so no ceiling", "learning-rate:ok"
-    ceiling = UPDATE_TRAINED / (rho / lr)
-    text = (
-        f"{reach}, relative update rho = {rho:.3g}; lr <= {ceiling:.2g} expected to train (rho "
-        f"{UPDATE_TRAINED:g}, the largest at which stacks that never renormalise the stream trained on the "
-        "calibration grid)"
-    )
-    if rho <= UPDATE_TRAINED:
-        return "ok", text, "learning-rate:ok"
-    return (
-        "warning",
-        text + f"; lr {lr:g} is {rho / UPDATE_TRAINED:.3g}x above it, where the calibration grid has no run: "
-        "not expected to be safe",
-        "learning-rate:warning",
-    )
-
-
-def _band_text(rho, lr, fit, who):
-    """'lr <= X expected to train; from Y such stacks failed (...)': the ceiling a fitted band on rho
-    puts on this model's lr (rho grows in proportion to lr)."""
-    per_lr, (lo, hi) = rho / lr, fit["band"]
-    text = f"lr <= {(lo or fit['limit']) / per_lr:.2g} expected to train"
-    if hi:
-        text += f"; from {hi / per_lr:.2g} such stacks failed"
-    return text + (
-        f" (limit rho {fit['limit']:.3g} for {who}, the one that classified {fit['runs']} calibration "
-        f"runs best: {fit['errors']} misclassified)"
-    )
-
-
-def _band_level(rho, fit):
-    """The level: "error" from the fitted band's high end (where the calibration runs failed), "warning"
-    between the limit and it (no calibration run lies there), "ok" up to the limit."""
-    if reaches(rho, fit["band"][1]):
-        return "error"
-    return "warning" if rho > fit["limit"] else "ok"
-
-
-def _band_tail(level, rho, lr, fit):
-    """The text that says what the level means in the calibration grid's runs ('' for ok)."""
-    hi, limit = fit["band"][1], fit["limit"]
-    if level == "error":
-        above = fit["above"]
-        return (
-            f"; above lr {hi / (rho / lr):.2g} such stacks diverged or stalled on the calibration grid: "
-            f"{above['failed']} of {above['runs']} runs there failed. A smaller learning rate would train"
-        )
-    if level == "warning":
-        where = (
-            f"below {hi:.3g}, the smallest measured rho above the limit (runs from there failed)"
-            if hi
-            else "with no measured run above it"
-        )
-        return f"; rho is above the limit {limit:.3g}, {where}: not expected to be safe"
-    return ""
-
-
-def _free_fitted(gain, step, rho, lr, fit):
-    """Stacks that never renormalise the stream, against the limit on rho fitted on the tuning runs."""
-    reach = f"update gain {gain:.3g}: one Adam step at lr {lr:g} reaches s = {step:.3g} output norms"
-    level = _band_level(rho, fit)
-    text = f"{reach}, relative update rho = {rho:.3g}; " + _band_text(
-        rho, lr, fit, "stacks that never renormalise the stream"
-    )
-    return level, text + _band_tail(level, rho, lr, fit), f"learning-rate:{level}"
-
-
-def _gated_fitted(rho, lr, depth, fit):
-    """Zero-gated branches (ReZero) against the fitted limit on rho; an error at every depth where the
-    fit took every depth's runs ("all_depths"), else only from ``GATED_DEPTH`` layers, the depths a
-    record fitted before that form was fitted on."""
-    level = _band_level(rho, fit)
-    every = fit.get("all_depths")
-    who = "zero-gated stacks (ReZero)" + ("" if every else f" of {GATED_DEPTH} layers or more")
-    text = f"relative update rho = {rho:.3g} (Adam's first step against the block matrices' size); "
-    text += _band_text(rho, lr, fit, who)
-    if level == "error" and depth < GATED_DEPTH and not every:
-        note = (
-            f"; fitted on stacks of {GATED_DEPTH} layers or more, so at {depth} layers no confident verdict "
-            "(the 2-layer ReZero runs of the first tuning grid trained at rho 1.4)"
-        )
-        return "warning", text + note, "update-size:warning"
-    return level, text + _band_tail(level, rho, lr, fit), f"update-size:{level}"
+RENORMALISING_WHO = "stacks whose blocks renormalise the stream"
+GATED_WHO = "zero-gated stacks (ReZero)"
+FREE_WHO = "stacks that never renormalise the stream"
+ADVICE = {
+    "renormalising": "A smaller learning rate, a longer warmup or a wrapping that does not renormalise the "
+    "stream (pre-LN, sandwich) would train (Liu et al. 2020: post-LN's output moves with depth)",
+    "gated": "Lower the learning rate or warm it up longer",
+    "free": "A smaller learning rate would train",
+}

@@ -9,8 +9,9 @@ step size s (how far one full Adam step moves the output). The verdict
 (code ``plateau``) gives its median and its 80% interval and, given the run's budget (``probe --steps``;
 studies pass theirs), the probability of leaving the plateau within it: a **warning** when that is
 below ``SAFE_BUDGET`` = 0.9 ("at a budget of 200 steps this run would likely be called stalled"), else
-**ok**. It is never an error and predicts nothing for the doctor's score: a configuration outside the
-fit's support (the lrs, widths, depths and warmups it was fitted on) is marked as an extrapolation.
+**ok**; a run not expected to leave the plateau at all is a warning whatever its budget. It is never an
+error and predicts nothing for the doctor's score: a configuration outside the fit's support (the lrs,
+widths, depths and warmups it was fitted on) is marked as an extrapolation.
 """
 
 from __future__ import annotations
@@ -111,26 +112,25 @@ def plateau_verdict(r: ProbeResult, record: dict, width: int | None) -> Verdict 
     pred = predict(fit, values, (record.get("escape") or {}).get("z_interval", Z_INTERVAL))
     budget, level = pr.get("steps"), "ok"
     if pred["median"] > NEVER * fit["support"]["steps"][1]:
-        text = (
-            f"not expected to leave the unigram plateau at lr {pr['lr']:g} (the fit's median escape is "
-            f"{_steps(pred['median'])} steps, beyond {NEVER}x the longest budget fitted)"
-        )
-        level = "warning" if budget else "ok"
+        text = f"not expected to leave the unigram plateau at lr {pr['lr']:g}"
+        detail = f"the fit's median escape is {_steps(pred['median'])} steps, beyond {NEVER}x the longest budget fitted"
+        level = "warning"  # whatever the budget: a verdict never says ok to a run it expects to stay stalled
     else:
         text = (
             f"expected to leave the unigram plateau around step {_steps(pred['median'])} (80% interval "
             f"{_steps(pred['low'])}-{_steps(pred['high'])})"
         )
+        detail = ""
     if budget:
         p = p_within(pred, budget)
         if p < SAFE_BUDGET:
             level = "warning"
             call = "would likely be called stalled" if p < 0.5 else "may be called stalled"
-            text += f"; at a budget of {budget:,} steps this run {call} (probability {p:.2f} of leaving the plateau by then)"
+            text += f"; a {budget:,}-step budget {call} (probability {p:.2f} of leaving it by then)"
         else:
-            text += f"; a budget of {budget:,} steps leaves it room (probability {p:.2f} of leaving the plateau by then)"
-    text += f"; {_fit_text(fit, fam)}"
+            text += f"; a {budget:,}-step budget leaves it room (probability {p:.2f} of leaving it by then)"
+    detail = "; ".join(x for x in (detail, _fit_text(fit, fam)) if x)
     out = outside({"range": fit["support"]}, values, "fitted")
     if out:
-        text += f". Extrapolation: {'; '.join(out)}, so the step is a rough guess"
-    return Verdict(level, "plateau", text)
+        detail += f". Extrapolation: {'; '.join(out)}, so the step is a rough guess"
+    return Verdict(level, "plateau", text, detail=detail)

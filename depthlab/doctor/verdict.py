@@ -14,14 +14,16 @@ CAUSES = ("init", "wiring")
 
 @dataclass(frozen=True)
 class Verdict:
-    """level: one of ``LEVELS``; code: e.g. "vanishing-gradient"; message: what was measured and what to
-    change; cause: "init" or "wiring" once :func:`depthlab.probe.run.attribute_to_init` has told them
-    apart (None before, and for ok verdicts)."""
+    """level: one of ``LEVELS``; code: e.g. "vanishing-gradient"; message: the finding in one short
+    sentence, the number a reader acts on first; detail: how it was measured and calibrated ("" when the
+    message says it all); cause: "init" or "wiring" once :func:`depthlab.probe.run.attribute_to_init` has
+    told them apart (None before, and for ok verdicts)."""
 
     level: str
     code: str
     message: str
     cause: str | None = None
+    detail: str = ""
 
     def __post_init__(self):
         if self.level not in LEVELS:
@@ -39,4 +41,6 @@ class Verdict:
         d = {"level": self.level, "code": self.code, "message": self.message}
         if self.cause is not None:
             d["cause"] = self.cause
+        if self.detail:
+            d["detail"] = self.detail
         return d

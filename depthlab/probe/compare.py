@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from depthlab.config import ModelConfig
 from depthlab.display import block, esc, level_badge, table
 from depthlab.doctor.checks import ratios
+from depthlab.doctor.lr_limit import limit_of
 from depthlab.frames import check_table, to_frame
 from depthlab.paths import save_figure
 from depthlab.probe.plot import probe_figure
@@ -24,11 +25,13 @@ from depthlab.progress import Progress
 # The DataFrames of ``Comparison.to_pandas(table)``: "layers" and "verdicts" are the probe's own tables
 # (depthlab.probe.result.FRAMES) with the probe's label first; "summary" has a row per probe:
 # g0_gL = grad_norm at stream 0 / at stream L, ctx0_ctxL the same for context_grad_norm (NaN without
-# it), rms_growth = stream_rms at L / at 0, level = the worst verdict level, verdicts = "level code, ...".
+# it), rms_growth = stream_rms at L / at 0, safe_lr = the largest lr within the doctor's limit for this
+# stack and warmup (NaN when the probe was given no lr: depthlab.doctor.lr_limit.limit_of, the number the
+# verdict, advise and the docs quote), level = the worst verdict level, verdicts = "level code, ...".
 FRAMES = {
     "layers": ("label", *PROBE_FRAMES["layers"]),
     "verdicts": ("label", *PROBE_FRAMES["verdicts"]),
-    "summary": ("label", "g0_gL", "ctx0_ctxL", "rms_growth", "level", "verdicts"),
+    "summary": ("label", "g0_gL", "ctx0_ctxL", "rms_growth", "safe_lr", "level", "verdicts"),
 }
 
 
@@ -51,12 +54,14 @@ class Comparison:
                 ratios(r.column("context_grad_norm")),
                 r.column("stream_rms"),
             )
+            found = limit_of(r) if r.config["probe"].get("lr") is not None else None
             out.append(
                 {
                     "label": label,
                     "g0_gL": None if g is None else g[0],
                     "ctx0_ctxL": None if c is None else c[0],
                     "rms_growth": rms[-1] / rms[0] if rms[0] else float("inf"),
+                    "safe_lr": None if found is None else found[0].lr_limit,
                     "level": r.worst_level,
                     "verdicts": ", ".join(f"{v.level} {v.code}" for v in r.verdicts),
                 }
@@ -67,11 +72,15 @@ class Comparison:
         """A line per probe under the summary's keys (g0_gL = g0/gL, ctx0_ctxL = ctx0/ctxL, rms_growth =
         rmsL/rms0, the verdict codes), then each probe's verdicts."""
         w = max(len(label) for label, _ in self.runs) + 2
-        lines = [f"{'label':<{w}}{'g0_gL':>9}  {'ctx0_ctxL':>9}  {'rms_growth':>10}  verdicts"]
-        for s in self.summary():
+        rows = self.summary()
+        lr = any(s["safe_lr"] is not None for s in rows)  # a column only where the probes were given an lr
+        safe = f"  {'safe_lr':>8}" if lr else ""
+        lines = [f"{'label':<{w}}{'g0_gL':>9}  {'ctx0_ctxL':>9}  {'rms_growth':>10}{safe}  verdicts"]
+        for s in rows:
+            safe = f"  {_lr(s['safe_lr']):>8}" if lr else ""
             lines.append(
                 f"{s['label']:<{w}}{_sci(s['g0_gL']):>9}  {_sci(s['ctx0_ctxL']):>9}  "
-                f"{s['rms_growth']:>10.3g}  {s['verdicts']}"
+                f"{s['rms_growth']:>10.3g}{safe}  {s['verdicts']}"
             )
         for label, r in self.runs:
             lines += ["", f"{label}:"] + ["  " + line for line in format_verdicts(r.verdicts)]
@@ -82,7 +91,9 @@ class Comparison:
         stream), "verdicts" (a row per probe and verdict) or "summary" (a row per probe)."""
         check_table(table, tuple(FRAMES))
         if table == "summary":
-            return to_frame(self.summary(), FRAMES["summary"], numeric=("g0_gL", "ctx0_ctxL", "rms_growth"))
+            return to_frame(
+                self.summary(), FRAMES["summary"], numeric=("g0_gL", "ctx0_ctxL", "rms_growth", "safe_lr")
+            )
         if table == "verdicts":
             return to_frame(
                 [{"label": label, **v.to_dict()} for label, r in self.runs for v in r.verdicts], FRAMES[table]
@@ -146,3 +157,7 @@ def compare(configs: list[tuple[str, ModelConfig]], **options) -> Comparison:
 
 def _sci(value: float | None) -> str:
     return "-" if value is None else f"{value:.2e}"
+
+
+def _lr(value: float | None) -> str:
+    return "-" if value is None or value == float("inf") else f"{value:.2g}"

@@ -34,6 +34,7 @@ gradient and stream-rms profiles (a matplotlib Figure).
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass, field
 
 from depthlab.display import bar as html_bar
@@ -186,13 +187,24 @@ class ProbeResult:
 
 
 def format_verdicts(verdicts: list[Verdict]) -> list[str]:
-    """One line per verdict: LEVEL code: message (which ends in its cause, init or wiring, when known)."""
-    return [f"{v.level.upper():7} {v.code}: {v.message}" for v in verdicts]
+    """Per verdict: LEVEL code: message (which ends in its cause, init or wiring, when known), then its
+    detail, if any, indented below it."""
+    lines = []
+    for v in verdicts:
+        lines.append(f"{v.level.upper():7} {v.code}: {v.message}")
+        if v.detail:
+            lines += textwrap.wrap(v.detail, 110, initial_indent=" " * 8, subsequent_indent=" " * 8)
+    return lines
 
 
 def verdicts_html(verdicts: list[Verdict]) -> str:
     """One paragraph per verdict: its level as a coloured badge, its code, its message (escaped)."""
-    return "".join(f"<p>{level_badge(v.level)} <b>{esc(v.code)}</b>: {esc(v.message)}</p>" for v in verdicts)
+    return "".join(
+        f"<p>{level_badge(v.level)} <b>{esc(v.code)}</b>: {esc(v.message)}"
+        + (f"<br><small>{esc(v.detail)}</small>" if v.detail else "")
+        + "</p>"
+        for v in verdicts
+    )
 
 
 def log_fractions(values: list) -> list[float | None]:

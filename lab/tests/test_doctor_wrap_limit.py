@@ -78,10 +78,10 @@ def _probe(wrap, step, d_model=32):
 
 def test_a_wrapping_with_its_own_limit_is_judged_by_it_and_the_others_by_the_pooled_one():
     deep = learning_rate(_probe("deepnorm", 1.0), RECORD)
-    assert deep.level == "error" and "deepnorm stacks (the limit fitted on that wrapping's" in deep.message
-    assert "s reaches 0.36" in deep.message and "Extrapolation" not in deep.message
+    assert deep.level == "error" and "deepnorm's own limit" in deep.message
+    assert "failed from 0.36 (lr" in deep.detail and "Extrapolation" not in deep.message + deep.detail
     post = learning_rate(_probe("post", 1.0), RECORD)
-    assert post.level == "ok" and "s within the limit 3 for no warmup" in post.message
+    assert post.level == "ok" and "without warmup" in post.message and "the limit is s <= 3 (" in post.detail
     assert for_wrap(RECORD, "post") == (RECORD, None)
     without = dict(RECORD, step_limit={k: v for k, v in RECORD["step_limit"].items() if k != "by_wrap"})
     assert learning_rate(_probe("deepnorm", 1.0), without).level == "ok"  # a record fitted before: pooled
@@ -89,10 +89,10 @@ def test_a_wrapping_with_its_own_limit_is_judged_by_it_and_the_others_by_the_poo
 
 def test_a_wrapping_judged_by_its_own_limit_is_calibrated_only_where_its_runs_ran():
     wide = learning_rate(_probe("deepnorm", 1.0, d_model=192), RECORD)
-    assert wide.level == "warning" and "Extrapolation" in wide.message
-    assert "width 192 is above the calibrated widths 32-128" in wide.message
+    assert wide.level == "warning" and "Extrapolation" in wide.message + wide.detail
+    assert "width 192 is above the calibrated widths 32-128" in wide.message + wide.detail
     post = learning_rate(_probe("post", 5.0, d_model=192), RECORD)  # the pooled support reaches 512
-    assert post.level == "error" and "Extrapolation" not in post.message
+    assert post.level == "error" and "Extrapolation" not in post.message + post.detail
 
 
 def test_the_document_shows_each_wrappings_own_limit_and_a_record_fitted_before_shows_none():
@@ -105,8 +105,8 @@ def test_the_document_shows_each_wrappings_own_limit_and_a_record_fitted_before_
 def test_a_wrappings_own_range_replaces_a_wider_record_range():
     wide_range = dict(RECORD, range=dict(RECORD["range"], d_model=[32, 512]))
     v = learning_rate(_probe("deepnorm", 1.0, d_model=192), wide_range)
-    assert v.level == "warning" and "width 192 is above the calibrated widths 32-128" in v.message
-    assert "(the deepnorm runs of the tuning grids)" in v.message
+    assert v.level == "warning" and "width 192 is above the calibrated widths 32-128" in v.message + v.detail
+    assert "(the deepnorm runs of the tuning grids)" in v.message + v.detail
 
 
 def test_a_wrappings_own_support_holds_every_warmup_its_runs_ran_at():
@@ -129,8 +129,8 @@ def test_warmups_pooled_into_one_limit_are_not_called_interpolated():
     x = torch.randint(0, 256, (4, 32))
     gain = probe(model, x, lr=1e-3).config["probe"]["update_gain"]
     v = learning_rate(probe(model, x, lr=5.0 / gain, warmup=100), record)
-    assert v.level == "error" and "the fitted warmups around it pooled into one limit" in v.message
-    assert "interpolated between" not in v.message
+    assert v.level == "error" and "the fitted warmups around it pooled into one limit" in v.message + v.detail
+    assert "interpolated between" not in v.message + v.detail
 
 
 def test_calibrate_prints_each_wrappings_own_limit(tmp_path, capsys):
@@ -180,10 +180,10 @@ def test_the_doctor_compares_a_width_scaled_step_with_a_wrappings_width_scaled_l
     }
     record = dict(RECORD, step_limit=dict(RECORD["step_limit"], by_wrap={"deepnorm": wide}))
     narrow = learning_rate(_probe("deepnorm", 1.0, d_model=32), record)  # 1.0 x (32 / 128) = 0.25
-    assert narrow.level == "ok" and "the width-scaled s within the limit 0.3" in narrow.message
-    assert "0.25 width-scaled" in narrow.message and "s = 1 output norms" in narrow.message
+    assert narrow.level == "ok" and "the limit is s <= 0.3 (" in narrow.detail
+    assert "0.25 width-scaled" in narrow.detail and "s = 1 output norms" in narrow.detail
     at_64 = learning_rate(_probe("deepnorm", 1.0, d_model=64), record)  # 0.5: above the band's high end
-    assert at_64.level == "error" and "the width-scaled s reaches 0.36" in at_64.message
+    assert at_64.level == "error" and "failed from 0.36 (lr" in at_64.detail
     assert learning_rate(_probe("deepnorm", 1.0, d_model=32), RECORD).level == "error"  # on s itself
 
 

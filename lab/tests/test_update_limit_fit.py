@@ -114,31 +114,32 @@ def test_a_free_stack_is_judged_against_the_fitted_band(rho, level):
     lr = _lr_for("pre", rho)
     result = _probe("pre", lr)
     v = learning_rate(result, RECORD)
-    assert v.level == level and v.code == "learning-rate" and "Extrapolation" not in v.message
+    assert v.level == level and v.code == "learning-rate" and "Extrapolation" not in v.message + v.detail
     per_lr = result.config["probe"]["relative_update"] / lr
     assert (
-        f"lr <= {1.0 / per_lr:.2g} expected to train; from {4.0 / per_lr:.2g} such stacks failed" in v.message
+        f"safe lr <= {2.0 / per_lr:.2g}" in v.message
+        and f"trained up to 1 (lr {1.0 / per_lr:.2g}) and failed from 4 (lr {4.0 / per_lr:.2g})" in v.detail
     )
-    assert "limit rho 2 for stacks that never renormalise the stream" in v.message
-    assert ("11 of 12 runs there failed" in v.message) == (level == "error")
-    assert ("not expected to be safe" in v.message) == (level == "warning")
-    assert "widths 32-128, depths 2-24" in v.message  # the fit's support widens the range
+    assert "the limit is rho <= 2 (" in v.detail and "stacks that never renormalise the stream" in v.message
+    assert ("11 of 12 tuning runs there failed" in v.message + v.detail) == (level == "error")
+    assert ("not expected to be safe" in v.message + v.detail) == (level == "warning")
+    assert "widths 32-128, depths 2-24" in v.message + v.detail  # the fit's support widens the range
 
 
 def test_outside_the_fits_support_an_error_is_a_marked_warning():
     lr = _lr_for("pre", 50.0, d_model=256, n_layers=2)
     v = learning_rate(_probe("pre", lr, d_model=256, n_layers=2), RECORD)
-    assert v.level == "warning" and "11 of 12 runs there failed" in v.message
-    assert "Extrapolation: width 256 is above the calibrated widths 32-128" in v.message
+    assert v.level == "warning" and "11 of 12 tuning runs there failed" in v.message + v.detail
+    assert "Extrapolation: width 256 is above the calibrated widths 32-128" in v.message + v.detail
 
 
 def test_a_zero_gated_stack_errs_from_the_band_only_at_depth():
     lr = _lr_for("rezero", 6.0)
     deep = learning_rate(_probe("rezero", lr), RECORD)
-    assert deep.level == "error" and deep.code == "update-size" and "runs there failed" in deep.message
+    assert deep.level == "error" and deep.code == "update-size" and "runs there failed" in deep.message + deep.detail
     shallow = learning_rate(_probe("rezero", lr, n_layers=2), RECORD)
     assert (
-        shallow.level == "warning" and f"fitted on stacks of {GATED_DEPTH} layers or more" in shallow.message
+        shallow.level == "warning" and f"of {GATED_DEPTH} layers or more" in shallow.message
     )
     assert learning_rate(_probe("rezero", _lr_for("rezero", 1.5)), RECORD).level == "ok"
 
@@ -146,14 +147,14 @@ def test_a_zero_gated_stack_errs_from_the_band_only_at_depth():
 def test_a_gated_fit_of_every_depth_errs_at_every_depth():
     every = dict(RECORD, update_limit={"families": {"gated": dict(FIT, all_depths=True)}})
     shallow = learning_rate(_probe("rezero", _lr_for("rezero", 6.0), n_layers=2), every)
-    assert shallow.level == "error" and "layers or more" not in shallow.message
+    assert shallow.level == "error" and "layers or more" not in shallow.message + shallow.detail
 
 
 def test_without_a_fitted_family_the_constants_decide():
     record = dict(RECORD, update_limit={"families": {"gated": FIT}})
     assert update_limit("free", record) is None and update_limit("gated", record) is FIT
     v = learning_rate(_probe("pre", _lr_for("pre", 6.0)), record)
-    assert v.level == "warning" and f"rho {UPDATE_TRAINED:g}, the largest" in v.message
+    assert v.level == "warning" and f"rho <= {UPDATE_TRAINED:g} (the first tuning grid's constant)" in v.detail
 
 
 def _store(path: str) -> str:
