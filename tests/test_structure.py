@@ -5,7 +5,7 @@ Layers, bottom to top (a module may import its own layer and those below, never 
 
     foundation (errors, version, jsonable, fit, intervals, paths, config_base, config_family, config, corpus,
     display, frames, progress)
-    -> model -> interop -> probe -> watch -> train -> integrations -> study -> report -> cli
+    -> model -> interop -> probe -> watch -> train -> integrations -> study -> report -> advise -> cli
 
 The lab (lab/depthlab_lab: the claims, the doctor's calibration, the document generators) sits above all
 of it: it imports depthlab, and no library module imports it (checked here, statically and in a fresh
@@ -51,6 +51,7 @@ LAYERS = [
     {"integrations"},
     {"study"},
     {"report"},
+    {"advise"},
     {"cli"},
     {"__init__", "__main__"},
 ]

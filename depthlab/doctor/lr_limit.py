@@ -50,6 +50,7 @@ depth, lr, warmup) is an extrapolation: its error becomes a warning that says so
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from depthlab.doctor.limit import LrLimit
@@ -84,36 +85,66 @@ def limit_of(r: ProbeResult, record: dict | None = None) -> tuple[LrLimit, dict,
     """(the stack's :class:`LrLimit` at the probe's warmup, the record it was read from with the range it
     was calibrated on, the phrases that put the probe's width, depth, lr or warmup outside that range);
     None when the probe measured no update gain. The one computation of the limit: the verdict, the
-    comparison table and ``depthlab advise`` all read it."""
+    comparison table and ``depthlab advise`` all read it (through :func:`limit_from`)."""
     pr = r.config["probe"]
     gain, step = pr.get("update_gain"), pr.get("step_size")
     if gain is None or step is None or not math.isfinite(gain) or gain <= 0:
         return None
+    lr, rho = pr["lr"], pr.get("relative_update")
+    stack = Stack(
+        wrap=(r.config.get("model") or {}).get("wrap"),
+        renormalised_share=r.config["stack"].get("renormalised_share") or 0.0,
+        update_gain=gain,
+        rho_per_lr=rho / lr if rho else None,
+        d_model=width(r),
+        n_layers=r.n_layers,
+    )
+    return limit_from(stack, lr, pr.get("warmup") or 0, record)
+
+
+@dataclass(frozen=True)
+class Stack:
+    """What the limit reads of a probed stack: its wrapping, the share of its blocks that renormalise the
+    stream, the update gain G (s = G lr), the relative update per unit lr (None where not measured),
+    its width (None where unknown) and depth."""
+
+    wrap: str | None
+    renormalised_share: float
+    update_gain: float
+    rho_per_lr: float | None
+    d_model: int | None
+    n_layers: int
+
+
+def limit_from(
+    stack: Stack, lr: float, warmup: int, record: dict | None = None
+) -> tuple[LrLimit, dict, list[str]]:
+    """:func:`limit_of` for a stack given by its measured quantities (a probe, or a run of the atlas)."""
     record = load_record() if record is None else record
-    lr, warmup = pr["lr"], pr.get("warmup") or 0
-    rho = pr.get("relative_update")
-    share = r.config["stack"].get("renormalised_share") or 0.0
-    wrap = (r.config.get("model") or {}).get("wrap")
-    values = {"d_model": width(r), "n_layers": r.n_layers, "lr": lr, "warmup": warmup}
-    if share > 0:
-        record, who = for_wrap(record, wrap)
-        scale = width_scale(record, values["d_model"])
-        limit = _renormalised(gain * scale, warmup, record, who, scale)
+    values = {"d_model": stack.d_model, "n_layers": stack.n_layers, "lr": lr, "warmup": warmup}
+    if stack.renormalised_share > 0:
+        record, who = for_wrap(record, stack.wrap)
+        scale = width_scale(record, stack.d_model)
+        limit = _renormalised(stack.update_gain * scale, warmup, record, who, scale)
         support = (record.get("step_limit") or {}).get("support")
-    elif wrap in GATED and rho:
+    elif stack.wrap in GATED and stack.rho_per_lr:
         fit = update_limit("gated", record)
-        limit = _gated(rho / lr, warmup, fit)
+        limit = _gated(stack.rho_per_lr, warmup, fit)
         support = (fit or {}).get("support")
     else:
-        fit = update_limit("free", record) if rho else None
-        limit = _free(rho / lr if rho else gain, warmup, fit, measured=bool(rho))
+        fit = update_limit("free", record) if stack.rho_per_lr else None
+        limit = _free(stack.rho_per_lr or stack.update_gain, warmup, fit, measured=bool(stack.rho_per_lr))
         support = (fit or {}).get("support")
     if support and record.get("own_range"):  # a wrapping's own limit: calibrated where its runs ran
         record = dict(record, range=record["range"] | support)
     elif support:  # the limit was fitted over these runs too: its support widens the range
         record = dict(record, range=_union(record["range"], support))
     out = outside(record, values)
-    if share > 0 and values["d_model"] is None and (record.get("step_limit") or {}).get("width_exponent"):
+    if (
+        stack.renormalised_share > 0
+        and stack.d_model is None
+        and (record.get("step_limit") or {}).get("width_exponent")
+    ):
         out.append("the stream's width is unknown, and this wrapping's limit is on width-scaled steps")
     return limit, record, out
 

@@ -21,7 +21,7 @@ import torch
 
 from depthlab.jsonable import finite_or_none
 from depthlab.model import build_model
-from depthlab.probe import probe
+from depthlab.probe import ProbeResult, probe
 from depthlab.study.grid import RunSpec
 from depthlab.train import train
 from depthlab.train.tasks import make_task
@@ -117,13 +117,19 @@ def probe_at_init(spec: RunSpec) -> tuple[dict | None, str | None]:
     probe cannot measure is recorded with its reason; it never stops the training run.
     """
     try:
-        torch.manual_seed(spec.train.seed)
-        model = build_model(spec.model)
-        batch = make_task(spec.model, spec.train).train_batch(1)  # the run's first batch
-        inputs = batch.args[0] if len(batch.args) == 1 else batch.args
-        t = spec.train  # the learning rate and warmup the run trains with: the doctor judges them too
-        return finite_or_none(
-            probe(model, inputs, loss="lm", lr=t.lr, warmup=t.warmup, steps=t.steps).to_dict()
-        ), None
+        return finite_or_none(probe_run(spec).to_dict()), None
     except Exception as e:  # a probe that cannot run must not stop the training run
         return None, f"{type(e).__name__}: {e}"
+
+
+def probe_run(spec: RunSpec, light: bool = False) -> ProbeResult:
+    """The at-init probe of :func:`probe_at_init` as a :class:`ProbeResult` (raising what it raises).
+    ``light``: only what the learning-rate limit reads (no position-varying gradient, no perturbed
+    output): the same update gain and relative update, for about half the time."""
+    torch.manual_seed(spec.train.seed)
+    model = build_model(spec.model)
+    batch = make_task(spec.model, spec.train).train_batch(1)  # the run's first batch
+    inputs = batch.args[0] if len(batch.args) == 1 else batch.args
+    t = spec.train  # the learning rate and warmup the run trains with: the doctor judges them too
+    cheap = {"context": False, "perturbation": 0.0} if light else {}
+    return probe(model, inputs, loss="lm", lr=t.lr, warmup=t.warmup, steps=t.steps, **cheap)

@@ -166,7 +166,9 @@ def test_the_verdict_gives_the_step_its_interval_and_what_the_budget_would_call_
     )
     assert "a 100-step budget would likely be called stalled" in v.message + v.detail
     assert f"probability {p_within(pred, 100):.2f}" in v.message + v.detail
-    assert f"fitted on {fit['runs']} runs of stacks whose blocks renormalise the stream" in v.message + v.detail
+    assert (
+        f"fitted on {fit['runs']} runs of stacks whose blocks renormalise the stream" in v.message + v.detail
+    )
     assert "Extrapolation" not in v.message + v.detail
     roomy = plateau_verdict(_probe(lr=1e-2, n_layers=2, steps=5000), record, 16)
     assert roomy.level == "ok" and "a 5,000-step budget leaves it room" in roomy.message + roomy.detail
@@ -177,7 +179,11 @@ def test_the_verdict_gives_the_step_its_interval_and_what_the_budget_would_call_
 def test_outside_the_fits_support_it_is_an_extrapolation_never_an_error(store):
     record = _fit_record(store)
     v = plateau_verdict(_probe(d_model=32, lr=0.5, n_layers=2, steps=10), record, 32)
-    assert v.level != "error" and "Extrapolation: " in v.message + v.detail and v.detail.endswith("a rough guess")
+    assert (
+        v.level != "error"
+        and "Extrapolation: " in v.message + v.detail
+        and v.detail.endswith("a rough guess")
+    )
     assert (
         "width 32 is above the fitted widths 16-16" in v.message + v.detail
         and "lr 0.5 is above the fitted lrs" in v.message + v.detail

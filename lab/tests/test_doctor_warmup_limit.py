@@ -104,11 +104,22 @@ def test_the_warmup_length_decides_where_the_old_rule_saw_only_whether_there_was
     gain = _post(1e-3, 30).config["probe"]["update_gain"]
     lr = 8.0 / gain  # s = 8: above the limit for 30 warmup steps, within the one for 300
     short, long = learning_rate(_post(lr, 30), record), learning_rate(_post(lr, 300), record)
-    assert short.level == "error" and "with a 30-step warmup" in short.message and "the limit is s <= 4.7" in short.detail
-    assert long.level == "ok" and "with a 300-step warmup" in long.message and "the limit is s <= 12" in long.detail
+    assert (
+        short.level == "error"
+        and "with a 30-step warmup" in short.message
+        and "the limit is s <= 4.7" in short.detail
+    )
+    assert (
+        long.level == "ok"
+        and "with a 300-step warmup" in long.message
+        and "the limit is s <= 12" in long.detail
+    )
     assert "Extrapolation" not in long.message + long.detail
     beyond = learning_rate(_post(lr * 3, 2000), record)
-    assert beyond.level == "warning" and "warmup 2000 is above the calibrated warmups 0-300" in beyond.message + beyond.detail
+    assert (
+        beyond.level == "warning"
+        and "warmup 2000 is above the calibrated warmups 0-300" in beyond.message + beyond.detail
+    )
 
 
 def test_the_limits_support_widens_the_range_of_the_verdict():
@@ -118,7 +129,11 @@ def test_the_limits_support_widens_the_range_of_the_verdict():
         "step_limit": LIMITS,
     }
     v = learning_rate(_post(1e-4, 300), record)
-    assert "warmups 0-300" in v.message + v.detail and "depths 2-24" in v.message + v.detail and "Extrapolation" not in v.message + v.detail
+    assert (
+        "warmups 0-300" in v.message + v.detail
+        and "depths 2-24" in v.message + v.detail
+        and "Extrapolation" not in v.message + v.detail
+    )
 
 
 def test_a_longer_warmup_never_lowers_the_limit_the_warmups_are_pooled_instead():
@@ -141,7 +156,11 @@ def test_between_the_limit_and_the_bands_high_end_a_warning_an_error_from_there(
     inside = learning_rate(_post(4.0 / gain, 0), record)
     first_form = dict(record, step_limit={k: v for k, v in points.items() if k != "error_from"})
     assert learning_rate(_post(4.0 / gain, 0), first_form).level == "error"  # a record fitted before
-    assert inside.level == "warning" and "not expected to be safe" in inside.message and "failed from 6 (lr" in inside.detail
+    assert (
+        inside.level == "warning"
+        and "not expected to be safe" in inside.message
+        and "failed from 6 (lr" in inside.detail
+    )
     above = learning_rate(_post(7.0 / gain, 0), record)
     assert above.level == "error" and "failed from 6 (lr" in above.detail
     at_end = learning_rate(_post(6.0 / gain, 0), record)  # the run the end was taken from: an error

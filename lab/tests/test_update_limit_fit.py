@@ -136,11 +136,13 @@ def test_outside_the_fits_support_an_error_is_a_marked_warning():
 def test_a_zero_gated_stack_errs_from_the_band_only_at_depth():
     lr = _lr_for("rezero", 6.0)
     deep = learning_rate(_probe("rezero", lr), RECORD)
-    assert deep.level == "error" and deep.code == "update-size" and "runs there failed" in deep.message + deep.detail
-    shallow = learning_rate(_probe("rezero", lr, n_layers=2), RECORD)
     assert (
-        shallow.level == "warning" and f"of {GATED_DEPTH} layers or more" in shallow.message
+        deep.level == "error"
+        and deep.code == "update-size"
+        and "runs there failed" in deep.message + deep.detail
     )
+    shallow = learning_rate(_probe("rezero", lr, n_layers=2), RECORD)
+    assert shallow.level == "warning" and f"of {GATED_DEPTH} layers or more" in shallow.message
     assert learning_rate(_probe("rezero", _lr_for("rezero", 1.5)), RECORD).level == "ok"
 
 
@@ -154,7 +156,9 @@ def test_without_a_fitted_family_the_constants_decide():
     record = dict(RECORD, update_limit={"families": {"gated": FIT}})
     assert update_limit("free", record) is None and update_limit("gated", record) is FIT
     v = learning_rate(_probe("pre", _lr_for("pre", 6.0)), record)
-    assert v.level == "warning" and f"rho <= {UPDATE_TRAINED:g} (the first tuning grid's constant)" in v.detail
+    assert (
+        v.level == "warning" and f"rho <= {UPDATE_TRAINED:g} (the first tuning grid's constant)" in v.detail
+    )
 
 
 def _store(path: str) -> str:

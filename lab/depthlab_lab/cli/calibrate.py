@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 
+from depthlab.doctor.atlas import Atlas
 from depthlab.doctor.plateau import FAMILY_TEXT
 from depthlab.doctor.record import RECORD_PATH, load_record
 from depthlab.errors import InputError
 from depthlab.paths import check_output_file
 from depthlab_lab.calibrate.calibration import write_record
+from depthlab_lab.calibrate.predictor_fit import fitted_predictor
 from depthlab_lab.calibrate.refit import refit
 from depthlab_lab.docgen.doctor_fits import band_text, family_text, scaled_text
 
@@ -31,8 +33,13 @@ def add_parser(sub) -> None:
         nargs=2,
         action="append",
         metavar=("DB", "STUDY"),
-        required=True,
         help="a study store and the name of a tuning study in it (repeat for several; their runs are pooled)",
+    )
+    p.add_argument(
+        "--predictor",
+        action="store_true",
+        help="refit only the predictor behind depthlab advise, on the atlas of measured runs (its form chosen "
+        "by cross-validation leaving out one width, then one depth, at a time), and write it into the record",
     )
     p.add_argument(
         "--record",
@@ -55,6 +62,10 @@ def _commit() -> str | None:
 
 
 def run(args) -> int:
+    if args.predictor == bool(args.sources):
+        raise InputError(
+            "give either --from DB STUDY (the doctor's limits) or --predictor (advise's predictor)"
+        )
     check_output_file(args.record, "--record", ("json",))
     if not os.path.isfile(args.record):
         raise InputError(f"--record {args.record}: no such file (the record to update must exist)")
@@ -62,6 +73,8 @@ def run(args) -> int:
         old = load_record(args.record)
     except (ValueError, OSError) as e:
         raise InputError(f"--record {args.record}: not a readable calibration record ({e})") from None
+    if args.predictor:
+        return _refit_predictor(old, args.record)
     record = refit(old, [tuple(s) for s in args.sources], _commit())
     write_record(record, args.record)
     load_record.cache_clear()
@@ -113,3 +126,19 @@ def _print_limits(record: dict) -> None:
             f"limit on rho, {family_text(fam, fit)}: {fit['limit']:.3g}, band {band_text(fit['band'])} "
             f"({fit['errors']} of {fit['runs']} runs misclassified){_by_width(fit['by_width'])}"
         )
+
+
+def _refit_predictor(old: dict, path: str) -> int:
+    """Fit advise's predictor on the shipped atlas under the record's limits; write its section."""
+    section = fitted_predictor(Atlas.load(), old)
+    write_record({**old, "predictor": section}, path)
+    load_record.cache_clear()
+    print(f"predictor: {section['examples']} measured runs; chosen form {section['form']}")
+    for axis, name in (("d_model", "one width"), ("n_layers", "one depth")):
+        print(f"leaving out {name} at a time:")
+        for cand, sc in section["cv"][axis].items():
+            print(
+                f"  {cand:32} {sc['hits']:>5} of {sc['runs']} right ({sc['accuracy']:.1%}), Brier {sc['brier']:.3f}"
+            )
+    print(f"wrote {path}")
+    return 0

@@ -1,0 +1,176 @@
+"""``depthlab advise``: one answer a user can act on, from the probe and the measured runs.
+
+For a model (a ModelConfig, from flags, a file or a Hugging Face config), a learning rate, a warmup and
+a budget of steps, :func:`advise` returns an :class:`Advice`: the probability that the run trains (the
+predictor of :mod:`depthlab.doctor.predict`, calibrated on the measured runs), the safe learning-rate
+range for this stack and warmup (:class:`~depthlab.doctor.limit.LrLimit`, the number the probe's verdict
+and ``probe --compare`` print), the other wrappings ranked by their own probability with their safe
+lr, the nearest measured runs and how many of them agree, whether the question lies inside what was
+measured, and one line per mechanism the probe sees. The probe is the study worker's own: the run's
+model at its seed, on its first batch (deterministic), so the numbers are those the atlas's runs had.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from depthlab.advise.screen import render
+from depthlab.config import ModelConfig, TrainConfig
+from depthlab.doctor.atlas import Atlas, MeasuredRun
+from depthlab.doctor.limit import LrLimit
+from depthlab.doctor.lr_limit import limit_of
+from depthlab.doctor.predict import Prediction, Query, p_trains
+from depthlab.doctor.record import load_record
+from depthlab.doctor.verdict import Verdict
+from depthlab.probe.result import ProbeResult
+from depthlab.study.grid import RunSpec
+from depthlab.study.worker import probe_run
+
+ALTERNATIVES = ("pre", "sandwich", "deepnorm", "post")  # ranked beside the user's own by default
+LR_GRID = tuple(10 ** (k / 8) for k in range(-40, 1))  # 1e-5 to 1, 8 per decade: where P(trains) is scanned
+LIKELY = 0.8  # the probability above which a learning rate is called likely to train
+
+
+@dataclass(frozen=True)
+class Option:
+    """One wrapping of the user's stack: its probability of training at the user's lr, its safe lr, and
+    the lr range where the predictor gives it at least ``LIKELY``."""
+
+    wrap: str
+    p_trains: float
+    safe_lr: float | None
+    likely: tuple[float, float] | None
+    confident: bool
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What :func:`advise` found (see the module docstring); ``verdicts`` are the probe's."""
+
+    model: ModelConfig
+    train: TrainConfig
+    prediction: Prediction
+    limit: LrLimit | None
+    likely: tuple[float, float] | None
+    options: tuple[Option, ...]
+    verdicts: tuple[Verdict, ...]
+    outside: tuple[str, ...]
+    transfer: dict | None = None
+
+    def format(self) -> str:
+        """The screen ``depthlab advise`` prints (about 25 lines, the answer first)."""
+        return render(self, LIKELY)
+
+    @property
+    def evidence(self) -> tuple[tuple[float, MeasuredRun], ...]:
+        return self.prediction.neighbours
+
+    def agreeing(self) -> int:
+        """How many of the nearest measured runs went the way the call says."""
+        return sum(r.trained == (self.prediction.call == "trains") for _, r in self.evidence)
+
+    def to_dict(self) -> dict:
+        """The advice as JSON-able data (``depthlab advise --json``)."""
+        return {
+            "model": self.model.to_dict(),
+            "train": {
+                k: getattr(self.train, k) for k in ("lr", "warmup", "steps", "batch_size", "seq_len", "seed")
+            },
+            "p_trains": self.prediction.p_trains,
+            "call": self.prediction.call,
+            "confident": self.prediction.confident,
+            "why_not_confident": self.prediction.why_not,
+            "limit": None if self.limit is None else self.limit.to_dict(),
+            "likely_lr": self.likely,
+            "alternatives": [o.to_dict() for o in self.options],
+            "evidence": [dict(dataclasses.asdict(r), distance=d) for d, r in self.evidence],
+            "agreeing": self.agreeing(),
+            "outside": list(self.outside),
+            "verdicts": [v.to_dict() for v in self.verdicts],
+            "transfer": self.transfer,
+        }
+
+
+def probe_for(model: ModelConfig, train: TrainConfig, full: bool = True) -> ProbeResult:
+    """The study worker's at-init probe of this run (``full`` False: only what the limit reads)."""
+    return probe_run(RunSpec(model, train), light=not full)
+
+
+def predict(
+    result: ProbeResult, model: ModelConfig, train: TrainConfig, atlas: Atlas, record: dict
+) -> tuple[Prediction, LrLimit | None]:
+    """The prediction for this run from its probe (taken at ``train.lr``) and the atlas."""
+    found = limit_of(result, record)
+    limit = None if found is None else found[0]
+    q = Query(model.wrap, model.n_layers, model.d_model, train.lr, train.warmup, train.steps,
+              ",".join(model.residual), model.norm, model.param)  # fmt: skip
+    return p_trains(record["predictor"], limit, q, atlas), limit
+
+
+def likely_range(
+    limit: LrLimit | None, model: ModelConfig, train: TrainConfig, atlas: Atlas, record: dict
+) -> tuple[float, float] | None:
+    """The widest run of :data:`LR_GRID` where P(trains) >= ``LIKELY`` for this stack, warmup and budget
+    (the probe's quantities scale with lr, so no new probe is needed); None where there is none."""
+    if limit is None:
+        return None
+    hits = []
+    for lr in LR_GRID:
+        q = Query(model.wrap, model.n_layers, model.d_model, lr, train.warmup, train.steps,
+                  ",".join(model.residual), model.norm, model.param)  # fmt: skip
+        hits.append(p_trains(record["predictor"], limit, q, atlas).p_trains >= LIKELY)
+    runs, start = [], None
+    for i, hit in enumerate([*hits, False]):
+        if hit and start is None:
+            start = i
+        if not hit and start is not None:
+            runs.append((start, i - 1))
+            start = None
+    if not runs:
+        return None
+    lo, hi = max(runs, key=lambda r: r[1] - r[0])
+    return LR_GRID[lo], LR_GRID[hi]
+
+
+def advise(
+    model: ModelConfig,
+    train: TrainConfig,
+    atlas: Atlas | None = None,
+    alternatives: tuple[str, ...] = ALTERNATIVES,
+    record: dict | None = None,
+) -> Advice:
+    """The advice for training ``model`` under ``train`` (its lr, warmup, steps, batch and seed)."""
+    atlas = Atlas.load() if atlas is None else atlas
+    record = load_record() if record is None else record
+    result = probe_for(model, train)
+    prediction, limit = predict(result, model, train, atlas, record)
+    options = [_option(model.wrap, prediction, limit, model, train, atlas, record)]
+    for wrap in alternatives:
+        if wrap == model.wrap:
+            continue
+        other = dataclasses.replace(model, wrap=wrap)
+        p, lim = predict(probe_for(other, train, full=False), other, train, atlas, record)
+        options.append(_option(wrap, p, lim, other, train, atlas, record))
+    options.sort(key=lambda o: (-o.p_trains, o.wrap))
+    found = limit_of(result, record)
+    return Advice(
+        model=model,
+        train=train,
+        prediction=prediction,
+        limit=limit,
+        likely=options[[o.wrap for o in options].index(model.wrap)].likely,
+        options=tuple(options),
+        verdicts=tuple(v for v in result.verdicts if v.level != "ok"),
+        outside=tuple(found[2] if found else ()),
+    )
+
+
+def _option(wrap, prediction, limit, model, train, atlas, record) -> Option:
+    likely = likely_range(limit, model, train, atlas, record)
+    safe = None if limit is None or not math.isfinite(limit.lr_limit) else limit.lr_limit
+    return Option(wrap, prediction.p_trains, safe, likely, prediction.confident)

@@ -1,0 +1,30 @@
+"""The measured runs ``depthlab advise`` rests on: the atlas shipped with depthlab, and a user's own study
+stores read the same way (``--atlas my.sqlite``), so that a team's runs become evidence too."""
+
+from __future__ import annotations
+
+from depthlab.doctor.atlas import Atlas, from_run
+from depthlab.errors import InputError
+from depthlab.study.store import Store
+
+
+def atlas_from_store(db: str) -> Atlas:
+    """Every finished run of every study in the study store ``db``, with its at-init probe where the
+    study took one (InputError, one line, for a path that is not a readable store)."""
+    runs = []
+    with Store(db, create=False) as store:
+        for study in store.studies():
+            for r in store.runs(study["id"]):
+                if r.get("status") == "done" and r.get("outcome"):
+                    runs.append(from_run(f"{db}:{study['name']}", r, store.probe(r["id"])))
+    if not runs:
+        raise InputError(f"--atlas {db}: the store holds no finished run")
+    return Atlas(tuple(runs))
+
+
+def load_atlas(stores: list[str] = ()) -> Atlas:
+    """The shipped atlas with the finished runs of the study stores ``stores`` added."""
+    atlas = Atlas.load()
+    for db in stores:
+        atlas = atlas + atlas_from_store(db)
+    return atlas

@@ -1,0 +1,80 @@
+"""The screen ``depthlab advise`` prints: at most about 25 lines, the answer first."""
+
+from __future__ import annotations
+
+from depthlab.doctor.predict import FAR
+
+WIDTH = 110
+
+
+def _lr(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2g}"
+
+
+def _range(r: tuple[float, float] | None) -> str:
+    return "none on 1e-5..1" if r is None else f"{r[0]:.2g} .. {r[1]:.2g}"
+
+
+def _cut(text: str, width: int = WIDTH) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def render(a, likely: float) -> str:
+    """The advice ``a`` (:class:`depthlab.advise.advice.Advice`) as the screen prints it; ``likely``: the
+    probability the ranges of likely learning rates are drawn at."""
+    m, t, p = a.model, a.train, a.prediction
+    head = (f"{m.wrap}, {m.n_layers} layers, d_model {m.d_model}, {m.n_heads} heads; lr {t.lr:g}, warmup "
+            f"{t.warmup}, {t.steps:,} steps of {t.batch_size} x {t.seq_len}")  # fmt: skip
+    sure = "a confident call" if p.confident else f"not a confident call: {p.why_not}"
+    lines = [
+        f"depthlab advise: {head}",
+        _cut(
+            f"expected: {'TRAINS' if p.call == 'trains' else 'FAILS'} (P(trains) = {p.p_trains:.2f}; {sure})"
+        ),
+    ]
+    if a.limit is not None:
+        lines.append(_cut(f"safe lr ({m.wrap}, warmup {t.warmup}): {a.limit.range_text()}; "
+                          f"P(trains) >= {likely} for lr {_range(a.likely)}"))  # fmt: skip
+    lines += [
+        "",
+        f"{'wrapping at lr ' + format(t.lr, 'g'):<28}{'P(trains)':>10}{'safe lr':>10}   P >= {likely} for lr",
+    ]
+    for o in a.options:
+        mark = " (yours)" if o.wrap == m.wrap else ""
+        sure = "" if o.confident else "  (not confident)"
+        lines.append(
+            f"  {o.wrap + mark:<26}{o.p_trains:>10.2f}{_lr(o.safe_lr):>10}   {_range(o.likely)}{sure}"
+        )
+    ev = a.evidence
+    lines += [
+        "",
+        f"evidence: the {len(ev)} nearest measured runs of {m.wrap} ({a.agreeing()} of them went as called)",
+    ]
+    for d, r in ev:
+        loss = "-" if r.val_loss is None else f"{r.val_loss:.2f}"
+        lines.append(_cut(f"  {r.shape():<22} lr {r.lr:<8g} warmup {r.warmup:<4} {r.steps:>5} steps  "
+                          f"{r.outcome:<12} val {loss:<5} (distance {d:.2f})"))  # fmt: skip
+    lines += ["", _cut(inside_text(a))]
+    if a.verdicts:
+        lines.append("why (what the probe sees):")
+        lines += [_cut(f"  {v.level.upper():7} {v.code}: {v.message}") for v in a.verdicts[:5]]
+    if a.transfer:
+        lines += ["", *a.transfer.get("lines", [])]
+    return "\n".join(lines)
+
+
+def inside_text(advice) -> str:
+    """Whether the question lies inside what was measured, in one line."""
+    near = advice.evidence
+    if not near:
+        return "outside what was measured: no run of this kind of stack in the atlas"
+    d = near[0][0]
+    where = (
+        "inside what was measured"
+        if d <= FAR / 2
+        else "near what was measured"
+        if d <= FAR
+        else "far from what was measured"
+    )
+    out = f"; the limit's calibrated range: {'; '.join(advice.outside)}" if advice.outside else ""
+    return f"{where}: the nearest measured run is {d:.2f} away (1 = a factor 2 in lr or 4 in width){out}"

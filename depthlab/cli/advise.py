@@ -1,0 +1,83 @@
+"""depthlab advise: the expected outcome of a run, the safe learning rate, the alternatives ranked, and
+the measured runs behind them, on one screen."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from depthlab.advise import ALTERNATIVES, advise
+from depthlab.advise.evidence import load_atlas
+from depthlab.cli.common import (
+    add_json_flag,
+    add_memory_flag,
+    add_model_flags,
+    model_config_from_args,
+    seed_from_args,
+)
+from depthlab.config import TrainConfig
+from depthlab.errors import ConfigError
+from depthlab.model.memory import available_memory, check_memory, estimate_memory
+from depthlab.paths import check_output_file, write_json
+from depthlab.progress import say
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "advise",
+        help="will this run train? its probability, the safe lr, the alternatives ranked, the evidence",
+        description="Probe the model at init as a study would, then predict whether it trains at the given "
+        "learning rate, warmup and budget (a calibrated probability, from the probe's learning-rate limit "
+        "and the nearest runs depthlab measured), give the safe learning-rate range for this stack and "
+        "warmup, rank other wrappings of the same stack, and show the measured runs behind the answer.",
+    )
+    add_model_flags(p)
+    g = p.add_argument_group("training")
+    g.add_argument("--lr", type=float, default=1e-3, help="Adam's peak learning rate (default 1e-3)")
+    g.add_argument("--warmup", type=int, default=0, help="linear warmup steps (default 0)")
+    g.add_argument("--steps", type=int, default=1000, help="the run's budget of steps (default 1000)")
+    g.add_argument("--batch-size", type=int, default=16, help="sequences per step (default 16)")
+    g.add_argument("--seq-len", type=int, default=32, help="tokens per sequence (default 32)")
+    p.add_argument(
+        "--alternatives",
+        default=",".join(ALTERNATIVES),
+        metavar="WRAPS",
+        help=f"the wrappings ranked beside yours, each probed (default {','.join(ALTERNATIVES)}; '' for none)",
+    )
+    p.add_argument(
+        "--atlas",
+        action="append",
+        default=[],
+        metavar="DB",
+        help="a study store whose finished runs join the measured runs as evidence (repeat for several)",
+    )
+    add_json_flag(p)
+    add_memory_flag(p)
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    check_output_file(args.json, "--json", ("json",))
+    model = model_config_from_args(args)
+    train = TrainConfig(lr=args.lr, warmup=args.warmup, steps=args.steps, batch_size=args.batch_size,
+                        seq_len=args.seq_len, seed=seed_from_args(args))  # fmt: skip
+    model.check_length(train.seq_len + 1, "seq_len", train.seq_len)
+    wraps = tuple(w.strip() for w in args.alternatives.split(",") if w.strip())
+    for w in wraps:  # every alternative must be a stack this model can be: checked before any probe
+        try:
+            dataclasses.replace(model, wrap=w)
+        except ConfigError as e:
+            raise ConfigError("alternatives", w, str(e).split(": ", 1)[-1]) from None
+    probe = estimate_memory(model, "probe", train.batch_size, train.seq_len)
+    check_memory(probe, available_memory(), args.force_memory, "fewer --layers or a smaller --d-model")
+    atlas = load_atlas(args.atlas)
+    n = 1 + len([w for w in wraps if w != model.wrap])
+    say(f"advise: probing {n} stack{'s' if n > 1 else ''} at init ({model.n_layers} layers, d_model {model.d_model}); "
+        f"{len(atlas):,} measured runs as evidence")  # fmt: skip
+    advice = advise(model, train, atlas, wraps)
+    print(advice.format())
+    if args.json:
+        write_json(advice.to_dict(), args.json)
+        if args.json != "-":
+            say(f"wrote {os.path.normpath(args.json)}")
+    return 0

@@ -1,0 +1,149 @@
+"""The probability that a run trains, from the probe's learning-rate limit and the nearest measured runs.
+
+Two kinds of evidence, each alone weaker than together:
+
+- the **limit** (:mod:`depthlab.doctor.lr_limit`): how far the run's step (s, or rho) lies above or
+  below the limit fitted for its family of stacks and its warmup, as ``margin`` = ln(value / limit);
+- the **atlas** (:mod:`depthlab.doctor.atlas`): the measured runs of the same wrapping nearest the run
+  (:func:`nearest`, in :data:`SCALES` units: a factor 2 in lr counts as much as a factor 4 in width
+  or depth), and the share of them that trained.
+
+The record's "predictor" section (fitted by the lab's ``depthlab_lab.calibrate.predictor_fit``, its
+form chosen by cross-validation that leaves out one width and one depth at a time) holds, per family,
+the logistic regression's features and coefficients; :func:`p_trains` applies it. A run whose nearest
+measured run is farther than ``FAR`` and whose margin or shape lies outside what the fit saw gets no
+confident call (:attr:`Prediction.confident` False, with the reason).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from depthlab.doctor.atlas import Atlas, MeasuredRun
+from depthlab.doctor.limit import LrLimit
+
+# The nearest-run metric: ln-distance per axis divided by these (a factor 2 in lr, 4 in width, depth or
+# steps, 16 in 1 + warmup each count 1). Registered with the held-out grid at depth before its runs.
+SCALES = {"lr": math.log(2), "d_model": math.log(4), "n_layers": math.log(4), "warmup": math.log(16),
+          "steps": math.log(4)}  # fmt: skip
+K = 5  # the nearest runs whose share trained is the atlas's evidence
+FAR = 2.0  # farther than this (in SCALES units) a run is no close evidence
+FEATURES = ("const", "margin", "margin_sq", "ln_steps", "ln_depth", "ln_width", "ln_1_warmup", "atlas")
+
+
+@dataclass(frozen=True)
+class Query:
+    """One run, as asked: its stack, schedule and budget."""
+
+    wrap: str
+    n_layers: int
+    d_model: int
+    lr: float
+    warmup: int
+    steps: int
+    residual: str = "attn,cross,ffn"
+    norm: str = "layernorm"
+    param: str = "sp"
+
+    @classmethod
+    def of(cls, run: MeasuredRun) -> Query:
+        """The query a measured run answers."""
+        return cls(run.wrap, run.n_layers, run.d_model, run.lr, run.warmup, run.steps, run.residual,
+                   run.norm, run.param)  # fmt: skip
+
+
+def distance(q: Query, r: MeasuredRun) -> float:
+    """How far run ``r`` lies from query ``q`` (:data:`SCALES` units); inf for another kind of stack
+    (wrapping, norm, skips or parametrization)."""
+    if (r.wrap, r.norm, r.residual, r.param) != (q.wrap, q.norm, q.residual, q.param):
+        return math.inf
+    d = [
+        math.log(q.lr / r.lr) / SCALES["lr"],
+        math.log(q.d_model / r.d_model) / SCALES["d_model"],
+        math.log(q.n_layers / r.n_layers) / SCALES["n_layers"],
+        math.log((1 + q.warmup) / (1 + r.warmup)) / SCALES["warmup"],
+        math.log(q.steps / r.steps) / SCALES["steps"],
+    ]
+    return math.sqrt(sum(x * x for x in d))
+
+
+def nearest(
+    atlas: Atlas, q: Query, k: int = K, exclude: set[str] = frozenset()
+) -> list[tuple[float, MeasuredRun]]:
+    """The ``k`` measured runs of the same kind of stack nearest ``q``, nearest first, as (distance,
+    run); ``exclude``: config hashes left out (a run is no evidence about itself)."""
+    found = [(distance(q, r), r) for r in atlas.runs if r.config_hash not in exclude]
+    found = [(d, r) for d, r in found if math.isfinite(d)]
+    return sorted(found, key=lambda x: (x[0], x[1].seed))[:k]
+
+
+def atlas_share(neighbours: list[tuple[float, MeasuredRun]]) -> float | None:
+    """The share of the neighbours that trained, each weighted 1 / (1 + distance), shrunk toward one half
+    by one pseudo-run of each outcome (None without neighbours)."""
+    if not neighbours:
+        return None
+    w = [1 / (1 + d) for d, _ in neighbours]
+    trained = sum(wi for wi, (_, r) in zip(w, neighbours) if r.trained)
+    return (trained + 0.5) / (sum(w) + 1.0)
+
+
+def features(limit: LrLimit | None, q: Query, share: float | None) -> dict[str, float]:
+    """The regressors of :data:`FEATURES` (the atlas's as ln(share / (1 - share)), 0 without neighbours)."""
+    margin = 0.0
+    if limit is not None and math.isfinite(limit.warn_above) and limit.warn_above > 0:
+        margin = math.log(max(limit.value(q.lr), 1e-12) / limit.warn_above)
+    return {
+        "const": 1.0,
+        "margin": margin,
+        "margin_sq": margin * margin,  # a window, not a ceiling: too small an lr stalls within a budget too
+        "ln_steps": math.log(q.steps),
+        "ln_depth": math.log(q.n_layers),
+        "ln_width": math.log(q.d_model),
+        "ln_1_warmup": math.log1p(q.warmup),
+        "atlas": 0.0 if share is None else math.log(share / (1 - share)),
+    }
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """P(the run trains), the evidence it rests on, and whether it is a confident call."""
+
+    p_trains: float
+    family: str
+    neighbours: tuple[tuple[float, MeasuredRun], ...]
+    confident: bool
+    why_not: str = ""  # why the call is not confident ("" when it is)
+
+    @property
+    def call(self) -> str:
+        """ "trains" or "fails": the side of one half the probability is on."""
+        return "trains" if self.p_trains >= 0.5 else "fails"
+
+
+def p_trains(
+    fit: dict, limit: LrLimit | None, q: Query, atlas: Atlas, exclude: set[str] = frozenset()
+) -> Prediction:
+    """The prediction for ``q`` under the record's fitted predictor ``fit`` (its "predictor" section)."""
+    family = limit.family if limit is not None else "free"
+    near = nearest(atlas, q, exclude=exclude)
+    x = features(limit, q, atlas_share(near))
+    model = fit["families"].get(family) or fit["families"][fit["fallback"]]
+    z = sum(model["coef"].get(name, 0.0) * x[name] for name in FEATURES)
+    p = 1 / (1 + math.exp(-max(min(z, 40.0), -40.0)))
+    why = _why_not(model, x, near)
+    return Prediction(p, family, tuple(near), confident=not why, why_not=why)
+
+
+def _why_not(model: dict, x: dict[str, float], near: list) -> str:
+    """Why a prediction is not confident: no measured run within ``FAR`` and a feature outside the range
+    the fit saw ("" when either holds)."""
+    if near and near[0][0] <= FAR:
+        return ""
+    out = [name for name, (lo, hi) in model.get("support", {}).items() if not lo <= x[name] <= hi]
+    if not out:
+        return ""
+    where = (
+        "no measured run of this stack" if not near else f"the nearest measured run is {near[0][0]:.1f} away"
+    )
+    return f"{where}, and its {', '.join(out)} lie outside what the predictor was fitted on"

@@ -1,0 +1,212 @@
+"""The held-out grid at depth for ``depthlab advise``: its design, and its registration before any run.
+
+The grid (``grids/advise-heldout-depth.yaml``) trains seven wrappings that fail differently (post-LN,
+pre-LN, DeepNorm, sandwich, ReZero, Admin, Mix-LN) at four shapes each, deeper than any tuning run of
+their width (96 x 32 layers, 128 x 16, 192 x 12, 256 x 8), each with a warmup of 0, 100 or 300 steps and
+a budget of 800 steps, at two learning rates placed on either side of the stack's own limit (x 0.7 and
+x 1.4 of the safe lr the probe gives it: hard calls, each within 2x of the limit). The Hugging Face set
+(``grids/advise-heldout-hf.yaml``) trains Llama-, GPT-NeoX- and Gemma-style decoders at their own
+wiring and re-wired to post-LN, where no run of the atlas is of their kind.
+
+:func:`registration` computes, before any run, every run's prediction: advise's probability (the
+study worker's probe of the run, the shipped atlas and the record's predictor) and each lookup's call
+(:mod:`depthlab_lab.calibrate.lookups`, on the same atlas). It goes into
+``grids/advise-heldout-depth.registration.json`` with the rules the grid is scored under, in the commit
+that precedes the first run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+
+from depthlab.advise.advice import predict
+from depthlab.config import ModelConfig, TrainConfig
+from depthlab.doctor.atlas import ATLAS_PATH, Atlas
+from depthlab.doctor.lr_limit import limit_of
+from depthlab.doctor.predict import Query
+from depthlab.doctor.record import RECORD_PATH, load_record
+from depthlab.interop.hf import imported_config
+from depthlab.study.grid import RunSpec, StudyConfig
+from depthlab.study.worker import probe_run
+from depthlab_lab import GRIDS, lab_file
+from depthlab_lab.calibrate.lookups import LOOKUPS
+
+WRAPS = ("post", "pre", "deepnorm", "sandwich", "rezero", "admin", "mix")
+SHAPES = ((96, 32), (128, 16), (192, 12), (256, 8))  # (d_model, n_layers)
+WARMUPS = (0, 100, 300)
+FACTORS = (0.7, 1.4)  # x the stack's safe lr: on either side of its limit
+STEPS, SEED = 800, 3
+MODEL = {"arch": "decoder", "n_heads": 4, "vocab_size": 256, "max_len": 64}
+TRAIN = {"task": "lm", "steps": STEPS, "batch_size": 16, "seq_len": 32, "beta2": 0.98, "log_every": 10,
+         "schedule": "linear", "seed": SEED}  # fmt: skip
+GRID = os.path.join("lab", "depthlab_lab", "grids", "advise-heldout-depth.yaml")
+HF_FAMILIES = ("llama", "gpt_neox", "gemma2")  # their configs: grids/hf/NAME/config.json
+HF_GRIDS = tuple(
+    os.path.join("lab", "depthlab_lab", "grids", f"advise-heldout-hf-{f}.yaml") for f in HF_FAMILIES
+)
+HF_WARMUP = 100
+REGISTRATION = os.path.join("lab", "depthlab_lab", "grids", "advise-heldout-depth.registration.json")
+MARGIN = 0.05  # advise's accuracy must exceed the best lookup's by this much, with accuracy >= TARGET
+TARGET = 0.90
+
+
+def designed_runs() -> list[dict]:
+    """The grid's runs as field mappings: per wrapping, its four shapes, each at a warmup (rotating
+    through WARMUPS) and two learning rates placed by the stack's own limit."""
+    runs = []
+    for i, wrap in enumerate(WRAPS):
+        for j, (d, n) in enumerate(SHAPES):
+            warmup = WARMUPS[(i + j) % len(WARMUPS)]
+            model = ModelConfig(**MODEL, wrap=wrap, d_model=d, n_layers=n)
+            train = TrainConfig(**{**TRAIN, "lr": 1e-3, "warmup": warmup})
+            limit = limit_of(probe_run(RunSpec(model, train), light=True))[0]
+            for f in FACTORS:
+                runs.append({"wrap": wrap, "d_model": d, "n_layers": n, "warmup": warmup,
+                             "lr": float(f"{f * limit.lr_limit:.3g}")})  # fmt: skip
+    return runs
+
+
+def designed_hf_runs(family: str) -> list[dict]:
+    """A Hugging Face family's runs: at its own wiring and re-wired to post-LN, each at x0.7 and x1.4 of
+    the safe lr the probe gives it."""
+    base, _ = imported_config(lab_file(hf_path(family)))
+    runs = []
+    for rewired in ({}, {"wrap": "post"}):
+        model = dataclasses.replace(base, **rewired)
+        train = TrainConfig(**{**TRAIN, "lr": 1e-3, "warmup": HF_WARMUP})
+        limit = limit_of(probe_run(RunSpec(model, train), light=True))[0]
+        runs += [{**rewired, "lr": float(f"{f * limit.lr_limit:.3g}")} for f in FACTORS]
+    return runs
+
+
+def hf_path(family: str) -> str:
+    return os.path.join("lab", "depthlab_lab", "grids", "hf", family)
+
+
+def write_hf_grid(family: str, runs: list[dict], path: str) -> None:
+    """One family's grid file (a grid starts from one Hugging Face config)."""
+    head = [
+        f"# The Hugging Face part of advise's held-out set: a {family} decoder (grids/hf/{family}) at its own",
+        "# wiring and re-wired to post-LN, each at x0.7 and x1.4 of its safe lr; no run of the atlas is of its",
+        "# kind. Fixed with every run's prediction (advise-heldout-depth.registration.json) before its first run.",
+        f"name: advise-heldout-hf-{family}",
+        f'description: "advise\'s held-out Hugging Face set: {family}, own wiring and post-LN, 2 lrs each."',
+        f"model: {{hf: {hf_path(family)}}}",
+        "train: " + json.dumps({**TRAIN, "warmup": HF_WARMUP}).replace('"', ""),
+        "axes:",
+        "  run:",
+        *[f"    - {json.dumps(r).replace(chr(34), '')}" for r in runs],
+    ]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(head) + "\n")
+
+
+def write_grid(runs: list[dict], path: str = GRID) -> None:
+    """The grid file: its header says what it is and how it was placed, then every run."""
+    head = [
+        "# The held-out grid at depth for depthlab advise (lab/depthlab_lab/calibrate/heldout_depth.py): fixed,",
+        "# with every run's prediction (advise-heldout-depth.registration.json), in the commit before its first",
+        "# run; never used to choose a feature, a form or a threshold. Seven wrappings x four shapes deeper than",
+        "# any tuning run of their width, a warmup of 0, 100 or 300, 800 steps, seed 3, at x0.7 and x1.4 of the",
+        "# safe lr the probe gives each stack: every run within 2x of its limit.",
+        "# Run: depthlab study --grid lab/depthlab_lab/grids/advise-heldout-depth.yaml --db runs/advise-heldout.sqlite",
+        "name: advise-heldout-depth",
+        f'description: "advise\'s held-out grid at depth: {len(runs)} runs, 7 wrappings x 4 shapes x 2 lrs."',
+        "model: " + json.dumps(MODEL).replace('"', ""),
+        "train: " + json.dumps(TRAIN).replace('"', ""),
+        "axes:",
+        "  run:",
+        *[f"    - {json.dumps(r).replace(chr(34), '')}" for r in runs],
+    ]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(head) + "\n")
+
+
+def predictions(grid: str, atlas: Atlas, record: dict) -> list[dict]:
+    """Every run of ``grid``: its hash, fields, advise's probability and call, and each lookup's call."""
+    study = StudyConfig.from_yaml(lab_file(grid))
+    out = []
+    for spec in study.expand():
+        result = probe_run(spec)
+        pred, limit = predict(result, spec.model, spec.train, atlas, record)
+        q = Query(spec.model.wrap, spec.model.n_layers, spec.model.d_model, spec.train.lr, spec.train.warmup,
+                  spec.train.steps, ",".join(spec.model.residual), spec.model.norm, spec.model.param)  # fmt: skip
+        out.append({
+            "config_hash": spec.hash,
+            "run": spec.label,
+            "p_trains": pred.p_trains,
+            "advise": pred.call,
+            "confident": pred.confident,
+            "safe_lr": None if limit is None else limit.lr_limit,
+            "lr_over_limit": None if limit is None else spec.train.lr / limit.lr_limit,
+            "lookups": {name: f(list(atlas.runs), q) for name, f in LOOKUPS.items()},
+        })  # fmt: skip
+    return out
+
+
+def digest(path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
+
+
+RULES = {
+    "outcome": "a run that ends 'trained' (final validation loss more than 5% below the unigram loss) is "
+    "'trains'; any other outcome is 'fails' (depthlab.report.doctor_score.expected)",
+    "advise": "the call of depthlab advise: 'trains' where P(trains) >= 0.5 (the predictor of the record "
+    "named below, on the atlas named below, from the study worker's probe of the run)",
+    "lookups": {
+        "wrapping x lr": "the majority of the atlas's runs of the run's wrapping at the lr nearest its own "
+        "(ln scale), pooled over everything else; ties and unknown wrappings: 'trains'",
+        "wrapping x width x lr x warmup": "among the atlas's runs of its wrapping, those at the nearest "
+        "width, then the nearest lr among them, then the nearest warmup (ln(1 + warmup)) among those; "
+        "majority, ties 'trains'",
+        "nearest runs": "the 5 runs of the same kind of stack nearest in (lr, width, depth, warmup, steps) "
+        "(a factor 2 in lr, 4 in width, depth or steps, 16 in 1 + warmup each count 1), weighted "
+        "1 / (1 + distance); 'trains' where the weighted share, shrunk by one run of each outcome, is >= 0.5",
+        "always 'trains'": "'trains' for every run",
+    },
+    "accuracy": f"share of finished runs called right, with its 95% Wilson interval; advise passes when its "
+    f"accuracy is at least {TARGET:.0%} and at least {MARGIN:.0%} (5 points) above the best lookup's on "
+    "the same runs (paired difference with Newcombe's interval reported)",
+    "brier": "mean squared difference between P(trains) and the outcome (1 trained, 0 otherwise); each "
+    "lookup's call counts as probability 0 or 1; advise passes when its Brier score is below every lookup's",
+    "hf set": "advise's accuracy against always 'trains' on the Hugging Face set",
+}
+
+
+def registration(atlas: Atlas, record: dict) -> dict:
+    """Everything the grid is scored under, and every run's prediction, computed before any run."""
+    return {
+        "grid": GRID,
+        "hf_grids": list(HF_GRIDS),
+        "rules": RULES,
+        "record": {
+            "path": "depthlab/doctor/calibration.json",
+            "sha256": digest(RECORD_PATH),
+            "predictor_form": record["predictor"]["form"],
+        },  # fmt: skip
+        "atlas": {"path": "depthlab/doctor/atlas.csv.gz", "sha256": digest(ATLAS_PATH), "runs": len(atlas)},
+        "runs": predictions(GRID, atlas, record),
+        "hf_runs": [p for g in HF_GRIDS for p in predictions(g, atlas, record)],
+    }
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["design"]:
+        runs = designed_runs()
+        write_grid(runs)
+        print(f"wrote {GRID}: {len(runs)} runs")
+        for family, path in zip(HF_FAMILIES, HF_GRIDS):
+            write_hf_grid(family, designed_hf_runs(family), path)
+            print(f"wrote {path}")
+    elif sys.argv[1:] == ["register"]:
+        reg = registration(Atlas.load(), load_record())
+        with open(REGISTRATION, "w", encoding="utf-8") as f:
+            json.dump(reg, f, indent=1)
+        print(f"wrote {REGISTRATION}: {len(reg['runs'])} + {len(reg['hf_runs'])} runs predicted")
+    assert GRIDS.is_dir()
