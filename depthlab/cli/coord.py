@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import sys
 
+from depthlab.cli.common import add_memory_flag
 from depthlab.config import PARAMS, wrap_names
 from depthlab.errors import InputError
-from depthlab.paths import check_folder, check_output_file, safe_name, save_figure, write_json
-from depthlab.probe.coord import BAND, CoordSpec, coord_check, format_coord
+from depthlab.paths import check_folder, check_output_file, printable, safe_name, save_figure, write_json
+from depthlab.probe.coord import BAND, CoordSpec, check_steps, coord_check, format_coord
 from depthlab.probe.coord_plot import coord_figure, coord_vs_size_figure
 
 
@@ -18,7 +19,7 @@ def add_parser(sub) -> None:
         help="coordinate check: does each module's activation scale stay flat across depth or width?",
         description="Train the same stack at several depths (--depths, at one --width) or widths (--widths, "
         "at one --depth) for a few Adam steps under each --wrap and --param, record every module's mean "
-        "|coordinate| at each step, and fit its log-log slope against the size with a 95%% interval over "
+        "|coordinate| at each step, and fit its log-log slope against the size with a 95% interval over "
         "seeds: flat, grows, shrinks or unclear (docs/transfer.md).",
     )
     p.add_argument("--depths", help="comma-separated depths, e.g. 2,4,8,16 (a sweep over depth)")
@@ -36,14 +37,18 @@ def add_parser(sub) -> None:
     p.add_argument("--band", type=float, default=BAND, help=f"|slope| below this is flat (default {BAND})")
     p.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH ('-' for stdout)")
     p.add_argument("--plot", metavar="DIR", help="write the figures (png) into DIR")
+    add_memory_flag(p)
     p.set_defaults(run=run)
 
 
 def _ints(text: str, flag: str) -> tuple[int, ...]:
+    items = text.split(",")
+    if any(not v.strip() for v in items):  # 2,,3 or a trailing comma: a value was left out
+        raise InputError(f"{flag} {printable(text)}: an empty value between commas; e.g. 2,4,8")
     try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
+        values = tuple(int(v) for v in items)
     except ValueError:
-        raise InputError(f"{flag} {text}: comma-separated integers, e.g. 2,4,8") from None
+        raise InputError(f"{flag} {printable(text)}: comma-separated integers, e.g. 2,4,8") from None
     if any(v < 1 for v in values):
         raise InputError(f"{flag} {text}: every value must be at least 1")
     if len(set(values)) < 2:
@@ -76,12 +81,14 @@ def spec_from_args(args) -> CoordSpec:
             raise InputError(f"{flag} {value}: at least {low}")
     if not 0 < args.band < 1:
         raise InputError(f"--band {args.band}: a number in (0, 1)")
+    wraps, params = _names(args.wrap, wrap_names(), "--wrap"), _names(args.param, PARAMS, "--param")
+    check_steps(len(wraps) * len(params) * len(sizes) * args.seeds, args.steps)  # before range(--seeds)
     return CoordSpec(
         axis=axis,
         sizes=sizes,
         fixed=args.width if axis == "depth" else args.depth,
-        wraps=_names(args.wrap, wrap_names(), "--wrap"),
-        params=_names(args.param, PARAMS, "--param"),
+        wraps=wraps,
+        params=params,
         steps=args.steps,
         lr=args.lr,
         seeds=tuple(range(args.seeds)),
@@ -96,7 +103,7 @@ def run(args) -> int:
     spec = spec_from_args(args)
     spec.configs()  # every combination validated: a refused one is one line before any run
     check_output_file(args.json, "--json")
-    if args.plot:
+    if args.plot is not None:  # --plot '' is refused, not read as no --plot
         check_folder(args.plot, "--plot")
     total = len(spec.wraps) * len(spec.params) * len(spec.sizes) * len(spec.seeds)
     done = [0]
@@ -106,7 +113,7 @@ def run(args) -> int:
         if sys.stderr.isatty():
             sys.stderr.write(f"\r{done[0]}/{total} {wrap} {param} {spec.axis} {size} seed {seed}   ")
 
-    result = coord_check(spec, on_point=progress)
+    result = coord_check(spec, on_point=progress, force_memory=args.force_memory)
     if sys.stderr.isatty():
         sys.stderr.write("\n")
     if args.json == "-":
@@ -114,7 +121,7 @@ def run(args) -> int:
         return 0
     print(format_coord(result))
     write_json(result.to_dict(), args.json)
-    if args.plot:
+    if args.plot is not None:
         for wrap, param in result.values:
             path = os.path.join(args.plot, safe_name(f"coord-{spec.axis}-{wrap}-{param}.png"))
             print(f"figure: {save_figure(coord_figure(result, wrap, param), path)}")
