@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import os
-import sys
+from collections.abc import Callable
+
+import torch
 
 from depthlab.cli.common import add_memory_flag
-from depthlab.config import PARAMS, wrap_names
+from depthlab.config import PARAMS, TrainConfig, wrap_names
 from depthlab.errors import InputError
 from depthlab.paths import check_folder, check_output_file, printable, safe_name, save_figure, write_json
 from depthlab.probe.coord import BAND, CoordSpec, check_steps, coord_check, format_coord
 from depthlab.probe.coord_plot import coord_figure, coord_vs_size_figure
+from depthlab.progress import Progress, TimeLeft, duration, say
+from depthlab.train.cost import estimate
 
 
 def add_parser(sub) -> None:
@@ -99,23 +103,44 @@ def spec_from_args(args) -> CoordSpec:
     )
 
 
+def coord_progress(spec: CoordSpec) -> tuple[Progress, Callable]:
+    """Say (stderr) how many models the check trains and its expected time (the cost model: step times
+    measured now); return the progress of its models (a line redrawn on a terminal, a plain line per
+    tenth in a log) with the time left, and the ``on_point`` that moves it (called before each model)."""
+    points = [
+        (w, p, s, seed) for w in spec.wraps for p in spec.params for s in spec.sizes for seed in spec.seeds
+    ]
+    tcfg = TrainConfig(steps=spec.steps, batch_size=spec.batch_size, seq_len=spec.seq_len)
+    expected = estimate(
+        [(pt, spec.config(*pt[:3]), tcfg) for pt in points], torch.get_num_threads(), bare=True
+    )
+    clock = TimeLeft(expected) if expected is not None else None
+    guess = f"about {duration(max(1.0, clock.total_s()))} (step times measured now)" if clock else "unknown"
+    say(f"coord: {len(points):,} models of {spec.steps:,} Adam steps; expected time: {guess}")
+    bar, last = Progress(len(points), "coord", unit="model", clock=clock, plain=True), []
+
+    def on_point(*point):
+        if last and clock is not None:
+            clock.finished(last[-1])
+        if last:
+            bar.advance()
+        last[:] = [point]
+        if clock is not None:
+            clock.started(point)
+
+    return bar, on_point
+
+
 def run(args) -> int:
     spec = spec_from_args(args)
     spec.configs()  # every combination validated: a refused one is one line before any run
     check_output_file(args.json, "--json")
     if args.plot is not None:  # --plot '' is refused, not read as no --plot
         check_folder(args.plot, "--plot")
-    total = len(spec.wraps) * len(spec.params) * len(spec.sizes) * len(spec.seeds)
-    done = [0]
-
-    def progress(wrap, param, size, seed):
-        done[0] += 1
-        if sys.stderr.isatty():
-            sys.stderr.write(f"\r{done[0]}/{total} {wrap} {param} {spec.axis} {size} seed {seed}   ")
-
-    result = coord_check(spec, on_point=progress, force_memory=args.force_memory)
-    if sys.stderr.isatty():
-        sys.stderr.write("\n")
+    spec.check_memory(args.force_memory)  # before the step times are measured on its shapes
+    bar, on_point = coord_progress(spec)
+    with bar:
+        result = coord_check(spec, on_point=on_point, force_memory=True)
     if args.json == "-":
         write_json(result.to_dict(), "-")
         return 0

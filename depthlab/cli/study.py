@@ -13,10 +13,10 @@ from depthlab.paths import printable
 from depthlab.report import check_report_dir, default_report_dir, load, render, summary_table
 from depthlab.report.lr_tables import lr_summary
 from depthlab.study import StudyConfig, plan, preset, run_study
-from depthlab.study.executors import EXECUTORS, check_executor, default_workers
+from depthlab.study.executors import EXECUTORS, check_executor, default_workers, threads_per_worker
 from depthlab.study.grid import MAX_RUNS, field_help
 from depthlab.study.presets import preset_lines
-from depthlab.study.runner import plural, store_note
+from depthlab.study.runner import plural, store_note, time_plan
 from depthlab.study.store import DEFAULT_DB, check_store_path
 
 
@@ -97,7 +97,7 @@ def run(args) -> int:
         except InputError as e:
             raise InputError(f"--report: {e}") from None
     if args.dry_run:
-        return dry_run(study, args.db)
+        return dry_run(study, args.db, args.workers)
     previous = signal.signal(signal.SIGTERM, _interrupted)  # `kill PID`, a scheduler: stop as Ctrl-C does
     try:
         res = run_study(
@@ -151,9 +151,10 @@ def _interrupted(signum, frame):
     raise KeyboardInterrupt
 
 
-def dry_run(study, db: str) -> int:
+def dry_run(study, db: str, workers: int) -> int:
     """Print the run count (from the axes; a grid over --max-runs was refused before), then every run as
-    it is built, with what the store already knows about it, then the totals."""
+    it is built, with what the store already knows about it, then the totals and the expected time of
+    the runs to run on ``workers`` workers (the cost model: step times measured now)."""
     runs = plan(study, db)  # reads the store now: a bad one is refused before anything is printed
     shape = " x ".join(str(n) for n in study.shape()) or "no axes"
     count = study.count()
@@ -161,9 +162,14 @@ def dry_run(study, db: str) -> int:
     note = store_note(db)
     if note:
         print(note)
-    n = todo = 0
+    n, todo = 0, []
     for n, (spec, status) in enumerate(runs, 1):
-        print(f"{n:>4}  {spec.hash}  {status:8}  {spec.label}")
-        todo += status != "done"
-    print(f"study {study.name!r}: {plural(n, 'run')}, {todo} to run")
+        print(f"{n:>4}  {spec.hash}  {status:8}  {spec.label}", flush=n <= 10)
+        if status != "done":
+            todo.append((n, spec))
+    clock, line = time_plan(todo, [], workers, threads_per_worker(workers))
+    if clock is not None:
+        line += f", on {plural(workers, 'worker')}"
+    print(f"study {study.name!r}: {plural(n, 'run')}, {len(todo)} to run; {line}" if todo else
+          f"study {study.name!r}: {plural(n, 'run')}, 0 to run")  # fmt: skip
     return 0
