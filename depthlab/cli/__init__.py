@@ -91,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
             return _failed(args, e)
         first = (str(e).strip().splitlines() or ["no memory left"])[0][:200]
         sys.stderr.write(
-            f"depthlab {args.command}: error: out of memory ({printable(first)}): the estimate made before "
-            "the work missed; use a smaller model, batch or fewer workers\n"
+            f"depthlab {args.command}: error: out of memory ({printable(first)}): use a smaller model or "
+            "batch, or fewer workers\n"
         )
         return 2
     except BrokenPipeError:
