@@ -78,6 +78,12 @@ class TimeLeft:
         self.seen_expected += self.expected[key]
         self.seen_measured += seconds
 
+    def skip(self, key) -> None:
+        """Job ``key`` will not be measured here (it failed, or another process ran it): out of the time
+        left, the measured speed as it was."""
+        self.running.pop(key, None)
+        self.done.add(key)
+
     def left_s(self) -> float:
         """The expected wall seconds until every job has finished."""
         now, speed = time.monotonic(), self.speed()

@@ -99,8 +99,9 @@ def run_study(
             print(line, file=out, flush=True)
             events = StudyEvents(db, study.name) if tensorboard else None
             ex = make_executor(executor, workers, threads, task, ray_address)
-            _drive(store, todo, ex, res, Progress(len(todo), f"study {study.name!r}", unit="run", clock=clock,
-                   stream=None if progress else io.StringIO()), out, events, clock)  # fmt: skip
+            quiet = None if progress else io.StringIO()  # not a terminal: nothing is drawn
+            bar = Progress(len(todo), f"study {study.name!r}", unit="run", clock=clock, stream=quiet)
+            _drive(store, todo, ex, res, bar, out, events, clock)
     return res
 
 
@@ -110,17 +111,17 @@ def time_plan(todo, known, workers: int, threads: int, trains: bool = True) -> t
     the runs of ``known`` ((RunSpec, store row) pairs) already done with their measured seconds. A task
     other than training (``trains`` False) has no cost model: its runs count alike until measured."""
     if not trains:
-        return TimeLeft(
-            {rid: 1.0 for rid, _ in todo}, workers
-        ), "expected time: known once a run has finished"
+        clock = TimeLeft({rid: 1.0 for rid, _ in todo}, workers)
+        return clock, "expected time: known once a run has finished"
     done = [(s, row["seconds"]) for s, row in known if row["status"] == "done" and row.get("seconds")]
     expected = estimate([(rid, s.model, s.train) for rid, s in todo], threads)
     before = estimate([(i, s.model, s.train) for i, (s, _) in enumerate(done)], threads) if done else {}
     if expected is None or before is None:
         return None, "expected time: unknown (the step times could not be measured here)"
     clock = TimeLeft(expected, workers, known=[(before[i], sec) for i, (_, sec) in enumerate(done)])
-    basis = "step times measured now" + (f", x {clock.speed():.2f} as {plural(len(done), 'run')} "
-                                         "stored took" if done else "")  # fmt: skip
+    basis = "step times measured now"
+    if done:
+        basis += f", x {clock.speed():.2f} as {plural(len(done), 'stored run')} took"
     return (
         clock,
         f"expected time: about {duration(max(1.0, clock.total_s()))} ({basis}; the longest runs first)",
@@ -211,7 +212,7 @@ def _drive(
                 else:
                     res.elsewhere += 1
                     if clock is not None:
-                        clock.finished(rid, clock.expected[rid])  # another driver's: no measure here
+                        clock.skip(rid)  # another driver's
                     bar.advance()
             if not ex.in_flight:
                 break
@@ -229,15 +230,12 @@ def _drive(
                 res.stopped_early += 1
                 res.saved_seconds += saved
             line = run_line(res.skipped + res.ran + res.elsewhere, res.total, spec, status, payload)
-            if clock is not None:  # a run stopped early is measured at its whole length
-                # a failed run leaves the measured speed as it is
-                took = (
-                    payload.get("seconds", 0.0) + saved
-                    if status == "done"
-                    else clock.expected[rid] * clock.speed()
-                )
-                clock.finished(rid, took)
-                line += f" (about {duration(clock.left_s())} left)" if (todo or ex.in_flight) else ""
+            if clock is not None and status == "done":  # a run stopped early: measured at its whole length
+                clock.finished(rid, payload.get("seconds", 0.0) + saved)
+            elif clock is not None:  # a failed run says nothing of the speed
+                clock.skip(rid)
+            if clock is not None and (todo or ex.in_flight):
+                line += f" (about {duration(clock.left_s())} left)"
             bar.advance()
             say(line, stream=out)
     except BaseException:  # Ctrl-C, SIGTERM (see depthlab.cli.study), or a bug: stop the workers now
