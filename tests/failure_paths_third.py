@@ -7,6 +7,7 @@ an allocation that fails past the estimate, and the watch API's and callbacks' t
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -185,12 +186,18 @@ for name, make in {"HF every=0": lambda: H(every=0), "HF out=''": lambda: H(out=
 """
     (tmp / "api").mkdir()
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp / "api", capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)  # fmt: skip
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300, preexec_fn=_limit)  # fmt: skip
     rows = [line.split("\t") for line in proc.stdout.splitlines() if line.count("\t") == 2]
     if not rows:
         t.add("watch API and callbacks", "the script", False, proc.stderr.strip()[-150:])
     for name, status, message in rows:
         t.add("watch API and callbacks", name, status == "ok", f"{status}: {message}"[:150])
+
+
+def _limit() -> None:
+    """The rerun's address-space limit (8 GB) for a Python process: a build_model that is not refused
+    fails inside it instead of taking the machine."""
+    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
 
 
 SECTIONS = (coord_sizes, empty_paths, not_files, run_folders, params_and_grids, api_types)
