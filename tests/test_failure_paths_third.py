@@ -12,7 +12,7 @@ from test_input_limits import PROBE, TINY, TRAIN, refused
 from watched import watched_run
 
 from depthlab import InputError, ModelConfig, build_model
-from depthlab.cli import build_parser
+from depthlab.cli import build_parser, main
 from depthlab.probe import coord as coord_module
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -50,7 +50,10 @@ def test_coord_out_of_memory_is_exit_2(capsys, monkeypatch):
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory")
 
     monkeypatch.setattr(coord_module, "measure_run", no_memory)
-    refused(capsys, COORD, "out of memory", "can't allocate memory")
+    assert main(COORD) == 2
+    err = capsys.readouterr().err.strip().splitlines()  # its plan line, then the refusal
+    assert err[-1].startswith("depthlab coord: error: out of memory (") and "can't allocate memory" in err[-1]
+    assert not any("Traceback" in line for line in err)
 
 
 @pytest.mark.parametrize(
