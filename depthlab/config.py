@@ -230,6 +230,10 @@ class ModelConfig(ConfigBase):
                 raise ConfigError(
                     name, value, f"<= the model's {what} {most} (the base is the smaller proxy)"
                 )
+        bw = self.base_width
+        if bw is not None and self.family.d_head is None and bw % self.n_heads:  # no such proxy exists
+            why = f"a multiple of n_heads={self.n_heads}: the proxy of that width has the model's heads"
+            raise ConfigError("base_width", bw, why)
         for check in PARAM_CHECKS:
             check(self)
 
@@ -391,8 +395,8 @@ class TrainConfig(ConfigBase):
             )
         if self.schedule == "noam" and self.warmup == 0:
             raise ConfigError("warmup", 0, "> 0 with schedule=noam (its formula divides by the warmup)")
-        if self.data is not None and not isinstance(self.data, str):
-            raise ConfigError("data", self.data, "a file path or null")
+        if self.data is not None and (not isinstance(self.data, str) or not self.data.strip()):
+            raise ConfigError("data", self.data, "a file path, or null for the default corpus")
         if self.data is not None and self.task != "lm":
             raise ConfigError("data", self.data, f"unset for task {self.task} (data is the lm corpus)")
         self._check_applies()

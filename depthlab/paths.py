@@ -51,6 +51,8 @@ def check_path(path: str | Path, flag: str) -> None:
     read: a NUL byte, a component longer than the filesystem's name limit, or a whole path longer
     than PATH_MAX. (Without this the error is ENAMETOOLONG, deep inside the work.)"""
     text = os.fspath(path)
+    if not text.strip():  # '' would mean the current folder to some calls and nothing to others
+        raise InputError(f"{flag}: an empty path names no file or folder")
     if "\x00" in text:
         raise InputError(f"{flag}: a path cannot hold a NUL byte")
     broken = dangling_folder(text)
@@ -84,6 +86,26 @@ def dangling_folder(path: str) -> str | None:
     return None
 
 
+def broken_link(path: str | Path) -> str | None:
+    """What is wrong with ``path`` if it is a symbolic link that leads nowhere: "a symbolic link to X,
+    which does not exist", or "a symbolic link that loops (a -> b -> a)"; None otherwise. The OS says
+    "No such file" of both, or "Too many levels of symbolic links", neither naming the link."""
+    if not os.path.islink(path):
+        return None
+    try:
+        os.stat(path)
+        return None
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            return f"a symbolic link to {printable(os.readlink(path))}, which does not exist"
+    chain = [os.path.normpath(path)]
+    while os.path.islink(chain[-1]) and len(chain) <= 8:  # until a link comes round again
+        chain.append(os.path.normpath(os.path.join(os.path.dirname(chain[-1]), os.readlink(chain[-1]))))
+        if chain[-1] in chain[:-1]:
+            break
+    return f"a symbolic link that loops ({' -> '.join(printable(c) for c in chain)})"
+
+
 def _name_max(path: str) -> int:
     """The longest file name (bytes) the filesystem under ``path`` takes."""
     try:
@@ -97,6 +119,9 @@ def check_input_file(path: str | Path, flag: str, missing_ok: bool = False) -> b
     folder, or not a regular file (a FIFO, a device, a socket: reading one may block forever). Opens
     nothing. Returns whether ``path`` exists."""
     check_path(path, flag)
+    link = broken_link(path)
+    if link is not None and not (missing_ok and "loops" not in link):
+        raise InputError(f"{flag} {printable(path)} is {link}; name the file itself")
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:

@@ -31,6 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import failure_paths_second as second_round  # noqa: E402 (found through the path above)
+import failure_paths_third as third_round  # noqa: E402
 
 LIMIT_AS = 8 * 2**30
 TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--max-len", "16"]
@@ -391,7 +392,7 @@ def main(argv=None) -> int:
     try:
         for section in (limits, grids, stores, checkpoints, blocking_and_flags):
             section(t, tmp)
-        for section in second_round.SECTIONS:  # tests/failure_paths_second.py
+        for section in second_round.SECTIONS + third_round.SECTIONS:  # tests/failure_paths_{second,third}.py
             section(t, tmp, cli, refused)
         api(t)
         if not a.quick:

@@ -132,14 +132,25 @@ def test_max_runs_confirms_a_larger_grid_and_lowers_the_limit(capsys, tmp_path):
         StudyConfig.from_dict({"axes": {"seed": [0, 1]}}, default_name="x", max_runs=1)
 
 
+def test_a_dry_run_over_the_run_limit_lists_nothing(capsys, tmp_path):
+    """A million-run grid: its dry run says the count and refuses the listing (it would print for hours)."""
+    grid, db = _big_grid(tmp_path), tmp_path / "s.sqlite"
+    start = time.perf_counter()
+    assert main(["study", "--grid", str(grid), "--db", str(db), "--dry-run"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "1,000,000 runs (1000 x 1000)" in err
+    assert "--max-runs 1000000" in err and time.perf_counter() - start < 10 and not db.exists()
+
+
 def test_a_dry_run_prints_the_count_first_then_streams(capsys, tmp_path):
-    """A million-run grid: the count is the first line, and the first runs follow at once (the grid is
-    built one run at a time, not expanded first)."""
+    """A million-run grid confirmed by --max-runs: the count is the first line, and the first runs follow
+    at once (the grid is built one run at a time, not expanded first)."""
     import subprocess
     import sys
 
     grid, db = _big_grid(tmp_path), tmp_path / "s.sqlite"
     cmd = [sys.executable, "-m", "depthlab", "study", "--grid", str(grid), "--db", str(db), "--dry-run"]
+    cmd += ["--max-runs", "1000000"]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -149,9 +160,8 @@ def test_a_dry_run_prints_the_count_first_then_streams(capsys, tmp_path):
         proc.kill()
         proc.communicate()
     assert first[0].startswith("study 'g': 1,000,000 runs (1000 x 1000), store"), first
-    assert first[1] == "more than --max-runs 10,000: the real run needs --max-runs 1000000\n", first
-    assert first[2].split()[0] == "1" and "seed=0 warmup=0" in first[2]
-    assert "seed=0 warmup=1" in first[3]
+    assert first[1].split()[0] == "1" and "seed=0 warmup=0" in first[1]
+    assert "seed=0 warmup=1" in first[2]
     assert took < 30, f"the first runs came after {took:.1f} s"
     assert not db.exists()
 

@@ -40,7 +40,7 @@ def test_dry_run_shows_what_the_store_holds(tmp_path, capsys):
     assert main(["study", "--grid", str(grid), "--db", db, "--dry-run"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert sum(" done " in line for line in out) == 5 and sum(" queued " in line for line in out) == 3
-    assert out[-1] == "study 'fake': 8 runs, 3 to run"
+    assert out[-1].startswith("study 'fake': 8 runs, 3 to run; expected time: about ")
     assert main(["study", "--fields"]) == 0 and "warmup" in capsys.readouterr().out
 
 

@@ -1,7 +1,11 @@
 """The cluster path, for real: a Ray head started by ``ray start --head`` as its own process (free
-ports, its own temporary folder, stopped afterwards), the smoke preset run on it with --ray-address, and
-one task's worker process killed mid-run. The same guarantees as the local pool: only that run fails,
-the rerun retries only it, nothing is lost or duplicated."""
+ports, its own temporary folder, stopped afterwards) with Ray's default authentication, the smoke preset
+run on it with --ray-address, and one task's worker process killed mid-run. The same guarantees as the
+local pool: only that run fails, the rerun retries only it, nothing is lost or duplicated.
+
+Authentication as Ray 2.60 ships it: ``RAY_AUTH_MODE`` is left unset, and a token is made first (``ray
+get-auth-token --generate``, as Ray's docs say), so ``ray start --head`` turns token authentication on
+and depthlab must send the token. The token lives in a throwaway home folder, never the user's."""
 
 from __future__ import annotations
 
@@ -22,9 +26,9 @@ pytest.importorskip("ray", reason="Ray is not installed (pip install 'depthlab[r
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")]
 
 RAY = Path(sys.executable).with_name("ray")
-# Token authentication needs a token file in the home folder; this throwaway cluster listens on
-# 127.0.0.1 only and lives for one test
-ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+# Ray's default authentication: no RAY_AUTH_* set; HOME (for ~/.ray/auth_token) is set by the fixture
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+ENV.update(OMP_NUM_THREADS="1", RAY_USAGE_STATS_ENABLED="0")
 
 
 def _free_ports(n: int) -> list[int]:
@@ -44,6 +48,9 @@ def ray_head():
     machine; yields (address, the session id of the head and everything it starts)."""
     if not RAY.exists():
         pytest.skip("no ray executable beside this Python")
+    ENV["HOME"] = home = tempfile.mkdtemp(prefix="dlrayhome", dir="/tmp")  # this cluster's token only
+    made = subprocess.run([str(RAY), "get-auth-token", "--generate"], env=ENV, capture_output=True, text=True)
+    assert made.returncode == 0 and Path(home, ".ray", "auth_token").is_file(), made.stderr
     p = _free_ports(17)
     tmp = tempfile.mkdtemp(prefix="dlray", dir="/tmp")  # short: Ray's socket paths must stay < 108 bytes
     cmd = [
@@ -62,11 +69,13 @@ def ray_head():
             if head.poll() is not None or time.time() > end:
                 pytest.fail("the Ray head did not start:\n" + Path(tmp, "head.log").read_text()[-3000:])
             time.sleep(0.5)
+        assert "Token authentication is enabled" in Path(tmp, "head.log").read_text()
         yield f"127.0.0.1:{p[0]}", head.pid
     finally:
         _stop(head)
         log.close()
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def _session(sid: int) -> list[int]:

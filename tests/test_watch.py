@@ -243,8 +243,9 @@ def test_a_run_that_blows_up_is_warned_before_its_first_non_finite_loss():
     assert len(codes) == len(set(codes)) and codes  # each warning once
     early = [x for x in w.warnings if first_bad is None or x["step"] < first_bad]
     assert any(x["code"] not in ("non-finite", "loss-spike") for x in early), w.warnings
-    printed = echo.getvalue().splitlines()
+    printed = [line for line in echo.getvalue().splitlines() if ": warning: " in line]
     assert len(printed) == len(codes) and all(x["message"] in echo.getvalue() for x in w.warnings)
+    assert echo.getvalue().splitlines()[-1].startswith("depthlab.watch: outcome: diverged at step")
 
 
 def test_each_rule_fires_on_a_record_that_crosses_its_threshold():

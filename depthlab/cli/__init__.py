@@ -117,12 +117,34 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 1
+    except (MemoryError, RuntimeError) as e:
+        if not out_of_memory(e) or os.environ.get("DEPTHLAB_DEBUG"):
+            return _failed(args, e)
+        first = (str(e).strip().splitlines() or ["no memory left"])[0][:200]
+        sys.stderr.write(
+            f"depthlab {args.command}: error: out of memory ({printable(first)}): use a smaller model or "
+            "batch, or fewer workers\n"
+        )
+        return 2
     except BrokenPipeError:
         return 0
     except Exception as e:  # anything else is a bug or an environment problem: exit 1
-        if os.environ.get("DEPTHLAB_DEBUG"):
-            raise
-        sys.stderr.write(
-            f"depthlab {args.command}: failed: {type(e).__name__}: {printable(e)} (DEPTHLAB_DEBUG=1 for a traceback)\n"
-        )
-        return 1
+        return _failed(args, e)
+
+
+def _failed(args: argparse.Namespace, e: BaseException) -> int:
+    """Exit 1 for anything that is not bad input: a bug or an environment problem, in one line."""
+    if os.environ.get("DEPTHLAB_DEBUG"):
+        raise e
+    sys.stderr.write(
+        f"depthlab {args.command}: failed: {type(e).__name__}: {printable(e)} (DEPTHLAB_DEBUG=1 for a traceback)\n"
+    )
+    return 1
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """Whether ``e`` says an allocation failed: Python's MemoryError, torch's OutOfMemoryError (CUDA),
+    or the RuntimeError of torch's CPU allocator ("DefaultCPUAllocator: can't allocate memory")."""
+    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+        return True
+    return isinstance(e, RuntimeError) and "can't allocate memory" in str(e)

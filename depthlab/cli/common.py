@@ -18,6 +18,7 @@ from depthlab.config import (
 )
 from depthlab.errors import ConfigError, InputError
 from depthlab.interop.hf import imported_config, rewired_config
+from depthlab.paths import check_path
 
 
 class _Given(argparse.Action):
@@ -145,6 +146,15 @@ def refuse_flags(args: argparse.Namespace, why: str, **given) -> None:
     for flag, present in given.items():
         if present:
             raise InputError(f"--{flag.replace('_', '-')} {why}")
+
+
+def check_given_paths(args: argparse.Namespace, *dests: str) -> None:
+    """InputError for a path flag among ``dests`` given as '' (or another path no file can have): an
+    empty --grid or --report must not fall back to the default as if it had not been given."""
+    for dest in dests:
+        value = getattr(args, dest, None)
+        if value is not None:
+            check_path(value, f"--{dest.replace('_', '-')}")
 
 
 def residual_from_flag(value: str, arch: str = "encdec") -> tuple[str, ...]:

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import os
-import sys
+from collections.abc import Callable
 
-from depthlab.config import PARAMS, wrap_names
+import torch
+
+from depthlab.cli.common import add_memory_flag
+from depthlab.config import PARAMS, TrainConfig, wrap_names
 from depthlab.errors import InputError
-from depthlab.paths import check_folder, check_output_file, safe_name, save_figure, write_json
-from depthlab.probe.coord import BAND, CoordSpec, coord_check, format_coord
+from depthlab.paths import check_folder, check_output_file, printable, safe_name, save_figure, write_json
+from depthlab.probe.coord import BAND, CoordSpec, check_steps, coord_check, format_coord
 from depthlab.probe.coord_plot import coord_figure, coord_vs_size_figure
+from depthlab.progress import Progress, TimeLeft, duration, say
+from depthlab.train.cost import estimate
 
 
 def add_parser(sub) -> None:
@@ -18,7 +23,7 @@ def add_parser(sub) -> None:
         help="coordinate check: does each module's activation scale stay flat across depth or width?",
         description="Train the same stack at several depths (--depths, at one --width) or widths (--widths, "
         "at one --depth) for a few Adam steps under each --wrap and --param, record every module's mean "
-        "|coordinate| at each step, and fit its log-log slope against the size with a 95%% interval over "
+        "|coordinate| at each step, and fit its log-log slope against the size with a 95% interval over "
         "seeds: flat, grows, shrinks or unclear (docs/transfer.md).",
     )
     p.add_argument("--depths", help="comma-separated depths, e.g. 2,4,8,16 (a sweep over depth)")
@@ -36,14 +41,18 @@ def add_parser(sub) -> None:
     p.add_argument("--band", type=float, default=BAND, help=f"|slope| below this is flat (default {BAND})")
     p.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH ('-' for stdout)")
     p.add_argument("--plot", metavar="DIR", help="write the figures (png) into DIR")
+    add_memory_flag(p)
     p.set_defaults(run=run)
 
 
 def _ints(text: str, flag: str) -> tuple[int, ...]:
+    items = text.split(",")
+    if any(not v.strip() for v in items):  # 2,,3 or a trailing comma: a value was left out
+        raise InputError(f"{flag} {printable(text)}: an empty value between commas; e.g. 2,4,8")
     try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
+        values = tuple(int(v) for v in items)
     except ValueError:
-        raise InputError(f"{flag} {text}: comma-separated integers, e.g. 2,4,8") from None
+        raise InputError(f"{flag} {printable(text)}: comma-separated integers, e.g. 2,4,8") from None
     if any(v < 1 for v in values):
         raise InputError(f"{flag} {text}: every value must be at least 1")
     if len(set(values)) < 2:
@@ -76,12 +85,14 @@ def spec_from_args(args) -> CoordSpec:
             raise InputError(f"{flag} {value}: at least {low}")
     if not 0 < args.band < 1:
         raise InputError(f"--band {args.band}: a number in (0, 1)")
+    wraps, params = _names(args.wrap, wrap_names(), "--wrap"), _names(args.param, PARAMS, "--param")
+    check_steps(len(wraps) * len(params) * len(sizes) * args.seeds, args.steps)  # before range(--seeds)
     return CoordSpec(
         axis=axis,
         sizes=sizes,
         fixed=args.width if axis == "depth" else args.depth,
-        wraps=_names(args.wrap, wrap_names(), "--wrap"),
-        params=_names(args.param, PARAMS, "--param"),
+        wraps=wraps,
+        params=params,
         steps=args.steps,
         lr=args.lr,
         seeds=tuple(range(args.seeds)),
@@ -92,29 +103,50 @@ def spec_from_args(args) -> CoordSpec:
     )
 
 
+def coord_progress(spec: CoordSpec) -> tuple[Progress, Callable]:
+    """Say (stderr) how many models the check trains and its expected time (the cost model: step times
+    measured now); return the progress of its models (a line redrawn on a terminal, a plain line per
+    tenth in a log) with the time left, and the ``on_point`` that moves it (called before each model)."""
+    points = [
+        (w, p, s, seed) for w in spec.wraps for p in spec.params for s in spec.sizes for seed in spec.seeds
+    ]
+    tcfg = TrainConfig(steps=spec.steps, batch_size=spec.batch_size, seq_len=spec.seq_len)
+    expected = estimate(
+        [(pt, spec.config(*pt[:3]), tcfg) for pt in points], torch.get_num_threads(), bare=True
+    )
+    clock = TimeLeft(expected) if expected is not None else None
+    guess = f"about {duration(max(1.0, clock.total_s()))} (step times measured now)" if clock else "unknown"
+    say(f"coord: {len(points):,} models of {spec.steps:,} Adam steps; expected time: {guess}")
+    bar, last = Progress(len(points), "coord", unit="model", clock=clock, plain=True), []
+
+    def on_point(*point):
+        if last and clock is not None:
+            clock.finished(last[-1])
+        if last:
+            bar.advance()
+        last[:] = [point]
+        if clock is not None:
+            clock.started(point)
+
+    return bar, on_point
+
+
 def run(args) -> int:
     spec = spec_from_args(args)
     spec.configs()  # every combination validated: a refused one is one line before any run
     check_output_file(args.json, "--json")
-    if args.plot:
+    if args.plot is not None:  # --plot '' is refused, not read as no --plot
         check_folder(args.plot, "--plot")
-    total = len(spec.wraps) * len(spec.params) * len(spec.sizes) * len(spec.seeds)
-    done = [0]
-
-    def progress(wrap, param, size, seed):
-        done[0] += 1
-        if sys.stderr.isatty():
-            sys.stderr.write(f"\r{done[0]}/{total} {wrap} {param} {spec.axis} {size} seed {seed}   ")
-
-    result = coord_check(spec, on_point=progress)
-    if sys.stderr.isatty():
-        sys.stderr.write("\n")
+    spec.check_memory(args.force_memory)  # before the step times are measured on its shapes
+    bar, on_point = coord_progress(spec)
+    with bar:
+        result = coord_check(spec, on_point=on_point, force_memory=True)
     if args.json == "-":
         write_json(result.to_dict(), "-")
         return 0
     print(format_coord(result))
     write_json(result.to_dict(), args.json)
-    if args.plot:
+    if args.plot is not None:
         for wrap, param in result.values:
             path = os.path.join(args.plot, safe_name(f"coord-{spec.axis}-{wrap}-{param}.png"))
             print(f"figure: {save_figure(coord_figure(result, wrap, param), path)}")

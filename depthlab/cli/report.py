@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from depthlab.cli.common import refuse_flags
+from depthlab.cli.common import check_given_paths, refuse_flags
 from depthlab.paths import printable
 from depthlab.report import (
     default_report_dir,
@@ -47,6 +47,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    check_given_paths(args, "out")
     if args.run_dir is not None:
         refuse_flags(
             args,
@@ -61,7 +62,8 @@ def run(args) -> int:
             print(f"report: {write_runs_report(args.run_dir, args.out)}")
         return 0
     data = load(args.db, args.study, x=args.x)
-    print(f"report: {render(data, args.out or default_report_dir(args.db, data.name))}")
+    out = args.out if args.out is not None else default_report_dir(args.db, data.name)
+    print(f"report: {render(data, out)}")
     print(f"\noutcome per cell (final validation loss), study {data.name!r}, store {printable(args.db)}:\n")
     print(summary_table(data))
     if data.lr_curves:

@@ -7,16 +7,16 @@ import os
 import signal
 import textwrap
 
-from depthlab.cli.common import add_memory_flag, refuse_flags
+from depthlab.cli.common import add_memory_flag, check_given_paths, refuse_flags
 from depthlab.errors import InputError
 from depthlab.paths import printable
 from depthlab.report import check_report_dir, default_report_dir, load, render, summary_table
 from depthlab.report.lr_tables import lr_summary
 from depthlab.study import StudyConfig, plan, preset, run_study
-from depthlab.study.executors import EXECUTORS, check_executor, default_workers
+from depthlab.study.executors import EXECUTORS, check_executor, default_workers, threads_per_worker
 from depthlab.study.grid import MAX_RUNS, field_help
 from depthlab.study.presets import preset_lines
-from depthlab.study.runner import plural, store_note
+from depthlab.study.runner import plural, store_note, time_plan
 from depthlab.study.store import DEFAULT_DB, check_store_path
 
 
@@ -82,7 +82,8 @@ def run(args) -> int:
         )
         print(field_help())
         return 0
-    refuse_flags(args, "contradicts --no-report", report=args.report and args.no_report)
+    refuse_flags(args, "contradicts --no-report", report=args.report is not None and args.no_report)
+    check_given_paths(args, "grid", "report")
     check_store_path(args.db)  # a path where no result could be kept, before the grid is even read
     check_executor(args.executor, args.workers, args.ray_address)  # a dry run checks them too
     study = _study(args)
@@ -96,7 +97,7 @@ def run(args) -> int:
         except InputError as e:
             raise InputError(f"--report: {e}") from None
     if args.dry_run:
-        return dry_run(study, args.db, args.max_runs)
+        return dry_run(study, args.db, args.workers)
     previous = signal.signal(signal.SIGTERM, _interrupted)  # `kill PID`, a scheduler: stop as Ctrl-C does
     try:
         res = run_study(
@@ -135,12 +136,13 @@ def run(args) -> int:
 
 def _study(args):
     """The study the flags name. A bad grid stops here, before the store is touched: its run count
-    first, then every combination (a dry run builds them one at a time as it prints them, and lists any
-    number of runs)."""
-    if not args.grid:
-        return preset("default" if args.preset is None else args.preset)  # --preset '' is no preset
-    limit = None if args.dry_run else args.max_runs
-    return StudyConfig.from_yaml(args.grid, max_runs=limit, validate=not args.dry_run)
+    first (a dry run has the real run's limit: a listing of millions of runs is no plan), then every
+    combination (a dry run builds them one at a time as it prints them)."""
+    if args.grid is None:
+        study = preset("default" if args.preset is None else args.preset)  # --preset '' is no preset
+        study.check_count(args.max_runs)
+        return study
+    return StudyConfig.from_yaml(args.grid, max_runs=args.max_runs, validate=not args.dry_run)
 
 
 def _interrupted(signum, frame):
@@ -149,21 +151,25 @@ def _interrupted(signum, frame):
     raise KeyboardInterrupt
 
 
-def dry_run(study, db: str, max_runs: int) -> int:
-    """Print the run count (from the axes) and whether the real run needs --max-runs, then every run as
-    it is built, with what the store already knows about it, then the totals."""
+def dry_run(study, db: str, workers: int) -> int:
+    """Print the run count (from the axes; a grid over --max-runs was refused before), then every run as
+    it is built, with what the store already knows about it, then the totals and the expected time of
+    the runs to run on ``workers`` workers (the cost model: step times measured now)."""
     runs = plan(study, db)  # reads the store now: a bad one is refused before anything is printed
     shape = " x ".join(str(n) for n in study.shape()) or "no axes"
     count = study.count()
     print(f"study {study.name!r}: {plural(count, 'run')} ({shape}), store {printable(db)}", flush=True)
-    if count > max_runs:
-        print(f"more than --max-runs {max_runs:,}: the real run needs --max-runs {count}", flush=True)
     note = store_note(db)
     if note:
         print(note)
-    n = todo = 0
+    n, todo = 0, []
     for n, (spec, status) in enumerate(runs, 1):
-        print(f"{n:>4}  {spec.hash}  {status:8}  {spec.label}")
-        todo += status != "done"
-    print(f"study {study.name!r}: {plural(n, 'run')}, {todo} to run")
+        print(f"{n:>4}  {spec.hash}  {status:8}  {spec.label}", flush=n <= 10)
+        if status != "done":
+            todo.append((n, spec))
+    clock, line = time_plan(todo, [], workers, threads_per_worker(workers))
+    if clock is not None:
+        line += f", on {plural(workers, 'worker')}"
+    print(f"study {study.name!r}: {plural(n, 'run')}, {len(todo)} to run; {line}" if todo else
+          f"study {study.name!r}: {plural(n, 'run')}, 0 to run")  # fmt: skip
     return 0

@@ -33,6 +33,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from depthlab.watch import Watcher
+from depthlab.watch.options import check_callback
 from depthlab.watch.trackers import TRACKER_NAMES, make_tracker, tracker_of
 
 
@@ -50,6 +51,7 @@ class DepthlabCallback(TrainerCallback):
     watcher during training (its ``records`` and ``warnings`` stay readable after it)."""
 
     def __init__(self, every: int | None = None, out: str | None = None, trackers=None, **options):
+        check_callback(every, out, trackers, options, none_ok=True)  # now, not when training starts
         self.every, self.out, self.trackers, self.options = every, out, trackers, options
         self.watcher: Watcher | None = None
 

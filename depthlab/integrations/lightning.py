@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from depthlab.watch import Watcher
+from depthlab.watch.options import check_callback
 from depthlab.watch.trackers import tracker_of
 
 
@@ -45,6 +46,7 @@ class DepthlabCallback(Callback):
         trackers=None,
         **options,
     ):
+        check_callback(every, out, trackers, options)  # now, not when fitting starts
         self.every, self.out, self.model, self.trackers, self.options = every, out, model, trackers, options
         self.watcher: Watcher | None = None
         self._micro: list[torch.Tensor] = []  # the optimizer step in progress: its micro-batches' losses

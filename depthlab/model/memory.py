@@ -233,3 +233,14 @@ def check_memory(
         f"{USABLE:.0%} of the {gb(available)} free: use {hint + ', or ' if hint else ''}--force-memory "
         "to try anyway"
     )
+
+
+def check_weights_fit(cfg: ModelConfig) -> None:
+    """InputError when the weights of ``build_model(cfg)`` alone exceed the free memory: the model cannot
+    be built at all (``build_model``'s guard for library callers; no --force-memory reaches past it)."""
+    need, free = BYTES * param_count(cfg), available_memory()
+    if free is not None and need > free:
+        raise InputError(
+            f"building the model needs {gb(need)} for the weights of its {param_count(cfg):,} parameters "
+            f"alone, more than the {gb(free)} free: use a smaller n_layers, d_model or vocab_size"
+        )

@@ -19,6 +19,7 @@ from depthlab.errors import InputError
 from depthlab.model import parametrization
 from depthlab.model.init import init_weights
 from depthlab.model.layers import Attention, Block, Context, FeedForward
+from depthlab.model.memory import check_weights_fit
 from depthlab.model.norms import make_norm
 from depthlab.model.positions import RelativeBias, rope_tables, sinusoid_table
 from depthlab.model.wrappings import Site, Wrapping
@@ -244,8 +245,10 @@ def check_config(cfg) -> None:
 def build_model(cfg: ModelConfig) -> nn.Module:
     """The model ``cfg`` describes, initialised (see :mod:`depthlab.model.init`): the weight scheme
     first, then each wrapping's adjustment of its own branch (DeepNorm's beta). TypeError when ``cfg``
-    is not a ModelConfig. It does not check memory: :mod:`depthlab.model.memory` estimates it first."""
+    is not a ModelConfig. InputError, before anything is allocated, when the weights alone would not fit
+    in the free memory (the commands check the whole run's estimate first: :mod:`depthlab.model.memory`)."""
     check_config(cfg)
+    check_weights_fit(cfg)
     model = EncoderDecoder(cfg) if cfg.arch == "encdec" else LanguageModel(cfg)
     scaled = parametrization.scaled_residual_init(cfg, WRAPPINGS[cfg.wrap].SCALED_RESIDUAL_INIT)
     init_weights(

@@ -38,10 +38,14 @@ from depthlab.errors import InputError
 from depthlab.fit import loglog_slope
 from depthlab.intervals import mean_interval
 from depthlab.model import build_model
+from depthlab.model.memory import available_memory, check_memory, estimate_memory
 from depthlab.model.param_groups import param_groups
 from depthlab.model.parametrization import ALPHA, SCALES_WIDTH
 
 BAND = 0.1  # |slope| below this is flat (see the module docstring)
+# Adam steps in all (models x steps each). A coordinate check needs tens of steps on a few dozen models;
+# a request beyond this is a typo or a misunderstanding, refused before a model is built.
+MAX_STEPS = 1_000_000
 STREAM_AT = (("stream@L/4", 0.25), ("stream@L/2", 0.5), ("stream@L", 1.0))
 MODULES = ("embedding", "attn", "ffn", *(name for name, _ in STREAM_AT), "logits")
 
@@ -85,6 +89,16 @@ class CoordSpec:
             if value < 1:
                 raise InputError(f"{flag} {value}: at least 1")
         ModelConfig().check_length(self.seq_len, "seq_len")  # the position table's rows
+        check_steps(len(self.wraps) * len(self.params) * len(self.sizes) * len(self.seeds), self.steps)
+
+    def check_memory(self, force: bool = False) -> None:
+        """InputError (with the estimate) when training the largest point would not fit in free memory,
+        unless ``force``: :func:`depthlab.model.memory.check_memory`, the check of train and study."""
+        cfg = self.config(self.wraps[0], self.params[0], max(self.sizes))  # one model at a time
+        estimate = estimate_memory(cfg, "train", self.batch_size, self.seq_len)
+        other = "--width" if self.axis == "depth" else "--depth"
+        hint = f"smaller --{self.axis}s, {other}, --batch-size or --seq-len"
+        check_memory(estimate, available_memory(), force, hint)
 
     def config(self, wrap: str, param: str, size: int) -> ModelConfig:
         """The ModelConfig of one point: base = the smallest size on the swept axis, where it scales."""
@@ -162,10 +176,21 @@ def seed_means(table) -> list[list[float]]:
     return [[sum(col) / len(col) for col in zip(*per_seed)] for per_seed in table]
 
 
-def coord_check(spec: CoordSpec, on_point=None) -> CoordResult:
+def check_steps(models: int, steps: int) -> None:
+    """InputError when ``models`` models of ``steps`` Adam steps each exceed MAX_STEPS in all."""
+    if models * steps > MAX_STEPS:
+        raise InputError(
+            f"the check would train {models:,} models for {steps:,} steps each ({models * steps:.2g} Adam "
+            f"steps); the limit is {MAX_STEPS:,}: fewer --seeds, --steps, sizes, wrappings or parametrizations"
+        )
+
+
+def coord_check(spec: CoordSpec, on_point=None, force_memory: bool = False) -> CoordResult:
     """Run the check ``spec`` describes; ``on_point(wrap, param, size, seed)`` is called before each
-    run (progress). Every config is validated first, so a refused combination costs nothing."""
+    run (progress). Every config is validated first and the largest checked against free memory
+    (unless ``force_memory``), so a refused combination costs nothing."""
     spec.configs()
+    spec.check_memory(force_memory)
     result = CoordResult(spec)
     start = time.perf_counter()
     for wrap in spec.wraps:

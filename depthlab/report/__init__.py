@@ -89,14 +89,16 @@ def write_report(db: str, out_dir: str, study: str | int | None = None) -> str:
 def write_run_report(folder: str, out_dir: str | None = None) -> str:
     """The page of one run folder (depthlab.report.run) in ``out_dir`` (default ``folder/report``);
     returns index.html's path."""
-    return render_run(load_run(folder), folder, out_dir or os.path.join(folder, "report"), _prepare)
+    out_dir = os.path.join(folder, "report") if out_dir is None else out_dir
+    return render_run(load_run(folder), folder, out_dir, _prepare)
 
 
 def write_runs_report(folders: list[str], out_dir: str | None = None) -> str:
     """One page overlaying several run folders (depthlab.report.runs) in ``out_dir`` (default
     ``runs-report`` beside the first folder); returns index.html's path."""
     first = os.path.abspath(folders[0])
-    return render_runs(folders, out_dir or os.path.join(os.path.dirname(first), "runs-report"), _prepare)
+    out_dir = os.path.join(os.path.dirname(first), "runs-report") if out_dir is None else out_dir
+    return render_runs(folders, out_dir, _prepare)
 
 
 __all__ = [

@@ -23,7 +23,7 @@ import numpy as np
 from depthlab.display import esc
 from depthlab.display import table as _table
 from depthlab.errors import InputError
-from depthlab.paths import check_path, replace_file
+from depthlab.paths import check_path, printable, replace_file
 from depthlab.report.figures import DPI, PageFigure
 from depthlab.report.html import CSS
 from depthlab.report.plots import colormap, finish, panel_axes, title_of
@@ -54,10 +54,20 @@ def load_run(folder: str) -> dict:
         raise InputError(f"--run {folder}: metrics.jsonl holds no record yet")
 
     def read(name):
-        try:
-            return json.loads((path / name).read_text()) if (path / name).is_file() else None
-        except (OSError, json.JSONDecodeError):
+        """The JSON object in ``name``, None where there is none; a damaged one is refused (its
+        outcome and warnings would silently be missing from the page)."""
+        if not (path / name).is_file():
             return None
+        try:
+            obj = json.loads((path / name).read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            why = getattr(e, "strerror", None) or str(e).split(":")[0]
+            raise InputError(f"--run {printable(folder)}: {name} is damaged ({why}); restore it, or move it "
+                             "away to draw the page without it") from None  # fmt: skip
+        if not isinstance(obj, dict):
+            raise InputError(f"--run {printable(folder)}: {name} is damaged (a JSON {type(obj).__name__}, "
+                             "not an object); restore it, or move it away to draw the page without it")  # fmt: skip
+        return obj
 
     return {
         "records": records,

@@ -19,6 +19,8 @@ import numpy as np
 
 from depthlab.display import esc
 from depthlab.display import table as _table
+from depthlab.errors import InputError
+from depthlab.paths import printable
 from depthlab.report.figures import DPI, PageFigure
 from depthlab.report.html import CSS
 from depthlab.report.plots import colormap, finish, panel_axes, title_of
@@ -115,9 +117,22 @@ CAPTION = (
 )
 
 
+def check_distinct(folders: list[str]) -> None:
+    """InputError when two of ``folders`` are one folder (``A A``, ``A ./A``, a link to A): its page
+    would overlay the run on itself."""
+    seen: dict[str, str] = {}
+    for f in folders:
+        real = os.path.realpath(f)
+        if real in seen:
+            same = "twice" if seen[real] == f else f"twice ({printable(seen[real])} and {printable(f)})"
+            raise InputError(f"--run names the folder {printable(seen[real])} {same}; name each run once")
+        seen[real] = f
+
+
 def render_runs(folders: list[str], out_dir: str, prepare) -> str:
     """Load the run folders, draw the overlay and write index.html into ``out_dir`` (``prepare(out_dir,
     files)`` checks and clears it first); returns the page's path."""
+    check_distinct(folders)
     runs = [(os.path.basename(os.path.normpath(f)) or f, load_run(f)) for f in folders]
     names = [n for n, _ in runs]
     if len(set(names)) < len(names):  # two folders named alike: tell them apart by their whole paths

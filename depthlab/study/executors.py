@@ -20,6 +20,7 @@ import signal
 from depthlab.config import check_int
 from depthlab.errors import ConfigError, InputError
 from depthlab.study.grid import RunSpec
+from depthlab.study.ray_auth import connect, use_token_if_found
 from depthlab.study.worker import Task, execute, serve
 from depthlab.train.distributed import available_cores, check_threads, omp_threads
 
@@ -148,13 +149,21 @@ class RayExecutor:
     """Runs as Ray tasks. ``address`` None starts (and at close stops) a local Ray instance."""
 
     def __init__(self, workers: int, threads: int, task: Task | None = None, address: str | None = None):
+        if address:
+            use_token_if_found()  # before Ray is imported: it reads its authentication mode then
         import ray
 
         self.ray, self.task, self.threads = ray, task, threads
         self.started = not ray.is_initialized()
-        if self.started:
-            local = {} if address else {"num_cpus": workers * threads, "include_dashboard": False}
-            ray.init(address=address, log_to_driver=False, configure_logging=False, **local)
+        if self.started and address:
+            connect(ray, address, log_to_driver=False, configure_logging=False)
+        elif self.started:
+            ray.init(
+                num_cpus=workers * threads,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
         total = int(ray.cluster_resources().get("CPU", workers * threads))
         self.capacity = max(1, total // threads) if address else workers
         self.remote = ray.remote(num_cpus=threads, max_retries=0)(execute)

@@ -330,7 +330,7 @@ class StudyConfig:
             sizes = " x ".join(f"{k}" for k in self.shape())
             raise InputError(
                 f"the grid has {n:,} runs ({sizes}), more than the limit of {max_runs:,}; "
-                f"pass --max-runs {n} to run them all (or max_runs={n})"
+                f"pass --max-runs {n} to run (or list) them all (or max_runs={n})"
             )
         return n
 

@@ -9,6 +9,7 @@ run either complete or absent, never doubled.
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 import time
@@ -16,16 +17,16 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from tqdm import tqdm
-
 from depthlab.errors import InputError
 from depthlab.model.memory import USABLE, available_memory, gb
 from depthlab.paths import printable
+from depthlab.progress import Progress, TimeLeft, duration, say
 from depthlab.study.executors import available_cores, check_executor, make_executor, threads_per_worker
 from depthlab.study.grid import MAX_RUNS, RunSpec, StudyConfig
 from depthlab.study.store import DEFAULT_DB, Store, check_sqlite_header, check_store_path, owner_id
 from depthlab.study.tensorboard import StudyEvents
 from depthlab.study.worker import Task
+from depthlab.train.cost import estimate
 from depthlab.train.tasks import train_memory
 
 
@@ -90,11 +91,41 @@ def run_study(
             file=out,
             flush=True,
         )
+        clock = None
         if todo:
+            clock, line = time_plan(
+                todo, [(s, status[s.hash]) for s in specs], workers, threads, task is None
+            )
+            print(line, file=out, flush=True)
             events = StudyEvents(db, study.name) if tensorboard else None
             ex = make_executor(executor, workers, threads, task, ray_address)
-            _drive(store, todo, ex, res, progress, out, events)
+            quiet = None if progress else io.StringIO()  # not a terminal: nothing is drawn
+            bar = Progress(len(todo), f"study {study.name!r}", unit="run", clock=clock, stream=quiet)
+            _drive(store, todo, ex, res, bar, out, events, clock)
     return res
+
+
+def time_plan(todo, known, workers: int, threads: int, trains: bool = True) -> tuple[TimeLeft | None, str]:
+    """The clock of the runs ``todo`` ((id, RunSpec) pairs) and the line that says how long they are
+    expected to take: the cost model (:mod:`depthlab.train.cost`: step times measured now), corrected by
+    the runs of ``known`` ((RunSpec, store row) pairs) already done with their measured seconds. A task
+    other than training (``trains`` False) has no cost model: its runs count alike until measured."""
+    if not trains:
+        clock = TimeLeft({rid: 1.0 for rid, _ in todo}, workers)
+        return clock, "expected time: known once a run has finished"
+    done = [(s, row["seconds"]) for s, row in known if row["status"] == "done" and row.get("seconds")]
+    expected = estimate([(rid, s.model, s.train) for rid, s in todo], threads)
+    before = estimate([(i, s.model, s.train) for i, (s, _) in enumerate(done)], threads) if done else {}
+    if expected is None or before is None:
+        return None, "expected time: unknown (the step times could not be measured here)"
+    clock = TimeLeft(expected, workers, known=[(before[i], sec) for i, (_, sec) in enumerate(done)])
+    basis = "step times measured now"
+    if done:
+        basis += f", x {clock.speed():.2f} as {plural(len(done), 'stored run')} took"
+    return (
+        clock,
+        f"expected time: about {duration(max(1.0, clock.total_s()))} ({basis}; the longest runs first)",
+    )
 
 
 def _checked(study, workers, executor, ray_address, max_runs, force_memory) -> list[RunSpec]:
@@ -157,14 +188,18 @@ def run_cost(spec: RunSpec) -> int:
 
 
 def _drive(
-    store: Store, todo: deque, ex, res: StudyOutcome, progress: bool, out, events: StudyEvents | None
+    store: Store,
+    todo: deque,
+    ex,
+    res: StudyOutcome,
+    bar: Progress,
+    out,
+    events: StudyEvents | None,
+    clock: TimeLeft | None,
 ) -> None:
     """Keep the executor full, write each result as it lands (the store, then TensorBoard events),
-    print a line per finished run."""
+    print a line per finished run with the time left (``clock``); ``bar`` is drawn on a terminal."""
     owner, start, specs = owner_id(), time.time(), {}
-    bar = tqdm(
-        total=res.total, initial=res.skipped, unit="run", desc="study", disable=None if progress else True
-    )
     try:
         while todo or ex.in_flight:
             while todo and ex.in_flight < ex.capacity:
@@ -172,9 +207,13 @@ def _drive(
                 if store.claim(rid, owner):
                     specs[rid] = spec
                     ex.submit(rid, spec)
+                    if clock is not None:
+                        clock.started(rid)
                 else:
                     res.elsewhere += 1
-                    bar.update(1)
+                    if clock is not None:
+                        clock.skip(rid)  # another driver's
+                    bar.advance()
             if not ex.in_flight:
                 break
             rid, payload = ex.next_done()
@@ -190,12 +229,15 @@ def _drive(
             if saved:
                 res.stopped_early += 1
                 res.saved_seconds += saved
-            bar.update(1)
             line = run_line(res.skipped + res.ran + res.elsewhere, res.total, spec, status, payload)
-            if bar.disable:
-                print(line, file=out, flush=True)
-            else:
-                bar.write(line, file=out)
+            if clock is not None and status == "done":  # a run stopped early: measured at its whole length
+                clock.finished(rid, payload.get("seconds", 0.0) + saved)
+            elif clock is not None:  # a failed run says nothing of the speed
+                clock.skip(rid)
+            if clock is not None and (todo or ex.in_flight):
+                line += f" (about {duration(clock.left_s())} left)"
+            bar.advance()
+            say(line, stream=out)
     except BaseException:  # Ctrl-C, SIGTERM (see depthlab.cli.study), or a bug: stop the workers now
         ex.abort()
         raise

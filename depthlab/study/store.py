@@ -15,6 +15,7 @@ import sqlite3
 import time
 
 from depthlab.errors import InputError
+from depthlab.paths import check_input_file, printable
 from depthlab.study.backfill import fill_escape_steps
 from depthlab.study.owner import owner_id, owner_is_gone  # noqa: F401 (the runner and tests read them here)
 from depthlab.study.rekey import rekey_runs
@@ -53,8 +54,8 @@ class Store:
 
     def __init__(self, path: str = DEFAULT_DB, create: bool = True):
         check_store_path(path)
-        if not create and not os.path.isfile(path):
-            raise InputError(f"no study store at {path}")
+        if not create and not check_input_file(path, "--db", missing_ok=True):  # a FIFO is named as one
+            raise InputError(f"no study store at {printable(path)}")
         check_sqlite_header(path)
         why = unwritable(path)
         if create and why:

@@ -17,7 +17,7 @@ import sqlite3
 import urllib.parse
 
 from depthlab.errors import InputError
-from depthlab.paths import check_input_file, check_path
+from depthlab.paths import broken_link, check_input_file, check_path
 from depthlab.paths import printable as shown
 
 STORE_TABLES = {"studies", "runs", "study_runs", "metrics", "layer_metrics", "probes", "probe_layers"}
@@ -45,11 +45,9 @@ def check_store_path(path, flag: str = "--db") -> None:
     if path.lower().startswith("file:"):
         raise InputError(f"{flag} {shown(path)}: a SQLite URI is not accepted; name the store's file")
     check_path(path, flag)
-    if os.path.islink(path) and not os.path.exists(path):
-        raise InputError(
-            f"{flag} {shown(path)} is a symbolic link to {shown(os.readlink(path))}, which does not exist; "
-            "name the store's file itself"
-        )
+    link = broken_link(path)
+    if link is not None:
+        raise InputError(f"{flag} {shown(path)} is {link}; name the store's file itself")
     real = os.path.realpath(path)
     for view in KERNEL_VIEWS:
         if real == view or real.startswith(view + "/"):

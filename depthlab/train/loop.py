@@ -30,8 +30,10 @@ from tqdm.auto import tqdm
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.errors import ConfigError, InputError
 from depthlab.model import build_model
+from depthlab.progress import Progress, duration, say
 from depthlab.train import checkpoint
 from depthlab.train.batch import shard
+from depthlab.train.cost import estimate
 from depthlab.train.distributed import Dist, setup, teardown, wrap_ddp
 from depthlab.train.evaluate import evaluate, token_loss_sum, z_loss_sum
 from depthlab.train.result import RunResult
@@ -155,6 +157,8 @@ class Trainer:
                 return finished
         show = progress and self.dist.is_main
         self.watcher.echo = _BarEcho() if show else None
+        # off a terminal tqdm draws nothing: a log gets plain lines with the time left instead
+        lines = self._plain_progress() if show and not sys.stderr.isatty() else None
         self.bar = tqdm(
             total=self.cfg.steps,
             initial=self.step,
@@ -167,6 +171,8 @@ class Trainer:
             while self.step < self.cfg.steps and self.monitor.diverged is None:
                 self.train_step(self.step + 1)
                 self.bar.update(1)
+                if lines is not None:
+                    lines.advance()
             result = self.result()
             self.bar.set_postfix_str(result.outcome)
         finally:
@@ -177,6 +183,19 @@ class Trainer:
         if self.out is not None:
             self.out.write_result(result)
         return result
+
+    def _plain_progress(self) -> Progress:
+        """Say (stderr) what is left to run and its expected time (the cost model: step times measured
+        now); return the progress that prints a line per tenth of those steps with the time left."""
+        left, m = self.cfg.steps - self.step, self.model_cfg
+        what = f"train {m.wrap} x{m.enc_depth + m.dec_depth}"
+        expected = estimate([(0, m, self.cfg)], torch.get_num_threads())
+        seconds = expected[0] * left / self.cfg.steps if expected else None
+        guess = f"about {duration(seconds)} (step times measured now)" if seconds is not None else "unknown"
+        from_step = f" from step {self.step + 1}" if self.step else ""
+        say(f"{what}: {left:,} steps{from_step} of {self.cfg.batch_size} x {self.cfg.seq_len} tokens; "
+            f"expected time: {guess}")  # fmt: skip
+        return Progress(left, what, unit="step", expected_s=seconds, plain=True)
 
     def logged(self, t: int) -> bool:
         c = self.cfg

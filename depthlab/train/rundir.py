@@ -27,7 +27,7 @@ import torch
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.errors import InputError
 from depthlab.jsonable import finite_or_none
-from depthlab.paths import check_folder, check_input_file, printable, replace_file
+from depthlab.paths import check_folder, check_input_file, check_path, printable, replace_file
 from depthlab.train import checkpoint
 from depthlab.train.result import RESULT_KEYS, RunResult
 from depthlab.version import __version__
@@ -41,6 +41,7 @@ class RunDir:
     """One run's folder. ``check`` is read-only (every process may call it); the rest is rank 0's."""
 
     def __init__(self, path: str):
+        check_path(path, "--out")  # before Path(''), which is the current folder
         self.path = Path(path)
 
     def own_files(self) -> list[Path]:

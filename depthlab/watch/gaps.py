@@ -9,6 +9,7 @@ A gap is a dict {"instrument", "message"}; the watcher prints each once (``depth
 | ffn        | no block parameter name matches the feed-forward patterns | ``sublayers={"ffn": "NAME"}``           |
 | optimizer  | no optimizer given                                        | pass it, or call ``watcher.step(loss, lr=...)`` |
 | logits     | the first logged step found no logits in the output       | ``logits=lambda output: ...`` or ``watcher.step(loss, logits=...)`` |
+| loss       | the first logged step ended with no loss (none in the output, no ``watcher.step(loss)``) | ``watcher.step(loss)`` after each update |
 
 (A model without a findable stack is refused at attach, naming what was tried and ``blocks=``.)
 """
@@ -53,4 +54,15 @@ def logits_gap(output_type: type) -> dict:
         "'logits' attribute or key, and a depthlab model's returned tensor): logit_lse stays None and "
         "output-logit-growth cannot fire. Point it: depthlab.watch(..., logits=lambda output: output) "
         "or watcher.step(loss, logits=logits)",
+    }
+
+
+def loss_gap(step: int) -> dict:
+    """The gap of a loop whose first logged step (``step``) ended with no loss: the model's output held
+    none (a model that returns logits) and ``watcher.step(loss)`` was not called."""
+    return {
+        "instrument": "loss",
+        "message": f"no loss seen at step {step}: the model's output holds none (a model that returns logits) "
+        "and watcher.step(loss) was not called, so the run gets no outcome and the loss rules cannot fire. "
+        "Give it: watcher.step(loss) after each optimizer.step() (with depthlab.watch(...) as watcher:)",
     }

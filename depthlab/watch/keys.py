@@ -56,3 +56,24 @@ RECORD_KEYS = (
     "layers",
     "warnings",
 )
+
+
+def layer_rows(streams: list[dict], grads: list, updates: list | None, attn: list) -> list[dict]:
+    """``layers`` of a record: per stream row (``streams``, from index 0) its stream keys, and for
+    i >= 1 layer i's sublayer gradient norms (``grads[i-1]``), weight update and attention values."""
+    rows = []
+    for row in streams:
+        i = row["index"]
+        g = grads[i - 1] if i and grads else (None,) * len(GRAD_KEYS)
+        upd = updates[i - 1] if (i and updates) else None
+        att = attn[i - 1] if i else (None, None)
+        rows.append({"index": i, **{k: row.get(k) for k in STREAM_KEYS}, **dict(zip(GRAD_KEYS, g)),
+                     "param_update": upd, **dict(zip(ATTN_KEYS, att))})  # fmt: skip
+    return rows
+
+
+def new_record(step: int, lr, grad_norm, logit_lse, layers: list[dict]) -> dict:
+    """A logged step's record in RECORD_KEYS order; its loss and warnings are filled in later."""
+    values = {"step": step, "loss": None, "lr": lr, "grad_norm": grad_norm, "logit_lse": logit_lse,
+              "val_loss": None, "tokens_per_s": None, "layers": layers, "warnings": []}  # fmt: skip
+    return {k: values[k] for k in RECORD_KEYS}

@@ -24,6 +24,20 @@ from depthlab.watch.outcome import outcome_line
 METRICS, SUMMARY = "metrics.jsonl", "watch.json"
 
 
+def closing_line(outcome: dict, summary: dict) -> str:
+    """What the watcher prints at close: "outcome: stalled at step 40: <why, with its numbers>", "outcome:
+    trained (last logged loss 2.411, unigram level 3.147)", or "no outcome: <why>" without a label."""
+    if not outcome.get("outcome") or outcome.get("reason"):
+        return ("outcome: " if outcome.get("outcome") else "") + outcome_line(outcome)
+    loss, U = summary.get("final_loss"), summary.get("unigram_loss")
+    figures = [
+        f"last logged loss {loss:.3f}" if loss is not None else "",
+        f"unigram level {U:.3f}" if U else "",
+    ]
+    shown = ", ".join(f for f in figures if f)
+    return f"outcome: {outcome_line(outcome)}" + (f" ({shown})" if shown else "")
+
+
 def append_jsonl(path: Path, record: dict) -> None:
     """Append ``record`` as one line of strict JSON (a non-finite number becomes null)."""
     with open(path, "a") as f:
@@ -41,6 +55,7 @@ class WatchOutput:
     def __init__(self, path: str):
         self.path = Path(path)
         check_folder(self.path, "out")
+        self.made = not self.path.exists()  # discard() removes only a folder this made
         taken = [n for n in ("config.json", METRICS, SUMMARY) if (self.path / n).exists()]
         taken += [p.name for p in self.path.glob("events.out.tfevents.*")]
         if taken:
@@ -52,6 +67,18 @@ class WatchOutput:
         append_jsonl(self.path / METRICS, record)
         self.events.log(record)
         write_json(self.path / SUMMARY, summary)
+
+    def discard(self) -> None:
+        """Undo the folder's opening (a tracker could not start): its event file, and the folder if
+        it is left empty (nothing else was written yet)."""
+        self.events.close()
+        for p in self.path.glob("events.out.tfevents.*"):
+            p.unlink(missing_ok=True)
+        if self.made:
+            try:
+                self.path.rmdir()
+            except OSError:  # something else was put there meanwhile: keep it
+                pass
 
     def close(self, summary: dict, outcome: dict | None = None) -> None:
         """Write the final summary; the outcome also as TensorBoard text (``depthlab/outcome``)."""

@@ -18,10 +18,11 @@ the watcher does nothing more than before.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import time
 
-from depthlab.errors import ConfigError
+from depthlab.errors import ConfigError, InputError
 from depthlab.watch.keys import LAYER_KEYS
 from depthlab.watch.outcome import outcome_line
 
@@ -72,7 +73,7 @@ class WandbTracker(Tracker):
         self.run.summary["depthlab/warnings"] = "\n".join(self.messages)
 
     def summary(self, outcome):
-        self.run.summary.update({f"depthlab/outcome{s}": outcome[k] for k, s in _OUTCOME_KEYS})
+        self.run.summary.update(outcome_fields(outcome))
 
     def close(self):
         if self.owned:
@@ -97,8 +98,8 @@ class MLflowTracker(Tracker):
         self.client.set_tag(self.run_id, f"depthlab/warning/{warning['code']}", warning["message"][:5000])
 
     def summary(self, outcome):
-        for k, s in _OUTCOME_KEYS:
-            self.client.set_tag(self.run_id, f"depthlab/outcome{s}", str(outcome[k]))
+        for key, text in outcome_fields(outcome).items():
+            self.client.set_tag(self.run_id, key, text)
 
     def close(self):
         if self.owned:
@@ -138,10 +139,19 @@ class LoggerTracker(Tracker):
         self.logger.log_hyperparams({f"depthlab/warning/{warning['code']}": warning["message"]})
 
     def summary(self, outcome):
-        self.logger.log_hyperparams({f"depthlab/outcome{s}": str(outcome[k]) for k, s in _OUTCOME_KEYS})
+        self.logger.log_hyperparams(outcome_fields(outcome))
 
 
-_OUTCOME_KEYS = (("outcome", ""), ("reason", "_reason"), ("step", "_step"))
+def outcome_fields(outcome: dict) -> dict[str, str]:
+    """The outcome as a tracker's summary holds it, text a person reads and never "None":
+    ``depthlab/outcome`` (the label, or "no outcome"), ``depthlab/outcome_reason`` (why, where there is
+    a reason; for a run with no label always) and ``depthlab/outcome_step`` (where there is a step)."""
+    out = {"depthlab/outcome": outcome.get("outcome") or "no outcome"}
+    if outcome.get("reason"):
+        out["depthlab/outcome_reason"] = str(outcome["reason"])
+    if outcome.get("step") is not None:
+        out["depthlab/outcome_step"] = str(outcome["step"])
+    return out
 
 
 def make_tracker(spec, out: str | None, attach_only: bool = False) -> Tracker | None:
@@ -159,20 +169,31 @@ def make_tracker(spec, out: str | None, attach_only: bool = False) -> Tracker | 
 
         if wandb.run is None and attach_only:
             return None
-        return (
-            WandbTracker(wandb.run, False)
-            if wandb.run is not None
-            else WandbTracker(wandb.init(dir=out), True)
-        )
+        if wandb.run is not None:
+            return WandbTracker(wandb.run, False)
+        run = _started("wandb", lambda: wandb.init(dir=out), "run wandb login, or set WANDB_MODE=offline")
+        return WandbTracker(run, True)
     if spec == "mlflow":
         import mlflow  # imported here: mlflow is an optional extra
 
         active = mlflow.active_run()
         if active is None and attach_only:
             return None
-        run, owned = (active, False) if active is not None else (mlflow.start_run(), True)
-        return MLflowTracker(mlflow.MlflowClient(), run.info.run_id, owned)
+        if active is not None:
+            return MLflowTracker(mlflow.MlflowClient(), active.info.run_id, False)
+        run = _started("mlflow", mlflow.start_run, "set MLFLOW_TRACKING_URI, or start a run yourself")
+        return MLflowTracker(mlflow.MlflowClient(), run.info.run_id, True)
     return tracker_of(spec)
+
+
+def _started(name: str, start, way: str):
+    """``start()``'s run; InputError in one line when the tracker cannot start one (no login, no
+    server), before the first training step rather than as the library's own exception."""
+    try:
+        return start()
+    except Exception as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise InputError(f"trackers: {name} could not start a run ({first}): {way}") from None
 
 
 def tracker_of(obj) -> Tracker:
@@ -219,6 +240,10 @@ def check_trackers(specs, out: str | None) -> list:
             raise ConfigError("trackers", s, f"one of {', '.join(TRACKER_NAMES)}, or a tracker object")
         if s == "tensorboard" and out is None:
             raise ConfigError("trackers", s, "TensorBoard events go to out=DIR: give out, or a SummaryWriter")
+        if s in ("wandb", "mlflow") and importlib.util.find_spec(s) is None:
+            raise ConfigError(
+                "trackers", s, f"an installed tracker: {s} is not (pip install 'depthlab[trackers]')"
+            )
         if not isinstance(s, str) and not _takes(s):
             raise ConfigError(
                 "trackers", type(s).__name__, "'wandb', 'mlflow', 'tensorboard', a wandb run, an MLflow "

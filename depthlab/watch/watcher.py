@@ -39,15 +39,15 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from depthlab.errors import ConfigError
 from depthlab.probe.locate import locate_stack, stack_of, with_sublayers
 from depthlab.watch.attention import AttentionTap, combined_values
 from depthlab.watch.detectors import LiveDetectors
 from depthlab.watch.dist import all_reduce, rank, world_size
-from depthlab.watch.gaps import attach_gaps, logits_gap
+from depthlab.watch.gaps import attach_gaps, logits_gap, loss_gap
 from depthlab.watch.judge import Judge, tail_record
-from depthlab.watch.keys import ATTN_KEYS, GRAD_KEYS, RECORD_KEYS, STREAM_KEYS
-from depthlab.watch.output import WatchOutput
+from depthlab.watch.keys import layer_rows, new_record
+from depthlab.watch.options import check_options
+from depthlab.watch.output import WatchOutput, closing_line
 from depthlab.watch.params import LayerParams
 from depthlab.watch.rules import Rules, Thresholds
 from depthlab.watch.streams import StreamTap
@@ -90,8 +90,11 @@ class Watcher:
         trackers=None,
         detectors=(),
     ):
-        if not isinstance(every, int) or every < 1:
-            raise ConfigError("every", every, "an integer >= 1 (log every that many steps)")
+        detectors = check_options(
+            every, out, detectors=detectors, blocks=blocks, when=when, attention=attention, measure=measure,
+            thresholds=thresholds, unigram_loss=unigram_loss, loss_from_output=loss_from_output,
+            on_record=on_record, echo=echo, logits=logits, steps=steps, outcome=outcome,
+        )  # fmt: skip
         inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
         self.stack = with_sublayers(locate_stack(inner) if blocks is None else stack_of(blocks), sublayers)
         self.model, self.optimizer, self.every, self.when = model, optimizer, every, when
@@ -107,7 +110,12 @@ class Watcher:
         self.detectors = LiveDetectors(detectors) if detectors else None  # the published ones, by name
         check_trackers(trackers, out)  # every option checked before out is made or a tracker started
         self.out = WatchOutput(out) if (out is not None and self.is_main) else None
-        self.trackers = make_trackers(trackers, out) if self.is_main else []  # after out: it may refuse
+        try:  # after out: it may refuse
+            self.trackers = make_trackers(trackers, out) if self.is_main else []
+        except BaseException:  # a tracker that cannot start leaves no half-made out folder
+            if self.out is not None:
+                self.out.discard()
+            raise
         self.t, self.records, self.warnings, self.gaps = 1, [], [], []
         self.judge = Judge(steps, self.unigram_loss) if outcome else None
         self._window: list[list] = []  # [step, loss (float | tensor | list of tensors), grad norm or None]
@@ -260,34 +268,14 @@ class Watcher:
 
     def _record(self, updates, grad_norm) -> dict:
         """The logged step's record, all but its loss and warnings (known when the step's loss is)."""
-        rows = self.streams.table(self.world)
         total, sub = self._grads or (None, [])
         n = len(self.stack.blocks)
         attn = combined_values(self.tap.stats, n, self.world) if self.tap is not None else [(None, None)] * n
         lse = all_reduce(self._lse) if self._lse is not None else None
-        layers = []
-        for row in rows:
-            i = row["index"]
-            grads = sub[i - 1] if i and sub else (None,) * len(GRAD_KEYS)
-            upd = updates[i - 1] if (i and updates) else None
-            att = attn[i - 1] if i else (None, None)
-            layers.append(
-                {"index": i, **{k: row.get(k) for k in STREAM_KEYS}, **dict(zip(GRAD_KEYS, grads)),
-                 "param_update": upd, **dict(zip(ATTN_KEYS, att))}
-            )  # fmt: skip
+        layers = layer_rows(self.streams.table(self.world), sub, updates, attn)
         lr = self._lr if self._lr is not None else self._optimizer_lr()
-        values = {
-            "step": self.t,
-            "loss": None,
-            "lr": lr,
-            "grad_norm": grad_norm if grad_norm is not None else total,
-            "logit_lse": mean_log_partition(lse),
-            "val_loss": None,
-            "tokens_per_s": None,
-            "layers": layers,
-            "warnings": [],
-        }
-        return {k: values[k] for k in RECORD_KEYS}
+        grad = grad_norm if grad_norm is not None else total
+        return new_record(self.t, lr, grad, mean_log_partition(lse), layers)
 
     def _optimizer_lr(self):
         return self.optimizer.param_groups[0]["lr"] if self.optimizer is not None else None
@@ -308,6 +296,8 @@ class Watcher:
         record["warnings"] = warnings
         if not self.records and record["logit_lse"] is None and self._output_type is not None:
             self._name_gaps([logits_gap(self._output_type)])
+        if not self.records and record["loss"] is None:  # the first logged step had none: say it once
+            self._name_gaps([loss_gap(record["step"])])
         self.records.append(record)
         self._speak(warnings)
         for tracker in self.trackers:
@@ -384,6 +374,8 @@ class Watcher:
             warnings += self.judge.see(window, tail_record(window))
         self._speak(warnings)
         outcome = self.outcome()
+        if outcome is not None and self.is_main and self.echo is not None:  # the label, said at close
+            print(f"depthlab.watch: {closing_line(outcome, self.summary())}", file=self.echo, flush=True)
         for tracker in self.trackers:
             for w in warnings:
                 tracker.warn(w)
