@@ -86,6 +86,12 @@ class Attention(nn.Module):
         self.q_norm, self.k_norm = q_norm, k_norm
 
     def forward(self, x: torch.Tensor, ctx: Context) -> torch.Tensor:
+        return self.forward_values(x, ctx)[0]
+
+    def forward_values(self, x: torch.Tensor, ctx: Context, first=None, mix=(0.5, 0.5)):
+        """(the output (B, T, d), this layer's own values v (B, kv, S, hd)). With ``first`` (the first
+        layer's values), the values attended are l1 first + l2 v, (l1, l2) = ``mix`` (ResFormer, Zhou et
+        al. 2024: the value residual)."""
         B, T, _ = x.shape
         hd = self.head_dim
         inner, kv_dim = self.n_heads * hd, self.n_kv_heads * hd
@@ -98,6 +104,9 @@ class Attention(nn.Module):
         q = q.view(B, T, self.n_heads, hd).transpose(1, 2)  # (B, h, T, hd)
         k = k.view(B, k.shape[1], self.n_kv_heads, hd).transpose(1, 2)  # (B, kv, S, hd)
         v = v.view(B, v.shape[1], self.n_kv_heads, hd).transpose(1, 2)  # (B, kv, S, hd)
+        own = v
+        if first is not None:
+            v = mix[0] * first + mix[1] * v  # V' = l1 V_1 + l2 V_n
         if self.q_norm is not None and self.qk_scope == "head":
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope:
@@ -120,7 +129,7 @@ class Attention(nn.Module):
             softcap=self.softcap,
             dropout=self.dropout if self.training else 0.0,
         )
-        return self.out(y.transpose(1, 2).reshape(B, T, inner))  # (B, T, d)
+        return self.out(y.transpose(1, 2).reshape(B, T, inner)), own  # (B, T, d), (B, kv, S, hd)
 
     def _mask(self, ctx: Context, T: int, S: int, device, explicit_causal) -> torch.Tensor | None:
         """A boolean (B or 1, 1, T, S) mask, True = may attend; None when sdpa's ``is_causal`` (or no
