@@ -54,7 +54,9 @@ def test_activation_checkpointing_gives_the_same_gradients(wrap):
         torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize("wrap,exact", [("frac", True), ("denseformer", True), ("hc", False), ("dhc", False), ("mhc", False)])
+@pytest.mark.parametrize(
+    "wrap,exact", [("frac", True), ("denseformer", True), ("hc", False), ("dhc", False), ("mhc", False)]
+)
 def test_init_reproduces_pre_ln(wrap, exact):
     """Zhu et al. 2024 (sec. 3.3), Zhu et al. 2025 and Pagliardini et al. 2024 start at pre-LN: the n
     copies of hc/mhc sum to n x_L, which the final norm maps to x_L's norm up to its eps."""
@@ -76,7 +78,9 @@ def _randomize_mixing(m, seed=5):
 
 def test_denseformer_is_its_formula():
     """Y_i = sum_{j in i, i-k, ..} alpha_ij X_j after every p-th block, X_i = block_i(Y_{i-1}) (pre-LN)."""
-    cfg = ModelConfig.from_dict({**TINY, "n_layers": 5, "wrap": "denseformer", "dwa_dilation": 2, "dwa_period": 2})
+    cfg = ModelConfig.from_dict(
+        {**TINY, "n_layers": 5, "wrap": "denseformer", "dwa_dilation": 2, "dwa_period": 2}
+    )
     torch.manual_seed(0)
     m = build_model(cfg)
     _randomize_mixing(m)
@@ -104,7 +108,9 @@ def _depth_read(read, values):
 def test_attention_residuals_are_their_formula(wrap):
     """Full: h_l = sum_{i<l} softmax(w_l . RMSNorm(v_i)) v_i over the embedding and every earlier output.
     Block (the official block_attn_res): the closed block sums and the open block's partial sum."""
-    cfg = ModelConfig.from_dict({**TINY, "n_layers": 4, "wrap": wrap, **({"attnres_blocks": 3} if "block" in wrap else {})})
+    cfg = ModelConfig.from_dict(
+        {**TINY, "n_layers": 4, "wrap": wrap, **({"attnres_blocks": 3} if "block" in wrap else {})}
+    )
     torch.manual_seed(0)
     m = build_model(cfg)
     _randomize_mixing(m)

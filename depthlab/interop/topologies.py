@@ -85,9 +85,9 @@ def from_x_transformers(ref: nn.Module, wrap: str = "pre") -> nn.Module:
         block.ffn.f.fc1.bias.copy_(f[1].ff[0][0].bias)
         block.ffn.f.fc2.weight.copy_(f[1].ff[2].weight)
         block.ffn.f.fc2.bias.copy_(f[1].ff[2].bias)
-        if wrap == "vres_learned" and hasattr(block.attn, "mix"):
+        if wrap == "vres_learned" and hasattr(block.attn, "value_mix"):
             b = _constant_mix(a[1])
-            block.attn.mix.copy_(torch.stack([1 - torch.sigmoid(b), torch.sigmoid(b)]))
+            block.attn.value_mix.copy_(torch.stack([1 - torch.sigmoid(b), torch.sigmoid(b)]))
     _norm(model.stack.norm, ref.attn_layers.final_norm)
     return model
 

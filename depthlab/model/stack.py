@@ -111,7 +111,7 @@ class Stack(nn.Module):
             if return_states:
                 states.append(self._seen(x))
         if self.state is not None:
-            x = self.state.reduce(x)  # the state -> one stream, before the final norm
+            x = self.state(x)  # the state -> one stream, before the final norm (its forward reduces)
         return self.norm(x), states
 
     def _seen(self, x):

@@ -8,6 +8,7 @@ classes below as its ``STATE``; the stack (:class:`depthlab.model.stack.Stack`) 
 
 and each wrapped sublayer reads the state and writes it (its ``forward(state, ctx)``, in
 :mod:`depthlab.model.hyper`, :mod:`depthlab.model.aggregate`, :mod:`depthlab.model.value_residual`).
+Each class's ``forward`` is the reduction (a module call, so that a hook sees the reduced stream);
 ``view(state)`` is the one (B, T, d) stream per layer boundary that ``return_states``, the probe and
 the watcher report (docs/topologies.md says what it is for each design).
 
@@ -42,10 +43,10 @@ class Streams(nn.Module):
     def expand(self, x: torch.Tensor) -> torch.Tensor:
         return x.unsqueeze(-2).expand(*x.shape[:-1], self.n, x.shape[-1])  # (B, T, n, d)
 
-    def reduce(self, h: torch.Tensor) -> torch.Tensor:
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
         return h.sum(dim=-2)  # (B, T, d)
 
-    view = reduce
+    view = forward
 
 
 class Fractions(Streams):
@@ -57,10 +58,10 @@ class Fractions(Streams):
     def expand(self, x: torch.Tensor) -> torch.Tensor:
         return x.unflatten(-1, (self.n, -1))  # (B, T, m, d/m)
 
-    def reduce(self, h: torch.Tensor) -> torch.Tensor:
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
         return h.flatten(-2)  # (B, T, d)
 
-    view = reduce
+    view = forward
 
 
 class Dense(NamedTuple):
@@ -82,7 +83,7 @@ class DenseHistory(nn.Module):
     def expand(self, x: torch.Tensor) -> Dense:
         return Dense(x, (x,))
 
-    def reduce(self, state: Dense) -> torch.Tensor:
+    def forward(self, state: Dense) -> torch.Tensor:
         return state.stream  # Y_L: the last block's weighted average
 
     def view(self, state: Dense) -> torch.Tensor:
@@ -128,7 +129,7 @@ class DepthHistory(nn.Module):
     def expand(self, x: torch.Tensor) -> Depth:
         return Depth(x, (x,), filled=-1)  # b_0 = the embedding, a closed block of its own
 
-    def reduce(self, state: Depth) -> torch.Tensor:
+    def forward(self, state: Depth) -> torch.Tensor:
         return self.read(state.values)[0]
 
     def view(self, state: Depth) -> torch.Tensor:
@@ -154,7 +155,7 @@ class FirstValue(nn.Module):
     def expand(self, x: torch.Tensor) -> Valued:
         return Valued(x, None)
 
-    def reduce(self, state: Valued) -> torch.Tensor:
+    def forward(self, state: Valued) -> torch.Tensor:
         return state.x
 
     def view(self, state: Valued) -> torch.Tensor:

@@ -55,7 +55,7 @@ class LearnedValueResidual(ValueResidual):
     def __init__(self, f, make_norm, residual, site):
         super().__init__(f, make_norm, residual, site)
         if self.kind == "attn" and site.layer > 1:  # the first layer's values are V_1 themselves
-            self.mix = nn.Parameter(torch.tensor(HALF))
+            self.value_mix = nn.Parameter(torch.tensor(HALF))
 
     def lambdas(self):
-        return self.mix[0], self.mix[1]
+        return self.value_mix[0], self.value_mix[1]
