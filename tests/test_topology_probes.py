@@ -127,3 +127,13 @@ def test_the_run_page_and_the_report_draw_the_composite_gain(tmp_path):
     assert composite_gains(data) is not None
     data.runs = [{**fake, "metrics": [{"step": 1, "extra_json": None}]}]
     assert composite_gains(data) is None
+
+
+def test_the_doctor_gives_a_topology_at_most_warnings_and_says_what_it_was_calibrated_on():
+    r = probe(model_of("hc", 4), text_batch(2, 16, 256), lr=10.0)  # an lr the doctor calls an error alone
+    levels = {v.level for v in r.verdicts}
+    assert levels == {"warning"} and r.verdicts[0].code == "uncalibrated-topology"
+    assert "calibrated on single-stream stacks only" in r.verdicts[0].message
+    assert any(v.code == "learning-rate" and "extrapolation" in v.message for v in r.verdicts)
+    plain = probe(model_of("pre", 4), text_batch(2, 16, 256), lr=10.0)
+    assert "error" in {v.level for v in plain.verdicts}  # the same lr on pre-LN: a confident error

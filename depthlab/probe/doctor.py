@@ -63,6 +63,7 @@ from depthlab.probe.calibration import evidence, load_record
 from depthlab.probe.doctor_lr import learning_rate, width
 from depthlab.probe.plateau import plateau_verdict
 from depthlab.probe.result import ProbeResult
+from depthlab.probe.uncalibrated import cap_for_topology
 from depthlab.probe.verdict import Verdict
 
 VANISH_ERROR = 1e-3
@@ -92,7 +93,7 @@ def diagnose(r: ProbeResult) -> list[Verdict]:
     found = [v for v in [degenerate, *(check(r) for check in checks)] if v is not None]
     if not any(v.level != "ok" for v in found):
         found.append(_ok(r))
-    return sorted(found, key=lambda v: v.severity)
+    return cap_for_topology(r, sorted(found, key=lambda v: v.severity))  # uncalibrated designs: warnings
 
 
 def _non_finite(r: ProbeResult):
