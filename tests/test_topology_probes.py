@@ -130,10 +130,21 @@ def test_the_run_page_and_the_report_draw_the_composite_gain(tmp_path):
 
 
 def test_the_doctor_gives_a_topology_at_most_warnings_and_says_what_it_was_calibrated_on():
-    r = probe(model_of("hc", 4), text_batch(2, 16, 256), lr=10.0)  # an lr the doctor calls an error alone
-    levels = {v.level for v in r.verdicts}
-    assert levels == {"warning"} and r.verdicts[0].code == "uncalibrated-topology"
+    from types import SimpleNamespace
+
+    from depthlab.probe.uncalibrated import cap_for_topology
+    from depthlab.probe.verdict import Verdict
+
+    r = probe(model_of("hc", 4), text_batch(2, 16, 256))
+    assert {v.level for v in r.verdicts} == {"warning"} and r.verdicts[0].code == "uncalibrated-topology"
     assert "calibrated on single-stream stacks only" in r.verdicts[0].message
-    assert any(v.code == "learning-rate" and "extrapolation" in v.message for v in r.verdicts)
-    plain = probe(model_of("pre", 4), text_batch(2, 16, 256), lr=10.0)
-    assert "error" in {v.level for v in plain.verdicts}  # the same lr on pre-LN: a confident error
+    assert "ok" in {v.level for v in probe(model_of("pre", 4), text_batch(2, 16, 256)).verdicts}
+    state = {"design": "hc", "state": "4 streams"}
+    found = [Verdict("error", "vanishing-gradient", "g"), Verdict("ok", "plateau", "p")]
+    capped = cap_for_topology(SimpleNamespace(config={"stack": {"state": state}}), found)
+    assert [(v.level, v.code) for v in capped] == [
+        ("warning", "uncalibrated-topology"),
+        ("warning", "vanishing-gradient"),
+    ]
+    assert "extrapolation" in capped[1].message
+    assert cap_for_topology(SimpleNamespace(config={"stack": {}}), found) == found
