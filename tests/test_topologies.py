@@ -218,3 +218,66 @@ def test_topology_options_validate_and_round_trip(wrap, streams, iters, tol, blo
     default = ModelConfig.from_dict({"wrap": wrap, "d_model": 64})
     assert ("streams" in cfg.key_dict()) == (cfg.topology.streams != 4)
     assert default.key_dict().keys() == ModelConfig(d_model=64, wrap=wrap).key_dict().keys()
+
+
+@pytest.mark.parametrize("wrap", ["hc", "mhc", "frac", "denseformer", "vres"])
+def test_a_depth_rule_multiplies_the_branch_at_f(wrap):
+    """Under completep (m = m_L^-1) the sublayer writes m F(.): the state with m equals the state built from
+    the hooked F output scaled by m (the topologies' place for the multiplier is F, as in pre-LN)."""
+    cfg = ModelConfig.from_dict({**TINY, "n_layers": 8, "wrap": wrap, "param": "completep", "base_depth": 2})
+    torch.manual_seed(0)
+    w = build_model(cfg).stack.layers[0].ffn
+    assert w.branch_multiplier == pytest.approx(0.25) and w.BRANCH_END == "f"
+    seen = []
+    w.f.register_forward_hook(lambda mod, a, out: seen.append(out))
+    x = torch.randn(2, 5, 16)
+    state = build_model(cfg).stack.state.expand(x) if wrap not in ("denseformer", "vres") else None
+    with torch.no_grad():
+        if wrap in ("hc", "mhc", "frac"):
+            got = w(state, Context())
+            pre, post, res = w.mix(state)
+            want = res @ state + post.unsqueeze(-1) * (0.25 * seen[0]).unflatten(-1, (-1, state.shape[-1]))
+        else:
+            from depthlab.model.state import Dense, Valued
+
+            s = Dense(x, (x,)) if wrap == "denseformer" else Valued(x, None)
+            got, want = w(s, Context())[0], x + 0.25 * seen[0]
+    torch.testing.assert_close(got, want)
+
+
+def test_mixing_parameters_take_their_rule_under_each_parametrization():
+    """mup: static maps are vectors (base lr), dynamic maps matrices (lr / m_w); a depth rule: H_res's maps
+    and DenseFormer's alphas take m_L^-1 on top of their group's lr."""
+    from depthlab import param_groups
+
+    def groups(**kw):
+        torch.manual_seed(0)
+        m = build_model(ModelConfig.from_dict({**TINY, "d_model": 32, **kw}))
+        return m, {g["name"]: g for g in param_groups(m, 1.0)}
+
+    m, g = groups(wrap="dhc", param="mup", base_width=16)
+    w = m.stack.layers[0].attn.mix
+    by_id = {id(p): name for name, grp in g.items() for p in grp["params"]}
+    assert by_id[id(w.w_pre)] == "decoder hidden" and g["decoder hidden"]["lr"] == pytest.approx(0.5)
+    assert (
+        by_id[id(w.pre)] == "decoder hidden vectors" and by_id[id(w.res)] == "decoder residual mixing vectors"
+    )
+    assert g["decoder residual mixing vectors"]["lr"] == 1.0 and g["decoder residual mixing"]["lr"] == 0.5
+    m, g = groups(wrap="mhc", n_layers=8, param="completep", base_depth=2, base_width=16)
+    assert g["decoder residual mixing"]["lr"] == pytest.approx(0.5 / 4)  # phi_res: lr / m_w / m_L
+    assert g["decoder residual mixing vectors"]["lr"] == pytest.approx(1 / 4)  # b_res: lr / m_L
+    m, g = groups(wrap="denseformer", n_layers=8, param="depth_mup", base_depth=2)
+    alphas = {id(layer.ffn.alpha) for layer in m.stack.layers}
+    assert alphas == {id(p) for p in g["decoder residual mixing vectors"]["params"]}
+    assert g["decoder residual mixing vectors"]["lr"] == pytest.approx(4**-0.5 / 4)
+
+
+def test_the_depth_coordinate_check_runs_on_hc_and_mhc():
+    from depthlab.probe.coord import CoordSpec, coord_check
+
+    spec = CoordSpec(axis="depth", sizes=(2, 4), fixed=16, wraps=("hc", "mhc"), params=("sp", "completep"),
+                     steps=2, seeds=(0,), heads=2, batch_size=2, seq_len=8)  # fmt: skip
+    result = coord_check(spec)
+    for setting in result.to_dict()["settings"]:
+        assert {"attn", "ffn", "stream@L"} <= set(setting["modules"])
+        assert all(v > 0 for row in setting["modules"]["stream@L"]["mean_abs"] for v in row)

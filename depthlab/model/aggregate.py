@@ -51,6 +51,11 @@ class DenseFormer(Topology):
             with torch.no_grad():
                 self.alpha[-1] = 1.0  # alpha_ii = 1: Y_i = X_i at init
 
+    @classmethod
+    def extra_parameters(cls, cfg, n_layers, sublayers):
+        k, p = cfg.topology.dwa_dilation, cfg.topology.dwa_period
+        return sum(i // k + 1 for i in range(1, n_layers + 1) if i % p == 0)  # alpha_i: j = i, i - k, ..
+
     def forward(self, state: Dense, ctx) -> Dense:
         x = state.stream + self.times_m(self.f(self.norm(state.stream), ctx))  # pre-LN inside the block
         if not self.last:
@@ -73,8 +78,8 @@ class AttentionResiduals(Topology):
     SOURCE = "Kimi Team 2026, Attention Residuals"
     STATE = DepthHistory
     DEPTH_RULE_REFUSED = (
-        "Attention Residuals replace the residual sum by a softmax average over depth, where a branch "
-        "multiplier has no place (Kimi Team 2026)"
+        "Attention Residuals replace the residual sum by a softmax average over depth: no branch multiplier "
+        "sets a skip-to-branch ratio by depth there (Kimi Team 2026)"
     )
     READS = "a softmax average over depth of the embedding and every earlier output"
     WRITES = "the output v joins the values"
@@ -87,6 +92,10 @@ class AttentionResiduals(Topology):
         super().__init__(f, make_norm, residual, site)
         self.read = DepthAttention(site.d_model, getattr(self.norm, "eps", 1e-5))
         self.block = block_size(self, site)
+
+    @classmethod
+    def extra_parameters(cls, cfg, n_layers, sublayers):
+        return (n_layers * sublayers + 1) * 2 * cfg.d_model  # a query and a key norm per read, and the top's
 
     def forward(self, state: Depth, ctx) -> Depth:
         h, _ = self.read(state.values)  # (B, T, d), the weights over depth (a named point)

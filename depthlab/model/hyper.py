@@ -113,6 +113,17 @@ class _Hyper(Topology):
             n, views, width, self.index, self.FORM, norm_of, opts.sinkhorn_iters, opts.sinkhorn_tol
         )
 
+    @classmethod
+    def extra_parameters(cls, cfg, n_layers, sublayers):
+        n = cfg.topology.streams
+        v, w = (n, cfg.d_model // n) if cls.STATE is Fractions else (1, cfg.d_model)
+        each = v * n + n + n * n  # H_pre, H_post, H_res
+        if cls.FORM == "dynamic":
+            each += 2 * w + w * (v + n + 1) + 2  # norm(H_k) at its most, W_pre, W_res, W_post, s
+        elif cls.FORM == "mhc":
+            each += n * w * (2 * n + n * n) + 3  # phi_pre, phi_post, phi_res, the gates
+        return n_layers * sublayers * each
+
     def forward(self, H, ctx):
         pre, post, res = self.mix(H)  # (.., v, n), (.., n), (.., n, n)
         y = self.f(self.norm((pre @ H).flatten(-2)), ctx)  # F(LN(H_pre H)): (B, T, d)

@@ -45,6 +45,12 @@ class Topology(Wrapping):
         return w
 
     @classmethod
+    def extra_parameters(cls, cfg, n_layers: int, sublayers: int) -> int:
+        """The parameters one stack of ``n_layers`` layers of ``sublayers`` sublayers has beyond pre-LN's
+        (its mixing maps, reads, gates; counted without building it, at their most: the memory check)."""
+        return 0
+
+    @classmethod
     def check_config(cls, cfg) -> None:
         present = ("attn", "ffn") + (("cross",) if cfg.arch == "encdec" else ())
         if not all(cfg.has_residual(s) for s in present):

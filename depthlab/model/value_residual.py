@@ -59,3 +59,7 @@ class LearnedValueResidual(ValueResidual):
 
     def lambdas(self):
         return self.value_mix[0], self.value_mix[1]
+
+    @classmethod
+    def extra_parameters(cls, cfg, n_layers, sublayers):
+        return 2 * max(0, n_layers - 1)  # l1, l2 of every layer after the first
