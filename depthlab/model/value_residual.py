@@ -36,9 +36,10 @@ class ValueResidual(Topology):
     def forward(self, state: Valued, ctx) -> Valued:
         if self.kind != "attn":
             return state._replace(x=state.x + self.times_m(self.f(self.norm(state.x), ctx)))
-        mix = self.lambdas() if state.v1 is not None else HALF  # the first layer attends to its own V
-        y, v = self.f.forward_values(self.norm(state.x), ctx, state.v1, mix)
-        return Valued(state.x + self.times_m(y), v if state.v1 is None else state.v1)
+        h = self.norm(state.x)
+        if state.v1 is None:  # the first layer attends to its own values, and hands them up as V_1
+            return Valued(state.x + self.times_m(self.f(h, ctx)), self.f.values(h))
+        return Valued(state.x + self.times_m(self.f(h, ctx, first=state.v1, mix=self.lambdas())), state.v1)
 
 
 @register("vres_learned")
