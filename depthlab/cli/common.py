@@ -79,6 +79,7 @@ def add_model_flags(p: argparse.ArgumentParser, multi: bool = False) -> None:
     )
     _add_init_flags(g, d)
     _add_param_flags(g, d)
+    _add_topology_flags(p, d)
     _flag(g, "--qk-norm", switch=True, help="normalise queries and keys per head")
     _flag(g, "--no-bias", switch=True, help="linear layers without biases")
     _flag(g, "--checkpoint-activations", switch=True, help="recompute blocks in backward to save memory")
@@ -124,6 +125,49 @@ def _add_param_flags(g, d: ModelConfig) -> None:
     _flag(
         g, "--base-depth", type=int, help="the depth it is relative to (default --layers: no depth scaling)"
     )
+
+
+def _add_topology_flags(p: argparse.ArgumentParser, d: ModelConfig) -> None:
+    """The residual topologies' options (--wrap hc, mhc, frac, denseformer, attnres_block: docs/topologies.md);
+    each refused with a wrapping that does not read it."""
+    t = d.topology
+    g = p.add_argument_group("residual topology (docs/topologies.md)")
+    _flag(
+        g,
+        "--streams",
+        type=int,
+        default=t.streams,
+        help=f"hc, dhc, mhc: n streams; frac: m fractions (default {t.streams})",
+    )
+    _flag(
+        g,
+        "--sinkhorn-iters",
+        type=int,
+        default=t.sinkhorn_iters,
+        help=f"mhc: Sinkhorn-Knopp iterations at most (default {t.sinkhorn_iters}, the paper's)",
+    )
+    _flag(
+        g,
+        "--sinkhorn-tol",
+        type=float,
+        default=t.sinkhorn_tol,
+        help="mhc: stop once every column sums to 1 within this (default 0: all iterations)",
+    )
+    _flag(
+        g,
+        "--attnres-blocks",
+        type=int,
+        default=t.attnres_blocks,
+        help=f"attnres_block: blocks of sublayers (default {t.attnres_blocks})",
+    )
+    _flag(
+        g,
+        "--dwa-dilation",
+        type=int,
+        default=t.dwa_dilation,
+        help=f"denseformer: average every k-th earlier block output (default {t.dwa_dilation})",
+    )
+    _flag(g, "--dwa-period", type=int, default=t.dwa_period, help=f"denseformer: average after every p-th block (default {t.dwa_period})")  # fmt: skip
 
 
 def seed_from_args(args: argparse.Namespace) -> int:
@@ -198,6 +242,17 @@ FIELD_OF_FLAG = {
     "param": "param",
     "base_width": "base_width",
     "base_depth": "base_depth",
+    **{
+        name: name
+        for name in (
+            "streams",
+            "sinkhorn_iters",
+            "sinkhorn_tol",
+            "attnres_blocks",
+            "dwa_dilation",
+            "dwa_period",
+        )
+    },
 }
 
 

@@ -63,3 +63,32 @@ def sublayer_kind(f: nn.Module) -> str:
     if isinstance(f, Attention):
         return "cross" if f.cross else "attn"
     return "ffn"
+
+
+def topology_summary(model: nn.Module) -> dict | None:
+    """For explain: a topology's design, state, read and write, source, the options it reads, and its
+    parameters beyond pre-LN's by name (summed over the sublayers and the stacks) with their total; None
+    for a single stream."""
+    stacks = [m for m in model.modules() if getattr(m, "state", None) is not None and hasattr(m, "layers")]
+    if not stacks:
+        return None
+    cfg, cls = model.cfg, type(stacks[0].layers[0].attn)
+    counts: dict[str, int] = {}
+    for stack in stacks:
+        for w in (m for m in stack.layers.modules() if isinstance(m, Topology)):
+            for name, p in w.named_parameters():
+                if not name.startswith(("f.", "norm.")):  # F and its pre-norm are pre-LN's own
+                    counts[name] = counts.get(name, 0) + p.numel()
+        for name, p in stack.state.named_parameters():
+            counts[f"top.{name}"] = counts.get(f"top.{name}", 0) + p.numel()
+    return {
+        "design": cfg.wrap,
+        "state": stacks[0].state.WORDS.format(n=cfg.topology.streams),
+        "reads": cls.READS,
+        "writes": cls.WRITES,
+        "source": cls.SOURCE,
+        "references": cls.REFERENCES,
+        "options": {o: getattr(cfg.topology, o) for o in cls.OPTIONS},
+        "extra_parameters": counts,
+        "extra_total": sum(counts.values()),
+    }
