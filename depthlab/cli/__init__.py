@@ -11,7 +11,19 @@ import os
 import re
 import sys
 
-from depthlab.cli import calibrate, coord, explain, forecast, probe, report, reproduce, study, train, transfer
+from depthlab.cli import (
+    calibrate,
+    check,
+    coord,
+    explain,
+    forecast,
+    probe,
+    report,
+    reproduce,
+    study,
+    train,
+    transfer,
+)
 from depthlab.cli.common import as_typed
 from depthlab.errors import ConfigError, InputError
 from depthlab.paths import printable
@@ -24,7 +36,7 @@ DESCRIPTION = (
 )
 
 # Each command is a module with ``add_parser(subparsers)`` (which sets ``run(args) -> int``).
-COMMANDS = (explain, probe, coord, train, study, report, transfer, forecast, reproduce, calibrate)
+COMMANDS = (explain, probe, check, coord, train, study, report, transfer, forecast, reproduce, calibrate)
 
 
 class Parser(argparse.ArgumentParser):
