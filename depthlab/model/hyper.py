@@ -78,10 +78,12 @@ class StreamMix(nn.Module):
             post = post + s[1] * torch.tanh(hn @ self.w_post).squeeze(-1)  # (B, T, n)
         elif self.form == "mhc":  # x' = RMSNorm(vec(H)); H~ = a (x' phi) + b; constrained (their eq. 7-8)
             x = F.rms_norm(h.flatten(-2).float(), (h.shape[-2] * h.shape[-1],), eps=self.eps)
+            phi = torch.cat([self.phi_pre, self.phi_post, self.phi_res], dim=1).float()  # one matmul for all
+            h_pre, h_post, h_res = (x @ phi).split([self.n, self.n, self.n * self.n], dim=-1)
             a = self.gate.float()
-            pre = torch.sigmoid(a[0] * (x @ self.phi_pre.float()) + pre.float()).unsqueeze(-2)  # (B, T, 1, n)
-            post = 2 * torch.sigmoid(a[1] * (x @ self.phi_post.float()) + post.float())  # (B, T, n)
-            logits = a[2] * (x @ self.phi_res.float()).unflatten(-1, (self.n, self.n)) + res.float()
+            pre = torch.sigmoid(a[0] * h_pre + pre.float()).unsqueeze(-2)  # (B, T, 1, n)
+            post = 2 * torch.sigmoid(a[1] * h_post + post.float())  # (B, T, n)
+            logits = a[2] * h_res.unflatten(-1, (self.n, self.n)) + res.float()
             res = sinkhorn_knopp(logits, self.iters, self.tol)  # float32, doubly stochastic
             pre, post, res = (t.to(h.dtype) for t in (pre, post, res))
         return pre, post, res
@@ -126,9 +128,17 @@ class _Hyper(Topology):
 
     def forward(self, H, ctx):
         pre, post, res = self.mix(H)  # (.., v, n), (.., n), (.., n, n)
-        y = self.f(self.norm((pre @ H).flatten(-2)), ctx)  # F(LN(H_pre H)): (B, T, d)
+        y = self.f(self.norm(mixed(pre, H).flatten(-2)), ctx)  # F(LN(H_pre H)): (B, T, d)
         y = self.times_m(y).unflatten(-1, (-1, H.shape[-1]))  # (B, T, v, w): v = 1, or one per fraction
-        return res @ H + post.unsqueeze(-1) * y
+        return mixed(res, H) + post.unsqueeze(-1) * y
+
+
+def mixed(M: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
+    """M H for H (B, T, n, w) and one map M (k, n), or one per token (B, T, k, n): (B, T, k, w). A map
+    shared by every token is one matmul over all of them (3x faster on the CPU than a broadcast @)."""
+    if M.dim() == 2:
+        return torch.einsum("ij,abjd->abid", M, H)
+    return torch.einsum("abij,abjd->abid", M, H)
 
 
 def _norm_like(norm: nn.Module, width: int) -> nn.Module:
