@@ -40,7 +40,10 @@ class DenseFormer(Topology):
     OPTIONS = ("dwa_dilation", "dwa_period")
     READS = "the stream: after block i, Y_i = sum_j alpha_ij X_j"
     WRITES = "x + F(LN(x)); block i's output X_i joins the history"
-    REFERENCES = "epfml/DenseFormer (DWAModules): the same averages; x-transformers' integrate_layers is LIMe, another formula"
+    REFERENCES = (
+        "its formula transcribed (epfml/DenseFormer's DWAModules: not on the registry); x-transformers' "
+        "integrate_layers is LIMe, another formula"
+    )
 
     def __init__(self, f, make_norm, residual, site):
         super().__init__(f, make_norm, residual, site)
@@ -84,8 +87,9 @@ class AttentionResiduals(Topology):
     READS = "a softmax average over depth of the embedding and every earlier output"
     WRITES = "the output v joins the values"
     REFERENCES = (
-        "MoonshotAI/Attention-Residuals (block_attn_res); x-transformers' attn_aggregated_residuals departs: "
-        "it keeps the residual sum and conditions the query on the input"
+        "its formula and the official block_attn_res transcribed (MoonshotAI/Attention-Residuals: not on the "
+        "registry); x-transformers' attn_aggregated_residuals departs: it keeps the residual sum and "
+        "conditions the query on the input"
     )
 
     def __init__(self, f, make_norm, residual, site):

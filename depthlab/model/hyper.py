@@ -155,7 +155,7 @@ class HyperConnections(_Hyper):
     """Static hyper-connections (Zhu et al. 2024, arXiv 2409.19606): learned H_pre, H_post, H_res."""
 
     SOURCE = "Zhu et al. 2024, Hyper-Connections (static)"
-    REFERENCES = "hyper-connections 0.4.11 (tanh=False, dynamic maps 0): equal"
+    REFERENCES = "hyper-connections 0.4.11 HyperConnections with its dynamic maps at 0: equal"
 
 
 @register("dhc")
@@ -194,6 +194,8 @@ class FracConnections(_Hyper):
     FORMULA = "H = H_res(H)*H + H_post(H)^T*m*F(LN(H_pre(H)*H)) over m fractions"
     STATE = Fractions
     FORM = "dynamic"
+    READS = "the m fractions, each input fraction a mixture of them (H_pre: m x m)"
+    WRITES = "H_res H, plus fraction j of the branch output into fraction j (x H_post_j)"
     REFERENCES = "hyper-connections 0.4.11 (num_fracs): departs (see docs/topologies.md)"
 
     @classmethod
