@@ -56,6 +56,8 @@ def test_train_and_a_study_take_a_topology(tmp_path, capsys):
     db = str(tmp_path / "s.sqlite")
     assert main(["study", "--grid", str(grid), "--db", db, "--workers", "1"]) == 0
     assert "3 of 3 runs" in capsys.readouterr().out
+    assert main(["report", "--db", db, "--out", str(tmp_path / "rep")]) == 0  # hc's gain is drawn
+    assert (tmp_path / "rep" / "composite_gains.png").is_file()
 
 
 @pytest.mark.parametrize(

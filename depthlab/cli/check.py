@@ -8,8 +8,12 @@ import torch
 
 from depthlab.cli.common import add_json_flag, add_model_flags, given_model_flags, model_config_from_args
 from depthlab.errors import ConfigError, InputError
+from depthlab.interop.hf import read_config
+from depthlab.interop.hf.load import transformers_module
 from depthlab.model import build_model
 from depthlab.paths import check_output_file, write_json
+from depthlab.probe.saved_hf import _model_class as model_class
+from depthlab.probe.saved_hf import load_hf_model
 from depthlab.probe.wiring import CLAIMS, check_wiring
 
 
@@ -59,8 +63,5 @@ def _model(args):
         except (ImportError, AttributeError) as e:
             raise InputError(f"--module {args.module}: {e}") from None
     if args.hf and not given_model_flags(args):
-        from depthlab.interop.hf import read_config
-        from depthlab.probe.saved_hf import _model_class, load_hf_model, transformers_module
-
-        return load_hf_model(args.hf, _model_class(transformers_module(), read_config(args.hf), True))
+        return load_hf_model(args.hf, model_class(transformers_module(), read_config(args.hf), True))
     return build_model(model_config_from_args(args))

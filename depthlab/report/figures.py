@@ -96,17 +96,17 @@ FIGURES = (
         "layers barely learn, and a steadily rising rms is pre-LN's stream growth.",
     ),
     ReportFigure(
+        bottom_vs_top,
+        "Mean parameter-gradient norm of the bottom and the top quarter of layers at each logged step: "
+        "where the blue line sits orders of magnitude under the orange one, the bottom layers are starved "
+        "of gradient, as in a deep stack without its attention skip.",
+    ),
+    ReportFigure(
         composite_gains,
         "The largest row sum of the product of a hyper-connection model's H_res maps, at the top, over training, "
         "a line per run: 1 is a skip path that neither amplifies nor shrinks the stream; unconstrained "
         "hyper-connections let it grow (Xie et al. 2025 saw ~3,000 at 27B), mHC's doubly stochastic maps keep "
         "it at 1.",
-    ),
-    ReportFigure(
-        bottom_vs_top,
-        "Mean parameter-gradient norm of the bottom and the top quarter of layers at each logged step: "
-        "where the blue line sits orders of magnitude under the orange one, the bottom layers are starved "
-        "of gradient, as in a deep stack without its attention skip.",
     ),
 )
 FIGURE_NAMES = tuple(f.name for f in FIGURES)
