@@ -127,47 +127,29 @@ def _add_param_flags(g, d: ModelConfig) -> None:
     )
 
 
+TOPOLOGY_FLAGS = (  # flag: what it sets (its field of ModelConfig.topology has the same name)
+    ("streams", "hc, dhc, mhc: n streams; frac: m fractions"),
+    ("sinkhorn_iters", "mhc: Sinkhorn-Knopp iterations at most (the paper's t_max)"),
+    ("sinkhorn_tol", "mhc: stop once every column sums to 1 within this (0: all iterations)"),
+    ("attnres_blocks", "attnres_block: blocks of sublayers"),
+    ("dwa_dilation", "denseformer: average every k-th earlier block output"),
+    ("dwa_period", "denseformer: average after every p-th block"),
+)
+
+
 def _add_topology_flags(p: argparse.ArgumentParser, d: ModelConfig) -> None:
-    """The residual topologies' options (--wrap hc, mhc, frac, denseformer, attnres_block: docs/topologies.md);
-    each refused with a wrapping that does not read it."""
-    t = d.topology
+    """The residual topologies' options (docs/topologies.md); each refused with a wrapping that does not
+    read it (:mod:`depthlab.config_topology`)."""
     g = p.add_argument_group("residual topology (docs/topologies.md)")
-    _flag(
-        g,
-        "--streams",
-        type=int,
-        default=t.streams,
-        help=f"hc, dhc, mhc: n streams; frac: m fractions (default {t.streams})",
-    )
-    _flag(
-        g,
-        "--sinkhorn-iters",
-        type=int,
-        default=t.sinkhorn_iters,
-        help=f"mhc: Sinkhorn-Knopp iterations at most (default {t.sinkhorn_iters}, the paper's)",
-    )
-    _flag(
-        g,
-        "--sinkhorn-tol",
-        type=float,
-        default=t.sinkhorn_tol,
-        help="mhc: stop once every column sums to 1 within this (default 0: all iterations)",
-    )
-    _flag(
-        g,
-        "--attnres-blocks",
-        type=int,
-        default=t.attnres_blocks,
-        help=f"attnres_block: blocks of sublayers (default {t.attnres_blocks})",
-    )
-    _flag(
-        g,
-        "--dwa-dilation",
-        type=int,
-        default=t.dwa_dilation,
-        help=f"denseformer: average every k-th earlier block output (default {t.dwa_dilation})",
-    )
-    _flag(g, "--dwa-period", type=int, default=t.dwa_period, help=f"denseformer: average after every p-th block (default {t.dwa_period})")  # fmt: skip
+    for name, what in TOPOLOGY_FLAGS:
+        default = getattr(d.topology, name)
+        _flag(
+            g,
+            "--" + name.replace("_", "-"),
+            type=type(default),
+            default=default,
+            help=f"{what} (default {default})",
+        )
 
 
 def seed_from_args(args: argparse.Namespace) -> int:
@@ -242,17 +224,7 @@ FIELD_OF_FLAG = {
     "param": "param",
     "base_width": "base_width",
     "base_depth": "base_depth",
-    **{
-        name: name
-        for name in (
-            "streams",
-            "sinkhorn_iters",
-            "sinkhorn_tol",
-            "attnres_blocks",
-            "dwa_dilation",
-            "dwa_period",
-        )
-    },
+    **{name: name for name, _ in TOPOLOGY_FLAGS},
 }
 
 
