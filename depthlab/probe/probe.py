@@ -259,7 +259,7 @@ def _forward_backward(
     params = _unique(p for ps in stack.layer_params for p in ps if p.requires_grad)
     if every:
         params = _unique([*params, *(p for p in model.parameters() if p.requires_grad)])
-    with_context = context and loss == "lm" and states[-1].ndim == 3 and states[-1].shape[1] > 1
+    with_context = context and loss == "lm" and states[-1].ndim >= 3 and states[-1].shape[1] > 1  # (B, T, [n,] d)
     grads = torch.autograd.grad(
         loss_t, states + params, allow_unused=True, retain_graph=with_context or jacobian_probes > 0
     )
