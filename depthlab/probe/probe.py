@@ -259,7 +259,8 @@ def _forward_backward(
     params = _unique(p for ps in stack.layer_params for p in ps if p.requires_grad)
     if every:
         params = _unique([*params, *(p for p in model.parameters() if p.requires_grad)])
-    with_context = context and loss == "lm" and states[-1].ndim >= 3 and states[-1].shape[1] > 1  # (B, T, [n,] d)
+    # a stream (B, T, d), or a topology's n streams (B, T, n, d): positions on axis 1 either way
+    with_context = context and loss == "lm" and states[-1].ndim >= 3 and states[-1].shape[1] > 1
     grads = torch.autograd.grad(
         loss_t, states + params, allow_unused=True, retain_graph=with_context or jacobian_probes > 0
     )
