@@ -29,12 +29,14 @@ ORDER = [
     "probe_cost",
     "telemetry_overhead",
     "study_throughput",
+    "topologies",
     "gpu",
 ]
 CAPS = {
     "throughput": 480,
     "memory_depth": 420,
     "study_throughput": 300,
+    "topologies": 420,
     "gpu": 600,
 }  # seconds; others get DEFAULT_CAP
 DEFAULT_CAP = 180

@@ -37,6 +37,7 @@ from depthlab.config_base import (  # noqa: F401 (study.grid and the CLI read th
     flat_field_types,
 )
 from depthlab.config_family import BIAS_SITES, QK_NORM_SCOPES, FamilyOptions  # noqa: F401 (re-exported)
+from depthlab.config_topology import TopologyOptions
 from depthlab.errors import ConfigError
 
 ARCHS = ("encoder", "decoder", "encdec")
@@ -116,6 +117,8 @@ class ModelConfig(ConfigBase):
     base_depth: int | None = None  # the depth it is relative to; None = n_layers (no depth scaling)
     # what released families need for parity
     family: FamilyOptions = FamilyOptions()
+    # the residual topologies' options (hc, mhc, frac, denseformer, attnres: depthlab.config_topology)
+    topology: TopologyOptions = TopologyOptions()
 
     def __post_init__(self):
         self._check_values()
@@ -148,6 +151,8 @@ class ModelConfig(ConfigBase):
         self._check_float("mix_ratio", 0.0, 1.0)
         if not isinstance(self.family, FamilyOptions):
             raise ConfigError("family", self.family, "a FamilyOptions (or its fields, named flat)")
+        if not isinstance(self.topology, TopologyOptions):
+            raise ConfigError("topology", self.topology, "a TopologyOptions (or its fields, named flat)")
         if not isinstance(self.residual, tuple) or any(r not in SUBLAYERS for r in self.residual):
             raise ConfigError("residual", self.residual, f"a list drawn from {', '.join(SUBLAYERS)}")
         if len(set(self.residual)) != len(self.residual):
@@ -176,7 +181,9 @@ class ModelConfig(ConfigBase):
             raise ConfigError("position", "rope", f"an even head dim (d_model/n_heads = {self.head_dim})")
         if WRAPPINGS[self.wrap].NEEDS_NORM and self.norm == "none":
             raise ConfigError("norm", "none", f"a real norm with wrap={self.wrap} (its formula normalises)")
-        WRAPPINGS[self.wrap].check_config(self)  # what else the wrapping's own declaration requires
+        wrapping = WRAPPINGS[self.wrap]
+        self.topology.check_for(self.wrap, WRAPPINGS)  # each option only with a wrapping that reads it
+        wrapping.check_config(self)  # what else the wrapping's own declaration requires
         if self.qk_norm and self.norm not in QK_NORMS:
             raise ConfigError(
                 "qk_norm",

@@ -33,7 +33,15 @@ def run(script: str, *args: str, timeout: float = 240) -> subprocess.CompletedPr
 
 @pytest.mark.parametrize(
     "script",
-    ["throughput.py", "memory_depth.py", "gpu.py", "run_all.py", "study_throughput.py", "coord_time.py"],
+    [
+        "throughput.py",
+        "memory_depth.py",
+        "gpu.py",
+        "run_all.py",
+        "study_throughput.py",
+        "coord_time.py",
+        "topologies.py",
+    ],
 )
 def test_help(script):
     assert "usage:" in run(script, "--help").stdout
@@ -131,3 +139,21 @@ def test_linear_fit_and_alternation():
         {"x": lambda: calls.append("x"), "y": lambda: calls.append("y")}, 3, warmup=0
     )
     assert calls == ["x", "y", "y", "x", "x", "y"] and len(times["x"]) == 3
+
+
+def test_topologies_runs_tiny_and_prints_each_design_against_both_pre_lns():
+    out = run("topologies.py", "--designs", "hc,mhc,frac,vres", "--d-model", "16", "--layers", "2", *TINY,
+              "--rounds", "1").stdout  # fmt: skip
+    lines = {line.split()[0]: line.split() for line in out.splitlines() if line and not line.startswith("#")}
+    assert lines["design"][:2] == ["design", "depthlab"]
+    for design in ("hc", "mhc", "vres"):  # paired with x-transformers: every column has a number
+        assert all(v != "-" for v in lines[design][1:]), lines[design]
+    assert lines["frac"][3:] == ["-", "-", "-"]  # no x-transformers counterpart
+    assert "pre-LN step: depthlab" in out
+
+
+def test_topologies_refuses_an_unknown_design():
+    env = dict(os.environ, DEPTHLAB_BENCH_THREADS="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(BENCH / "topologies.py"), "--designs", "nope"],
+                          capture_output=True, text=True, env=env)  # fmt: skip
+    assert proc.returncode == 2 and "unknown nope" in proc.stderr

@@ -64,8 +64,12 @@ ELSEWHERE = {
 
 def _defined() -> list[str]:
     return [
-        n for n in wrap_names() if issubclass(WRAPPINGS[n], Wrapping) and not WRAPPINGS[n].DEPTH_RULE_REFUSED
-    ]
+        n
+        for n in wrap_names()
+        if issubclass(WRAPPINGS[n], Wrapping)
+        and not WRAPPINGS[n].DEPTH_RULE_REFUSED
+        and WRAPPINGS[n].STATE is None
+    ]  # the residual topologies' m: tests/test_topologies.py
 
 
 def _wrapping(name: str, m: float) -> tuple[Wrapping, torch.Tensor, torch.Tensor]:

@@ -61,7 +61,9 @@ def test_a_wide_post_ln_model_that_trained_is_not_a_failure():
     v = found["learning-rate"]
     # ok or a warning (which, depends on the fitted limit), never an error
     assert v.level in ("ok", "warning") and "lr <= " in v.message + v.detail
-    assert ("Extrapolation" in v.message + v.detail and "width 512" in v.message + v.detail) or "widths 32-512" in v.message + v.detail
+    assert (
+        "Extrapolation" in v.message + v.detail and "width 512" in v.message + v.detail
+    ) or "widths 32-512" in v.message + v.detail
     assert prediction(result.to_dict()) == "trains"
 
 

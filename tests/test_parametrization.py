@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from depthlab import ConfigError, ModelConfig, TrainConfig, build_model, param_groups
-from depthlab.config import wrap_names
+from depthlab.config import WRAPPINGS, wrap_names
 from depthlab.config_family import FamilyOptions
 from depthlab.model import parametrization as P
 from depthlab.model.attention import Context
@@ -175,7 +175,9 @@ def _formula(w, x, ctx, m):
     raise AssertionError(name)
 
 
-@pytest.mark.parametrize("wrap", wrap_names())
+@pytest.mark.parametrize(
+    "wrap", [w for w in wrap_names() if WRAPPINGS[w].STATE is None]
+)  # topologies: their own
 @pytest.mark.parametrize("param", ["depth_mup", "completep"])
 def test_each_wrapping_multiplies_its_branch_where_its_formula_says(wrap, param):
     if wrap in P.depth_refused():

@@ -37,6 +37,7 @@ LAYERS = [
         "paths",
         "config_base",
         "config_family",
+        "config_topology",
         "config",
         "corpus",
         "display",

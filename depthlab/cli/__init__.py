@@ -13,7 +13,7 @@ import re
 import sys
 from importlib.metadata import entry_points
 
-from depthlab.cli import advise, coord, explain, forecast, probe, report, study, train, transfer
+from depthlab.cli import advise, check, coord, explain, forecast, probe, report, study, train, transfer
 from depthlab.cli.common import as_typed
 from depthlab.errors import ConfigError, InputError
 from depthlab.paths import printable
@@ -26,7 +26,7 @@ DESCRIPTION = (
 )
 
 # Each command is a module with ``add_parser(subparsers)`` (which sets ``run(args) -> int``).
-COMMANDS = (explain, probe, advise, coord, train, study, report, transfer, forecast)
+COMMANDS = (explain, probe, advise, check, coord, train, study, report, transfer, forecast)
 # The lab's commands (depthlab_lab, beside the library in the repository: never imported by it). They are
 # found through the "depthlab.commands" entry points when the lab is installed, and loaded only when run.
 LAB_COMMANDS = {

@@ -80,6 +80,7 @@ def add_model_flags(p: argparse.ArgumentParser, multi: bool = False) -> None:
     )
     _add_init_flags(g, d)
     _add_param_flags(g, d)
+    _add_topology_flags(p, d)
     _flag(g, "--qk-norm", switch=True, help="normalise queries and keys per head")
     _flag(g, "--no-bias", switch=True, help="linear layers without biases")
     _flag(g, "--checkpoint-activations", switch=True, help="recompute blocks in backward to save memory")
@@ -125,6 +126,31 @@ def _add_param_flags(g, d: ModelConfig) -> None:
     _flag(
         g, "--base-depth", type=int, help="the depth it is relative to (default --layers: no depth scaling)"
     )
+
+
+TOPOLOGY_FLAGS = (  # flag: what it sets (its field of ModelConfig.topology has the same name)
+    ("streams", "hc, dhc, mhc: n streams; frac: m fractions"),
+    ("sinkhorn_iters", "mhc: Sinkhorn-Knopp iterations at most (the paper's t_max)"),
+    ("sinkhorn_tol", "mhc: stop once every column sums to 1 within this (0: all iterations)"),
+    ("attnres_blocks", "attnres_block: blocks of sublayers"),
+    ("dwa_dilation", "denseformer: average every k-th earlier block output"),
+    ("dwa_period", "denseformer: average after every p-th block"),
+)
+
+
+def _add_topology_flags(p: argparse.ArgumentParser, d: ModelConfig) -> None:
+    """The residual topologies' options (docs/topologies.md); each refused with a wrapping that does not
+    read it (:mod:`depthlab.config_topology`)."""
+    g = p.add_argument_group("residual topology (docs/topologies.md)")
+    for name, what in TOPOLOGY_FLAGS:
+        default = getattr(d.topology, name)
+        _flag(
+            g,
+            "--" + name.replace("_", "-"),
+            type=type(default),
+            default=default,
+            help=f"{what} (default {default})",
+        )
 
 
 def seed_from_args(args: argparse.Namespace) -> int:
@@ -208,6 +234,7 @@ FIELD_OF_FLAG = {
     "param": "param",
     "base_width": "base_width",
     "base_depth": "base_depth",
+    **{name: name for name, _ in TOPOLOGY_FLAGS},
 }
 
 

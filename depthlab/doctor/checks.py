@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING
 from depthlab.doctor.lr_limit import learning_rate, width
 from depthlab.doctor.plateau import plateau_verdict
 from depthlab.doctor.record import evidence, load_record
+from depthlab.doctor.uncalibrated import cap_for_topology
 from depthlab.doctor.verdict import Verdict
 from depthlab.fit import loglog_slope
 
@@ -95,7 +96,7 @@ def diagnose(r: ProbeResult) -> list[Verdict]:
     found = [v for v in [degenerate, *(check(r) for check in checks)] if v is not None]
     if not any(v.level != "ok" for v in found):
         found.append(_ok(r))
-    return sorted(found, key=lambda v: v.severity)
+    return cap_for_topology(r, sorted(found, key=lambda v: v.severity))  # uncalibrated designs: warnings
 
 
 def _non_finite(r: ProbeResult):

@@ -85,7 +85,9 @@ class Attention(nn.Module):
         self.out = nn.Linear(inner, d, bias=bias if out_bias is None else out_bias)
         self.q_norm, self.k_norm = q_norm, k_norm
 
-    def forward(self, x: torch.Tensor, ctx: Context) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ctx: Context, first=None, mix=(0.5, 0.5)) -> torch.Tensor:
+        """(B, T, d) -> (B, T, d). With ``first`` (the first layer's values, :meth:`values`), the values
+        attended are l1 first + l2 v, (l1, l2) = ``mix`` (ResFormer, Zhou et al. 2024: the value residual)."""
         B, T, _ = x.shape
         hd = self.head_dim
         inner, kv_dim = self.n_heads * hd, self.n_kv_heads * hd
@@ -98,6 +100,8 @@ class Attention(nn.Module):
         q = q.view(B, T, self.n_heads, hd).transpose(1, 2)  # (B, h, T, hd)
         k = k.view(B, k.shape[1], self.n_kv_heads, hd).transpose(1, 2)  # (B, kv, S, hd)
         v = v.view(B, v.shape[1], self.n_kv_heads, hd).transpose(1, 2)  # (B, kv, S, hd)
+        if first is not None:
+            v = mix[0] * first + mix[1] * v  # V' = l1 V_1 + l2 V_n
         if self.q_norm is not None and self.qk_scope == "head":
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope:
@@ -121,6 +125,15 @@ class Attention(nn.Module):
             dropout=self.dropout if self.training else 0.0,
         )
         return self.out(y.transpose(1, 2).reshape(B, T, inner))  # (B, T, d)
+
+    def values(self, x: torch.Tensor) -> torch.Tensor:
+        """Self-attention's values of ``x``, (B, kv, T, hd): what a value residual carries from the first
+        layer (the v rows of the fused projection only)."""
+        kv_dim = self.n_kv_heads * self.head_dim
+        w = self.qkv.weight[-kv_dim:]
+        b = self.qkv.bias[-kv_dim:] if self.qkv.bias is not None else None
+        v = F.linear(x, w, b)
+        return v.view(*x.shape[:2], self.n_kv_heads, self.head_dim).transpose(1, 2)
 
     def _mask(self, ctx: Context, T: int, S: int, device, explicit_causal) -> torch.Tensor | None:
         """A boolean (B or 1, 1, T, S) mask, True = may attend; None when sdpa's ``is_causal`` (or no

@@ -16,6 +16,7 @@ from depthlab.model.layers import Attention, FeedForward
 from depthlab.model.memory import available_memory, check_line, check_memory, estimate_memory
 from depthlab.model.param_groups import group_table
 from depthlab.model.stack import build_model, check_config, uses_final_norm
+from depthlab.model.topology_base import topology_summary
 from depthlab.model.wrappings import Wrapping
 
 # The columns of ``Wiring.to_pandas()``: one row per layer and sublayer, the sublayer's keys of the
@@ -110,7 +111,9 @@ def explain(cfg: ModelConfig, *, force_memory: bool = False) -> Wiring:
         for i, layer in enumerate(stack.layers):
             subs = [_describe(name, w, cfg.norm != "none") for name, w in layer.sublayers().items()]
             layers.append({"index": i + 1, "side": side, "sublayers": subs})
+    topology = topology_summary(model)  # a residual topology's state and parameters; absent for one stream
     return Wiring(
+        **({"topology": topology} if topology else {}),
         config=cfg.to_dict(),
         wiring=wiring_summary(cfg),
         init=init_summary(cfg),
@@ -296,9 +299,24 @@ def format_explain(info: dict) -> str:
                 f"{'on' if s['residual'] else 'OFF':5} {consts}"
             )
     lines.append(f"final norm: {'on' if info['final_norm'] else 'off'} (final_norm={cfg['final_norm']})")
+    lines += _topology_lines(info.get("topology"))
     for w in info["warnings"]:
         lines.append(f"warning: {w}")
     return "\n".join(lines)
+
+
+def _topology_lines(t: dict | None) -> list[str]:
+    """A residual topology's state, read and write, and its parameters beyond pre-LN's."""
+    if not t:
+        return []
+    opts = "  ".join(f"{k}={v}" for k, v in t["options"].items())
+    extra = ", ".join(f"{name} {n:,}" for name, n in t["extra_parameters"].items()) or "none"
+    return [
+        f"residual state ({t['design']}, {t['source']}): {t['state']}" + (f"  [{opts}]" if opts else ""),
+        f"  each sublayer reads {t['reads']}; writes {t['writes']}",
+        f"  parameters beyond pre-LN's: {t['extra_total']:,} ({extra})",
+        f"  reference: {t['references']}",
+    ]
 
 
 def _group_lines(groups: list[dict]) -> list[str]:

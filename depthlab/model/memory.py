@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from depthlab.config import ModelConfig
+from depthlab.config import WRAPPINGS, ModelConfig
 from depthlab.errors import InputError
 
 try:
@@ -76,7 +76,12 @@ def param_count(cfg: ModelConfig) -> int:
     embed = cfg.vocab_size * d + (cfg.max_len * d if cfg.position == "learned" else 0) + 2 * d + 1
     head = 0 if cfg.tie_embeddings else cfg.vocab_size * d
     stacks = (cfg.enc_depth > 0) + (cfg.dec_depth > 0)
-    return cfg.enc_depth * enc + cfg.dec_depth * dec + embed + head + stacks * (2 * d + 1)
+    total = cfg.enc_depth * enc + cfg.dec_depth * dec + embed + head + stacks * (2 * d + 1)
+    topology = getattr(WRAPPINGS[cfg.wrap], "extra_parameters", None)  # a residual topology's own
+    if topology is not None:
+        sides = ((cfg.enc_depth, 2), (cfg.dec_depth, 3 if cfg.arch == "encdec" else 2))
+        total += sum(topology(cfg, n, s) for n, s in sides if n)
+    return total
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,12 @@ different depths have different depth multipliers):
 | hidden vectors | biases, norm gains, gates inside the blocks          | lr x vector_lr   | eps x hidden_eps  | 0            |
 | outer matrices | the factorised embedding's projections (d_embed)     | lr               | eps x outer_eps   | wd           |
 | outer vectors  | final norm, embedding norm, biases outside the blocks| lr               | eps x outer_eps   | 0            |
+| residual mixing (vectors) | a residual topology's H_res maps, DenseFormer's alphas (their ``mixing_parameters``) | their group's lr x mixing_lr | eps x hidden_eps | as their group |
+
+A residual topology's H_res (static map, dynamic weights) and DenseFormer's averages compose over the 2L
+sublayers: a change of each by delta moves the composite map by ~2L delta, so under a depth rule their lr
+takes ``mixing_lr`` = m_L^-1 on top of their group's, as CompleteP makes each layer's update O(1/L); under
+sp and mup it is 1 (:mod:`depthlab.model.parametrization`).
 
 microsoft/mup's ``MuAdam`` divides the lr (and multiplies the weight decay) only of a "matrix-like"
 weight, both of whose dimensions grow with width: the tables and the factorised embedding's projections
@@ -57,27 +63,26 @@ def _scaled_groups(model, cfg, params, lr, wd, eps) -> list[dict]:
     groups = []
     for name, stack in stacks:
         m = parametrization.multipliers(cfg, len(stack.layers))
-        block_params = [p for p in stack.layers.parameters() if id(p) in wanted]
+        state = list(stack.state.parameters()) if stack.state is not None else []  # a topology's own
+        block_params = [p for p in [*stack.layers.parameters(), *state] if id(p) in wanted]
         inside.update((id(p), name) for p in block_params)
-        hidden_eps = eps * m.hidden_eps
-        groups.append(
-            {
-                "name": f"{name} hidden",
-                "params": [p for p in block_params if p.dim() >= 2],
-                "lr": lr * m.hidden_lr,
-                "eps": hidden_eps,
-                "weight_decay": wd * m.hidden_wd,
-            }
-        )
-        groups.append(
-            {
-                "name": f"{name} hidden vectors",
-                "params": [p for p in block_params if p.dim() < 2],
-                "lr": lr * m.vector_lr,
-                "eps": hidden_eps,
-                "weight_decay": 0.0,
-            }
-        )
+        mix = parametrization.mixing_parameters(stack)  # a residual topology's: lr x mixing_lr
+        for what, lr_m, wd_m, is_mixing, matrix in (
+            ("hidden", m.hidden_lr, m.hidden_wd, False, True),
+            ("hidden vectors", m.vector_lr, 0.0, False, False),
+            ("residual mixing", m.hidden_lr * m.mixing_lr, m.hidden_wd, True, True),
+            ("residual mixing vectors", m.vector_lr * m.mixing_lr, 0.0, True, False),
+        ):
+            chosen = [p for p in block_params if (p.dim() >= 2) == matrix and (id(p) in mix) == is_mixing]
+            groups.append(
+                {
+                    "name": f"{name} {what}",
+                    "params": chosen,
+                    "lr": lr * lr_m,
+                    "eps": eps * m.hidden_eps,
+                    "weight_decay": wd * wd_m,
+                }
+            )
     m = parametrization.multipliers(cfg)
     outer = [p for p in params if id(p) not in inside]
     token = id(model.embed.tok.weight)

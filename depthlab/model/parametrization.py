@@ -18,6 +18,7 @@ m_L = L / base_depth (L the depth of the stack a layer is in):
 | Adam eps, hidden             | eps | eps / m_w           | eps / m_w x m_L^-1/2       | eps / m_w x m_L^-1        |
 | Adam eps, embeddings, outside| eps | eps / m_w           | eps / m_w                  | eps / m_w                 |
 | weight decay, hidden matrices| wd  | wd x m_w            | wd x m_w                   | wd x m_w                  |
+| Adam lr, residual mixing maps| lr  | as their group      | their group's x m_L^-1     | their group's x m_L^-1    |
 
 c = m_w^1/2 under ``embed_scale`` (the sqrt(d) in front of the token table grows by it), else 1: under
 Adam a multiplier c on a table is a c times larger table with a c times larger lr, and muP's input
@@ -40,6 +41,14 @@ Adam's lr x L^-1/2. CompleteP: Dey et al. 2025 ("Don't be lazy: CompleteP enable
 transformers"), with its code (EleutherAI/nanoGPT-mup, ``depth_alpha_exp``): branches x m_L^-alpha,
 hidden lr x m_L^(alpha - 1), hidden eps x m_w^-1 m_L^-alpha, embedding eps x m_w^-1 (their eq. 40), and
 GPT-2's 1/sqrt(2L) residual init replaced by the multiplier. depth_mup is that rule at alpha = 1/2.
+
+The residual topologies (:mod:`depthlab.model.hyper`, :mod:`depthlab.model.aggregate`): their static maps
+and gates are hidden vectors (no width dimension), their dynamic maps hidden matrices (a readout of width
+d to a few coefficients: muP's 1/m_w, as ``MuReadout``'s multiplier gives it under Adam), AttnRes's
+pseudo-queries (d x 1) too. H_res's maps and DenseFormer's alphas compose across the 2L sublayers, so under
+a depth rule their lr takes m_L^-1 on top (``mixing_lr``): a change delta of each moves the composite map
+by ~2L delta, and CompleteP keeps each layer's effect on the top O(1/L). The branch multiplier enters at F
+(``BRANCH_END``) as in pre-LN; Attention Residuals, which replace the residual sum, refuse a depth rule.
 
 Where the multiplier enters is declared by each wrapping class (:mod:`depthlab.model.wrappings`): its
 forward applies m where its FORMULA shows it (x + m F(LN x), LN(x + m F(x)), x + m LN(F(LN x)), ...), and
@@ -94,6 +103,7 @@ class Multipliers:
     embed: float = 1.0
     embed_lr: float = 1.0
     table_init: float = 1.0
+    mixing_lr: float = 1.0
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -138,7 +148,14 @@ def multipliers(cfg: ModelConfig, depth: int | None = None) -> Multipliers:
         embed=c,
         embed_lr=1.0 / c,
         table_init=mw**0.5 if cfg.init == "xavier" else 1.0,
+        mixing_lr=1.0 / mL if alpha is not None else 1.0,
     )
+
+
+def mixing_parameters(stack: nn.Module) -> set[int]:
+    """ids of a residual topology's mixing parameters in ``stack`` (each module's ``mixing_parameters()``:
+    H_res's maps, DenseFormer's alphas), which take ``mixing_lr`` (:mod:`depthlab.model.param_groups`)."""
+    return {id(p) for m in stack.modules() if hasattr(m, "mixing_parameters") for p in m.mixing_parameters()}
 
 
 def embed_growth(cfg: ModelConfig) -> float:

@@ -2,7 +2,10 @@
 
     tokens ─► Embedding ─► x_0 ─► block 1 ─► x_1 ─► ... ─► block L ─► x_L ─► [final norm] ─► head ─► logits
 
-``states`` (``return_states=True``) are x_0 .. x_L, before any final norm (docs/design.md).
+``states`` (``return_states=True``) are x_0 .. x_L, before any final norm (docs/design.md). A residual
+topology (hyper-connections, DenseFormer, ...) carries a wider state between the blocks, expanded from
+x_0 and reduced before the final norm (:mod:`depthlab.model.state`); its ``states`` are the state's
+view of one stream per layer boundary.
 """
 
 from __future__ import annotations
@@ -85,9 +88,11 @@ class Stack(nn.Module):
         final_norm: nn.Module | None,
         activation_checkpointing: bool = False,
         rel_bias: RelativeBias | None = None,
+        state: nn.Module | None = None,
     ):
         super().__init__()
         self.layers = nn.ModuleList(layers)
+        self.state = state  # a residual topology's state (depthlab.model.state); None: one stream
         self.norm = final_norm if final_norm is not None else nn.Identity()
         self.has_final_norm = final_norm is not None
         self.activation_checkpointing = activation_checkpointing
@@ -96,15 +101,23 @@ class Stack(nn.Module):
     def forward(self, x: torch.Tensor, ctx: Context, return_states: bool = False):
         if self.rel_bias is not None:
             ctx = dataclasses.replace(ctx, position_bias=self.rel_bias(x.shape[1], x.shape[1]))
-        states = [x] if return_states else None
+        if self.state is not None:
+            x = self.state.expand(x)  # the stream -> the topology's state
+        states = [self._seen(x)] if return_states else None
         recompute = (
             self.activation_checkpointing and self.training and torch.is_grad_enabled()
         )  # decided once per pass
         for layer in self.layers:
             x = checkpoint(layer, x, ctx, use_reentrant=False) if recompute else layer(x, ctx)
             if return_states:
-                states.append(x)
+                states.append(self._seen(x))
+        if self.state is not None:
+            x = self.state(x)  # the state -> one stream, before the final norm (its forward reduces)
         return self.norm(x), states
+
+    def _seen(self, x):
+        """The stream reported at a layer boundary: x, or the state's view of one stream."""
+        return x if self.state is None else self.state.view(x)
 
 
 class LanguageModel(nn.Module):
@@ -270,7 +283,17 @@ def build_stack(cfg: ModelConfig, side: str, n_layers: int) -> Stack:
     layers = []
     branch = parametrization.multipliers(cfg, n_layers).branch
     for i in range(n_layers):
-        site = Site(cfg.arch, side, i + 1, n_layers, cfg.enc_depth, cfg.dec_depth, 2 + has_cross, cfg.d_model)
+        site = Site(
+            cfg.arch,
+            side,
+            i + 1,
+            n_layers,
+            cfg.enc_depth,
+            cfg.dec_depth,
+            2 + has_cross,
+            cfg.d_model,
+            cfg.topology,
+        )
         wrapping = WRAPPINGS[cfg.wrap].for_layer(cfg, i + 1, n_layers)
 
         def wrapped(kind: str, f: nn.Module, wrapping=wrapping, site=site) -> Wrapping:
@@ -290,7 +313,9 @@ def build_stack(cfg: ModelConfig, side: str, n_layers: int) -> Stack:
         rel_bias = RelativeBias(
             cfg.n_heads, cfg.family.rel_buckets, cfg.family.rel_max_distance, not causal, cfg.d_model
         )
-    return Stack(layers, final, activation_checkpointing=cfg.activation_checkpointing, rel_bias=rel_bias)
+    topology = WRAPPINGS[cfg.wrap].STATE
+    state = topology(cfg, n_layers) if topology is not None else None
+    return Stack(layers, final, cfg.activation_checkpointing, rel_bias, state)
 
 
 def _attention(cfg: ModelConfig, causal: bool, cross: bool, window: int | None = None) -> Attention:

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from depthlab.config import WRAPPINGS, ModelConfig
+from depthlab.config_topology import TopologyOptions
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,8 @@ class Site:
 
     ``side`` is "encoder" or "decoder"; ``layer`` is 1-based within its side, ``n_layers`` that side's
     depth; ``n_enc``/``n_dec`` the model's two depths (0 for a missing side); ``sublayers`` the residual
-    sublayers per layer (2, or 3 in an encoder-decoder's decoder).
+    sublayers per layer (2, or 3 in an encoder-decoder's decoder); ``topology`` the config's topology
+    options (what a residual topology's wrapping reads: :mod:`depthlab.model.topology_base`).
     """
 
     arch: str
@@ -33,6 +35,7 @@ class Site:
     n_dec: int
     sublayers: int
     d_model: int
+    topology: TopologyOptions = TopologyOptions()
 
 
 _SKIP_TERM = re.compile(r"(\w+\*)?x \+ ")  # "x + " or "alpha*x + ": the skip term of a formula
@@ -63,6 +66,8 @@ class Declaration:
     SCALED_RESIDUAL_INIT: ClassVar[bool] = True
     DEPTH_WARNING: ClassVar[tuple[int, str] | None] = None
     DEPTH_RULE_REFUSED: ClassVar[str | None] = None
+    OPTIONS: ClassVar[tuple[str, ...]] = ()  # the ModelConfig.topology options it reads
+    STATE: ClassVar[type | None] = None  # the residual state the stack carries (None: one stream)
 
     @classmethod
     def for_layer(cls, cfg: ModelConfig, layer: int, n_layers: int) -> type[Wrapping]:

@@ -324,3 +324,8 @@ class ParallelShared(_OneStream):
 
     def forward(self, x, ctx, block_norm):
         return self.skip(x) + self.branch(block_norm(x), ctx)  # one sublayer on its own: x + m F(LN(x))
+
+
+# The residual topologies register themselves in their own modules (one concept per file); importing them
+# here puts them in the registry wherever the wrappings are.
+from depthlab.model import aggregate, hyper, value_residual  # noqa: E402, F401

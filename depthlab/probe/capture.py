@@ -67,12 +67,16 @@ class StreamCapture:
         self.final_norm = False
         self._handles: list = []
         self._last_norm_out = None
+        self._top = None  # a residual topology's reduced state, which its final norm reads
 
     def __enter__(self) -> StreamCapture:
         blocks = list(self.stack.blocks)
         self._handles.append(blocks[0].register_forward_pre_hook(self._enter_stack, with_kwargs=True))
         for block in blocks:
             self._handles.append(block.register_forward_hook(self._leave_block))
+        state = getattr(getattr(self.model, "stack", None), "state", None)  # a residual topology's
+        if isinstance(state, nn.Module):  # its reduction feeds the final norm in place of x_L
+            self._handles.append(state.register_forward_hook(self._reduced))
         inside, outside = self.norms
         self._handles += [m.register_forward_hook(self._norm_inside) for m in inside]
         self._handles += [m.register_forward_hook(self._norm_outside) for m in outside]
@@ -85,6 +89,9 @@ class StreamCapture:
 
     def _enter_stack(self, module, args, kwargs):
         if self.states:  # a block applied again (weight sharing): x_0 is the first entry only
+            return None
+        if args and isinstance(args[0], tuple) and stream_tensor(args[0]) is not None:
+            self.states.append(args[0][0])  # a residual topology's state: its stream comes first
             return None
         in_args = bool(args) and isinstance(args[0], torch.Tensor)
         x = args[0] if in_args else kwargs.get("hidden_states", kwargs.get("src", kwargs.get("tgt")))
@@ -112,6 +119,9 @@ class StreamCapture:
         if self.states and args and args[0] is self.states[-1]:  # states[-1]: this block's input
             self._reads += 1
 
+    def _reduced(self, module, args, output):
+        self._top = output
+
     def _norm_outside(self, module, args, output):
-        if self.states and args and args[0] is self.states[-1]:
+        if self.states and args and (args[0] is self.states[-1] or args[0] is self._top):
             self.final_norm = True

@@ -70,17 +70,22 @@ class Comparison:
 
     def format(self) -> str:
         """A line per probe under the summary's keys (g0_gL = g0/gL, ctx0_ctxL = ctx0/ctxL, rms_growth =
-        rmsL/rms0, the verdict codes), then each probe's verdicts."""
+        rmsL/rms0, a residual topology's composite gain at the top gain_L, the verdict codes), then each
+        probe's verdicts."""
         w = max(len(label) for label, _ in self.runs) + 2
         rows = self.summary()
         lr = any(s["safe_lr"] is not None for s in rows)  # a column only where the probes were given an lr
+        gains = [r.layers[-1].get("composite_gain") for _, r in self.runs]  # residual topologies only
+        shown = any(g is not None for g in gains)
         safe = f"  {'safe_lr':>8}" if lr else ""
-        lines = [f"{'label':<{w}}{'g0_gL':>9}  {'ctx0_ctxL':>9}  {'rms_growth':>10}{safe}  verdicts"]
-        for s in rows:
+        head = f"{'gain_L':>9}  " if shown else ""
+        lines = [f"{'label':<{w}}{'g0_gL':>9}  {'ctx0_ctxL':>9}  {'rms_growth':>10}{safe}  {head}verdicts"]
+        for s, g in zip(rows, gains, strict=True):
             safe = f"  {_lr(s['safe_lr']):>8}" if lr else ""
+            cell = f"{_sci(g):>9}  " if shown else ""
             lines.append(
                 f"{s['label']:<{w}}{_sci(s['g0_gL']):>9}  {_sci(s['ctx0_ctxL']):>9}  "
-                f"{s['rms_growth']:>10.3g}{safe}  {s['verdicts']}"
+                f"{s['rms_growth']:>10.3g}{safe}  {cell}{s['verdicts']}"
             )
         for label, r in self.runs:
             lines += ["", f"{label}:"] + ["  " + line for line in format_verdicts(r.verdicts)]

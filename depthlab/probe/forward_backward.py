@@ -32,6 +32,8 @@ from depthlab.probe.locate import StackInfo, locate_stack, missing_sublayers, wi
 from depthlab.probe.pass_record import PassRecord
 from depthlab.probe.result import ProbeResult
 from depthlab.probe.stats import stream_table, token_cosine
+from depthlab.probe.topology import attach as attach_topology
+from depthlab.probe.topology import view_of
 from depthlab.probe.update_size import group_scales, relative_update
 
 LOSSES = ("lm", "sum")
@@ -112,8 +114,9 @@ def measure(
         delta = 0.0 if coarse else perturbation
         changes, out_change = _perturbed_change(model, batch, stack, norms, run, delta, seed)
         gain = None if lr is None or coarse else _first_update_change(model, batch, run, GAIN_LR) / GAIN_LR
-    rows = stream_table(run.states, run.grads)
-    _add_layer_columns(rows, stack, run, changes)
+        seen = [view_of(model)(s) for s in run.states]  # a residual topology's state: one stream each
+        rows = stream_table(seen, run.grads)
+        _add_layer_columns(rows, stack, run, changes, seen)
     config = {
         "model": describe_model(model),
         "stack": {
@@ -130,7 +133,7 @@ def measure(
         "probe": {
             "loss": loss,
             "loss_value": run.loss,
-            "batch_shape": list(run.states[0].shape),
+            "batch_shape": list(seen[0].shape),
             "perturbation": perturbation,
             "output_change": out_change,
             "output_change_note": coarse,
@@ -148,6 +151,8 @@ def measure(
             "mode": "eval, batch norms on batch statistics" if batch_stats else "eval",
         },
     }
+    with probe_mode(model):
+        attach_topology(model, lambda: call_model(model, batch), rows, config["stack"])
     return ProbeResult(config, rows)
 
 
@@ -254,7 +259,8 @@ def _forward_backward(
     params = _unique(p for ps in stack.layer_params for p in ps if p.requires_grad)
     if every:
         params = _unique([*params, *(p for p in model.parameters() if p.requires_grad)])
-    with_context = context and loss == "lm" and states[-1].ndim == 3 and states[-1].shape[1] > 1
+    # a stream (B, T, d), or a topology's n streams (B, T, n, d): positions on axis 1 either way
+    with_context = context and loss == "lm" and states[-1].ndim >= 3 and states[-1].shape[1] > 1
     grads = torch.autograd.grad(
         loss_t, states + params, allow_unused=True, retain_graph=with_context or jacobian_probes > 0
     )
@@ -415,7 +421,7 @@ def _rel(new: torch.Tensor, old: torch.Tensor) -> float:
     return float((new.float() - old.float()).norm() / old.float().norm().clamp_min(1e-30))
 
 
-def _add_layer_columns(rows: list[dict], stack: StackInfo, run: PassRecord, changes) -> None:
+def _add_layer_columns(rows: list[dict], stack: StackInfo, run: PassRecord, changes, seen) -> None:
     """Per-layer parameter gradient norms by sublayer, output change, Jacobian estimate."""
     per_block = len(stack.blocks) == len(rows) - 1  # False when a block is applied several times
     names = stack.group_names
@@ -428,7 +434,7 @@ def _add_layer_columns(rows: list[dict], stack: StackInfo, run: PassRecord, chan
         row["layer_grad_norm"] = _grad_norm(stack.layer_params[block], sq) if block is not None else None
         ctx = run.context_grads[i] if run.context_grads is not None else None
         row["context_grad_norm"] = float(ctx.float().norm()) if ctx is not None else None
-        row["token_cos"] = token_cosine(run.states[i])
+        row["token_cos"] = token_cosine(seen[i])
         row["output_change"] = changes[i] if changes is not None else None
         row["jacobian_msv"] = run.jacobian[i] if run.jacobian is not None else None
 

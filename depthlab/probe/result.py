@@ -17,6 +17,10 @@
 |                   | carried down to stream i (LM loss only; see :func:`probe._context_grads`)        |
 | token_cos         | mean cosine between distinct positions of stream i; 1 = rank collapse            |
 
+A residual topology (hyper-connections, DenseFormer, ...) adds the keys of :mod:`depthlab.probe.topology`
+(composite_gain, composite_gain_back, h_res_distance, contribution, aggregation_entropy, effective_depth)
+and ``config["stack"]["state"]``: the state and how one stream per boundary is reported.
+
 Per-layer quantities (the *_grad_norm keys) are None in row 0, which no layer produced.
 
 The table's column headers are these keys. Its gradient bar is on a fixed log scale: the largest
@@ -43,6 +47,7 @@ from depthlab.doctor.verdict import Verdict
 from depthlab.frames import check_table, to_frame
 from depthlab.jsonable import finite_or_none
 from depthlab.probe.plot import probe_figure
+from depthlab.probe.topology import KEYS as TOPOLOGY_KEYS
 
 REQUIRED = ("index", "grad_norm", "stream_rms", "update_ratio", "cos_prev")
 EXTRA = (
@@ -55,6 +60,7 @@ EXTRA = (
     "jacobian_msv",
     "context_grad_norm",
     "token_cos",
+    *TOPOLOGY_KEYS,
 )
 # The DataFrames of ``to_pandas(table)``: their columns, in order. "layers": one row per stream, the
 # keys documented above, "index" named "layer" (as in every depthlab frame; a DataFrame's own index is
@@ -153,6 +159,15 @@ class ProbeResult:
         if pr.get("batch"):
             lines.append(f"batch: {pr['batch']}")
         lines += [f"blind spot: {gap}" for gap in st.get("blind_spots") or []]
+        if st.get("state"):
+            state = st["state"]
+            lines.append(
+                f"residual state ({state['design']}): {state['state']}; each row reports {state['reported']}"
+            )
+            if state.get("sinkhorn_error") is not None:
+                lines.append(
+                    f"Sinkhorn-Knopp: H_res rows and columns off 1 by at most {state['sinkhorn_error']:.1e}"
+                )
         return lines + ([f"note: {st['note']}"] if st["note"] else [])
 
     def _table(self) -> list[str]:
@@ -183,6 +198,13 @@ class ProbeResult:
         cols.append(("output_change", _num))
         if any(r.get("jacobian_msv") is not None for r in self.layers):
             cols.append(("jacobian_msv", _num))
+        shown = {
+            "composite_gain": _num,
+            "composite_gain_back": _num,
+            "contribution": _num,
+            "effective_depth": _fix3,
+        }
+        cols += [(k, fmt) for k, fmt in shown.items() if any(r.get(k) is not None for r in self.layers)]
         return cols
 
 

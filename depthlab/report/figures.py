@@ -18,6 +18,7 @@ from depthlab.report.data import StudyData
 from depthlab.report.layer_plots import bottom_vs_top, layer_profiles
 from depthlab.report.lr_plots import lr_curves
 from depthlab.report.plots import loss_curves, outcome_map, title_of
+from depthlab.report.topology_plots import composite_gains
 from depthlab.report.transfer_plots import transfer_best_lr, width_lr_curves
 
 if TYPE_CHECKING:
@@ -99,6 +100,13 @@ FIGURES = (
         "Mean parameter-gradient norm of the bottom and the top quarter of layers at each logged step: "
         "where the blue line sits orders of magnitude under the orange one, the bottom layers are starved "
         "of gradient, as in a deep stack without its attention skip.",
+    ),
+    ReportFigure(
+        composite_gains,
+        "The largest row sum of the product of a hyper-connection model's H_res maps, at the top, over training, "
+        "a line per run: 1 is a skip path that neither amplifies nor shrinks the stream; unconstrained "
+        "hyper-connections let it grow (Xie et al. 2025 saw ~3,000 at 27B), mHC's doubly stochastic maps keep "
+        "it at 1.",
     ),
 )
 FIGURE_NAMES = tuple(f.name for f in FIGURES)

@@ -7,7 +7,7 @@ It reads DIR/metrics.jsonl (the watcher's records, :mod:`depthlab.watch.keys`) a
 watch.json (a watched loop's warnings and unigram estimate) or result.json (a trained run's outcome),
 and draws: a layer x step heatmap of the gradient reaching each stream and one of each layer's update
 ratio; the loss with every warning marked at its step; each layer's attention entropy and largest
-attention logit over the steps.
+attention logit over the steps; for a residual topology, its composite gain or its reads' effective depth.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from depthlab.paths import check_path, printable, replace_file
 from depthlab.report.figures import DPI, PageFigure
 from depthlab.report.html import CSS
 from depthlab.report.plots import colormap, finish, panel_axes, title_of
+from depthlab.report.topology_plots import topology_run
 from depthlab.watch.outcome import outcome_line
 
 if TYPE_CHECKING:
@@ -190,6 +191,13 @@ RUN_FIGURES = (
         attention_plot,
         "Entropy falling toward 0 means each query attends to one key (entropy collapse, Zhai et al. 2023); "
         "a largest logit growing by orders of magnitude is attention-logit growth (Dehghani et al. 2023).",
+    ),
+    (
+        topology_run,
+        "A residual topology's skip paths: the largest row (forward) and column (backward) sum of the product "
+        "of the H_res maps up to the top, and by depth; 1 means they neither amplify nor shrink the stream, "
+        "growth is hyper-connections' instability (Xie et al. 2025), which mHC's doubly stochastic maps rule "
+        "out. For DenseFormer and Attention Residuals: how many earlier layers each layer's read averages.",
     ),
 )
 RUN_FIGURE_FILES = tuple(f"{draw.__name__}.png" for draw, _ in RUN_FIGURES)

@@ -12,6 +12,7 @@ watcher prints it once and records it in that step's ``warnings``.
 | attention-entropy-collapse | a layer's attention entropy < ``entropy_share`` x its value at the first logged step |
 | attention-logit-growth  | a layer's largest attention logit > ``attn_logit_factor`` x its first value, and above ``attn_logit_floor`` |
 | output-logit-growth     | the mean output log-partition (log Z) > its first value + ``lse_rise`` nats          |
+| composite-gain          | a residual topology's composite gain (the largest row or column sum of the product of its H_res maps up to a layer) > ``composite_gain`` (hyper-connections; Xie et al. 2025) |
 | update-ratio-spike      | a layer's relative weight update ||dW||/||W||, or its stream update ratio ||x_i - x_(i-1)||/||x_(i-1)||, > ``update_factor`` x its median over the previous logged steps (from the 2nd: a stream growing 10,000-fold by the second logged step is a spike) |
 
 The thresholds were set on a tuning grid of runs kept apart from the grid the forecast is measured on
@@ -40,6 +41,7 @@ class Thresholds:
     attn_logit_floor: float = 10.0
     lse_rise: float = 5.0
     update_factor: float = 10.0
+    composite_gain: float = 10.0
 
 
 LOSS_CODES = ("non-finite", "loss-spike")  # what the loss alone can tell
@@ -100,7 +102,24 @@ class Rules:
         out += self._attention(step, rows)
         out += self._output_logits(step, record.get("logit_lse"))
         out += self._updates(step, rows)
+        out += self._composite(step, record.get("topology"))
         return out
+
+    def _composite(self, step, topology) -> list[dict]:
+        """A residual topology's skip paths amplifying the stream (hyper-connections' composite gain)."""
+        gains = [g for g in (topology or {}).get("composite_gain") or [] if g is not None]
+        back = [g for g in (topology or {}).get("composite_gain_back") or [] if g is not None]
+        worst = max(gains + back, default=0.0)
+        th = self.thresholds.composite_gain
+        if not worst > th:
+            return []
+        layer = max(range(len(gains)), key=lambda i: max(gains[i], back[i]) if back else gains[i]) + 1
+        return self._fire(
+            step, "composite-gain",
+            f"the product of the H_res maps amplifies the stream {worst:.3g}x by layer {layer} (largest row or "
+            f"column sum; above {th:g}x; unconstrained hyper-connections reach ~3,000x at 27B, Xie et al. 2025)",
+            layer=layer, value=worst, threshold=th,
+        )  # fmt: skip
 
     def _non_finite(self, step, record, layers) -> list[dict]:
         bad = [

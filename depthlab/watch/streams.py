@@ -18,6 +18,7 @@ from torch import nn
 from depthlab.probe.capture import StreamCapture
 from depthlab.probe.locate import StackInfo
 from depthlab.probe.stats import angular_distance, stream_table
+from depthlab.probe.topology import view_of
 from depthlab.watch.dist import all_reduce
 from depthlab.watch.keys import STREAM_KEYS
 
@@ -45,7 +46,8 @@ class StreamTap:
             return
         self.capture.__exit__(None, None, None)
         states, self.capture = self.capture.states, None
-        self.rows = stream_table([s.detach() for s in states], None)
+        view = view_of(self.model)  # a residual topology's n streams: their sum (depthlab.probe.topology)
+        self.rows = stream_table([view(s.detach()) for s in states], None)
         self.grad_sq = [None] * len(states)
         for i, s in enumerate(states):
             if s.requires_grad:

@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from depthlab.probe.locate import locate_stack, stack_of, with_sublayers
+from depthlab.probe.topology import TopologyTap, stack_state, watch_summary
 from depthlab.watch.attention import AttentionTap, combined_values
 from depthlab.watch.detectors import LiveDetectors
 from depthlab.watch.dist import all_reduce, rank, world_size
@@ -103,6 +104,9 @@ class Watcher:
         self.params = LayerParams(inner, self.stack)
         self.streams = StreamTap(inner, self.stack, self._on_stream_grad)
         self.tap = AttentionTap() if attention else None
+        # a residual topology's maps (composite gain, H_res's distance from I) on logged steps
+        ours = blocks is None and stack_state(inner) is not None
+        self.topology = TopologyTap(inner.stack) if ours else None
         self.rules = Rules(thresholds or Thresholds())
         self.tokens, self.unigram_given = TokenCounts(), unigram_loss
         self.loss_from_output, self.on_record, self.echo = loss_from_output, on_record, echo
@@ -139,6 +143,7 @@ class Watcher:
         self._forwards, self._losses, self._explicit, self._shares = 0, [], None, False
         self._force, self._snapshot, self._grads, self._lse, self._lr = False, None, None, None, None
         self._queued = self._requeued = False
+        self._topology = None
 
     def logged(self, t: int) -> bool:
         """Whether update ``t`` is measured: ``when(t)`` if given, else step 1 and every ``every``-th."""
@@ -165,6 +170,8 @@ class Watcher:
             if self._snapshot is None:
                 self._snapshot = self.params.snapshot()
             self.streams.start()
+            if self.topology is not None:
+                self.topology.start()
             self._attach_attention()
             self.tokens.add(batch_tokens(args, kwargs))
         return None
@@ -172,6 +179,8 @@ class Watcher:
     def _after_forward(self, module, args, kwargs, output):
         if self.streams.capture is not None:
             self.streams.stop()
+            if self.topology is not None and self.topology.rec is not None:
+                self._topology = watch_summary(self.topology.stack, self.topology.stop())
             self._detach_attention()
             logits = self.logits_of(output) if self.logits_of else output_logits(output, self.stack.kind)
             if isinstance(logits, torch.Tensor):
@@ -275,7 +284,10 @@ class Watcher:
         layers = layer_rows(self.streams.table(self.world), sub, updates, attn)
         lr = self._lr if self._lr is not None else self._optimizer_lr()
         grad = grad_norm if grad_norm is not None else total
-        return new_record(self.t, lr, grad, mean_log_partition(lse), layers)
+        record = new_record(self.t, lr, grad, mean_log_partition(lse), layers)
+        if self._topology is not None:  # a residual topology's maps; absent for a single stream
+            record["topology"] = self._topology
+        return record
 
     def _optimizer_lr(self):
         return self.optimizer.param_groups[0]["lr"] if self.optimizer is not None else None

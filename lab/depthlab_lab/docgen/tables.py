@@ -9,7 +9,8 @@ A document marks each generated table with a pair of comments::
 and ``python -m depthlab_lab.docgen.tables`` rewrites what lies between them in README.md and docs/*.md:
 ``wrappings`` from each wrapping class's ``FORMULA`` (as under sp, m = 1), ``SOURCE`` and ``CONSTANTS``
 (:mod:`depthlab.model.wrappings`), ``branch-multiplier`` from each class's ``FORMULA`` with the branch
-multiplier m, its ``BRANCH_END`` and its ``DEPTH_RULE_REFUSED``, ``families`` from each Hugging Face family's declaration
+multiplier m, its ``BRANCH_END`` and its ``DEPTH_RULE_REFUSED``, ``topologies`` from each residual topology's class (its state, read, write, source and references),
+``families`` from each Hugging Face family's declaration
 (:class:`depthlab.interop.hf.family.Family`). ``--check`` rewrites nothing and exits 1 when a committed
 copy differs from what the code would write (lab/tests/test_docs.py runs the same check).
 """
@@ -91,10 +92,25 @@ def families_table() -> str:
     )
 
 
+def topologies_table() -> str:
+    """The Markdown table of every residual topology (a wrapping that carries a state): its ``--wrap``
+    name, the state, what each sublayer reads and writes, its paper and the implementations it is tested
+    against (:mod:`depthlab.model.topology_base`)."""
+    rows = [
+        (f"`{name}`", cls.STATE.WORDS.format(n="n"), cls.READS, cls.WRITES, cls.SOURCE, cls.REFERENCES)
+        for name, cls in WRAPPINGS.items()
+        if getattr(cls, "STATE", None) is not None
+    ]
+    return _table(
+        ("`--wrap`", "residual state", "each sublayer reads", "and writes", "source", "tested against"), rows
+    )
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "wrappings": wrappings_table,
     "branch-multiplier": branch_multiplier_table,
     "families": families_table,
+    "topologies": topologies_table,
 }
 
 

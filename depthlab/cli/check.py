@@ -1,0 +1,67 @@
+"""depthlab check: does a model compute the formula of the design it claims, at init?"""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+from depthlab.cli.common import add_json_flag, add_model_flags, given_model_flags, model_config_from_args
+from depthlab.errors import ConfigError, InputError
+from depthlab.interop.hf import read_config
+from depthlab.interop.hf.load import transformers_module
+from depthlab.model import build_model
+from depthlab.paths import check_output_file, write_json
+from depthlab.probe.saved_hf import _model_class as model_class
+from depthlab.probe.saved_hf import load_hf_model
+from depthlab.probe.wiring import CLAIMS, check_wiring
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "check",
+        help="test at init that a model computes the formula of the design it claims; name what differs",
+        description="Build inputs for each claimed design, run the model (or its layers) on them and compare "
+        "with the formula: H_res applied, Sinkhorn-Knopp converged, an init that reproduces pre-LN "
+        "(hyper-connections, mHC, Frac-connections), DeepNorm's beta and alpha, a QK-norm that normalises, a "
+        "final norm after pre-LN blocks. Checks depthlab's model of the model flags, a Hugging Face model "
+        "(--hf, random weights) or your own (--module). Exit 0: no finding; 1: findings.",
+    )
+    add_model_flags(p)
+    g = p.add_argument_group("check")
+    g.add_argument("--claims", help=f"comma list of {', '.join(CLAIMS)} (default: the model's own wrapping)")
+    g.add_argument("--module", metavar="MOD:FN", help="check FN() of the Python module MOD (your model)")
+    add_json_flag(p)
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    claims = None if args.claims is None else tuple(c.strip() for c in args.claims.split(",") if c.strip())
+    for c in claims or ():
+        if c not in CLAIMS:
+            raise ConfigError("claims", c, f"one of {', '.join(CLAIMS)}")
+    if (args.module or args.hf) and not claims:
+        raise InputError("--claims is needed with --module or --hf: name the design the model claims")
+    if args.module and (args.hf or given_model_flags(args)):
+        raise InputError("--module checks your model as it is: give no model flags or --hf with it")
+    check_output_file(args.json, "--json")
+    torch.manual_seed(args.seed or 0)
+    report = check_wiring(_model(args), claims, seed=args.seed or 0)
+    if args.json == "-":
+        write_json(report.to_dict(), "-")
+    else:
+        print(report.format())
+        write_json(report.to_dict(), args.json)
+    return 0 if report.clean else 1
+
+
+def _model(args):
+    if args.module:
+        mod, _, fn = args.module.partition(":")
+        try:
+            return getattr(importlib.import_module(mod), fn or "build")()
+        except (ImportError, AttributeError) as e:
+            raise InputError(f"--module {args.module}: {e}") from None
+    if args.hf and not given_model_flags(args):
+        return load_hf_model(args.hf, model_class(transformers_module(), read_config(args.hf), True))
+    return build_model(model_config_from_args(args))
