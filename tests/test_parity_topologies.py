@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from depthlab import ModelConfig, build_model
-from depthlab.interop.topologies import from_x_transformers, load_hyper_mix
 from depthlab.model.attention import Context
+from tests.topology_refs import from_x_transformers, load_hyper_mix
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 N, D = 4, 16

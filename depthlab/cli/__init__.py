@@ -13,7 +13,7 @@ import re
 import sys
 from importlib.metadata import entry_points
 
-from depthlab.cli import advise, check, coord, explain, forecast, probe, report, study, train, transfer
+from depthlab.cli import advise, check, coord, explain, probe, report, study, train, transfer
 from depthlab.cli.common import as_typed
 from depthlab.errors import ConfigError, InputError
 from depthlab.paths import printable
@@ -26,12 +26,13 @@ DESCRIPTION = (
 )
 
 # Each command is a module with ``add_parser(subparsers)`` (which sets ``run(args) -> int``).
-COMMANDS = (explain, probe, advise, check, coord, train, study, report, transfer, forecast)
+COMMANDS = (explain, probe, advise, check, coord, train, study, report, transfer)
 # The lab's commands (depthlab_lab, beside the library in the repository: never imported by it). They are
 # found through the "depthlab.commands" entry points when the lab is installed, and loaded only when run.
 LAB_COMMANDS = {
     "reproduce": "reproduce the source texts' and papers' claims, with seeds and intervals (the lab)",
     "calibrate": "refit the doctor's rules from tuning studies (the lab)",
+    "forecast": "how well the watcher's early warnings foretell an outcome, on held-out studies (the lab)",
 }
 LAB_MISSING = (
     "the {name} command is in depthlab's lab, which is not installed: from a clone of the repository, "

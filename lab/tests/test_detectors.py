@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from depthlab.intervals import wilson_interval
-from depthlab.study.detectors import benchmark, format_benchmark, score
 from depthlab.watch.detectors import (
     DETECTORS,
     loss_above_initial,
@@ -15,6 +14,7 @@ from depthlab.watch.detectors import (
     megatron_spiky_loss,
     olmo_stability,
 )
+from depthlab_lab.forecast.detectors import benchmark, format_benchmark, score
 
 
 def _series(losses, grads=None, lr=1e-3, updates=None):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from depthlab.study.forecast import forecast_table, format_table, tune
+from depthlab_lab.forecast.warnings import forecast_table, format_table, tune
 
 
 def _run(outcome, bottom_grad=1.0, spike=False, loss=2.0):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from depthlab.errors import ConfigError
 from depthlab.paths import check_output_file, write_json
-from depthlab.study.detectors import benchmark, format_benchmark
-from depthlab.study.forecast import forecast, load_runs
 from depthlab.study.store import DEFAULT_DB
+from depthlab_lab.forecast.detectors import benchmark, format_benchmark
+from depthlab_lab.forecast.warnings import forecast, load_runs
 
 
 def add_parser(sub) -> None:
