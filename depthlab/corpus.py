@@ -179,3 +179,21 @@ def describe_batch(batch_size: int, seq_len: int, vocab_size: int, data: str | N
             "never appear in the batch"
         )
     return line
+
+
+def step_generator(seed: int, stream: str, index: int) -> torch.Generator:
+    """A generator seeded from (seed, stream, index) by SHA-256: independent streams, no collisions."""
+    digest = hashlib.sha256(f"{seed}:{stream}:{index}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
+
+
+def train_windows(train: torch.Tensor, batch_size: int, seq_len: int, seed: int, step: int) -> torch.Tensor:
+    """The (batch_size, seq_len + 1) byte windows a language-model run of ``seed`` trains on at update
+    ``step`` (1-based): random offsets into the training split ``train``, a pure function of (seed,
+    step). Inputs are ``[:, :-1]``, targets ``[:, 1:]``. The probe of a run takes its first batch from here
+    too, so that what it measures (the update gain behind the learning-rate limit) is the same whether
+    ``depthlab probe --lr``, ``depthlab advise`` or a study takes it."""
+    g = step_generator(seed, "train", step)
+    n = len(train) - seq_len  # offsets 0 .. n-1 leave room for the target byte
+    offsets = torch.randint(0, n, (batch_size,), generator=g)
+    return train[offsets[:, None] + torch.arange(seq_len + 1)].long()

@@ -15,6 +15,15 @@ def _range(r: tuple[float, float] | None) -> str:
     return "none on 1e-5..1" if r is None else f"{r[0]:.2g} .. {r[1]:.2g}"
 
 
+def _call(p: float) -> str:
+    """The call in words: a close call is said as one."""
+    if p >= 0.8:
+        return "TRAINS"
+    if p >= 0.5:
+        return "probably trains (a close call)"
+    return "probably fails (a close call)" if p >= 0.2 else "FAILS"
+
+
 def _cut(text: str, width: int = WIDTH) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
@@ -28,9 +37,7 @@ def render(a, likely: float) -> str:
     sure = "a confident call" if p.confident else f"not a confident call: {p.why_not}"
     lines = [
         f"depthlab advise: {head}",
-        _cut(
-            f"expected: {'TRAINS' if p.call == 'trains' else 'FAILS'} (P(trains) = {p.p_trains:.2f}; {sure})"
-        ),
+        _cut(f"expected: {_call(p.p_trains)} (P(trains) = {p.p_trains:.2f}; {sure})"),
     ]
     if a.limit is not None:
         lines.append(_cut(f"safe lr ({m.wrap}, warmup {t.warmup}): {a.limit.range_text()}; "

@@ -32,12 +32,19 @@ def add_parser(sub) -> None:
         "warmup, rank other wrappings of the same stack, and show the measured runs behind the answer.",
     )
     add_model_flags(p)
-    g = p.add_argument_group("training")
-    g.add_argument("--lr", type=float, default=1e-3, help="Adam's peak learning rate (default 1e-3)")
-    g.add_argument("--warmup", type=int, default=0, help="linear warmup steps (default 0)")
-    g.add_argument("--steps", type=int, default=1000, help="the run's budget of steps (default 1000)")
-    g.add_argument("--batch-size", type=int, default=16, help="sequences per step (default 16)")
-    g.add_argument("--seq-len", type=int, default=32, help="tokens per sequence (default 32)")
+    d = TrainConfig()  # the run's defaults are depthlab train's
+    g = p.add_argument_group("training (as depthlab train takes them)")
+    g.add_argument("--lr", type=float, default=d.lr, help=f"Adam's peak learning rate (default {d.lr:g})")
+    g.add_argument("--warmup", type=int, default=d.warmup, help=f"linear warmup steps (default {d.warmup})")
+    g.add_argument(
+        "--steps", type=int, default=d.steps, help=f"the run's budget of steps (default {d.steps})"
+    )
+    g.add_argument(
+        "--batch-size", type=int, default=d.batch_size, help=f"sequences per step (default {d.batch_size})"
+    )
+    g.add_argument(
+        "--seq-len", type=int, default=d.seq_len, help=f"tokens per sequence (default {d.seq_len})"
+    )
     p.add_argument(
         "--alternatives",
         default=",".join(ALTERNATIVES),

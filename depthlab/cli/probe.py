@@ -16,6 +16,7 @@ from depthlab.cli.common import (
     refuse_flags,
     seed_from_args,
 )
+from depthlab.config import TrainConfig
 from depthlab.errors import ConfigError, InputError
 from depthlab.interop.hf import family_for, read_config
 from depthlab.paths import PLOT_FORMATS, check_output_file, note_replaced, write_json
@@ -47,8 +48,14 @@ def add_parser(sub) -> None:
         action="store_true",
         help="with --hf and no model flags: probe the folder's saved weights instead of random ones",
     )
-    g.add_argument("--batch-size", type=int, default=8, help="sequences in the batch (default 8)")
-    g.add_argument("--seq-len", type=int, default=64, help="tokens per sequence (default 64)")
+    g.add_argument(
+        "--batch-size",
+        type=int,
+        help="sequences in the batch (default 8; with --lr the run's own, 16, as train, study and advise take it)",
+    )
+    g.add_argument(
+        "--seq-len", type=int, help="tokens per sequence (default 64; with --lr the run's own, 32)"
+    )
     g.add_argument(
         "--data",
         metavar="FILE",
@@ -154,6 +161,9 @@ def run(args) -> int:
     configs = [] if as_built else configs_from_args(args)
     check_output_file(args.json, "--json")  # before the probe: a bad path must not cost its run
     existed = check_output_file(args.plot, "--plot", PLOT_FORMATS)
+    run = TrainConfig()  # with --lr the probe is of that run: its first batch, of the run's shape
+    args.batch_size = args.batch_size or (run.batch_size if args.lr is not None else 8)
+    args.seq_len = args.seq_len or (run.seq_len if args.lr is not None else 64)
     options = {
         "batch_size": args.batch_size,
         "seq_len": args.seq_len,

@@ -12,7 +12,7 @@ from dataclasses import replace
 import torch
 
 from depthlab.config import ModelConfig, check_int
-from depthlab.corpus import describe_batch, text_batch
+from depthlab.corpus import describe_batch, load_corpus, text_batch, train_windows
 from depthlab.doctor.verdict import Verdict
 from depthlab.model import build_model
 from depthlab.model.explain import init_summary, param_summary, wiring_summary
@@ -76,12 +76,18 @@ def _probe_built(
     cfg: ModelConfig, batch_size: int, seq_len: int, seed: int, options: dict, data: str | None = None
 ) -> ProbeResult:
     cfg.check_length(seq_len)
-    tokens = text_batch(batch_size, seq_len, cfg.vocab_size, seed, data)  # a bad file: before the build
+    as_run = options.get("lr") is not None and cfg.arch == "decoder" and cfg.vocab_size >= 256
+    if as_run:  # a probe given the run's lr is a probe of that run: its first batch, as a study probes it
+        train = load_corpus(data, seq_len).train
+        tokens = train_windows(train, batch_size, seq_len, seed, step=1)[:, :-1]
+    else:
+        tokens = text_batch(batch_size, seq_len, cfg.vocab_size, seed, data)  # a bad file: before the build
     source = text_batch(batch_size, seq_len, cfg.vocab_size, seed + 1, data) if cfg.arch == "encdec" else None
     torch.manual_seed(seed)
     model = build_model(cfg)
     batch = (source, tokens) if source is not None else tokens
-    result = probe(model, batch, seed=seed, model_config=cfg.to_dict(), **options)
+    # the probe's own seed (its random directions) is the study's, 0, for a run's probe
+    result = probe(model, batch, seed=0 if as_run else seed, model_config=cfg.to_dict(), **options)
     result.config["stack"]["wiring"] = wiring_summary(cfg)
     result.config["stack"]["init"] = init_summary(cfg)
     note_batch(result, batch_size, seq_len, cfg.vocab_size, data)

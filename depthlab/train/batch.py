@@ -7,10 +7,11 @@ resumed run sees exactly the batches the uninterrupted run would have seen.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 
 import torch
+
+from depthlab.corpus import step_generator  # one seeding of every batch, the probe's first too
 
 IGNORE = -100  # target value that carries no loss (F.cross_entropy's ignore_index)
 
@@ -51,7 +52,4 @@ def shard(batch: Batch, rank: int, world: int) -> Batch:
     return Batch(tuple(a[rows] for a in batch.args), batch.targets[rows], kwargs, batch.n_targets)
 
 
-def step_generator(seed: int, stream: str, index: int) -> torch.Generator:
-    """A generator seeded from (seed, stream, index) by SHA-256: independent streams, no collisions."""
-    digest = hashlib.sha256(f"{seed}:{stream}:{index}".encode()).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
+__all__ = ["IGNORE", "Batch", "shard", "step_generator"]

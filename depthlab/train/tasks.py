@@ -14,10 +14,10 @@ import os
 import torch
 
 from depthlab.config import ModelConfig, TrainConfig
-from depthlab.corpus import load_corpus, unigram_entropy
+from depthlab.corpus import load_corpus, train_windows, unigram_entropy
 from depthlab.errors import ConfigError
 from depthlab.model.memory import MemoryEstimate, available_memory, check_memory, estimate_memory
-from depthlab.train.batch import Batch, step_generator
+from depthlab.train.batch import Batch
 from depthlab.train.synthetic import LAYOUT_TOKENS, SyntheticTask, check_synthetic
 
 
@@ -44,9 +44,9 @@ class LMTask:
 
     def train_batch(self, step: int) -> Batch:
         """The global batch of update ``step`` (1-based): ``batch_size`` windows at random offsets."""
-        g = step_generator(self.cfg.seed, "train", step)
-        n = len(self.corpus.train) - self.cfg.seq_len  # offsets 0 .. n-1 leave room for the target byte
-        return self._windows(self.corpus.train, torch.randint(0, n, (self.cfg.batch_size,), generator=g))
+        c = self.cfg
+        w = train_windows(self.corpus.train, c.batch_size, c.seq_len, c.seed, step)
+        return Batch((w[:, :-1],), w[:, 1:])
 
     def val_batches(self) -> list[Batch]:
         """``eval_batches`` batches of windows evenly spaced over the validation split."""

@@ -1,0 +1,78 @@
+"""The atlas the library ships is what the committed run records give; the predictor in the doctor's record
+is what its cross-validated fit gives on that atlas; the held-out grid at depth was registered, with every
+prediction frozen, in a commit whose record and atlas are the ones the predictions were made under."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from depthlab.doctor.atlas import Atlas
+from depthlab.doctor.record import load_record
+from depthlab_lab.calibrate.atlas_build import doctor_runs
+from depthlab_lab.calibrate.heldout_depth import REGISTRATION
+from depthlab_lab.calibrate.predictor_fit import fitted_predictor
+from depthlab_lab.restore import read_record
+from lab.tests.git_history import commits_of, git
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def atlas():
+    return Atlas.load()
+
+
+def test_the_doctor_runs_of_the_atlas_are_the_records(atlas):
+    rebuilt = doctor_runs()
+    assert list(atlas.runs[: len(rebuilt)]) == rebuilt
+
+
+def test_the_ladder_runs_of_the_atlas_carry_the_records_outcomes(atlas):
+    rows = {
+        (s, r["config_hash"]): r
+        for s, rs in read_record("docs/reproductions-ladder-runs.json").items()
+        for r in rs
+    }
+    ladder = [r for r in atlas.runs if r.source.startswith("ladder-")]
+    assert len(ladder) == len(rows) == 528
+    for r in ladder:
+        row = rows[(r.source, r.config_hash)]
+        assert (r.outcome, r.escape_step) == (row["outcome"], row.get("escape_step"))
+        assert r.update_gain is not None and r.update_gain > 0  # probed again at init
+
+
+@pytest.mark.slow
+def test_the_records_predictor_is_its_fit_on_the_atlas(atlas):
+    record = load_record()
+    refit = fitted_predictor(atlas, {k: v for k, v in record.items() if k != "predictor"})
+    kept = record["predictor"]
+    assert refit["form"] == kept["form"] and refit["examples"] == kept["examples"]
+    for fam, model in kept["families"].items():
+        assert refit["families"][fam]["coef"] == pytest.approx(model["coef"], rel=1e-9, abs=1e-12)
+
+
+def _digest_at(commit: str, path: str) -> str:
+    raw = subprocess.run(
+        ["git", "show", f"{commit}:{path}"], cwd=ROOT, capture_output=True, check=True
+    ).stdout
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+def test_the_held_out_grid_at_depth_was_registered_with_its_predictions_record_and_atlas():
+    reg = json.loads((ROOT / REGISTRATION).read_text())
+    first = commits_of(REGISTRATION)[0]  # the registration commit: the file's first
+    then = json.loads(git("show", f"{first}:{REGISTRATION}"))
+    assert then["runs"] == reg["runs"] and then["hf_runs"] == reg["hf_runs"], "a frozen prediction changed"
+    assert _digest_at(first, reg["record"]["path"]) == reg["record"]["sha256"]
+    assert _digest_at(first, reg["atlas"]["path"]) == reg["atlas"]["sha256"]
+    assert len(reg["runs"]) == 56 and len(reg["hf_runs"]) == 12
+    assert reg["within_2x_of_limit"] == sum(0.5 <= r["lr_over_limit"] <= 2 for r in reg["runs"]) == 56
+    for r in reg["runs"]:
+        assert r["advise"] == ("trains" if r["p_trains"] >= 0.5 else "fails")
+        assert set(r["lookups"]) == {"wrapping x lr", "wrapping x width x lr x warmup", "nearest runs"}

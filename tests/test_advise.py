@@ -1,0 +1,114 @@
+"""depthlab advise: one screen with the probability, the safe lr, the alternatives ranked and the measured
+runs behind it; the atlas it rests on; the predictor's pieces; bad input refused before any probe."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from depthlab import ModelConfig, TrainConfig
+from depthlab.advise import advise
+from depthlab.cli import main
+from depthlab.doctor.atlas import COLUMNS, Atlas
+from depthlab.doctor.predict import FAR, Query, atlas_share, distance, features, nearest
+from depthlab.doctor.record import load_record
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+TINY = ModelConfig(n_layers=3, d_model=32, n_heads=4, wrap="post")
+RUN = TrainConfig(lr=3e-3, warmup=30, steps=150)
+
+
+@pytest.fixture(scope="module")
+def atlas():
+    return Atlas.load()
+
+
+def test_the_shipped_atlas_holds_the_measured_runs(atlas):
+    assert len(atlas) > 1500
+    wraps = {r.wrap for r in atlas.runs}
+    assert {"post", "pre", "deepnorm", "sandwich", "rezero", "admin", "mix"} <= wraps
+    assert {r.outcome for r in atlas.runs} <= {"trained", "undertrained", "stalled", "diverged"}
+    probed = [r for r in atlas.runs if r.update_gain is not None]
+    assert len(probed) > 1500 and all(r.update_gain > 0 for r in probed)
+    csv = atlas.to_csv().splitlines()
+    assert csv[0].split(",") == list(COLUMNS) and len(csv) == len(atlas) + 1
+
+
+def test_nearest_runs_are_of_the_same_kind_of_stack_nearest_first(atlas):
+    q = Query("post", 6, 128, 1e-3, 0, 600)
+    near = nearest(atlas, q, k=5)
+    assert [r.wrap for _, r in near] == ["post"] * 5
+    assert [d for d, _ in near] == sorted(d for d, _ in near)
+    assert distance(Query("pre", 6, 128, 1e-3, 0, 600), near[0][1]) == math.inf
+    # a factor 2 in lr counts 1, a factor 4 in width 1
+    r = near[0][1]
+    assert distance(Query(r.wrap, r.n_layers, r.d_model, r.lr * 2, r.warmup, r.steps, r.residual, r.norm, r.param), r) == pytest.approx(1.0)  # fmt: skip
+    assert distance(Query(r.wrap, r.n_layers, r.d_model * 4, r.lr, r.warmup, r.steps, r.residual, r.norm, r.param), r) == pytest.approx(1.0)  # fmt: skip
+
+
+def test_the_atlas_share_is_shrunk_toward_one_half(atlas):
+    trained = [r for r in atlas.runs if r.trained][:3]
+    assert atlas_share([(0.0, r) for r in trained]) == pytest.approx(3.5 / 4)
+    assert atlas_share([]) is None
+    x = features(None, Query("pre", 2, 32, 1e-3, 0, 150), 0.5)
+    assert x["atlas"] == 0 and x["margin"] == 0 and x["margin_sq"] == 0
+
+
+def test_the_record_holds_the_predictor_chosen_by_cross_validation():
+    pred = load_record()["predictor"]
+    assert pred["chosen"] and set(pred["families"]) == {"renormalising", "gated", "free"}
+    for axis in ("d_model", "n_layers"):
+        cv = pred["cv"][axis]
+        best_lookup = max(
+            cv[k]["accuracy"] for k in ("wrapping x lr", "wrapping x width x lr x warmup", "nearest runs")
+        )
+        assert cv[pred["form"]]["accuracy"] >= best_lookup
+
+
+def test_advise_answers_with_a_probability_the_limit_ranked_options_and_evidence(atlas):
+    a = advise(TINY, RUN, atlas, alternatives=("pre", "deepnorm"))
+    assert 0 <= a.prediction.p_trains <= 1 and a.limit is not None
+    ps = [o.p_trains for o in a.options]
+    assert ps == sorted(ps, reverse=True) and {o.wrap for o in a.options} == {"post", "pre", "deepnorm"}
+    assert len(a.evidence) == 5 and all(r.wrap == "post" for _, r in a.evidence)
+    screen = a.format()
+    assert len(screen.splitlines()) <= 25
+    assert screen.splitlines()[1].startswith("expected: ") and "safe lr" in screen.splitlines()[2]
+    assert "evidence: the 5 nearest measured runs of post" in screen
+    data = json.loads(json.dumps(a.to_dict()))
+    assert data["limit"]["lr_limit"] == pytest.approx(a.limit.lr_limit) and data["agreeing"] == a.agreeing()
+
+
+def test_far_from_every_measured_run_and_outside_the_fit_there_is_no_confident_call(atlas):
+    from depthlab.doctor.limit import LrLimit
+    from depthlab.doctor.predict import p_trains
+
+    fit = load_record()["predictor"]
+    limit = LrLimit(
+        "free", "rho", per_lr=100.0, warn_above=1.0, error_from=4.0, trained_to=0.5, who="x", warmup=0
+    )
+    near = Query("pre", 6, 128, 1e-3, 0, 600)  # inside what was measured
+    assert p_trains(fit, limit, near, atlas).confident
+    odd = Query("pre", 6, 128, 1.0, 0, 600, norm="rmsnorm")  # no run of its kind, a margin of ln 100
+    far = p_trains(fit, limit, odd, atlas)
+    assert not far.confident and "no measured run of this stack" in far.why_not and "margin" in far.why_not
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--alternatives", "bogus"], "alternatives"),
+        (["--atlas", "missing.sqlite"], "missing.sqlite"),
+        (["--json", "out.txt"], "--json"),
+        (["--lr", "-1"], "lr"),
+        (["--steps", "0"], "steps"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2_before_any_probe(argv, says, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("depthlab.advise.advice.probe_run", lambda *a, **k: pytest.fail("probed"))
+    assert main(["advise", "--layers", "2", "--d-model", "16", "--heads", "2", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0] and "Traceback" not in err[0]
