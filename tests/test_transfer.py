@@ -9,6 +9,7 @@ import textwrap
 import pytest
 
 from depthlab.cli import main
+from depthlab.errors import ConfigError
 from depthlab.study.presets import preset
 from depthlab.study.transfer import format_transfer, seeds_to_halve, sizes_to_halve, transfers
 
@@ -161,6 +162,24 @@ def test_cli_on_a_real_study(tmp_path, capsys):
     assert "param=completep" in out and "param=sp" in out and "best lr at depth 16" in out
     for name in ("best-lr", "loss-vs-lr"):
         assert (tmp_path / "fig" / f"transfer-depth-{name}.png").stat().st_size > 0
+    assert out.startswith("study tiny-transfer: width 16, depths 2-4, 6 steps of 4 x 16\n")
     assert main(["transfer", "--db", db, "--to-width", "64"]) == 2  # no curves across width
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
     assert main(["transfer", "--db", db, "--to-depth", "0"]) == 2
+    capsys.readouterr()
+    # a question at another width is refused in one line that says what the study can answer
+    assert main(["transfer", "--db", db, "--to-depth", "16", "--width", "128"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ran at width 16, not 128" in err[0] and "--width 128" in err[0]
+    assert main(["transfer", "--db", db, "--to-depth", "16", "--width", "16"]) == 0
+
+
+def test_a_transfer_preset_takes_the_users_own_width_or_depth():
+    wide = preset("depth-transfer-quick", width=128)
+    assert wide.name == "depth-transfer-quick-w128" and {s.model.d_model for s in wide.expand()} == {128}
+    deep = preset("width-transfer-quick", depth=12)
+    assert {s.model.n_layers for s in deep.expand()} == {12}
+    with pytest.raises(ConfigError, match="sweeps d_model"):
+        preset("width-transfer-quick", width=128)
+    with pytest.raises(ConfigError, match="a transfer preset"):
+        preset("default", width=128)

@@ -8,6 +8,7 @@ import os
 
 from depthlab.advise import ALTERNATIVES, advise
 from depthlab.advise.evidence import load_atlas
+from depthlab.advise.transfer import transfer_advice
 from depthlab.cli.common import (
     add_json_flag,
     add_memory_flag,
@@ -20,6 +21,7 @@ from depthlab.errors import ConfigError
 from depthlab.model.memory import available_memory, check_memory, estimate_memory
 from depthlab.paths import check_output_file, write_json
 from depthlab.progress import say
+from depthlab.study.store import check_store_path
 
 
 def add_parser(sub) -> None:
@@ -58,6 +60,15 @@ def add_parser(sub) -> None:
         metavar="DB",
         help="a study store whose finished runs join the measured runs as evidence (repeat for several)",
     )
+    to = p.add_mutually_exclusive_group()
+    to.add_argument("--to-depth", type=int, metavar="L", help="the depth you will train: the lr to use there")
+    to.add_argument("--to-width", type=int, metavar="D", help="the width you will train: the lr to use there")
+    p.add_argument(
+        "--transfer",
+        metavar="DB",
+        help="with --to-depth/--to-width: a store holding a transfer study run at your width (or depth)",
+    )
+    p.add_argument("--transfer-study", metavar="NAME", help="that study's name (default: the latest in DB)")
     add_json_flag(p)
     add_memory_flag(p)
     p.set_defaults(run=run)
@@ -77,11 +88,23 @@ def run(args) -> int:
             raise ConfigError("alternatives", w, str(e).split(": ", 1)[-1]) from None
     probe = estimate_memory(model, "probe", train.batch_size, train.seq_len)
     check_memory(probe, available_memory(), args.force_memory, "fewer --layers or a smaller --d-model")
+    target = args.to_depth if args.to_depth is not None else args.to_width
+    if target is not None and target < 1:
+        raise ConfigError("to_depth" if args.to_depth is not None else "to_width", target, "an integer >= 1")
+    if args.transfer and target is None:
+        raise ConfigError("transfer", args.transfer, "unset without --to-depth or --to-width")
+    if args.transfer:
+        check_store_path(args.transfer, "--transfer")
     atlas = load_atlas(args.atlas)
     n = 1 + len([w for w in wraps if w != model.wrap])
     say(f"advise: probing {n} stack{'s' if n > 1 else ''} at init ({model.n_layers} layers, d_model {model.d_model}); "
         f"{len(atlas):,} measured runs as evidence")  # fmt: skip
     advice = advise(model, train, atlas, wraps)
+    if target is not None:
+        axis = "depth" if args.to_depth is not None else "width"
+        advice = dataclasses.replace(
+            advice, transfer=transfer_advice(model, axis, target, args.transfer, args.transfer_study)
+        )
     print(advice.format())
     if args.json:
         write_json(advice.to_dict(), args.json)

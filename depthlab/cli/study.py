@@ -66,6 +66,15 @@ def add_parser(sub) -> None:
         metavar="N",
         help=f"refuse a grid of more than N runs (default {MAX_RUNS:,}); raise it to confirm a larger study",
     )
+    p.add_argument(
+        "--width",
+        type=int,
+        metavar="D",
+        help="a transfer preset at your own d_model (depth-transfer[-quick]: the lr found holds at this width)",
+    )
+    p.add_argument(
+        "--depth", type=int, metavar="L", help="a transfer preset at your own depth (width-transfer[-quick])"
+    )
     add_memory_flag(p)
     p.add_argument("--fields", action="store_true", help="list the fields a grid may set, and exit")
     p.set_defaults(run=run)
@@ -139,9 +148,11 @@ def _study(args):
     first (a dry run has the real run's limit: a listing of millions of runs is no plan), then every
     combination (a dry run builds them one at a time as it prints them)."""
     if args.grid is None:
-        study = preset("default" if args.preset is None else args.preset)  # --preset '' is no preset
+        name = "default" if args.preset is None else args.preset  # --preset '' is no preset
+        study = preset(name, width=args.width, depth=args.depth)
         study.check_count(args.max_runs)
         return study
+    refuse_flags(args, "re-shapes a transfer preset, not a grid file", width=args.width, depth=args.depth)
     return StudyConfig.from_yaml(args.grid, max_runs=args.max_runs, validate=not args.dry_run)
 
 

@@ -9,7 +9,7 @@ from depthlab.paths import check_folder, check_output_file, save_figure, write_j
 from depthlab.report.data import load
 from depthlab.report.transfer_plots import best_lr_figure, loss_vs_lr_figure
 from depthlab.study.store import DEFAULT_DB
-from depthlab.study.transfer import format_transfer, transfers
+from depthlab.study.transfer import format_transfer, mismatch, shape_line, study_shape, transfers
 
 
 def add_parser(sub) -> None:
@@ -27,6 +27,18 @@ def add_parser(sub) -> None:
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--to-depth", type=int, metavar="L", help="the depth to transfer the lr to")
     target.add_argument("--to-width", type=int, metavar="W", help="the width (d_model) to transfer it to")
+    p.add_argument(
+        "--width",
+        type=int,
+        metavar="D",
+        help="your model's d_model: refused unless the (depth) study ran at it",
+    )
+    p.add_argument(
+        "--depth",
+        type=int,
+        metavar="L",
+        help="your model's depth: refused unless the (width) study ran at it",
+    )
     p.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH ('-' for stdout)")
     p.add_argument(
         "--plot", metavar="DIR", help="write the figures (best lr against size; loss against lr) into DIR"
@@ -42,7 +54,14 @@ def run(args) -> int:
     check_output_file(args.json, "--json")
     if args.plot:
         check_folder(args.plot, "--plot")
+    for flag, value in (("--width", args.width), ("--depth", args.depth)):
+        if value is not None and value < 1:
+            raise InputError(f"{flag} {value}: at least 1")
     data = load(args.db, args.study)
+    shape = study_shape([r for r in data.runs if r.get("status") == "done"] or data.runs)
+    why = mismatch(axis, shape, args.width, args.depth)
+    if why:
+        raise InputError(why)
     result = transfers(data.runs, axis, target)
     if not result:
         field = "n_layers" if axis == "depth" else "d_model"
@@ -52,6 +71,7 @@ def run(args) -> int:
         )
     out = {
         "study": data.study["name"],
+        "shape": shape,
         "axis": axis,
         "target": target,
         "settings": [t.to_dict() for t in result],
@@ -59,7 +79,11 @@ def run(args) -> int:
     if args.json == "-":
         write_json(out, "-")
         return 0
-    print(f"study {data.study['name']}: learning-rate transfer across {axis} to {target}\n")
+    print(shape_line(data.study["name"], shape))
+    fixed = "width" if axis == "depth" else "depth"
+    print(
+        f"learning-rate transfer across {axis} to {target}, for the {fixed} above only (--{fixed} checks yours)\n"
+    )
     print("\n\n".join(format_transfer(t) for t in result))
     write_json(out, args.json)
     if args.plot:

@@ -186,8 +186,27 @@ def preset_lines() -> list[str]:
     return [f"{name:<{width}}  {run_count(name):>5,} runs  {SUMMARIES[name]}" for name in PRESETS]
 
 
-def preset(name: str) -> StudyConfig:
-    """The preset grid called ``name``, validated. Raises ConfigError for an unknown name."""
+def preset(name: str, width: int | None = None, depth: int | None = None) -> StudyConfig:
+    """The preset grid called ``name``, validated. Raises ConfigError for an unknown name.
+
+    ``width`` (d_model) and ``depth`` (n_layers) re-shape a transfer preset at the user's own size: a
+    depth transfer at their width, a width transfer at their depth (the study's name says so, so that
+    its runs are not mixed with the preset's own). A width or depth the preset sweeps is refused."""
     if name not in PRESETS:
         raise ConfigError("preset", name, f"one of {', '.join(PRESETS)}")
-    return StudyConfig.from_dict(PRESETS[name])
+    d = PRESETS[name]
+    if width is None and depth is None:
+        return StudyConfig.from_dict(d)
+    if name not in TRANSFER_PRESETS:
+        raise ConfigError(
+            "preset", name, f"a transfer preset for --width/--depth: {', '.join(TRANSFER_PRESETS)}"
+        )
+    model, suffix = dict(d["model"]), ""
+    for field, value, tag in (("d_model", width, "w"), ("n_layers", depth, "L")):
+        if value is None:
+            continue
+        if field in d["axes"]:
+            flag = "width" if field == "d_model" else "depth"
+            raise ConfigError(flag, value, f"unset: {name} sweeps {field} (the axis it transfers across)")
+        model[field], suffix = value, suffix + f"-{tag}{value}"
+    return StudyConfig.from_dict({**d, "name": d["name"] + suffix, "model": model})

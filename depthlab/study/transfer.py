@@ -190,6 +190,43 @@ def transfers(runs: list[dict], axis: str = "depth", target: int | None = None) 
     return [setting_transfer(cs, axis, target) for _, cs in sorted(by_setting.items()) if len(cs) >= 2]
 
 
+def study_shape(runs: list[dict]) -> dict:
+    """What a transfer study held fixed and what it swept: {"widths", "depths", "steps", "batch_size",
+    "seq_len"}, each the sorted values its finished runs had."""
+
+    def values(side: str, key: str) -> list:
+        return sorted({r["config"][side][key] for r in runs if r.get("config")})
+
+    return {"widths": values("model", "d_model"), "depths": values("model", "n_layers"),
+            "steps": values("train", "steps"), "batch_size": values("train", "batch_size"),
+            "seq_len": values("train", "seq_len")}  # fmt: skip
+
+
+def shape_line(name: str, shape: dict) -> str:
+    """'study depth-transfer-quick: width 32, depths 2-8, 100 steps of 16 x 32': what its answer is for."""
+
+    def span(v: list) -> str:
+        return str(v[0]) if len(v) == 1 else f"{v[0]}-{v[-1]}"
+
+    w, d = shape["widths"], shape["depths"]
+    return (f"study {name}: width{'s' if len(w) > 1 else ''} {span(w)}, depth{'s' if len(d) > 1 else ''} {span(d)}, "
+            f"{span(shape['steps'])} steps of {span(shape['batch_size'])} x {span(shape['seq_len'])}")  # fmt: skip
+
+
+def mismatch(axis: str, shape: dict, width: int | None, depth: int | None) -> str | None:
+    """Why the study cannot answer for the user's own width (a depth transfer) or depth (a width
+    transfer), in one line; None when it can (or when the user did not say theirs)."""
+    fixed, mine, name = ("widths", width, "width") if axis == "depth" else ("depths", depth, "depth")
+    have = shape[fixed]
+    if mine is None or have == [mine]:
+        return None
+    return (
+        f"the study ran at {name} {', '.join(map(str, have))}, not {mine}: its best lr is for that {name} "
+        f"(under the standard parametrization the best lr moves with width, about 1/width); run the "
+        f"transfer preset at yours (depthlab study --preset {axis}-transfer-quick --{name} {mine})"
+    )
+
+
 def _lr(v: tuple[float, float, float]) -> str:
     m, lo, hi = v
     return f"{m:.3g}" if lo == hi else f"{m:.3g} [{lo:.3g}, {hi:.3g}]"
