@@ -79,3 +79,18 @@ def test_each_section_says_at_which_commit_its_claim_was_computed():
         (body,) = [s for s in sections if s.startswith(f"{name}\n")]
         command = next(ln for ln in body.splitlines() if ln.startswith("Command:"))
         assert re.search(r"computed at commit [0-9a-f]{10}", command), name
+
+
+def test_the_readme_says_what_kind_of_evidence_the_counts_are():
+    readme = " ".join((DOCS.parent / "README.md").read_text(encoding="utf-8").split())
+    counted = {
+        name: sum(1 for c in claim["checks"] if c.get("counted"))
+        for name, claim in _record()["claims"].items()
+    }
+    by_kind = {k: sum(n for name, n in counted.items() if EVIDENCE[name].kind == k) for k in KINDS}
+    total = sum(counted.values())
+    blind, seeds, some, textbook = (by_kind[k] for k in KINDS)
+    assert f"Of the {total}, {blind} were registered blind" in readme
+    assert f"{seeds} with seed 0 (or seeds 0-2) of the same runs known" in readme
+    assert f"{some} with one result or a few outcomes known" in readme
+    assert f"{textbook} are arithmetic on the texts' numbers" in readme

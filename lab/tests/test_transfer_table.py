@@ -51,3 +51,23 @@ def test_the_page_opens_with_the_table_and_its_links_resolve():
     assert links and set(links) <= anchors, set(links) - anchors
     for param, axis in (("sp", "width"), ("mup", "width"), ("sp", "depth"), ("completep", "depth")):
         assert re.search(rf"^\| {param} \| {axis} \| [^|]+ \| [+-]\d\.\d\d \[", block, re.M), (param, axis)
+
+
+def _interval(v) -> str:
+    return f"{v[0]:+.2f} [{v[1]:+.2f}, {v[2]:+.2f}]"
+
+
+def test_the_readme_quotes_the_registered_records():
+    """README's transfer figures are the registered fresh-seed replication's and the registered
+    coordinate check's, as the records give them (not an exploratory preset's)."""
+    readme = " ".join((transfer_table.DOCS.parent / "README.md").read_text(encoding="utf-8").split())
+    _, width = transfer_table.measured("width")
+    by = {t.setting.split("param=")[-1]: t for t in width}
+    assert f"slope {_interval(by['sp'].slope)} under SP" in readme
+    assert f"costs {by['sp'].rows[-1].penalty[0]:.2f} nats at width 128" in readme
+    assert f"Under muP it moved by {_interval(by['mup'].slope)}" in readme
+    coord = json.loads((transfer_table.DOCS / "transfer-claims.json").read_text())["claims"]["coord-depth"]
+    for param in ("sp", "completep"):
+        i = transfer_table.mean_interval(coord["slope_last_per_seed"][f"pre {param}"]["stream@L rms"])
+        assert _interval((i.mean, i.low, i.high)) in readme, param
+    assert "-1.05 [-1.17, -0.93]" not in readme and "-0.09 [-0.20, +0.02]" not in readme
