@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from depthlab.intervals import AGREE, INCONCLUSIVE, MISMATCH
 from depthlab_lab.reproduce.evidence import BLIND, EVIDENCE, KINDS, SAID, SEEDS_KNOWN, SOME_KNOWN, TEXTBOOK
+from depthlab_lab.reproduce.ladder import SEEDS, WIDTHS
 from depthlab_lab.reproduce.reproduction import Reproduction, counts
 
 # Each claim as a reader would put it: what the source says, in a line (the claim, not the result).
@@ -68,11 +69,12 @@ def tally(n: dict) -> str:
     return ", ".join([f"{n[AGREE]} of {total} agree", *extra])
 
 
-def _at_scale(p: Reproduction, ladder) -> str:
-    """The result at the largest scale measured: the ladder's widest width, else the registered checks."""
-    if ladder is not None and ladder.effects:
-        return f"d_model {ladder.width} (ladder): {tally(ladder.results)}"
-    return f"registered regime: {tally(counts(p.checks))}"
+def _at_scale(ladder) -> str:
+    """The result at the largest scale measured, for a claim on the ladder: its effects at the widest
+    width ("-" for a claim that is not on it)."""
+    if ladder is None or not ladder.effects:
+        return "-"
+    return f"d_model {ladder.width}: {tally(ladder.results)}"
 
 
 def _with_width(ladder) -> str:
@@ -85,14 +87,16 @@ def _with_width(ladder) -> str:
 def answer_rows(parts: list[Reproduction], registry: dict, ladder: dict) -> list[str]:
     """The page's opening table: a row per claim (``ladder``: {claim: LadderAnswer} of those on it)."""
     lines = [
-        "| claim | result at the largest scale measured | with width | known at registration | section |",
-        "|---|---|---|---|---|",
+        "| claim | registered checks | at the widest width measured | with width | known at registration "
+        "| section |",
+        "|---|---|---|---|---|---|",
     ]
     for p in parts:
         kind = EVIDENCE[p.name].kind if p.name in EVIDENCE else None
+        at = ladder.get(p.name)
         lines.append(
-            f"| {plain(p, registry[p.name])} | {_at_scale(p, ladder.get(p.name))} "
-            f"| {_with_width(ladder.get(p.name))} | {SHORT.get(kind, 'not filed')} | [{p.name}](#{p.name}) |"
+            f"| {plain(p, registry[p.name])} | {tally(counts(p.checks))} | {_at_scale(at)} "
+            f"| {_with_width(at)} | {SHORT.get(kind, 'not filed')} | [{p.name}](#{p.name}) |"
         )
     return lines
 
@@ -107,12 +111,14 @@ def reading() -> list[str]:
         "the claim's side of the threshold, reads **MISMATCH** when all of it is on the other side, and "
         "is **inconclusive** when it straddles the threshold.",
         "",
-        "The second column is the result at the largest scale measured. For a training claim on the scale "
-        "ladder, that is its widest width (d_model 128, three seeds). For any other claim, it is its "
-        "registered regime. The third counts the ladder's effects that moved toward the claim with width, "
-        "away from it, or not beyond their intervals (flat), from the narrowest width to the widest.",
+        "The second column counts the claim's checks in its registered regime. For a training claim on "
+        f"the scale ladder, the third gives its effects at the widest width measured (d_model {max(WIDTHS)}, "
+        f"{len(SEEDS)} seeds): the quantities its checks decide, on a cheaper subset of its runs "
+        "([the ladder page](reproductions-ladder.md) says where they differ). The fourth counts the "
+        "effects that moved toward the claim with width, away from it, or not beyond their intervals "
+        "(flat).",
         "",
-        "The fourth says what kind of evidence the checks are. Only a blind check is a prediction. The "
+        "The fifth says what kind of evidence the checks are. Only a blind check is a prediction. The "
         "others replicate, on new seeds, what had been seen, or recompute a textbook's numbers. The "
         "appendix gives each claim's reason, its registration, every revision and the pinned code.",
         "",
