@@ -73,7 +73,7 @@ def sandbox(tmp_path, monkeypatch):
     monkeypatch.setattr("depthlab.train.loop.Trainer", _Trainer)
     if LAB:  # the lab's commands, where the lab is installed beside the library (make test installs it)
         reproduce = importlib.import_module("depthlab_lab.cli.reproduce")
-        for name in ("run_all", "print_all_plan", "write_tour"):
+        for name in ("run_all", "render_all", "print_all_plan", "write_tour"):
             monkeypatch.setattr(reproduce, name, _work)
         monkeypatch.setattr(reproduce, "REPRODUCTIONS", {name: _work for name in reproduce.REPRODUCTIONS})
     fill_store(str(tmp_path / "store.sqlite"), fake_study())

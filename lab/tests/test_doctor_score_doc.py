@@ -23,7 +23,7 @@ def test_the_document_shows_intervals_baselines_the_caveat_and_the_registered_gr
     )
     assert "9 of 10 outcomes predicted: 90% (95% interval" in text
     assert "baseline wrapping x lr lookup: 8 of 10, 80% (95% interval" in text
-    assert "score below is optimistic" in text and "- a miss" in text
+    assert "its score is optimistic" in text and "- a miss" in text
     assert (
         "lab/depthlab_lab/grids/doctor-scale-heldout.yaml" in text
         and "`depthlab calibrate` refuses it" in text
@@ -137,4 +137,57 @@ def test_without_fitted_limits_the_document_says_the_constants_hold(tmp_path):
     text = render(scores, "runs/doctor.sqlite", str(path))
     assert "No limit on rho was fitted." in text and "a warning above rho 1.42" in text
     assert "No fitted limit holds a fit per width yet." in text
-    assert "size) above 0.63, " in text and "any other stack's relative update" not in text
+    assert "size) above 0.63;" in text and "any other stack's relative update" not in text
+
+
+def test_the_document_opens_with_the_score_table_and_the_misses():
+    """The held-out scores against the baselines open the page, then every run the doctor got wrong,
+    one row each from the run record's rows; method and provenance follow."""
+    s = score([("trains", "trained")] * 8 + [("fails", "stalled"), ("trains", "diverged")])
+    base = {"wrapping x lr lookup": score([("trains", "trained")] * 8 + [("trains", "stalled")] * 2)}
+    row = {"wrap": "post", "n_layers": 6, "d_model": 48, "lr": 0.01, "warmup": 0, "step_size": 2.5}
+    runs = {
+        "doctor-heldout": [
+            dict(row, predicted="trains", outcome="diverged"),
+            dict(row, predicted="trains", outcome="trained"),
+            dict(row, predicted=None, outcome="stalled"),  # no verdict: not a miss
+        ]
+    }
+    scores = {
+        "heldout": s,
+        "heldout_before": s,
+        "tuning": s,
+        "baselines": base,
+        "misses": ["x"],
+        "runs": runs,
+    }
+    text = render({**scores, "seconds": 1.0}, "runs/doctor.sqlite")
+    lines = text.splitlines()
+    table = lines.index(next(ln for ln in lines if ln.startswith("| held-out grid | runs | doctor |")))
+    assert table < 10, "the page opens with its score table"
+    assert "| d_model 48-64, 150 steps | 10 | 9 (90% [" in text and "| 8 (80% [" in text
+    misses = [ln for ln in lines if ln.startswith("| d_model 48-64, 150 steps | post |")]
+    assert misses == ["| d_model 48-64, 150 steps | post | 6 | 48 | 0.01 | 0 | trains | diverged | 2.5 |"]
+    assert text.index("## The runs it got wrong") < text.index("## Method and provenance")
+
+
+def test_the_committed_page_lists_every_held_out_miss_of_its_record():
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    studies = json.loads((docs / "doctor-runs.json").read_text())["studies"]
+    page = (docs / "doctor.md").read_text()
+    head = page.split("## Method and provenance", 1)[0]
+    first = next(ln for ln in head.splitlines() if ln.startswith("| "))
+    assert first.startswith("| held-out grid | runs | doctor |") and head.index(first) < 600
+    missed = [
+        r
+        for name in ("doctor-heldout", "doctor-scale-heldout", "doctor-scale-heldout-families")
+        for r in studies[name]
+        if r.get("predicted") and (r["predicted"] == "trains") != (r["outcome"] == "trained")
+    ]
+    rows = [ln for ln in head.split("## The runs it got wrong", 1)[1].splitlines() if ln.startswith("| ")][1:]
+    assert missed and len(rows) == len(missed)
+    for r in missed:
+        cells = f"| {r['wrap']} | {r['n_layers']} | {r['d_model']} | {r['lr']:g} | {r['warmup']} | {r['predicted']} | {r['outcome']} |"
+        assert any(cells in ln for ln in rows), cells

@@ -12,6 +12,7 @@ import os
 import pytest
 
 from depthlab.cli import main
+from depthlab.errors import InputError
 from depthlab.intervals import INCONCLUSIVE, Interval, log_interval, mean_interval
 from depthlab_lab.docgen import reproductions as all_mod
 from depthlab_lab.reproduce import REGISTRATIONS, REPRODUCTIONS, dry_run, parts, run_cache
@@ -277,3 +278,49 @@ def test_a_bad_parts_folder_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys
 def test_parts_is_refused_for_anything_but_all(capsys):
     assert main(["reproduce", "depth", "--parts", "x"]) == 2
     assert "--parts applies to 'all' only" in capsys.readouterr().err
+
+
+def test_render_runs_nothing_and_says_which_parts_were_computed_under_other_code(fakes, monkeypatch, capsys):
+    first = _sitting(fakes)
+    record = (fakes.parent / "reproductions-record.json").read_text()
+    before = parts.module_digest
+    monkeypatch.setattr(
+        parts, "module_digest", lambda m: "0" * 16 if m == "depthlab.intervals" else before(m)
+    )
+    monkeypatch.setattr(all_mod, "names_to_run", lambda registry, names=None, scale="small": NAMES)
+    again = all_mod.render_all(str(fakes), ladder_db=str(fakes.parent.parent / "ladder.sqlite"))
+    assert CALLS == {"fake-a": 1, "fake-b": 1}, "rendering ran a claim"
+    assert (fakes.parent / "reproductions-record.json").read_text() == record
+    assert [c.to_dict() for c in again.checks] == [c.to_dict() for c in first.checks]
+    page = fakes.read_text()
+    commit = parts.short_commit(run_cache.current_commit())
+    line = next(ln for ln in page.splitlines() if ln.startswith("Command: `depthlab reproduce fake-a`"))
+    assert f"computed at commit {commit}" in line and "Not rerun" in line and "depthlab.intervals" in line
+    assert (
+        "`depthlab reproduce all --render` (scale: small): every claim rendered from its committed part"
+        in page
+    )
+    assert "- code since: 2 of 2 claims were computed under code" in page
+    assert "depthlab.intervals changed since" in capsys.readouterr().err
+
+
+def test_render_refuses_a_claim_without_a_part_and_writes_nothing(fakes, monkeypatch):
+    _sitting(fakes, names=["fake-a"])
+    page = fakes.read_text()
+    monkeypatch.setattr(all_mod, "names_to_run", lambda registry, names=None, scale="small": NAMES)
+    with pytest.raises(InputError, match=r"--render: no part to render .* fake-b \(no part\)"):
+        all_mod.render_all(str(fakes), ladder_db=str(fakes.parent.parent / "ladder.sqlite"))
+    assert fakes.read_text() == page and CALLS == {"fake-a": 1}
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["depth", "--render"], "--render applies to 'all' only"),
+        (["all", "--render", "--quick"], "--quick does nothing with --render"),
+        (["all", "--render", "--plan"], "--plan does nothing with --render"),
+    ],
+)
+def test_render_flags_are_refused_where_they_do_nothing(argv, needle, capsys):
+    assert main(["reproduce", *argv]) == 2
+    assert needle in capsys.readouterr().err

@@ -1,5 +1,7 @@
 """The committed page and its run record agree: every verdict over seeds is decided again from
-docs/reproductions-record.json, and the page's headline counts are the record's."""
+docs/reproductions-record.json, and the page's headline counts are the record's. The page answers
+first: a row per claim in plain words within its first 60 lines, the counts by what was known at
+registration, and each claim's section saying at which commit it was computed."""
 
 from __future__ import annotations
 
@@ -7,7 +9,9 @@ import json
 import re
 from pathlib import Path
 
+from depthlab_lab.docgen.reproductions_answers import PLAIN
 from depthlab_lab.reproduce import REPRODUCTIONS
+from depthlab_lab.reproduce.evidence import EVIDENCE, KINDS, SAID
 from depthlab_lab.reproduce.run_record import regenerate
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -40,3 +44,53 @@ def test_the_page_headline_counts_are_the_records():
         tally["MISMATCH"],
         tally["inconclusive"],
     ]
+
+
+def _page() -> str:
+    return (DOCS / "reproductions.md").read_text(encoding="utf-8")
+
+
+def test_the_page_opens_with_a_row_per_claim_in_plain_words():
+    first = _page().splitlines()[:60]
+    for name in REPRODUCTIONS:
+        rows = [ln for ln in first if ln.endswith(f"| [{name}](#{name}) |")]
+        assert len(rows) == 1, f"{name}: no row of its own in the page's first 60 lines"
+        cells = [c.strip() for c in rows[0].strip("|").split("|")]
+        assert cells[0] == PLAIN[name] and cells[1] and cells[2] and cells[3], rows[0]
+
+
+def test_the_page_counts_the_checks_by_what_was_known_at_registration():
+    by_kind = {k: [0, 0, 0, 0] for k in KINDS}
+    for name, claim in _record()["claims"].items():
+        for c in claim["checks"]:
+            if c.get("counted"):
+                row = by_kind[EVIDENCE[name].kind]
+                row[0] += 1
+                row[1 + ("agree", "MISMATCH", "inconclusive").index(c["result"])] += 1
+    page = _page()
+    for kind, (n, agree, mismatch, inconclusive) in by_kind.items():
+        claims = sum(1 for e in EVIDENCE.values() if e.kind == kind)
+        assert f"| {SAID[kind]} | {claims} | {n} | {agree} | {mismatch} | {inconclusive} |" in page, kind
+
+
+def test_each_section_says_at_which_commit_its_claim_was_computed():
+    sections = re.split(r"^## ", _page(), flags=re.M)
+    for name in REPRODUCTIONS:
+        (body,) = [s for s in sections if s.startswith(f"{name}\n")]
+        command = next(ln for ln in body.splitlines() if ln.startswith("Command:"))
+        assert re.search(r"computed at commit [0-9a-f]{10}", command), name
+
+
+def test_the_readme_says_what_kind_of_evidence_the_counts_are():
+    readme = " ".join((DOCS.parent / "README.md").read_text(encoding="utf-8").split())
+    counted = {
+        name: sum(1 for c in claim["checks"] if c.get("counted"))
+        for name, claim in _record()["claims"].items()
+    }
+    by_kind = {k: sum(n for name, n in counted.items() if EVIDENCE[name].kind == k) for k in KINDS}
+    total = sum(counted.values())
+    blind, seeds, some, textbook = (by_kind[k] for k in KINDS)
+    assert f"Of the {total}, {blind} were registered blind" in readme
+    assert f"{seeds} with seed 0 (or seeds 0-2) of the same runs known" in readme
+    assert f"{some} with one result or a few outcomes known" in readme
+    assert f"{textbook} are arithmetic on the texts' numbers" in readme

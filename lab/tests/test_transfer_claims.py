@@ -20,7 +20,7 @@ from depthlab.intervals import AGREE, INCONCLUSIVE, MISMATCH
 from depthlab.probe.coord import CoordResult, CoordSpec
 from depthlab.report.data import load
 from depthlab.study.sensitivity import Curve, Point
-from depthlab_lab.reproduce import REGISTRATIONS, run_record
+from depthlab_lab.reproduce import REGISTRATIONS, lr_transfer, run_record
 from depthlab_lab.reproduce.claims import coord_depth, lr_transfer_depth, width_transfer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -113,7 +113,10 @@ def _curves(sizes, slope: float, param: str, at=1e-2, jitter=(1.0, 1.05, 0.95)) 
 
 def test_lr_transfer_depth_decides_on_the_slope_over_seeds():
     e = REGISTRATIONS["lr-transfer-depth"].expectation
-    check = lr_transfer_depth._slope_check
+
+    def check(param, cs, e):
+        return lr_transfer.slope_check("depth", param, cs, e)
+
     assert check("completep", _curves(DEPTHS, 0.0, "completep"), e).result == AGREE
     assert check("completep", _curves(DEPTHS, -0.6, "completep"), e).result == MISMATCH
     assert check("sp", _curves(DEPTHS, -0.3, "sp"), e).result == AGREE
@@ -127,13 +130,69 @@ def test_lr_transfer_depth_decides_on_the_slope_over_seeds():
 
 def test_width_transfer_decides_on_the_slope_over_seeds():
     e = REGISTRATIONS["width-transfer"].expectation
-    check = width_transfer._slope_check
+
+    def check(param, cs, e):
+        return lr_transfer.slope_check("width", param, cs, e)
+
     widths = (32, 64, 128)
     assert check("sp", _curves(widths, -1.0, "sp", at=4e-2), e).result == AGREE
     assert check("mup", _curves(widths, 0.0, "mup"), e).result == AGREE
     assert check("mup", _curves(widths, -0.6, "mup", at=4e-2), e).result == MISMATCH
     assert check("sp", _curves(widths, 0.0, "sp"), e).result == MISMATCH
     assert "d_model 32 to 128" in check("mup", _curves(widths, 0.0, "mup"), e).claim
+    edge = check("sp", _curves(widths, -3.0, "sp", at=4e-2), e)  # below the sweep at width 128
+    assert edge.result == INCONCLUSIVE and "at the sweep's edge at d_model [" in edge.measured
+    assert check("sp", [], e).claim.endswith("(no width)") and check("sp", [], e).result == INCONCLUSIVE
+
+
+RECORDS = ("transfer-claims.json", "transfer-claims-width-rerun.json")
+
+
+def _recorded_curves(claim: dict) -> dict[str, list[Curve]]:
+    """Per parametrization, the learning-rate curves of a record's runs (each run's final validation
+    loss and outcome; a diverged run counts as ln V, as a run without logged metrics does in the study)."""
+    size = claim["runs_columns"][1]
+    points: dict[tuple, dict[float, Point]] = {}
+    for row in claim["runs"]:
+        r = dict(zip(claim["runs_columns"], row, strict=True))
+        point = points.setdefault((r["param"], r[size]), {}).setdefault(r["lr"], Point(r["lr"]))
+        point.loss[r["seed"]] = r["val_loss"]
+        point.outcome[r["seed"]] = r["outcome"]
+    out: dict[str, list[Curve]] = {}
+    for (param, at), by_lr in sorted(points.items()):
+        curve = Curve({"wrap": "pre", "param": param}, at, [by_lr[lr] for lr in sorted(by_lr)], math.log(256))
+        out.setdefault(param, []).append(curve)
+    return out
+
+
+@pytest.mark.parametrize("record", RECORDS)
+def test_the_merged_code_decides_the_recorded_runs_as_recorded(record):
+    """Both claims call one implementation now (a recorded revision of each): on the committed runs of
+    each claim its checks say what was recorded, claim by claim, seed by seed, result by result."""
+    claims = json.loads((Path(__file__).resolve().parents[2] / "docs" / record).read_text())["claims"]
+    for name, axis in (("lr-transfer-depth", "depth"), ("width-transfer", "width")):
+        if name not in claims:
+            continue
+        reg = REGISTRATIONS[name]
+        checks = lr_transfer.slope_checks(
+            axis, _recorded_curves(claims[name]), reg.regimes["small"], reg.expectation
+        )
+        recorded = claims[name]["checks"]
+        assert [c.claim for c in checks] == [c["claim"] for c in recorded]
+        assert [c.result for c in checks] == [c["result"] for c in recorded]
+        for c, r in zip(checks, recorded, strict=True):
+            assert c.interval.values == pytest.approx(r["values"], abs=2e-3)
+            assert [c.bounds["at_least"], c.bounds["at_most"]] == r["bounds"]
+
+
+def test_both_claim_names_stay_registered_with_their_history():
+    for name, module in (("lr-transfer-depth", lr_transfer_depth), ("width-transfer", width_transfer)):
+        reg = REGISTRATIONS[name]
+        assert reg is module.REGISTRATION and reg.commit.startswith("f7731fe")
+        merged = [r for r in reg.revisions if r.reason == lr_transfer.MERGED]
+        assert {r.key for r in merged} >= {"code._checks", "code._slope_check"}
+        assert all(r.results_known == lr_transfer.MERGED_KNOWN for r in merged)
+        assert module.DECIDED_ELSEWHERE == lr_transfer.DECIDED_ELSEWHERE
 
 
 QUICKER = {

@@ -20,14 +20,14 @@ from depthlab_lab.docgen.doctor_score import TUNING as DOCTOR_TUNING
 from depthlab_lab.docgen.ladder_doc import DEFAULT_DB as LADDER_DB
 from depthlab_lab.docgen.ladder_doc import DEFAULT_DOC as LADDER_DOC
 from depthlab_lab.docgen.ladder_doc import check_page, write_ladder
-from depthlab_lab.docgen.reproductions import DEFAULT_DOC, names_to_run, parts_of, run_all
+from depthlab_lab.docgen.reproductions import DEFAULT_DOC, names_to_run, parts_of, render_all, run_all
 from depthlab_lab.docgen.reproductions_ladder import check_ladder_db
 from depthlab_lab.docgen.tour import check_written, write_tour
 from depthlab_lab.reproduce import REPRODUCTIONS, parts, run_cache
 from depthlab_lab.reproduce.dry_run import print_plan as print_all_plan
 from depthlab_lab.reproduce.ladder_record import record_path, restore_ladder
 from depthlab_lab.reproduce.ladder_run import check_db, chosen, print_plan, rungs
-from depthlab_lab.reproduce.reproduction import SCALES, run_claim
+from depthlab_lab.reproduce.reproduction import SCALES, format_counts, run_claim
 from depthlab_lab.restore import checked, restore
 
 OUT = os.path.join("runs", "reproduce")
@@ -75,6 +75,13 @@ def add_parser(sub) -> None:
         "finishes; a claim whose part has today's key (the same code, registration, torch and threads) is "
         f"loaded from it, not run, so the page accumulates across sittings (default beside --doc: "
         f"{parts.default_folder(DEFAULT_DOC)} for {DEFAULT_DOC})",
+    )
+    p.add_argument(
+        "--render",
+        action="store_true",
+        help="for 'all': run nothing; render the page and its run record from the committed parts, "
+        "whatever their key (a claim computed under code that has changed since says so in its "
+        "section, with the commit it was computed at)",
     )
     p.add_argument(
         "--cache",
@@ -126,6 +133,7 @@ def run(args) -> int:
         why = f"does nothing with '{args.name}'"
         given = {"cache": args.cache is not None, "ladder_db": args.ladder_db is not None, "plan": args.plan}
         given["parts"] = args.parts is not None
+        given["render"] = args.render
         refuse_flags(
             args, why, quick=args.quick, json=args.json is not None, out=args.out is not None, **given
         )
@@ -214,6 +222,14 @@ def run_reproductions(args) -> int:
         names = names_to_run(REPRODUCTIONS, scale=args.scale)
         print_all_plan(names, args.scale, args.quick, cache, parts_dir=folder)
         return 0
+    if args.render:
+        result = render_all(args.doc, args.scale, args.ladder_db or LADDER_DB, folder)
+        if args.json == "-":
+            write_json(result.to_dict(), "-")
+        else:
+            print(f"{format_counts(result.checks)}; wrote {result.data['doc']} and {result.data['record']}")
+            write_json(result.to_dict(), args.json)
+        return 0
     if args.name == "all":
         check_ladder_db(args.ladder_db or LADDER_DB)  # before any run: a bad path must not cost them
         parts.check_writable(folder)
@@ -248,6 +264,11 @@ def _refuse_ladder_flags(args) -> None:
         raise InputError(f"--ladder-db applies to 'all' only, not to {args.name}")
     if args.name != "all" and args.parts is not None:
         raise InputError(f"--parts applies to 'all' only, not to {args.name}")
+    if args.name != "all" and args.render:
+        raise InputError(f"--render applies to 'all' only, not to {args.name}")
+    if args.render:
+        given = {"quick": args.quick, "plan": args.plan, "cache": args.cache is not None}
+        refuse_flags(args, "does nothing with --render (it runs nothing)", **given, out=args.out is not None)
     if args.name in DOCUMENTS[1:] and args.cache is not None:
         raise InputError(f"--cache applies to the reproductions and 'all', not to {args.name}")
     if args.plan and args.json is not None and args.name == "all":  # ladder refuses --json itself

@@ -340,7 +340,7 @@ def _comparison_lines(result: dict) -> list[str]:
         lines += [
             "",
             "Under the earlier registrations (each committed before any of this grid's runs too, their "
-            "records kept in `depthlab/probe/`):",
+            "records kept in `lab/depthlab_lab/records/`):",
             "",
             "| registration | record | held-out score |",
             "|---|---|---|",

@@ -29,9 +29,9 @@ from depthlab_lab import lab_file
 from depthlab_lab.calibrate.baselines import baseline_pairs
 from depthlab_lab.calibrate.calibration import calibration_record, write_record
 from depthlab_lab.calibrate.refit import keep_fitted
+from depthlab_lab.docgen.doctor_answers import how_lines, misses_table, score_table
 from depthlab_lab.docgen.doctor_fits import (
     limit_lines,
-    limit_summary,
     plateau_lines,
     sources_text,
     update_limit_lines,
@@ -299,33 +299,40 @@ def render(scores: dict, db: str, record: str = RECORD_PATH, scale_db: str = DEF
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     h, b, t = scores["heldout"], scores["heldout_before"], scores["tuning"]
     rec = load_record(record)
+    heldout_name = StudyConfig.from_yaml(lab_file(HELDOUT)).name
     lines = [
         "<!-- written by `depthlab reproduce doctor`: regenerate it rather than editing it -->",
         "# How well the doctor's verdict at init foretells a run",
         "",
-        "Before a run trains, `depthlab probe` (and every study, for each of its runs) probes the model once "
-        "at init and the doctor gives verdicts. Given the learning rate and warmup the run will use "
-        "(`probe --lr --warmup`; studies pass theirs), the doctor measures the model's update gain (how far "
-        "Adam's first update moves the output per unit learning rate) and predicts a failure where blocks "
-        f"renormalise the stream and the full-size step at the peak lr reaches {limit_summary(rec)}, "
-        f"where a ReZero stack {_gated_depths(rec)} takes a "
-        f"relative update (Adam's first step against its block matrices' size) {_gated_summary(rec)}, "
-        f"{_free_clause(rec)}or "
-        "where any other verdict is an error (an error outside the calibrated range is only a warning, "
-        "marked as an extrapolation, and predicts nothing). A hit is "
-        "a predicted 'trains' for a run that trained, or 'fails' for a run that did not (undertrained, "
-        "stalled or diverged).",
+        "The doctor probes a model once at init and says whether its run will train. Here is its score on "
+        "held-out grids, against two baselines on the same runs. Each grid was committed before its runs "
+        "and never used to choose a rule. Hits carry 95% Wilson intervals; the paired difference, "
+        "Newcombe's.",
+        "",
+        *score_table(scores, heldout_name),
+        "",
+        "The lookup answers each run with the majority outcome of its wrapping and learning rate on the "
+        "tuning runs. The doctor is worth its probe only above it.",
+        "",
+        "## The runs it got wrong",
+        "",
+        *misses_table(scores, heldout_name),
+        "",
+        "## What it predicts from",
+        "",
+        *how_lines(rec, _gated_summary(rec), _gated_depths(rec), _free_clause(rec)),
+        "",
+        "## Method and provenance",
         "",
         f"The thresholds were chosen on `{TUNING}` only. `{HELDOUT}` was fixed in the repository before "
         "any of its runs; it differs from the tuning grid in depth, width, learning rate, warmup length and "
-        "seed, and was never used to choose anything. One caveat on this version: the ReZero update-size "
-        "rule and the error for collapsed positions were chosen on the tuning grid after the previous "
-        "version's held-out misses (ReZero runs that diverged at lr 0.02) were listed on this page, so the "
-        "held-out grid is no longer blind to them and the score below is optimistic. The same holds for the "
-        "step-size limit as a function of the warmup length (fitted on tuning runs only, but after this "
-        "page had shown the held-out scores of the rule it replaces). The held-out grids across width (the "
-        "first section below), each registered before any of its runs and scored under the rules registered "
-        "before them, are the clean test.",
+        "seed, and was never used to choose anything. One caveat: the ReZero update-size rule and the error "
+        "for collapsed positions were chosen on the tuning grid after that grid's misses (ReZero runs that "
+        "diverged at lr 0.02) were listed on this page. So the held-out grid is no longer blind to them, "
+        "and its score is optimistic. The same holds for the step-size limit as a function of the "
+        "warmup length (fitted on tuning runs only, but after this page had shown the held-out scores of "
+        "the rule it replaces). The held-out grids across width (the next section), each registered before "
+        "any of its runs and scored under the rules registered before them, are the clean test.",
         "",
         *heldout_lines(scores.get("scale"), scale_db),
         "",
@@ -354,10 +361,6 @@ def render(scores: dict, db: str, record: str = RECORD_PATH, scale_db: str = DEF
         format_score(t),
         "```",
         *_scale_tuning_lines(scores),
-        "",
-        "## Held-out runs the doctor got wrong",
-        "",
-        *[f"- {m}" for m in scores["misses"]],
         "",
         *scale_section(rec, _refit(scores, db, rec, scale_db)),
         "",

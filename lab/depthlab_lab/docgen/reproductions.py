@@ -33,8 +33,8 @@ import torch
 
 from depthlab.errors import ConfigError, InputError
 from depthlab_lab.docgen.ladder_doc import DEFAULT_DB as LADDER_DB
-from depthlab_lab.docgen.reproductions_ladder import check_ladder_db, ladder_blocks
-from depthlab_lab.docgen.reproductions_origin import parts_context
+from depthlab_lab.docgen.reproductions_ladder import check_ladder_db, ladder_view
+from depthlab_lab.docgen.reproductions_origin import parts_context, rendered_machine
 from depthlab_lab.docgen.reproductions_text import render
 from depthlab_lab.reproduce import Check, Reproduction, load_all, parts, run_cache, run_record
 from depthlab_lab.reproduce.reproduction import REGISTRATIONS, counts, format_counts, run_claim, supports
@@ -113,6 +113,8 @@ def check_doc_path(doc: str) -> None:
     """Refuse to overwrite a file that this command did not write (its first line is not MARKER)."""
     if os.path.isdir(doc):
         raise InputError(f"{doc} is a directory; --doc takes a Markdown file path")
+    if os.path.exists(doc) and not os.path.isfile(doc):
+        raise InputError(f"{doc} is not a regular file; --doc takes a Markdown file path")
     if os.path.exists(doc):
         with open(doc, encoding="utf-8", errors="replace") as f:
             first = f.readline().strip()
@@ -187,9 +189,66 @@ def run_all(
     context["scale"] = scale
     context["command"] = "depthlab reproduce all" + (" --quick" if quick else "")
     context["command"] += f" --scale {scale}" if scale != "small" else ""
+    return write_page(results, registry, seconds, context, doc, todo, ladder_db, quick)
+
+
+def render_all(
+    doc: str | None = None, scale: str = "small", ladder_db: str = LADDER_DB, parts_dir: str | None = None
+) -> Reproduction:
+    """docs/reproductions.md (or ``doc``) and its run record from the committed parts alone, whatever
+    their keys: no claim runs. A part computed under code that has changed since is shown as computed,
+    its section naming the commit and the modules that changed (it was not rerun). InputError, before
+    anything is written, when a claim has no readable part."""
+    doc = doc_of(doc, scale)
+    folder = parts_of(parts_dir, doc, scale)
+    check_doc_path(doc)
+    check_ladder_db(ladder_db)
+    registry = load_all()
+    todo = names_to_run(registry, None, scale)
+    loaded, changed, missing = {}, {}, []
+    for name in todo:
+        part, why = parts.load_any(folder, name, parts.key_inputs(name, scale, False))
+        if part is None:
+            missing.append(f"{name} ({why})")
+            continue
+        loaded[name], changed[name] = part, why
+    if missing:
+        raise InputError(
+            f"--render: no part to render in {folder} for {', '.join(missing)}; run those claims first"
+        )
+    context = {**machine(), "commit": run_cache.current_commit(), "seconds": 0.0, "cache": None}
+    context["parts"] = parts_context(folder, doc, loaded, [], [], context["commit"], changed)
+    context["rendered"] = rendered_machine(loaded)
+    context["scale"] = scale
+    context["command"] = "depthlab reproduce all --render" + (f" --scale {scale}" if scale != "small" else "")
+    results = [loaded[n].reproduction for n in todo]
+    seconds = {n: loaded[n].seconds for n in todo}
+    for name in todo:
+        state = f"computed at commit {parts.short_commit(loaded[name].commit)}"
+        _log(
+            f"{name}: {state}"
+            + (f"; not rerun although {changed[name]} changed since" if changed[name] else "")
+        )
+    return write_page(results, registry, seconds, context, doc, todo, ladder_db, False)
+
+
+def write_page(
+    results: list[Reproduction],
+    registry: dict,
+    seconds: dict,
+    context: dict,
+    doc: str,
+    todo: list[str],
+    ladder_db: str,
+    quick: bool,
+) -> Reproduction:
+    """Write the page ``doc`` of ``results`` (its plots beside it, the ladder's tables from
+    ``ladder_db``) and its run record; returns them collected."""
+    scale = context["scale"]
     img = "img" if scale == "small" else f"img-{scale}"
     images = copy_plots(results, os.path.join(os.path.dirname(doc) or ".", img), img)
-    text = render(results, registry, seconds, images, context, quick, ladder_blocks(ladder_db, todo, doc))
+    blocks, answers = ladder_view(ladder_db, todo, doc)
+    text = render(results, registry, seconds, images, context, quick, blocks, answers)
     os.makedirs(os.path.dirname(doc) or ".", exist_ok=True)
     with open(doc, "w", encoding="utf-8") as f:
         f.write(MARKER + "\n" + text)

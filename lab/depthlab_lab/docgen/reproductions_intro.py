@@ -1,11 +1,18 @@
-"""The opening of docs/reproductions.md: what the page is, how a result is decided and counted, the rules it follows."""
+"""The words of docs/reproductions.md that no result decides: its title and first line (:data:`OPENING`),
+and how a result is decided and counted, the rules it follows (:data:`INTRO`, in the appendix)."""
+
+OPENING = (
+    "# Reproductions",
+    "",
+    "Which claims of the source texts, and of the papers they rest on, hold at depthlab's small scale, and "
+    "how sure we can be. One row per claim; its section below has the checks.",
+    "",
+)
 
 INTRO = """\
-# Reproductions
-
 What depthlab measured for each number of the source texts (the seeds) and each published claim they
 rest on (docs/references.md, "Published results"), on the machine below. Each claim's expectation and
-regime is a `Registration` in its module under `depthlab/reproduce/claims/`, fixed by the git commit that
+regime is a `Registration` in its module under `lab/depthlab_lab/reproduce/claims/`, fixed by the git commit that
 first recorded its values (lab/tests/test_reproduce_registration.py checks each one against the history; a
 date once typed by hand is shown as a label, not as its time). Most were recorded after single-seed
 results had been seen: the registrations' notes and revisions say which. The code that computes and
@@ -23,7 +30,7 @@ Where a check's registration puts its interval on a log scale (a positive multip
 ratio, a mean squared value, a gradient norm), the t-interval is computed on log10 values and shown back
 on the original scale as a geometric mean. A yes/no outcome per seed (a run diverged; the deepest depth
 that trained lies in a range) is decided on the share of seeds that show it, with its exact binomial
-(Clopper-Pearson) interval against the registered share (`depthlab/reproduce/shares.py`): a t-interval
+(Clopper-Pearson) interval against the registered share (`lab/depthlab_lab/reproduce/shares.py`): a t-interval
 does not fit a discrete quantity and unanimity is no interval. With three seeds such a check is
 inconclusive whatever they show (3 of 3 gives [0.29, 1]); six unanimous seeds are the fewest that decide.
 Two claims were first registered otherwise, and their first rule still decides: post-diverge on
@@ -72,11 +79,16 @@ the scale, the torch version and threads, and the source of every module its cod
 code among them; not the code that renders this page), and `depthlab reproduce all` loads each claim
 whose part has today's key instead of running it. Each section says whether its claim was computed in
 the sitting below or loaded from its part, and at which commit; `depthlab reproduce all --plan` lists
-the claims still to run. To regenerate the page from nothing, delete the parts. **The scale ladder.** Each training claim on the scale
-ladder shows, after its checks, its effect sizes at each width from the ladder's store
-(`reproductions-ladder.md` has the details and the steps per width).
+the claims still to run. To regenerate the page from nothing, delete the parts. `depthlab reproduce all
+--render` runs nothing: it renders the page from every part whatever its key, and a claim whose code
+changed since its part was computed says so in its section (it was not rerun).
 
-Every measured number below comes from the run this page records; the stated numbers are the sources'.
+**The scale ladder.** Each training claim on the scale ladder shows, after its checks, its effect sizes
+at each width from the ladder's store (`reproductions-ladder.md` has the details and the steps per
+width); the ladder's store is rebuilt from its committed record by `depthlab reproduce ladder --restore
+docs/reproductions-ladder-runs.json`.
+
+Every measured number on this page comes from the runs it records; the stated numbers are the sources'.
 Every run and check behind it is recorded in the JSON file beside it (`reproductions-record.json`), from
 which every result over seeds can be decided again without rerunning.
 """

@@ -7,12 +7,14 @@ to the ladder page for the details. Without a store, the section says the ladder
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from depthlab.errors import InputError
+from depthlab.intervals import AGREE, INCONCLUSIVE, MISMATCH
 from depthlab_lab.docgen.ladder_doc import DEFAULT_DOC as LADDER_DOC
 from depthlab_lab.docgen.ladder_doc import claim_table
 from depthlab_lab.reproduce.ladder import LADDER
-from depthlab_lab.reproduce.ladder_effects import ladder_effects
+from depthlab_lab.reproduce.ladder_effects import AWAY, FLAT, TOWARD, ladder_effects
 from depthlab_lab.reproduce.ladder_run import check_db, rungs
 
 
@@ -29,18 +31,57 @@ def has_store(db: str) -> bool:
     return os.path.isfile(db) and os.path.getsize(db) > 0
 
 
+@dataclass(frozen=True)
+class LadderAnswer:
+    """A claim on the ladder in one line: its widest width measured, how many of its effects were
+    measured there and their results, and how many effects moved toward the claim with width, away
+    from it, or not beyond the intervals ("flat"), from the narrowest width to the widest."""
+
+    width: int | None
+    effects: int
+    results: dict
+    trends: dict
+
+
+def answer(rows: list[dict]) -> LadderAnswer:
+    """The :class:`LadderAnswer` of a claim's effects (:func:`ladder_effects`'s rows)."""
+    done = [
+        [m for m in r["measured"] if m.interval is not None or any(v == v for v in m.values)] for r in rows
+    ]
+    width = max((m.width for ms in done for m in ms), default=None)
+    results = dict.fromkeys((AGREE, MISMATCH, INCONCLUSIVE), 0)
+    for ms in done:
+        for m in ms:
+            if m.width == width:
+                results[m.result] += 1
+    names = {TOWARD: "toward", AWAY: "away", FLAT: "flat"}
+    trends = dict.fromkeys(names.values(), 0)
+    for r in rows:
+        if r["trend"] in names:
+            trends[names[r["trend"]]] += 1
+    return LadderAnswer(width, sum(results.values()), results, trends)
+
+
 def ladder_blocks(db: str, names: list[str], doc: str, page: str = LADDER_DOC) -> dict[str, list[str]]:
-    """{claim: Markdown lines} for each of ``names`` on the ladder: its table from the store ``db`` (or
-    "not run" without one), linked to the ladder ``page`` relative to the document ``doc``."""
+    """{claim: Markdown lines} for each of ``names`` on the ladder (see :func:`ladder_view`)."""
+    return ladder_view(db, names, doc, page)[0]
+
+
+def ladder_view(
+    db: str, names: list[str], doc: str, page: str = LADDER_DOC
+) -> tuple[dict[str, list[str]], dict[str, LadderAnswer]]:
+    """({claim: Markdown lines}, {claim: LadderAnswer}) for each of ``names`` on the ladder: its table
+    from the store ``db`` (or "not run" without one, and no answer), linked to the ladder ``page``
+    relative to the document ``doc``."""
     on = [n for n in names if n in LADDER]
     link = os.path.relpath(page, os.path.dirname(os.path.abspath(doc)) or ".").replace(os.sep, "/")
     if not on:
-        return {}
+        return {}, {}
     if not has_store(db):
         return {
             n: [f"**On the scale ladder:** not run (no store at `{db}`; `depthlab reproduce ladder`).", ""]
             for n in on
-        }
+        }, {}
     todo = rungs(on)
     effects = ladder_effects(db, todo)
     out = {}
@@ -52,4 +93,4 @@ def ladder_blocks(db: str, names: list[str], doc: str, page: str = LADDER_DOC) -
             f"[the ladder page]({link}#{name})):"
         )
         out[name] = [intro, "", *claim_table(effects[name], widths), ""]
-    return out
+    return out, {name: answer(effects[name]) for name in on}

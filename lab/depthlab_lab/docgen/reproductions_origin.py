@@ -10,11 +10,18 @@ from depthlab_lab.reproduce.parts import short_commit as short
 
 
 def parts_context(
-    folder: str, doc: str, loaded: dict, kept: list[str], computed: list[str], commit: str | None
+    folder: str,
+    doc: str,
+    loaded: dict,
+    kept: list[str],
+    computed: list[str],
+    commit: str | None,
+    changed: dict | None = None,
 ) -> dict:
     """What the page says of the parts: their folder as seen from the page, each claim loaded from its
-    part (commit, seconds, when and where it was computed, its run cache tally), the claims computed in
-    this sitting, those whose part it wrote, and this sitting's commit."""
+    part (commit, seconds, when and where it was computed, its run cache tally, and, for a page rendered
+    from parts whatever their key, what changed since: ``changed``), the claims computed in this
+    sitting, those whose part it wrote, and this sitting's commit."""
     where = os.path.relpath(folder, os.path.dirname(os.path.abspath(doc)))
     each = {
         name: {
@@ -23,6 +30,7 @@ def parts_context(
             "finished": p.finished,
             "host": p.sitting.get("host"),
             "cache": p.cache,
+            "changed": (changed or {}).get(name, ""),
         }
         for name, p in loaded.items()
     }
@@ -32,6 +40,24 @@ def parts_context(
         "kept": kept,
         "computed": computed,
         "commit": commit,
+    }
+
+
+def rendered_machine(loaded: dict) -> dict:
+    """Where the parts of a rendered page were computed: their hosts (with CPU and cores), torch
+    versions and threads, and Python versions, each list sorted and without repeats."""
+
+    def each(values) -> list[str]:
+        return sorted({str(v) for v in values if v is not None})
+
+    parts = list(loaded.values())
+    return {
+        "hosts": each(
+            f"{p.sitting.get('host')}, {p.sitting.get('cpu')}, {p.sitting.get('cores')} cores" for p in parts
+        ),
+        "torch": each(p.inputs.get("torch") for p in parts),
+        "threads": each(p.inputs.get("threads") for p in parts),
+        "python": each(p.sitting.get("python") for p in parts),
     }
 
 
@@ -78,6 +104,12 @@ def origin(name: str, info: dict | None, seconds: float) -> str:
     part = f"`{info['folder']}/{name}.json`"
     if name in info["loaded"]:
         p = info["loaded"][name]
+        if p.get("changed"):
+            return (
+                f"Loaded from its committed part {part}: computed at commit {short(p['commit'])}, "
+                f"finished {p['finished'] or 'at an unknown time'}, {seconds:.0f} s. Not rerun, though the code "
+                f"it depends on (or another input to its key) changed since: {p['changed']}."
+            )
         return (
             f"Loaded from its committed part {part}: computed at commit {short(p['commit'])}, "
             f"finished {p['finished'] or 'at an unknown time'}, {seconds:.0f} s, under today's key (the same "

@@ -7,8 +7,11 @@ import re
 import sys
 
 from depthlab.intervals import AGREE, INCONCLUSIVE, METHOD, MISMATCH
-from depthlab_lab.docgen.reproductions_intro import INTRO
+from depthlab_lab.docgen.reproductions_answers import answer_rows, evidence_reasons, evidence_table, reading
+from depthlab_lab.docgen.reproductions_intro import INTRO, OPENING
 from depthlab_lab.docgen.reproductions_origin import origin, parts_runs, time_line
+from depthlab_lab.reproduce.check_code import claim_pins
+from depthlab_lab.reproduce.evidence import BLIND, EVIDENCE
 from depthlab_lab.reproduce.lm_runs import BOTH_TRAINED
 from depthlab_lab.reproduce.reproduction import REGISTRATIONS, Reproduction, counts, family_results
 
@@ -30,15 +33,37 @@ def plain(doc: str | None) -> str:
 
 
 def header(context: dict) -> list[str]:
+    """The page's provenance: the command, where and when it ran, its training runs (a page rendered
+    from the committed parts: where those were computed, and how many under code that changed since)."""
+    if context.get("rendered"):
+        return rendered_header(context)
     load = context.get("load_at_start")
     return [
-        INTRO.format(method=METHOD),
         f"- command: `{context['command']}` (scale: {context.get('scale', 'small')})",
         f"- machine: {context['host']}, {context['cpu']}, {context['cores']} cores"
         + (f" (load average {load} at the start: the machine was shared)" if load else ""),
         f"- software: torch {context['torch']} (torch threads: {context['torch_threads']}), Python {context['python']}",
         time_line(context),
         runs_line(context.get("cache")) + parts_runs(context.get("parts")),
+        "",
+    ]
+
+
+def rendered_header(context: dict) -> list[str]:
+    """The provenance of a page rendered from the committed parts alone (no claim ran)."""
+    where, info = context["rendered"], context.get("parts") or {}
+    loaded = info.get("loaded") or {}
+    stale = sorted(n for n, p in loaded.items() if p.get("changed"))
+    return [
+        f"- command: `{context['command']}` (scale: {context.get('scale', 'small')}): every claim rendered "
+        "from its committed part; no claim was run",
+        f"- machine: the parts were computed on {'; '.join(where['hosts']) or 'an unrecorded machine'}",
+        f"- software: torch {', '.join(where['torch'])} (torch threads: {', '.join(where['threads'])}), "
+        f"Python {', '.join(where['python'])}",
+        time_line(context),
+        "- training runs: none in this rendering" + parts_runs(info),
+        f"- code since: {len(stale)} of {len(loaded)} claims were computed under code (or another input to "
+        "their key) that has changed since; none was rerun, and each one's section names what changed",
         "",
     ]
 
@@ -75,7 +100,7 @@ def _holm_tally(parts: list[Reproduction]) -> dict:
 
 def summary(parts: list[Reproduction], seconds: dict) -> list[str]:
     lines = [
-        "## Summary",
+        "### Counts per claim",
         "",
         "| reproduction | source | registered | agree | MISMATCH | inconclusive | revised rules (a/M/i) "
         "| Holm (a/M/i) | sanity (not counted) | time |",
@@ -91,14 +116,12 @@ def summary(parts: list[Reproduction], seconds: dict) -> list[str]:
             f"| {n['sanity']} | {seconds[p.name]:.0f} s |"
         )
     total, revised, holm_total = _tally(parts, "first"), _tally(parts, "revised"), _holm_tally(parts)
-    counted = total[AGREE] + total[MISMATCH] + total[INCONCLUSIVE]
     lines.append(
         f"| **all** | | | **{total[AGREE]}** | **{total[MISMATCH]}** | **{total[INCONCLUSIVE]}** "
         f"| {_abbrev(revised)} | {_abbrev(holm_total)} | **{total['sanity']}** "
         f"| {sum(seconds.values()) / 60:.0f} min |"
     )
-    lines += ["", *totals_text(total, revised, holm_total, counted), ""]
-    return lines
+    return lines + [""]
 
 
 def _abbrev(n: dict) -> str:
@@ -275,7 +298,13 @@ def section(
     if p.source:
         lines.append(f"Source: {p.source}. ")
     lines += [f"Command: `{command}` ({seconds:.0f} s)." + (f" {came_from}" if came_from else ""), ""]
-    lines += registration_block(p.name, scale)
+    reg = REGISTRATIONS.get(p.name)
+    if reg is not None:
+        lines += [
+            f"Registered in commit {reg.commit[:7]}: its expectation, regime, notes and revisions are in "
+            f"the appendix ([registration of {p.name}](#registration-of-{p.name})).",
+            "",
+        ]
     if module_doc:
         lines += [
             "<details><summary>What is measured, and how</summary>",
@@ -302,7 +331,7 @@ def section(
 def revisions(parts: list[Reproduction]) -> list[str]:
     """Every revision of every registration shown above, oldest first within each claim."""
     lines = [
-        "## Revisions",
+        "### Revisions",
         "",
         "Every change to a registered expectation or regime after its registration. A revision made with the "
         "results known cannot count as a prediction; the column says which results were known.",
@@ -322,6 +351,69 @@ def revisions(parts: list[Reproduction]) -> list[str]:
     return lines + [""]
 
 
+def headline(parts: list[Reproduction]) -> list[str]:
+    """The headline counts under the first registrations, by the kind of evidence they are, then under
+    the revised rules, Holm's and chance's."""
+    total, revised, holm_total = _tally(parts, "first"), _tally(parts, "revised"), _holm_tally(parts)
+    counted = total[AGREE] + total[MISMATCH] + total[INCONCLUSIVE]
+    first, *rest = totals_text(total, revised, holm_total, counted)
+    return [
+        "## Counts",
+        "",
+        first,
+        "",
+        "What was known when each check was registered (a claim's reason is in the appendix):",
+        "",
+        *evidence_table(parts),
+        "",
+        *_largest_blind(parts),
+        *rest[1:],
+        "",
+    ]
+
+
+def _largest_blind(parts: list[Reproduction]) -> list[str]:
+    """One line when a single claim holds most of the blind checks: they read one experiment."""
+    blind = {p.name: counts(p.checks) for p in parts if p.name in EVIDENCE and EVIDENCE[p.name].kind == BLIND}
+    sizes = {n: c[AGREE] + c[MISMATCH] + c[INCONCLUSIVE] for n, c in blind.items()}
+    if not sizes:
+        return []
+    name = max(sizes, key=sizes.get)
+    if 2 * sizes[name] <= sum(sizes.values()):
+        return []
+    return [
+        f"{sizes[name]} of the {sum(sizes.values())} blind checks are one claim's, [{name}](#{name}): they "
+        "read one experiment, so they are not independent predictions.",
+        "",
+    ]
+
+
+def registrations(parts: list[Reproduction], registry: dict, scale: str) -> list[str]:
+    """Every claim's registration (expectation, regime, how it was chosen) and its pinned code."""
+    lines = ["### Registrations", ""]
+    for p in parts:
+        block = registration_block(p.name, scale)
+        if not block:
+            continue
+        lines += [f"#### Registration of {p.name}", "", *block[:-1], *_pins_line(p.name, registry), ""]
+    return lines
+
+
+def _pins_line(name: str, registry: dict) -> list[str]:
+    """How much of the claim's code is pinned, and how often that code was revised (nothing for code
+    that cannot be read back: a claim defined outside a module file)."""
+    reg = REGISTRATIONS.get(name)
+    try:
+        pins = claim_pins(registry[name])
+    except (KeyError, OSError, TypeError, ImportError, SyntaxError):
+        return []
+    changed = sum(1 for r in reg.revisions if r.key.startswith("code.")) if reg else 0
+    return [
+        f"- code pinned: {len(pins)} functions and constants that compute and decide its checks, by digest "
+        f"(lab/tests/registered_code.json); {changed} changes since, each a revision below"
+    ]
+
+
 def render(
     parts: list[Reproduction],
     registry: dict,
@@ -330,10 +422,14 @@ def render(
     context: dict,
     quick: bool,
     ladder: dict | None = None,
+    answers: dict | None = None,
 ) -> str:
-    """The whole document (without the marker line); ``ladder``: {claim: its scale-ladder lines}."""
+    """The whole document (without the marker line): the answers first (a row per claim, how to read
+    them, the headline counts), then each claim's section, then the appendix (method, provenance, the
+    counts per claim, what was known at registration, the registrations and every revision).
+    ``ladder``: {claim: its scale-ladder lines}; ``answers``: {claim: its LadderAnswer}."""
     scale = context.get("scale", "small")
-    lines = header(context) + summary(parts, seconds)
+    lines = [*OPENING, *answer_rows(parts, registry, answers or {}), "", *reading(), *headline(parts)]
     for p in parts:
         lines += section(
             p,
@@ -345,5 +441,18 @@ def render(
             (ladder or {}).get(p.name, ()),
             origin(p.name, context.get("parts"), seconds[p.name]),
         )
-    lines += revisions(parts)
+    lines += [
+        "## Appendix: method, provenance, registrations",
+        "",
+        "### How a result is decided and counted",
+        "",
+        INTRO.format(method=METHOD),
+        "### This page",
+        "",
+        *header(context),
+        *summary(parts, seconds),
+        *evidence_reasons(parts),
+        *registrations(parts, registry, scale),
+        *revisions(parts),
+    ]
     return "\n".join(lines).rstrip() + "\n"

@@ -11,7 +11,8 @@ and ``python -m depthlab_lab.docgen.tables`` rewrites what lies between them in 
 (:mod:`depthlab.model.wrappings`), ``branch-multiplier`` from each class's ``FORMULA`` with the branch
 multiplier m, its ``BRANCH_END`` and its ``DEPTH_RULE_REFUSED``, ``topologies`` from each residual topology's class (its state, read, write, source and references),
 ``families`` from each Hugging Face family's declaration
-(:class:`depthlab.interop.hf.family.Family`). ``--check`` rewrites nothing and exits 1 when a committed
+(:class:`depthlab.interop.hf.family.Family`), ``transfer`` from the registered transfer claims' run records
+(:mod:`depthlab_lab.docgen.transfer_table`). ``--check`` rewrites nothing and exits 1 when a committed
 copy differs from what the code would write (lab/tests/test_docs.py runs the same check).
 """
 
@@ -26,6 +27,7 @@ from pathlib import Path
 from depthlab.interop.hf import FAMILIES
 from depthlab.model.wrappings import WRAPPINGS
 from depthlab_lab import REPOSITORY
+from depthlab_lab.docgen import transfer_table
 
 ROOT = REPOSITORY
 COMMAND = "python -m depthlab_lab.docgen.tables"
@@ -111,6 +113,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "branch-multiplier": branch_multiplier_table,
     "families": families_table,
     "topologies": topologies_table,
+    "transfer": transfer_table.table,
 }
 
 

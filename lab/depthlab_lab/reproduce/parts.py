@@ -15,8 +15,11 @@ values) and :func:`module_digest` of every depthlab module its module imports, t
 claim's own code, the result rules of :mod:`~depthlab_lab.reproduce.reproduction` and
 :mod:`depthlab.intervals`, the run readers and the training code all end up there). The page's
 rendering (:mod:`depthlab_lab.docgen`) is not in it, nor are docstrings: re-rendering never needs a rerun.
-A part whose key is not today's is never used, and a damaged one (bad JSON, a missing field, a missing
-plot) is treated as absent, with one line saying so; neither is removed until a new part replaces it.
+A part whose key is not today's is never used by a sitting that runs claims, and a damaged one (bad
+JSON, a missing field, a missing plot) is treated as absent, with one line saying so; neither is removed
+until a new part replaces it. ``depthlab reproduce all --render`` is the exception: it runs nothing and
+renders the page from every part whatever its key (:func:`load_any`), each claim's section saying at
+which commit it was computed and which modules changed since.
 A ``--quick`` result never replaces a part of the registered regime.
 
 Non-finite numbers (a diverged run's NaN loss) are written as Python's JSON writes them (``NaN``), as
@@ -45,7 +48,7 @@ from depthlab.errors import InputError
 from depthlab.jsonable import digest
 from depthlab.paths import check_folder, make_folder, replace_file
 from depthlab_lab.reproduce import run_cache
-from depthlab_lab.reproduce.moved import registered_name
+from depthlab_lab.reproduce.moved import actual_name, registered_name
 from depthlab_lab.reproduce.reproduction import REGISTRATIONS, REPRODUCTIONS, Reproduction
 
 FORMAT = 1  # what a part holds; a change here makes every older part stale
@@ -188,6 +191,22 @@ def status(folder: str, name: str, inputs: dict) -> tuple[Part | None, str]:
     return part, ""
 
 
+def load_any(folder: str, name: str, inputs: dict) -> tuple[Part | None, str]:
+    """The part of ``name`` in ``folder`` whatever its key, for a page rendered without running
+    anything: (the part, "" when its key is ``inputs``'s, else what changed since it was computed, as
+    :func:`changes` says it); (None, why) when there is none or it is damaged."""
+    path = path_of(folder, name)
+    if not os.path.lexists(path):
+        return None, "no part"
+    try:
+        part = read(path, name)
+    except DamagedPart as e:
+        return None, f"damaged ({e})"
+    if part.key == digest(inputs):
+        return part, ""
+    return part, changes(part.inputs, inputs) or "its key"
+
+
 def changes(stored: dict, inputs: dict, shown: int = 3) -> str:
     """Which of ``inputs`` differ from the ``stored`` ones, e.g. "threads, depthlab.intervals" (the
     modules by name; "" when none does)."""
@@ -195,6 +214,7 @@ def changes(stored: dict, inputs: dict, shown: int = 3) -> str:
     out = [k for k in now if k != "source" and stored.get(k) != now[k]]
     before = stored.get("source") if isinstance(stored.get("source"), dict) else {}
     moved = sorted(m for m in set(before) | set(now["source"]) if before.get(m) != now["source"].get(m))
+    moved = sorted({actual_name(m) for m in moved})  # named as they are imported today
     out += moved[:shown] + ([f"{len(moved) - shown} more modules"] if len(moved) > shown else [])
     return ", ".join(out)
 

@@ -15,11 +15,10 @@ estimate: that check is inconclusive.
 
 from __future__ import annotations
 
-from depthlab.intervals import INCONCLUSIVE
-from depthlab.study.sensitivity import best_lr_slope
-from depthlab_lab.reproduce import transfer_runs
+from depthlab_lab.reproduce import lr_transfer
+from depthlab_lab.reproduce.lr_transfer import DECIDED_ELSEWHERE  # noqa: F401 -- pinned with the claim
 from depthlab_lab.reproduce.registration import DECISION, Registration, Revision
-from depthlab_lab.reproduce.reproduction import Check, Reproduction, register, resolve, seeded_check
+from depthlab_lab.reproduce.reproduction import Reproduction, register
 
 SMALL = {
     "wrap": "pre",
@@ -31,15 +30,6 @@ SMALL = {
     "seeds": [3, 4, 5],
 }
 QUICK = {"sizes": [1, 2], "lrs": [1e-3, 3e-2, 1.0], "steps": 8, "warmup": 1, "seeds": [0, 1]}
-# The best lr's slope over sizes (a formula of the study package) decides the checks here: it is pinned
-# with the claim, with what it calls.
-DECIDED_ELSEWHERE = (
-    *(
-        f"depthlab.study.sensitivity:{q}"
-        for q in ("best_lr_slope", "seed_best", "_refine", "mean_interval", "Point.capped", "Curve.seeds")
-    ),
-    "depthlab.fit:loglog_slope",
-)
 REGISTRATION = Registration(
     commit="f7731fee4114f0b9c59a370cf05b7308b23168f1",
     expectation={
@@ -64,6 +54,20 @@ REGISTRATION = Registration(
             "regime's store is the default one, as before",
             "yes; it decides nothing (a file name of the unregistered quick version)",
         ),
+        # the two lr-transfer claims merged into one implementation (depthlab_lab.reproduce.lr_transfer)
+        *(
+            Revision("2026-12-04", f"code.{key}", old, new, lr_transfer.MERGED, lr_transfer.MERGED_KNOWN)
+            for key, old, new in (
+                ("_checks", "d16fa6e54ea13093", None),
+                ("_slope_check", "0c95a9db4135a312", None),
+                ("depthlab.reproduce.lr_transfer.WORDS", None, "c23bb028f9fc87d4"),
+                ("depthlab.reproduce.lr_transfer._bounds", None, "7442b53b435c6dec"),
+                ("depthlab.reproduce.lr_transfer.reproduce", None, "1a394473253aded1"),
+                ("depthlab.reproduce.lr_transfer.slope_check", None, "7215b8984153a1e0"),
+                ("depthlab.reproduce.lr_transfer.slope_checks", None, "abcc3e1fe4c6b166"),
+                ("reproduce_lr_transfer_depth", "33f974cf138d0d5d", "471f51a4a0cec729"),
+            )
+        ),
     ),
     notes="Registered before any run of this regime. Known when registering: the depth-transfer-quick "
     "preset (this model, training and lr sweep at 2, 4 and 8 layers, seeds 0-2, docs/transfer.md) gave "
@@ -82,48 +86,16 @@ def reproduce_lr_transfer_depth(
     quick: bool = False, out_dir: str | None = None, scale: str = "small"
 ) -> Reproduction:
     """The slope of log best lr against log depth is near 0 under completep and negative under sp."""
-    regime = resolve(REGISTRATION, scale, quick, QUICK)
     what = "Registered reproduction of CompleteP's lr transfer across depth (Dey et al. 2025)."
-    name = "lr-transfer-depth" + ("-quick" if quick else "")
-    grid = transfer_runs.study(name, "depth", regime, what)
-    runs = transfer_runs.run("lr-transfer-depth", grid, transfer_runs.store(name, not quick, out_dir))
-    curve_list = transfer_runs.size_curves(runs, "depth")
-    checks = _checks(transfer_runs.by_param(curve_list), regime, REGISTRATION.expectation)
-    result, table = transfer_runs.summary(runs, "depth")
-    data = {
-        "scale": scale,
-        "regime": regime,
-        "tables": [table],
-        "transfers": [t.to_dict() for t in result],
-    }
-    plots = transfer_runs.plots("lr-transfer-depth", result, runs, "depth", out_dir)
-    return Reproduction("lr-transfer-depth", data, checks, plots, source="Dey et al. 2025 (CompleteP)")
-
-
-def _checks(by: dict, regime: dict, e: dict) -> list[Check]:
-    return [_slope_check(param, by.get(param, []), e) for param in regime["params"]]
-
-
-def _slope_check(param: str, cs: list, e: dict) -> Check:
-    """The per-seed slopes of ``param``'s curves decided against its registered expectation."""
-    expected, band = e["slope"][param], e["band"]
-    per_seed = next(iter(best_lr_slope(cs, per_seed=True).values()), [])
-    bounds = {"near 0": (-band, band), "negative": (None, 0.0)}[expected]
-    stated = (
-        f"{expected}: slope in [{-band:+g}, {band:+g}]" if expected == "near 0" else "negative: slope < 0"
+    return lr_transfer.reproduce(
+        "lr-transfer-depth",
+        "depth",
+        REGISTRATION,
+        QUICK,
+        "lr-transfer-depth",
+        what,
+        "Dey et al. 2025 (CompleteP)",
+        quick,
+        out_dir,
+        scale,
     )
-    depths = sorted({c.depth for c in cs})
-    check = seeded_check(
-        f"pre-LN, {param}: slope of log best lr against log depth ({depths[0] if depths else '?'} to "
-        f"{depths[-1] if depths else '?'} layers)",
-        stated,
-        per_seed,
-        at_least=bounds[0],
-        at_most=bounds[1],
-        fmt="+.2f",
-    )
-    edges = [c.depth for c in cs if c.best()["at_edge"]]
-    if edges and e["edge_is_inconclusive"]:
-        check.result = INCONCLUSIVE
-        check.measured += f"; the best lr is at the sweep's edge at {edges} layers (the slope is a bound)"
-    return check

@@ -13,11 +13,10 @@ best lr at the sweep's edge at some width makes the slope a bound: that check is
 
 from __future__ import annotations
 
-from depthlab.intervals import INCONCLUSIVE
-from depthlab.study.sensitivity import best_lr_slope
-from depthlab_lab.reproduce import transfer_runs
+from depthlab_lab.reproduce import lr_transfer
+from depthlab_lab.reproduce.lr_transfer import DECIDED_ELSEWHERE  # noqa: F401 -- pinned with the claim
 from depthlab_lab.reproduce.registration import DECISION, Registration, Revision
-from depthlab_lab.reproduce.reproduction import Check, Reproduction, register, resolve, seeded_check
+from depthlab_lab.reproduce.reproduction import Reproduction, register
 
 SMALL = {
     "wrap": "pre",
@@ -30,15 +29,6 @@ SMALL = {
     "seeds": [3, 4, 5],
 }
 QUICK = {"sizes": [16, 32], "n_layers": 1, "lrs": [1e-3, 3e-2, 1.0], "steps": 8, "warmup": 1, "seeds": [0, 1]}
-# The best lr's slope over sizes (a formula of the study package) decides the checks here: it is pinned
-# with the claim, with what it calls.
-DECIDED_ELSEWHERE = (
-    *(
-        f"depthlab.study.sensitivity:{q}"
-        for q in ("best_lr_slope", "seed_best", "_refine", "mean_interval", "Point.capped", "Curve.seeds")
-    ),
-    "depthlab.fit:loglog_slope",
-)
 REGISTRATION = Registration(
     commit="f7731fee4114f0b9c59a370cf05b7308b23168f1",
     expectation={
@@ -63,6 +53,20 @@ REGISTRATION = Registration(
             "regime's store is the default one, as before",
             "yes; it decides nothing (a file name of the unregistered quick version)",
         ),
+        # the two lr-transfer claims merged into one implementation (depthlab_lab.reproduce.lr_transfer)
+        *(
+            Revision("2026-12-04", f"code.{key}", old, new, lr_transfer.MERGED, lr_transfer.MERGED_KNOWN)
+            for key, old, new in (
+                ("_checks", "d16fa6e54ea13093", None),
+                ("_slope_check", "cb4b4b9d69b99a6b", None),
+                ("depthlab.reproduce.lr_transfer.WORDS", None, "c23bb028f9fc87d4"),
+                ("depthlab.reproduce.lr_transfer._bounds", None, "7442b53b435c6dec"),
+                ("depthlab.reproduce.lr_transfer.reproduce", None, "1a394473253aded1"),
+                ("depthlab.reproduce.lr_transfer.slope_check", None, "7215b8984153a1e0"),
+                ("depthlab.reproduce.lr_transfer.slope_checks", None, "abcc3e1fe4c6b166"),
+                ("reproduce_width_transfer", "0cabb53b377e5528", "7fee031abbf1d971"),
+            )
+        ),
     ),
     notes="The results of this regime with seeds 0-2 were known when it was registered: the "
     "width-transfer-quick preset (the same model, widths, training and lr sweep; docs/transfer.md) gave "
@@ -79,46 +83,16 @@ def reproduce_width_transfer(
     quick: bool = False, out_dir: str | None = None, scale: str = "small"
 ) -> Reproduction:
     """The slope of log best lr against log width is near 0 under mup and near -1 under sp."""
-    regime = resolve(REGISTRATION, scale, quick, QUICK)
     what = "Registered reproduction of muP's lr transfer across width (Yang et al. 2021)."
-    name = "width-transfer-claim" + ("-quick" if quick else "")
-    grid = transfer_runs.study(name, "width", regime, what)
-    runs = transfer_runs.run("width-transfer", grid, transfer_runs.store(name, not quick, out_dir))
-    curve_list = transfer_runs.size_curves(runs, "width")
-    checks = _checks(transfer_runs.by_param(curve_list), regime, REGISTRATION.expectation)
-    result, table = transfer_runs.summary(runs, "width")
-    data = {
-        "scale": scale,
-        "regime": regime,
-        "tables": [table],
-        "transfers": [t.to_dict() for t in result],
-    }
-    plots = transfer_runs.plots("width-transfer", result, runs, "width", out_dir)
-    return Reproduction(
-        "width-transfer", data, checks, plots, source="Yang et al. 2021 (muP, Tensor Programs V)"
+    return lr_transfer.reproduce(
+        "width-transfer",
+        "width",
+        REGISTRATION,
+        QUICK,
+        "width-transfer-claim",
+        what,
+        "Yang et al. 2021 (muP, Tensor Programs V)",
+        quick,
+        out_dir,
+        scale,
     )
-
-
-def _checks(by: dict, regime: dict, e: dict) -> list[Check]:
-    return [_slope_check(param, by.get(param, []), e) for param in regime["params"]]
-
-
-def _slope_check(param: str, cs: list, e: dict) -> Check:
-    """The per-seed slopes of ``param``'s curves decided against its registered target and band."""
-    target, band = e["slope"][param], e["band"]
-    per_seed = next(iter(best_lr_slope(cs, per_seed=True).values()), [])
-    widths = sorted({c.depth for c in cs})  # a width curve holds its d_model in ``depth``
-    span = f"d_model {widths[0]} to {widths[-1]}" if widths else "no width"
-    check = seeded_check(
-        f"pre-LN, {param}: slope of log best lr against log width ({span})",
-        f"{target:+g}: slope in [{target - band:+g}, {target + band:+g}]",
-        per_seed,
-        at_least=target - band,
-        at_most=target + band,
-        fmt="+.2f",
-    )
-    edges = [c.depth for c in cs if c.best()["at_edge"]]
-    if edges and e["edge_is_inconclusive"]:
-        check.result = INCONCLUSIVE
-        check.measured += f"; the best lr is at the sweep's edge at d_model {edges} (the slope is a bound)"
-    return check
