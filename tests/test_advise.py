@@ -12,7 +12,7 @@ from depthlab import ModelConfig, TrainConfig
 from depthlab.advise import advise
 from depthlab.cli import main
 from depthlab.doctor.atlas import COLUMNS, Atlas
-from depthlab.doctor.predict import FAR, Query, atlas_share, distance, features, nearest
+from depthlab.doctor.predict import Query, atlas_share, distance, features, nearest
 from depthlab.doctor.record import load_record
 
 pytestmark = pytest.mark.usefixtures("one_thread")

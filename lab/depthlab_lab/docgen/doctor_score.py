@@ -27,8 +27,6 @@ from depthlab.report.doctor_score import doctor_pairs, format_score, score
 from depthlab.study import StudyConfig, run_study
 from depthlab_lab import lab_file
 from depthlab_lab.calibrate.baselines import baseline_pairs
-from depthlab_lab.calibrate.calibration import calibration_record, write_record
-from depthlab_lab.calibrate.refit import keep_fitted
 from depthlab_lab.docgen.doctor_answers import how_lines, misses_table, score_table
 from depthlab_lab.docgen.doctor_fits import (
     limit_lines,
@@ -76,8 +74,9 @@ def measure(
     """Run (or resume) both grids into ``db`` and read the scale grids from ``scale_db`` (never trained
     here); returns {"tuning", "heldout", "heldout_before"} scores, the misses on the held-out grid, the
     held-out grids across width scored ("scale": the scale tuning grids' counts and each held-out grid's
-    score, newest first) and the seconds this took. Rewrites the doctor's
-    calibration record (``record``) from every tuning run before any held-out run is probed again."""
+    score, newest first) and the seconds this took. It reads the doctor's calibration record and never
+    writes it: a document generator does not change what the library does (``depthlab calibrate`` refits
+    the record; ``record`` is the one scored)."""
     start = time.perf_counter()
     scores = {}
     tuning_grid, heldout_grid = (
@@ -89,17 +88,7 @@ def measure(
     tuning_runs = [dict(r, probe=probe_again(r), study=tuning_grid.name) for r in data.runs]
     scores["tuning"] = score(doctor_pairs(tuning_runs))
     scale_grids, scale_runs, scale_counts = scale_tuning(scale_db)
-    grids = [tuning_grid, *([g for g, (_, done, *_) in zip(scale_grids, scale_counts) if done])]
     pool = tuning_runs + scale_runs
-    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
-    source = (
-        f"`depthlab reproduce doctor` on {when}: counts from the {len(pool)} finished tuning runs of "
-        + ", ".join(g.name for g in grids)
-    )
-    write_record(
-        keep_fitted(calibration_record(pool, where(scale_runs, pool), source), load_record(record)), record
-    )
-    load_record.cache_clear()
     if scale_runs:
         scores["scale_tuning"] = score(doctor_pairs(scale_runs))
     res = run_study(heldout_grid, db=db, workers=workers, progress=False, out=out)
@@ -145,7 +134,7 @@ def _grids_lines() -> list[str]:
         "",
         "The grids above stop at width 64, 16 layers, lr 0.05 and 150 steps. Every learning-rate and "
         "trainability verdict says where it was calibrated and how often the tuning grid agreed with it "
-        "(the record `depthlab/doctor/calibration.json`, rewritten from the tuning runs by this command), and a "
+        "(the record `depthlab/doctor/calibration.json`, fitted by `depthlab calibrate`; this page never writes it), and a "
         "configuration outside that range (a wider or deeper model, another lr or warmup) gets at most a "
         "warning marked as an extrapolation. These grids, each committed before any of its runs, are to "
         "calibrate and score the doctor where people train:",

@@ -19,7 +19,7 @@ from depthlab.study import Store
 from depthlab.study.executors import default_workers
 from depthlab_lab.reproduce.ladder import COMMITS, LADDER, LEFT_OUT, SEEDS, STEP_RULE
 from depthlab_lab.reproduce.ladder_effects import AWAY, FLAT, TOWARD, ladder_effects
-from depthlab_lab.reproduce.ladder_record import check_record_file, record_path, write_record
+from depthlab_lab.reproduce.ladder_record import check_record_file, record_path, write_ladder_record
 from depthlab_lab.reproduce.ladder_run import (
     commit_time,
     estimate,
@@ -356,5 +356,5 @@ def write_ladder(
         page = Page(widths, seeds, commits, stored, before, plan_text, left, record, spent)
         with open(doc, "w") as f:
             f.write(render(effects, page))
-        write_record(db, doc, quick)
+        write_ladder_record(db, doc, quick)
     return effects

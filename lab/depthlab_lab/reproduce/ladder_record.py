@@ -104,7 +104,7 @@ def record_text(record: dict) -> str:
     return '{"studies": {\n' + ",\n".join(studies) + "\n}}\n"
 
 
-def write_record(db: str, doc: str, quick: bool = False) -> str:
+def write_ladder_record(db: str, doc: str, quick: bool = False) -> str:
     """Write the ladder's run record beside ``doc`` (keeping the runs of the record there that ``db``
     lacks); returns its path."""
     path = record_path(doc)
