@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from depthlab import ModelConfig, build_model
-from depthlab.model.init import deepnorm_constants
+from depthlab.model.wrappings import deepnorm_constants
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -19,7 +19,7 @@ Biases start at 0, norm gains at 1 (w = 0 where the gain is 1 + w). Depth-depend
 
 | wrapping   | constant                                         | value                                    | source |
 |------------|--------------------------------------------------|------------------------------------------|--------|
-| deepnorm   | alpha (skip scale), beta (v, out, fc1, fc2 init) | see :func:`deepnorm_constants`           | Wang et al. 2022, Table 1 |
+| deepnorm   | alpha (skip scale), beta (v, out, fc1, fc2 init) | see :func:`~depthlab.model.wrappings.deepnorm_constants`| Wang et al. 2022, Table 1 |
 | admin      | omega (skip scale), n = residual sublayers       | sqrt((n+1)/ln(n+1) - 1)                  | admin-torch admin.py |
 | layerscale | lambda                                           | 0.1 (L<=18), 1e-5 (L<=24), 1e-6 (deeper) | CaiT, deit cait_models.py |
 | lns        | scale = 1/sqrt(l), l = 1..L                      |                                          | LayerNorm-Scaling |
@@ -38,29 +38,6 @@ from torch import nn
 
 from depthlab.model.layers import Attention, FeedForward
 from depthlab.model.positions import RelativeBias
-
-
-def deepnorm_constants(arch: str, side: str, n_enc: int, n_dec: int) -> tuple[float, float]:
-    """(alpha, beta) of DeepNorm for one side of a model (Wang et al. 2022, Table 1).
-
-    encoder-only: alpha=(2N)^1/4, beta=(8N)^-1/4; decoder-only: alpha=(2M)^1/4, beta=(8M)^-1/4;
-    encoder-decoder: encoder alpha=0.81 (N^4 M)^1/16, beta=0.87 (N^4 M)^-1/16, decoder
-    alpha=(3M)^1/4, beta=(12M)^-1/4. This is the paper's table; torchscale's encoder.py uses
-    1.15 instead of 0.87 for the enc-dec encoder beta.
-    """
-    N, M = n_enc, n_dec
-    if arch == "encdec":
-        if side == "encoder":
-            return 0.81 * (N**4 * M) ** (1 / 16), 0.87 * (N**4 * M) ** (-1 / 16)
-        return (3 * M) ** 0.25, (12 * M) ** -0.25
-    L = N if arch == "encoder" else M
-    return (2 * L) ** 0.25, (8 * L) ** -0.25
-
-
-def deepnorm_site_constants(site) -> dict[str, float]:
-    """DeepNorm's {"alpha", "beta"} for the side ``site`` is on (:func:`deepnorm_constants`)."""
-    alpha, beta = deepnorm_constants(site.arch, site.side, site.n_enc, site.n_dec)
-    return {"alpha": alpha, "beta": beta}
 
 
 def admin_site_constants(site) -> dict[str, float]:

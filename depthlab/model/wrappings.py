@@ -129,6 +129,29 @@ class ReorderLN(Wrapping):
         return self.skip(x) + self.times_m(self.norm(self.f(x, ctx)))
 
 
+def deepnorm_constants(arch: str, side: str, n_enc: int, n_dec: int) -> tuple[float, float]:
+    """(alpha, beta) of DeepNorm for one side of a model (Wang et al. 2022, Table 1).
+
+    encoder-only: alpha=(2N)^1/4, beta=(8N)^-1/4; decoder-only: alpha=(2M)^1/4, beta=(8M)^-1/4;
+    encoder-decoder: encoder alpha=0.81 (N^4 M)^1/16, beta=0.87 (N^4 M)^-1/16, decoder
+    alpha=(3M)^1/4, beta=(12M)^-1/4. This is the paper's table; torchscale's encoder.py uses
+    1.15 instead of 0.87 for the enc-dec encoder beta.
+    """
+    N, M = n_enc, n_dec
+    if arch == "encdec":
+        if side == "encoder":
+            return 0.81 * (N**4 * M) ** (1 / 16), 0.87 * (N**4 * M) ** (-1 / 16)
+        return (3 * M) ** 0.25, (12 * M) ** -0.25
+    L = N if arch == "encoder" else M
+    return (2 * L) ** 0.25, (8 * L) ** -0.25
+
+
+def deepnorm_site_constants(site) -> dict[str, float]:
+    """DeepNorm's {"alpha", "beta"} for the side ``site`` is on (:func:`deepnorm_constants`)."""
+    alpha, beta = deepnorm_constants(site.arch, site.side, site.n_enc, site.n_dec)
+    return {"alpha": alpha, "beta": beta}
+
+
 @register("deepnorm")
 class DeepNorm(Wrapping):
     """x <- LN(alpha * x + F(x)), with F's v/out/fc weights scaled by beta at init (Wang et al. 2022)."""
@@ -140,7 +163,7 @@ class DeepNorm(Wrapping):
         "DeepNorm's alpha and beta already set the skip-to-branch ratio by depth (Wang et al. 2022)"
     )
     CONSTANTS = ("alpha", "beta")
-    CONSTANTS_AT = staticmethod(init.deepnorm_site_constants)
+    CONSTANTS_AT = staticmethod(deepnorm_site_constants)
 
     def __init__(self, f, make_norm, residual=True, d_model=None, **constants):
         super().__init__(f, make_norm, residual, d_model, **constants)
