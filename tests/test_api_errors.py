@@ -12,7 +12,7 @@ from depthlab.model.explain import explain
 from depthlab.model.stack import check_tokens
 from depthlab.probe import probe
 from depthlab.probe.compare import compare
-from depthlab.probe.run import probe_config
+from depthlab.probe.from_config import probe_config
 from depthlab.study import run_study
 from depthlab.train import train
 

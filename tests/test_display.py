@@ -20,7 +20,7 @@ from depthlab.doctor.verdict import Verdict
 from depthlab.model.explain import explain
 from depthlab.probe.compare import compare
 from depthlab.train import RunResult, train
-from depthlab.train.result import RESULT_KEYS
+from depthlab.train.run_result import RESULT_KEYS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

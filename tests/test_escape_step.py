@@ -12,7 +12,7 @@ from test_study_fakes import fake_study, fake_task
 
 from depthlab.study import schema
 from depthlab.study.store import Store
-from depthlab.train.result import RunResult
+from depthlab.train.run_result import RunResult
 from depthlab.watch.outcome import STALL_MARGIN, Monitor, escape_step
 
 FIXTURE = Path(__file__).parent / "fixtures" / "legacy_store"

@@ -19,7 +19,7 @@ from depthlab.probe.result import FRAMES as PROBE_FRAMES
 from depthlab.report.tables import FRAMES as STUDY_FRAMES
 from depthlab.study.schema import LAYER_COLUMNS, METRIC_COLUMNS, PROBE_LAYER_COLUMNS
 from depthlab.train import train
-from depthlab.train.result import FRAMES as RUN_FRAMES
+from depthlab.train.run_result import FRAMES as RUN_FRAMES
 from depthlab.watch.keys import LAYER_KEYS
 
 pytest.importorskip("pandas")

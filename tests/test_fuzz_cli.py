@@ -64,7 +64,7 @@ def sandbox(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for target in (
         "depthlab.model.explain.build_model",
-        "depthlab.probe.run.build_model",
+        "depthlab.probe.from_config.build_model",
         "depthlab.probe.saved_hf.load_hf_model",
         "depthlab.study.runner.make_executor",
         "depthlab.cli.report.render",

@@ -15,7 +15,7 @@ import pytest
 from depthlab import FamilyOptions, ModelConfig
 from depthlab.cli import main
 from depthlab.model.explain import explain, init_summary
-from depthlab.probe.run import probe_config, reference_init
+from depthlab.probe.from_config import probe_config, reference_init
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

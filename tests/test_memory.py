@@ -94,7 +94,7 @@ import torch
 torch.set_num_threads(1)
 from depthlab import ModelConfig, TrainConfig
 from depthlab.corpus import load_corpus
-from depthlab.probe.run import probe_config
+from depthlab.probe.from_config import probe_config
 from depthlab.train import train
 def status(field):
     for line in open("/proc/self/status"):

@@ -318,7 +318,7 @@ def test_a_new_wrapping_is_one_class(halfway, capsys):
     """Declared in this file only: config, build, explain (text and JSON), probe and the CLI accept it."""
     from depthlab.cli import main
     from depthlab.model.explain import explain, format_explain
-    from depthlab.probe.run import probe_config
+    from depthlab.probe.from_config import probe_config
 
     cfg = ModelConfig(wrap="halfway", n_layers=3, d_model=16, n_heads=2)
     with pytest.raises(ConfigError, match="norm"):

@@ -112,7 +112,7 @@ def test_watch_sees_hc_leave_the_identity_and_warns_while_mhc_stays_bounded():
 
 def test_the_run_page_and_the_report_draw_the_composite_gain(tmp_path):
     from depthlab.report.data import StudyData
-    from depthlab.report.run import load_run
+    from depthlab.report.run_page import load_run
     from depthlab.report.topology_plots import composite_gains, topology_run
 
     _train("hc", out=str(tmp_path / "run"))

@@ -12,7 +12,7 @@ from depthlab import ModelConfig, TrainConfig, build_model
 from depthlab.train import RunResult, train
 from depthlab.train import loop as loop_module
 from depthlab.train.checkpoint import checkpoint_paths, load
-from depthlab.train.result import RESULT_KEYS
+from depthlab.train.run_result import RESULT_KEYS
 from depthlab.train.schedules import make_optimizer
 from depthlab.train.tasks import make_task
 

@@ -13,14 +13,14 @@ import torch
 
 from depthlab.cli import main
 from depthlab.train.checkpoint import checkpoint_paths, load
-from depthlab.watch.attention import ROWS
+from depthlab.watch.attention_stats import ROWS
 
 REPO = Path(__file__).resolve().parents[1]
 # --no-bias: the attention key bias has a gradient that is 0 in exact arithmetic (it shifts every score
 # of a query equally), so its float noise decides the sign of Adam's update, differently for 1 and 2
 # processes; with it the weights could not be compared at any sensible tolerance. A batch of 4: the
 # attention statistics are recomputed on a logged step for the first 4 sequences each process holds
-# (depthlab.watch.attention.ROWS), so one process and two see the same sequences only up to 4 in all.
+# (depthlab.watch.attention_stats.ROWS), so one process and two see the same sequences only up to 4 in all.
 FLAGS = [
     *("--layers", "2", "--d-model", "32", "--heads", "4", "--max-len", "32", "--wrap", "post", "--quiet"),
     "--no-bias",

@@ -63,7 +63,7 @@ def _reference(model, tokens: torch.Tensor, rows: int | None = None) -> dict:
 
 def test_attention_is_read_from_the_first_rows_of_a_large_batch():
     """On a batch of 8, the attention statistics are those of its first ROWS sequences."""
-    from depthlab.watch.attention import ROWS
+    from depthlab.watch.attention_stats import ROWS
 
     torch.manual_seed(0)
     model = build_model(ModelConfig(**TINY, wrap="pre"))

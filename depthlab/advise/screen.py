@@ -20,8 +20,8 @@ def _call(p: float) -> str:
     if p >= 0.8:
         return "TRAINS"
     if p >= 0.5:
-        return "probably trains (a close call)"
-    return "probably fails (a close call)" if p >= 0.2 else "FAILS"
+        return "probably trains, a close call"
+    return "probably fails, a close call" if p >= 0.2 else "FAILS"
 
 
 def _cut(text: str, width: int = WIDTH) -> str:
@@ -34,14 +34,16 @@ def render(a, likely: float) -> str:
     m, t, p = a.model, a.train, a.prediction
     head = (f"{m.wrap}, {m.n_layers} layers, d_model {m.d_model}, {m.n_heads} heads; lr {t.lr:g}, warmup "
             f"{t.warmup}, {t.steps:,} steps of {t.batch_size} x {t.seq_len}")  # fmt: skip
-    sure = "a confident call" if p.confident else f"not a confident call: {p.why_not}"
+    sure = "" if p.confident else f"; not a confident call: {p.why_not}"
     lines = [
-        f"depthlab advise: {head}",
-        _cut(f"expected: {_call(p.p_trains)} (P(trains) = {p.p_trains:.2f}; {sure})"),
+        f"advise: {head}",
+        _cut(f"expected: {_call(p.p_trains)} (P(trains) = {p.p_trains:.2f}){sure}"),
     ]
     if a.limit is not None:
-        lines.append(_cut(f"safe lr ({m.wrap}, warmup {t.warmup}): {a.limit.range_text()}; "
-                          f"P(trains) >= {likely} for lr {_range(a.likely)}"))  # fmt: skip
+        lim = a.limit
+        fails = f", failed from {lim.lr_fails:.2g}" if lim.lr_fails else ""
+        lines.append(_cut(f"safe lr ({m.wrap}, warmup {t.warmup}): <= {lim.lr_limit:.2g} (trained to "
+                          f"{_lr(lim.lr_trained)}{fails}); P(trains) >= {likely} for lr {_range(a.likely)}"))  # fmt: skip
     lines += [
         "",
         f"{'wrapping at lr ' + format(t.lr, 'g'):<28}{'P(trains)':>10}{'safe lr':>10}   P >= {likely} for lr",

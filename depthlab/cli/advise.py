@@ -8,7 +8,7 @@ import os
 
 from depthlab.advise import ALTERNATIVES, advise
 from depthlab.advise.evidence import load_atlas
-from depthlab.advise.transfer import transfer_advice
+from depthlab.advise.target import transfer_advice
 from depthlab.cli.common import (
     add_json_flag,
     add_memory_flag,

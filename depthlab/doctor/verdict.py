@@ -16,7 +16,7 @@ CAUSES = ("init", "wiring")
 class Verdict:
     """level: one of ``LEVELS``; code: e.g. "vanishing-gradient"; message: the finding in one short
     sentence, the number a reader acts on first; detail: how it was measured and calibrated ("" when the
-    message says it all); cause: "init" or "wiring" once :func:`depthlab.probe.run.attribute_to_init` has
+    message says it all); cause: "init" or "wiring" once :func:`depthlab.probe.from_config.attribute_to_init` has
     told them apart (None before, and for ok verdicts)."""
 
     level: str

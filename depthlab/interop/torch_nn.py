@@ -22,7 +22,7 @@ from torch import nn
 
 from depthlab.config import FamilyOptions, ModelConfig
 from depthlab.errors import InputError
-from depthlab.interop.state import put_linear
+from depthlab.interop.weights import put_linear
 from depthlab.model.layers import Block
 from depthlab.model.stack import Stack, build_stack
 

@@ -16,10 +16,10 @@ from depthlab.doctor.checks import ratios
 from depthlab.doctor.lr_limit import limit_of
 from depthlab.frames import check_table, to_frame
 from depthlab.paths import save_figure
+from depthlab.probe.from_config import probe_config
 from depthlab.probe.plot import probe_figure
 from depthlab.probe.result import FRAMES as PROBE_FRAMES
 from depthlab.probe.result import ProbeResult, format_verdicts, verdicts_html
-from depthlab.probe.run import probe_config
 from depthlab.progress import Progress
 
 # The DataFrames of ``Comparison.to_pandas(table)``: "layers" and "verdicts" are the probe's own tables
@@ -144,7 +144,7 @@ class Comparison:
 
 
 def compare(configs: list[tuple[str, ModelConfig]], **options) -> Comparison:
-    """Probe each (label, config) with :func:`depthlab.probe.run.probe_config` and the same ``options``.
+    """Probe each (label, config) with :func:`depthlab.probe.from_config.probe_config` and the same ``options``.
     ValueError for an empty list; TypeError for anything but (label, ModelConfig) pairs."""
     if not isinstance(configs, (list, tuple)) or not all(
         isinstance(c, (list, tuple)) and len(c) == 2 for c in configs

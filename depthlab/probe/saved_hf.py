@@ -26,9 +26,9 @@ from depthlab.interop.hf import config_from_hf, family_for
 from depthlab.interop.hf.load import config_errors, config_path, one_line, read_config, transformers_module
 from depthlab.model.explain import wiring_summary
 from depthlab.probe.forward_backward import probe
+from depthlab.probe.from_config import attribute_to_init, note_batch, reference_init
 from depthlab.probe.locate import locate_stack
 from depthlab.probe.result import ProbeResult
-from depthlab.probe.run import attribute_to_init, note_batch, reference_init
 
 
 def probe_hf(
@@ -50,7 +50,7 @@ def probe_hf(
 
     For an imported family the header names its wiring, and a verdict that the same wiring under
     depthlab's reference init does not get is marked as coming from the init (see
-    :func:`depthlab.probe.run.attribute_to_init`)."""
+    :func:`depthlab.probe.from_config.attribute_to_init`)."""
     config = read_config(path)  # a recurrent model type is refused here, from the config
     transformers = transformers_module()
     cls = _model_class(transformers, config, want_lm=loss == "lm")

@@ -24,7 +24,7 @@ from depthlab.report.figures import FIGURES, save_figures
 from depthlab.report.html import page
 from depthlab.report.layer_plots import bottom_vs_top, layer_profiles
 from depthlab.report.plots import loss_curves, outcome_map
-from depthlab.report.run import load_run, render_run
+from depthlab.report.run_page import load_run, render_run
 from depthlab.report.runs import render_runs
 from depthlab.report.summary import summary_table
 
@@ -87,7 +87,7 @@ def write_report(db: str, out_dir: str, study: str | int | None = None) -> str:
 
 
 def write_run_report(folder: str, out_dir: str | None = None) -> str:
-    """The page of one run folder (depthlab.report.run) in ``out_dir`` (default ``folder/report``);
+    """The page of one run folder (depthlab.report.run_page) in ``out_dir`` (default ``folder/report``);
     returns index.html's path."""
     out_dir = os.path.join(folder, "report") if out_dir is None else out_dir
     return render_run(load_run(folder), folder, out_dir, _prepare)

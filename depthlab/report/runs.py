@@ -24,7 +24,7 @@ from depthlab.paths import printable
 from depthlab.report.figures import DPI, PageFigure
 from depthlab.report.html import CSS
 from depthlab.report.plots import colormap, finish, panel_axes, title_of
-from depthlab.report.run import load_run, run_facts, warnings_of
+from depthlab.report.run_page import load_run, run_facts, warnings_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure as MplFigure

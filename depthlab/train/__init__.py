@@ -5,6 +5,6 @@ result = train(model_cfg, train_cfg, out_dir=None)   # out_dir=None: nothing wri
 """
 
 from depthlab.train.loop import train
-from depthlab.train.result import RunResult
+from depthlab.train.run_result import RunResult
 
 __all__ = ["RunResult", "train"]

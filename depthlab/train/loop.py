@@ -36,7 +36,7 @@ from depthlab.train.batch import shard
 from depthlab.train.cost import estimate
 from depthlab.train.distributed import Dist, setup, teardown, wrap_ddp
 from depthlab.train.evaluate import evaluate, token_loss_sum, z_loss_sum
-from depthlab.train.result import RunResult
+from depthlab.train.run_result import RunResult
 from depthlab.train.rundir import RunDir, RunOutput
 from depthlab.train.schedules import make_optimizer, make_scheduler
 from depthlab.train.tasks import check_train_memory, make_task

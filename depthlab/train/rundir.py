@@ -29,7 +29,7 @@ from depthlab.errors import InputError
 from depthlab.jsonable import finite_or_none
 from depthlab.paths import check_folder, check_input_file, check_path, printable, replace_file
 from depthlab.train import checkpoint
-from depthlab.train.result import RESULT_KEYS, RunResult
+from depthlab.train.run_result import RESULT_KEYS, RunResult
 from depthlab.version import __version__
 from depthlab.watch.events import Events
 

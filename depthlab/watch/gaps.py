@@ -17,7 +17,7 @@ A gap is a dict {"instrument", "message"}; the watcher prints each once (``depth
 from __future__ import annotations
 
 from depthlab.probe.locate import StackInfo, missing_sublayers
-from depthlab.watch.attention import attention_module
+from depthlab.watch.attention_stats import attention_module
 
 
 def attach_gaps(stack: StackInfo, has_optimizer: bool, attention: bool) -> list[dict]:

@@ -31,7 +31,7 @@ A record (one per logged step; a line of ``metrics.jsonl``) holds, in this order
 | attn_logit_max | the largest pre-softmax attention logit of layer i (Dehghani et al. 2023) |
 
 The per-layer keys are None at i = 0, and the attention keys None where the scores cannot be observed
-(:mod:`depthlab.watch.attention`). The sublayer groups are the probe's
+(:mod:`depthlab.watch.attention_stats`). The sublayer groups are the probe's
 (:func:`depthlab.probe.locate.locate_stack`): a sublayer's own weights, not its wrapping's norm.
 """
 

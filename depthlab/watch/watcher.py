@@ -12,7 +12,7 @@ whether the step in progress is logged (step 1 and every ``every``-th, or ``when
 it attach the expensive hooks for that forward:
 
     forward:   block hooks -> the streams x_0..x_L (depthlab.watch.streams); the attention modules'
-               scores (depthlab.watch.attention); the output logits' log-partition; the batch's tokens
+               scores (depthlab.watch.attention_stats); the output logits' log-partition; the batch's tokens
     backward:  a hook on each stream tensor -> ||d loss / d x_i||; at the end of the pass (an autograd
                callback, after DDP has averaged the gradients) the parameter-gradient norms, before any
                clipping the loop applies afterwards
@@ -41,7 +41,7 @@ from torch import nn
 
 from depthlab.probe.locate import locate_stack, stack_of, with_sublayers
 from depthlab.probe.topology import TopologyTap, stack_state, watch_summary
-from depthlab.watch.attention import AttentionTap, combined_values
+from depthlab.watch.attention_stats import AttentionTap, combined_values
 from depthlab.watch.detectors import LiveDetectors
 from depthlab.watch.dist import all_reduce, rank, world_size
 from depthlab.watch.gaps import attach_gaps, logits_gap, loss_gap

@@ -11,7 +11,7 @@ import pytest
 from depthlab.cli import main
 from depthlab.study import Store
 from depthlab.train import loop
-from depthlab.train.result import RunResult
+from depthlab.train.run_result import RunResult
 from depthlab_lab.docgen import reproductions as all_mod
 from depthlab_lab.docgen import reproductions_text
 from depthlab_lab.docgen.reproductions_ladder import ladder_blocks

@@ -16,7 +16,7 @@ import torch
 
 from depthlab.config import ModelConfig
 from depthlab.errors import ConfigError
-from depthlab.interop.state import put_linear
+from depthlab.interop.weights import put_linear
 
 # HF activation name -> ours. "gelu_new" and "gelu_pytorch_tanh" are the tanh approximation of GELU.
 ACTIVATIONS = {

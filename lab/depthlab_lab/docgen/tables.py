@@ -19,6 +19,7 @@ copy differs from what the code would write (lab/tests/test_docs.py runs the sam
 from __future__ import annotations
 
 import argparse
+import ast
 import re
 import sys
 from collections.abc import Callable
@@ -108,7 +109,33 @@ def topologies_table() -> str:
     )
 
 
+def _first_sentence(path: Path) -> str:
+    """The first sentence of a module's docstring (one line, at most 110 characters)."""
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    text = " ".join(doc.split())
+    cut = re.search(r"(?<=[a-z0-9)`'])\. ", text)
+    first = text[: cut.start()] if cut else text.rstrip(".")
+    return first if len(first) <= 110 else first[:107].rsplit(" ", 1)[0] + "..."
+
+
+def files_map(package: str) -> str:
+    """One line per file of ``package`` ("depthlab" or "lab/depthlab_lab"): its path and what it holds
+    (its docstring's first sentence), folder by folder."""
+    root = ROOT / package
+    lines = []
+    for path in sorted(
+        root.rglob("*.py"), key=lambda p: (p.parent.relative_to(root).parts, p.name != "__init__.py", p.name)
+    ):
+        if "__pycache__" in path.parts:
+            continue
+        rel = path.relative_to(ROOT).as_posix()
+        lines.append(f"{rel:<58} {_first_sentence(path)}")
+    return "```\n" + "\n".join(lines) + "\n```\n"
+
+
 TABLES: dict[str, Callable[[], str]] = {
+    "library-files": lambda: files_map("depthlab"),
+    "lab-files": lambda: files_map("lab/depthlab_lab"),
     "wrappings": wrappings_table,
     "branch-multiplier": branch_multiplier_table,
     "families": families_table,

@@ -11,7 +11,7 @@ train, data, the watcher's outcome rules, and this module's own saving and loadi
 code is not in it: fixing a check does not retrain. Nor is what turns a stored result into a claim's
 numbers (:func:`depthlab_lab.reproduce.lm_runs._summarise` and the claims' readers): that runs again on
 every load, so a change to it takes effect without retraining. The file holds the loop's
-:class:`~depthlab.train.result.RunResult` (metrics, losses, outcome) with the trained module's
+:class:`~depthlab.train.run_result.RunResult` (metrics, losses, outcome) with the trained module's
 state_dict and its submodules' train/eval modes, the global torch RNG state the run left behind (a
 claim that draws after training draws the same numbers whether the run was trained or loaded), the
 training seconds and the commit it was trained at. Loading rebuilds the module from its config.
@@ -44,7 +44,7 @@ from depthlab.jsonable import digest
 from depthlab.model import build_model
 from depthlab.progress import say
 from depthlab.train import train as run_training
-from depthlab.train.result import RunResult
+from depthlab.train.run_result import RunResult
 
 DEFAULT_FOLDER = "cache"  # under the reproductions' --out folder
 # Where the training code starts; every depthlab module these import (transitively) is in the digest.
