@@ -1,0 +1,252 @@
+"""docs/advise.md: how well ``depthlab advise`` foretells a run, scored on its held-out grids under the
+rules registered before their runs, beside the lookups on the same runs; how its predictor was chosen.
+
+The held-out grid at depth and the Hugging Face set (:mod:`depthlab_lab.calibrate.heldout_depth`) were
+committed with every run's prediction frozen in ``grids/advise-heldout-depth.registration.json``. This
+page reads the finished runs from their store (``--db``, default ``runs/advise-heldout.sqlite``),
+writes their compact run record beside it (``docs/advise-heldout-runs.json``: kept, so that the page
+re-derives without the store, and a later sitting resumes), and scores each prediction against the
+outcome: accuracy with its Wilson interval, the paired difference with the best lookup (Newcombe's
+interval), the Brier score. Until every run is done the page says how many are, and decides nothing.
+Below, the cross-validation that chose advise's predictor and its reliability, from the doctor's
+record. ``python -m depthlab_lab.docgen.advise_page [--db DB]`` writes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+
+from depthlab.doctor.record import load_record
+from depthlab.intervals import paired_difference_interval, wilson_interval
+from depthlab.paths import replace_file
+from depthlab.report.doctor_score import expected
+from depthlab.study.store import Store
+from depthlab_lab import REPOSITORY, lab_file
+from depthlab_lab.calibrate.heldout_depth import MARGIN, REGISTRATION, TARGET
+
+DOC = os.path.join("docs", "advise.md")
+RECORD = os.path.join("docs", "advise-heldout-runs.json")
+DB = os.path.join("runs", "advise-heldout.sqlite")
+MARKER = (
+    "<!-- written by `python -m depthlab_lab.docgen.advise_page`: regenerate it rather than editing it -->"
+)
+ROW_KEYS = ("outcome", "val_loss", "unigram_loss", "escape_step", "seconds", "started_at", "finished_at")
+LOOKUP_NAMES = ("wrapping x lr", "wrapping x width x lr x warmup", "nearest runs")
+ALWAYS = "always 'trains'"
+
+
+def stored_runs(db: str) -> dict[str, dict]:
+    """{config hash: record row} of every finished run of the store's advise studies."""
+    out = {}
+    if not (os.path.isfile(db) and os.path.getsize(db) > 0):
+        return out
+    with Store(db, create=False) as store:
+        for study in store.studies():
+            if not study["name"].startswith("advise-heldout"):
+                continue
+            for r in store.runs(study["id"]):
+                if r.get("status") == "done" and r.get("outcome"):
+                    out[r["config_hash"]] = {"config_hash": r["config_hash"], "study": study["name"],
+                                             **{k: r.get(k) for k in ROW_KEYS}}  # fmt: skip
+    return out
+
+
+def merged_record(db: str, path: str = RECORD) -> dict:
+    """The record: the store's finished runs, and those an earlier record kept that the store lacks."""
+    kept = {}
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            kept = {r["config_hash"]: r for r in json.load(f)["runs"]}
+    return {
+        "runs": sorted({**kept, **stored_runs(db)}.values(), key=lambda r: (r["study"], r["config_hash"]))
+    }
+
+
+def score(predicted: list[dict], done: dict[str, dict]) -> dict:
+    """Advise's and each lookup's hits on the finished runs, with intervals and the Brier scores."""
+    runs = [(p, done[p["config_hash"]]) for p in predicted if p["config_hash"] in done]
+    n = len(runs)
+    truth = [expected(d["outcome"]) == "trains" for _, d in runs]
+    calls = {"advise": [p["advise"] == "trains" for p, _ in runs]}
+    calls |= {name: [p["lookups"][name] == "trains" for p, _ in runs] for name in LOOKUP_NAMES}
+    calls[ALWAYS] = [True] * n
+    probs = {"advise": [p["p_trains"] for p, _ in runs]} | {
+        k: [float(c) for c in v] for k, v in calls.items() if k != "advise"
+    }
+    out = {"runs": n, "planned": len(predicted), "by": {}}
+    for name, c in calls.items():
+        hits = sum(ci == ti for ci, ti in zip(c, truth))
+        brier = sum((pi - ti) ** 2 for pi, ti in zip(probs[name], truth)) / n if n else None
+        out["by"][name] = {"hits": hits, "accuracy": hits / n if n else None,
+                           "interval": wilson_interval(hits, n) if n else None, "brier": brier}  # fmt: skip
+    if n:
+        best = max(LOOKUP_NAMES, key=lambda k: (out["by"][k]["hits"], -out["by"][k]["brier"]))
+        a = [ci == ti for ci, ti in zip(calls["advise"], truth)]
+        b = [ci == ti for ci, ti in zip(calls[best], truth)]
+        counts = [sum(x and y for x, y in zip(a, b)), sum(x and not y for x, y in zip(a, b)),
+                  sum(y and not x for x, y in zip(a, b)), sum(not x and not y for x, y in zip(a, b))]  # fmt: skip
+        out["best_lookup"] = best
+        out["paired"] = dict(zip(("both", "advise_only", "lookup_only", "neither"), counts))
+        out["difference"] = paired_difference_interval(*counts)
+        out["misses"] = [(p, d) for (p, d), ok in zip(runs, a) if not ok]
+    return out
+
+
+def verdict(s: dict) -> str:
+    """The result under the registered rule, or why none yet."""
+    if s["runs"] < s["planned"]:
+        return f"not decided: {s['runs']} of {s['planned']} runs done"
+    acc, lookup = s["by"]["advise"]["accuracy"], s["by"][s["best_lookup"]]["accuracy"]
+    brier_ok = all(s["by"]["advise"]["brier"] < s["by"][k]["brier"] for k in LOOKUP_NAMES)
+    ok = acc >= TARGET and acc - lookup >= MARGIN and brier_ok
+    why = f"accuracy {acc:.0%} (needs {TARGET:.0%}), {acc - lookup:+.0%} over the best lookup (needs +{MARGIN:.0%})"
+    return (
+        ("passes: " if ok else "fails: ")
+        + why
+        + (", Brier below every lookup's" if brier_ok else ", Brier not below every lookup's")
+    )
+
+
+def _pct(by: dict) -> str:
+    if by["accuracy"] is None:
+        return "-"
+    lo, hi = by["interval"]
+    return f"{by['hits']} ({by['accuracy']:.0%} [{lo:.0%}, {hi:.0%}])"
+
+
+def registered_at() -> tuple[str, float]:
+    """(the registration commit, its time in seconds since the epoch)."""
+
+    def git(*a):
+        return subprocess.run(
+            ["git", *a], cwd=REPOSITORY, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    commit = git("log", "--diff-filter=A", "--format=%H", "--", REGISTRATION).split()[-1]
+    return commit, float(git("show", "-s", "--format=%ct", commit))
+
+
+def render(reg: dict, record: dict, record_path: str = RECORD) -> str:
+    """The page's Markdown."""
+    done = {r["config_hash"]: r for r in record["runs"]}
+    sets = (("held-out grid at depth (8-32 layers, widths 96-256)", reg["runs"]),
+            ("Hugging Face shapes (Llama, GPT-NeoX, Gemma 2; own wiring and post-LN)", reg["hf_runs"]))  # fmt: skip
+    lines = [MARKER, "# How well `depthlab advise` foretells a run", ""]
+    lines += ["| held-out set | runs done | advise | best lookup | always 'trains' | Brier: advise / best lookup | result |",
+              "|---|---|---|---|---|---|---|"]  # fmt: skip
+    scored = []
+    for name, predicted in sets:
+        s = score(predicted, done)
+        scored.append((name, s))
+        if not s["runs"]:
+            lines.append(f"| {name} | 0 of {s['planned']} | - | - | - | - | not run yet |")
+            continue
+        best = s["best_lookup"]
+        lines.append(f"| {name} | {s['runs']} of {s['planned']} | {_pct(s['by']['advise'])} | {best}: "
+                     f"{_pct(s['by'][best])} | {_pct(s['by'][ALWAYS])} | "
+                     f"{s['by']['advise']['brier']:.3f} / {s['by'][best]['brier']:.3f} | {verdict(s)} |")  # fmt: skip
+    lines += [
+        "",
+        "A call is right when advise said 'trains' (P >= 0.5) and the run ended 'trained', or said 'fails' and "
+        "it ended otherwise (stalled, undertrained, diverged). Intervals are 95% (Wilson).",
+        "",
+    ]
+    lines += _misses(scored)
+    lines += _registration_lines(reg, record, record_path)
+    lines += _cv_lines(load_record().get("predictor") or {})
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _misses(scored) -> list[str]:
+    rows = [(name, p, d) for name, s in scored for p, d in s.get("misses", [])]
+    if not rows:
+        return []
+    out = [
+        "## Its misses",
+        "",
+        "| set | run | P(trains) | outcome | lr / its safe lr |",
+        "|---|---|---|---|---|",
+    ]
+    for name, p, d in rows:
+        out.append(
+            f"| {name.split(' (')[0]} | {p['run']} | {p['p_trains']:.2f} | {d['outcome']} | {p['lr_over_limit']:.2f} |"
+        )
+    return out + [""]
+
+
+def _registration_lines(reg: dict, record: dict, record_path: str) -> list[str]:
+    commit, at = registered_at()
+    starts = [r["started_at"] for r in record["runs"] if r.get("started_at")]
+    first = (
+        f"{datetime.datetime.fromtimestamp(min(starts), datetime.UTC):%Y-%m-%d %H:%M:%S} UTC"
+        if starts
+        else "none yet"
+    )
+    when = f"{datetime.datetime.fromtimestamp(at, datetime.UTC):%Y-%m-%d %H:%M:%S} UTC"
+    ok = not starts or min(starts) > at
+    lines = ["## What was registered, and when", "",
+             f"Registered in commit {commit[:10]} ({when}), with every run's prediction; the first run started {first}"
+             + ("" if ok else ": BEFORE the registration, so this is not a registered score") + ".", "",
+             f"- the grid: `{reg['grid']}` ({len(reg['runs'])} runs, every lr within 2x of its stack's limit: "
+             f"{reg['within_2x_of_limit']}); the Hugging Face set: {', '.join(f'`{g}`' for g in reg['hf_grids'])}",
+             f"- the predictor: `{reg['record']['path']}` (sha256 {reg['record']['sha256']}, form "
+             f"{reg['record']['predictor_form']}); the atlas: `{reg['atlas']['path']}` ({reg['atlas']['runs']:,} runs)",
+             f"- cost as registered: {reg['cost']}"]  # fmt: skip
+    lines += [f"- {k}: {v}" for k, v in reg["rules"].items() if isinstance(v, str)]
+    lines += [f"- lookup '{k}': {v}" for k, v in reg["rules"]["lookups"].items()]
+    return lines + ["", f"Every run is in `{os.path.basename(record_path)}` beside this page.", ""]
+
+
+def _cv_lines(pred: dict) -> list[str]:
+    if not pred:
+        return []
+    lines = ["## How the predictor was chosen", "",
+             f"By cross-validation on {pred['examples']:,} measured runs (the atlas's probed runs of full-skip stacks), "
+             f"leaving out one width, then one depth, at a time; kept: **{pred['form']}** (lowest log loss among the "
+             "forms at least as accurate as every lookup on both).", "",
+             "| candidate | leaving out a width: right | Brier | leaving out a depth: right | Brier |", "|---|---|---|---|---|"]  # fmt: skip
+    w, d = pred["cv"]["d_model"], pred["cv"]["n_layers"]
+    for name in w:
+        lines.append(f"| {name} | {w[name]['hits']} of {w[name]['runs']} ({w[name]['accuracy']:.1%}) | "
+                     f"{w[name]['brier']:.3f} | {d[name]['hits']} of {d[name]['runs']} ({d[name]['accuracy']:.1%}) | {d[name]['brier']:.3f} |")  # fmt: skip
+    lines += ["", "Reliability of the kept form on the left-out runs (what it calls p happens about p of the time):", "",
+              "| P(trains) band | runs (width / depth folds) | mean P | share trained |", "|---|---|---|---|"]  # fmt: skip
+    bands = {tuple(r["band"]): {} for r in w[pred["form"]]["reliability"] + d[pred["form"]]["reliability"]}
+    for fold, cv in (("w", w), ("d", d)):
+        for r in cv[pred["form"]]["reliability"]:
+            bands[tuple(r["band"])][fold] = r
+    for (lo, hi), by in sorted(bands.items()):
+        runs, mean, share = (
+            " / ".join(_cell(by.get(f), k) for f in "wd") for k in ("runs", "predicted", "trained")
+        )
+        lines.append(f"| {lo:.1f}-{hi:.1f} | {runs} | {mean} | {share} |")
+    return lines + [""]
+
+
+def _cell(row: dict | None, key: str) -> str:
+    if row is None:
+        return "-"
+    return str(row[key]) if key == "runs" else f"{row[key]:.2f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m depthlab_lab.docgen.advise_page")
+    p.add_argument("--db", default=DB, help=f"the held-out grids' store (default {DB})")
+    p.add_argument("--doc", default=DOC)
+    args = p.parse_args(argv)
+    with open(lab_file(REGISTRATION), encoding="utf-8") as f:
+        reg = json.load(f)
+    record_path = os.path.splitext(args.doc)[0] + "-heldout-runs.json"
+    record = merged_record(args.db, record_path)
+    replace_file(record_path, json.dumps(record, indent=1) + "\n")
+    replace_file(args.doc, render(reg, record, record_path))
+    print(f"wrote {args.doc} and {record_path}: {len(record['runs'])} runs")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
