@@ -1,0 +1,26 @@
+"""A number a page quotes from a command is the command's output today: docs/cli.md's advise example (the
+post-LN 6 x 512 run that trained) is rerun and compared line by line, so a changed limit, predictor or
+atlas cannot leave a stale number in the docs."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from depthlab.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_the_advise_example_in_cli_md_is_what_advise_prints(capsys, one_thread):
+    text = (ROOT / "docs" / "cli.md").read_text()
+    section = text.split("## `depthlab advise`", 1)[1]
+    command, shown = re.findall(r"```\n(.*?)```", section, flags=re.S)[:2]
+    argv = shlex.split(command.strip())
+    assert argv[:2] == ["depthlab", "advise"]
+    assert main(argv[1:]) == 0
+    assert capsys.readouterr().out.strip() == shown.strip()
