@@ -112,3 +112,31 @@ def test_bad_input_is_one_line_and_exit_2_before_any_probe(argv, says, capsys, t
     assert main(["advise", "--layers", "2", "--d-model", "16", "--heads", "2", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0] and "Traceback" not in err[0]
+
+
+def test_the_atlas_reads_as_a_dataframe(atlas):
+    pd = pytest.importorskip("pandas")
+    df = atlas.to_pandas()
+    assert isinstance(df, pd.DataFrame) and list(df.columns) == list(COLUMNS) and len(df) == len(atlas)
+    assert set(df["outcome"]) <= {"trained", "undertrained", "stalled", "diverged"}
+
+
+@pytest.mark.parametrize("wrap", ["post", "pre", "rezero", "deepnorm"])
+def test_a_learning_rate_verdicts_level_never_contradicts_its_message(wrap):
+    from depthlab.doctor.lr_limit import learning_rate
+    from depthlab.probe.from_config import probe_config
+
+    cfg = ModelConfig(n_layers=6, d_model=32, n_heads=4, wrap=wrap)
+    for lr in (1e-4, 1e-3, 1e-2, 5e-2, 0.3):
+        v = learning_rate(probe_config(cfg, lr=lr, warmup=0, attribute=False))
+        words = {
+            "ok": "is within the limit",
+            "warning": "not expected to be safe",
+            "error": "such stacks failed",
+        }
+        if v.level == "warning" and "at 6 layers they trained" in v.message:
+            continue  # an error held back by depth says so instead
+        if v.level == "warning" and "Extrapolation" in v.detail:
+            continue  # an error outside the calibrated range is a warning that says it is one
+        assert words[v.level] in v.message, (lr, v.level, v.message)
+        assert "safe lr <= " in v.message
