@@ -43,7 +43,7 @@ def render(a, likely: float) -> str:
         lim = a.limit
         fails = f", failed from {lim.lr_fails:.2g}" if lim.lr_fails else ""
         lines.append(_cut(f"safe lr ({m.wrap}, warmup {t.warmup}): <= {lim.lr_limit:.2g} (trained to "
-                          f"{_lr(lim.lr_trained)}{fails}); P(trains) >= {likely} for lr {_range(a.likely)}"))  # fmt: skip
+                          f"{_lr(lim.lr_trained)}{fails}); P >= {likely} for lr {_range(a.likely)}"))  # fmt: skip
     lines += [
         "",
         f"{'wrapping at lr ' + format(t.lr, 'g'):<28}{'P(trains)':>10}{'safe lr':>10}   P >= {likely} for lr",
@@ -64,9 +64,11 @@ def render(a, likely: float) -> str:
         lines.append(_cut(f"  {r.shape():<22} lr {r.lr:<8g} warmup {r.warmup:<4} {r.steps:>5} steps  "
                           f"{r.outcome:<12} val {loss:<5} (distance {d:.2f})"))  # fmt: skip
     lines += ["", _cut(inside_text(a))]
+    if a.outside:
+        lines.append(_cut(f"outside the limit's calibrated range: {'; '.join(a.outside)}"))
     if a.verdicts:
         lines.append("why (what the probe sees):")
-        lines += [_cut(f"  {v.level.upper():7} {v.code}: {v.message}") for v in a.verdicts[:5]]
+        lines += [_cut(f"  {v.level.upper():7} {v.code}: {v.message}") for v in a.verdicts[:4]]
     if a.transfer:
         lines += ["", *a.transfer.get("lines", [])]
     return "\n".join(lines)
@@ -85,5 +87,4 @@ def inside_text(advice) -> str:
         if d <= FAR
         else "far from what was measured"
     )
-    out = f"; the limit's calibrated range: {'; '.join(advice.outside)}" if advice.outside else ""
-    return f"{where}: the nearest measured run is {d:.2f} away (1 = a factor 2 in lr or 4 in width){out}"
+    return f"{where}: the nearest measured run is {d:.2f} away (1 = a factor 2 in lr or 4 in width)"
