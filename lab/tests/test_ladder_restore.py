@@ -277,3 +277,18 @@ def test_the_cli_restores_one_line_a_study_before_the_plan(tmp_path, recorded, c
     assert out[0] == f"ladder-quick-batchnorm-d16: 4 runs restored from {recorded[1]}, 0 already stored"
     assert out[1].startswith("ladder-quick-batchnorm-d32: 4 runs restored")
     assert "ladder batchnorm: 8 runs (8 already in the store)" in out[2]
+
+
+def test_a_bad_row_of_a_rung_not_restored_is_refused_too(tmp_path, recorded, capsys):
+    """The whole record is checked, not only the rungs --claims names."""
+    record = json.loads(open(recorded[1]).read())
+    name = next(n for n in record["studies"] if "collapse" in n)
+    record["studies"][name][0]["val_loss"] = True
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(record))
+    db = tmp_path / "l.sqlite"
+    argv = ["reproduce", "ladder", "--quick", "--plan", "--claims", "batchnorm", "--db", str(db)]
+    assert main([*argv, "--restore", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"of {name}: val_loss is true, not a number" in err, err
+    assert not db.exists()

@@ -24,7 +24,7 @@ from depthlab.study.schema import METRIC_COLUMNS
 from depthlab_lab.reproduce.ladder import LADDER
 from depthlab_lab.reproduce.ladder_effects import by_setting
 from depthlab_lab.reproduce.ladder_run import Rung, rungs
-from depthlab_lab.restore import check_restore_path, check_studies, read_record, restore
+from depthlab_lab.restore import check_restore_path, check_studies, checked, read_record, restore
 
 ROW_KEYS = ("outcome", "val_loss", "final_train_loss", "unigram_loss", "escape_step", "seconds")
 ROW_KEYS += ("started_at", "finished_at")
@@ -121,12 +121,13 @@ def restore_ladder(record: str, db: str, names: list[str], quick: bool = False) 
     doctor's), a record study that is no rung of the ladder, or a row its rung no longer produces, is
     an InputError before the store is touched."""
     check_restore_path(record)
-    every = [r.study.name for r in rungs(list(LADDER), quick)]
+    every = rungs(list(LADDER), quick)
     ladder = f"the{' quick' if quick else ''} ladder's"
     other = "the doctor's run record? it goes to depthlab reproduce doctor --restore"
-    check_studies(record, read_record(record), every, ladder, other)
+    check_studies(record, read_record(record), [r.study.name for r in every], ladder, other)
+    settings = {r.study.name: {label: _axis(s) for label, s in r.settings.items()} for r in every}
+    checked(record, [r.study for r in every], settings)  # the whole record, the rungs not restored too
     todo = rungs(names, quick)
-    settings = {r.study.name: {label: _axis(s) for label, s in r.settings.items()} for r in todo}
     return restore(record, db, [r.study for r in todo], probe=False, settings=settings)
 
 
