@@ -96,7 +96,7 @@ def run(args) -> int:
     old = read_calibration(args.record)
     if args.predictor:
         return _refit_predictor(old, args.record)
-    record = refit(old, [tuple(s) for s in args.sources], _commit())
+    record = refit(old, [tuple(s) for s in args.sources], _commit(), progress=True)
     write_record(record, args.record)
     load_record.cache_clear()
     fitted = record["fitted_from"]

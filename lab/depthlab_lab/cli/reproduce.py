@@ -17,7 +17,7 @@ from depthlab_lab.docgen.doctor_scale import DEFAULT_SCALE_DB as SCALE_DB
 from depthlab_lab.docgen.doctor_score import DEFAULT_DB as DOCTOR_DB
 from depthlab_lab.docgen.doctor_score import DEFAULT_DOC as DOCTOR_DOC
 from depthlab_lab.docgen.doctor_score import HELDOUT as DOCTOR_HELDOUT
-from depthlab_lab.docgen.doctor_score import SCALE_GRIDS, write_doctor_doc
+from depthlab_lab.docgen.doctor_score import SCALE_GRIDS, doctor_plan, write_doctor_doc
 from depthlab_lab.docgen.doctor_score import TUNING as DOCTOR_TUNING
 from depthlab_lab.docgen.ladder_doc import DEFAULT_DB as LADDER_DB
 from depthlab_lab.docgen.ladder_doc import DEFAULT_DOC as LADDER_DOC
@@ -185,12 +185,9 @@ def run_doctor_command(args) -> int:
         _restore_doctor(args.restore, db, scale_db)
     elif args.scale_db is not None and not os.path.isfile(args.scale_db):
         raise InputError(f"--scale-db {args.scale_db}: no such store (run the scale grids into it first)")
-    print(
-        "the doctor's grids: 340 tiny training runs, about 45 minutes on two idle cores (runs already "
-        f"in {db} are skipped)",
-        flush=True,
-    )
-    scores = write_doctor_doc(db, doc, scale_db=scale_db)
+    line, clock = doctor_plan(db, scale_db)
+    print(f"{line}; then {doc} written", flush=True)
+    scores = write_doctor_doc(db, doc, scale_db=scale_db, clock=clock)
     for grid in scores["scale"]["grids"]:  # newest first, as the document's headline
         if grid.get("heldout"):
             name = grid["grid"][0]
@@ -254,6 +251,7 @@ def run_reproductions(args) -> int:
                 scale=args.scale,
                 ladder_db=args.ladder_db or LADDER_DB,
                 parts_dir=folder,
+                plan=True,
             )
         else:
             result = run_claim(args.name, quick=args.quick, out_dir=out_dir, scale=args.scale)
