@@ -2,6 +2,7 @@
 
     python tests/rerun_failure_paths.py            # about 5 minutes on 2 cores; prints a table
     python tests/rerun_failure_paths.py --quick    # the command-line and API classes only (no kills)
+    python tests/rerun_failure_paths.py --lab      # the lab's classes only (calibrate, reproduce --restore)
 
 Each command runs as ``python -m depthlab ...`` in its own process, under a time limit and an
 address-space limit of 8 GB (so an input that is not handled shows up as a timeout, a crash or a
@@ -30,7 +31,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import failure_paths_second as second_round  # noqa: E402 (found through the path above)
+import failure_paths_lab as lab_round  # noqa: E402 (found through the path above)
+import failure_paths_second as second_round  # noqa: E402
 import failure_paths_third as third_round  # noqa: E402
 
 LIMIT_AS = 8 * 2**30
@@ -386,16 +388,24 @@ def kills(t: Tally) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="the command-line and API classes only (no kills)")
+    p.add_argument(
+        "--lab", action="store_true", help="the lab's classes only (calibrate, reproduce --restore)"
+    )
     a = p.parse_args(argv)
     t = Tally()
     tmp = Path(tempfile.mkdtemp(prefix="failure-paths-"))
     try:
-        for section in (limits, grids, stores, checkpoints, blocking_and_flags):
-            section(t, tmp)
-        for section in second_round.SECTIONS + third_round.SECTIONS:  # tests/failure_paths_{second,third}.py
+        if not a.lab:
+            for section in (limits, grids, stores, checkpoints, blocking_and_flags):
+                section(t, tmp)
+            for section in (
+                second_round.SECTIONS + third_round.SECTIONS
+            ):  # tests/failure_paths_{second,third}.py
+                section(t, tmp, cli, refused)
+            api(t)
+        for section in lab_round.SECTIONS:  # tests/failure_paths_lab.py
             section(t, tmp, cli, refused)
-        api(t)
-        if not a.quick:
+        if not (a.quick or a.lab):
             kills(t)
     finally:
         subprocess.run(["chattr", "-i", str(tmp / "ro" / "s.sqlite")], capture_output=True)

@@ -179,12 +179,16 @@ class Store:
             )
         return cur.rowcount
 
-    def finish(self, run_id: int, payload: dict) -> str:
+    def finish(self, run_id: int, payload: dict, recorded: dict | None = None) -> str:
         """Write one run's outcome, metrics, telemetry and probe in a single transaction.
 
         ``payload`` is what a worker returns (``depthlab.study.worker.execute``): "result" (result.json
         shape), "metrics" (the on_log records), "probe" (probe JSON) or "probe_error", "host",
         "seconds", and "error" (a traceback) for a run that crashed. Returns the status written.
+        ``recorded``, for a run written back from a run record rather than run here: {"started_at",
+        "finished_at"} as the record gives them (None where it kept none), stored instead of the claim's
+        start and the time of writing, and "layers", telemetry rows {"step", "layer", *LAYER_COLUMNS}
+        each at its own step; in the same transaction, so that a run is never marked done without them.
         """
         status = "failed" if payload.get("error") else "done"
         res = payload.get("result") or {}
@@ -195,6 +199,8 @@ class Store:
                 )  # a re-run replaces, never doubles
             _insert_metrics(c, run_id, payload.get("metrics") or [])
             _insert_probe(c, run_id, payload.get("probe"), payload.get("probe_error"))
+            if recorded is not None:
+                _insert_layers(c, run_id, recorded.get("layers") or [])
             c.execute(
                 "UPDATE runs SET status = ?, owner = NULL, host = ?, outcome = ?, reason = ?, outcome_step = ?, "
                 "final_train_loss = ?, val_loss = ?, val_bpb = ?, unigram_loss = ?, accuracy = ?, "
@@ -218,6 +224,11 @@ class Store:
                     run_id,
                 ),
             )
+            if recorded is not None:  # when it ran, as recorded (unknown: none), not when it was written
+                c.execute(
+                    "UPDATE runs SET started_at = ?, finished_at = ? WHERE id = ?",
+                    (recorded.get("started_at"), recorded.get("finished_at"), run_id),
+                )
         return status
 
     # -- reading ------------------------------------------------------------------------------------
@@ -326,6 +337,15 @@ def _insert_metrics(c: sqlite3.Connection, run_id: int, records: list[dict]) -> 
                 for row in rec.get("layers") or []
             ],
         )
+
+
+def _insert_layers(c: sqlite3.Connection, run_id: int, layers: list[dict]) -> None:
+    """Telemetry rows {"step", "layer", *LAYER_COLUMNS}, each at its own step (a recorded run's)."""
+    c.executemany(
+        f"INSERT OR REPLACE INTO layer_metrics (run_id, step, layer, {', '.join(LAYER_COLUMNS)}) "
+        f"VALUES (?, ?, ?, {', '.join('?' for _ in LAYER_COLUMNS)})",
+        [(run_id, int(x["step"]), int(x["layer"]), *(_num(x.get(k)) for k in LAYER_COLUMNS)) for x in layers],
+    )
 
 
 def _insert_probe(c: sqlite3.Connection, run_id: int, probe: dict | None, error: str | None) -> None:

@@ -8,7 +8,7 @@ validation passes and the study's probe at init. Each shape is timed once per pr
 large to time quickly is timed at a smaller batch and scaled (a step's time is linear in the batch
 once the work dominates). It is an estimate: a shared machine's load changes under it, and a run that
 stops early (diverged) takes less; :class:`depthlab.progress.TimeLeft` corrects it with the run times
-measured as a study goes. (``depthlab reproduce`` has its own copy of this model, to move here.)
+measured as a study goes. ``depthlab reproduce`` estimates with it too.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ import torch
 from depthlab import ModelConfig, build_model
 from depthlab.cli import main
 from depthlab.doctor.plateau import FEATURES, family, p_within, plateau_verdict, predict
+from depthlab.errors import InputError
 from depthlab.probe import probe
 from depthlab.study.grid import StudyConfig
 from depthlab.study.store import Store
@@ -235,15 +236,15 @@ def test_calibrate_refuses_a_held_out_study_and_a_missing_store(store, tmp_path,
     assert json.loads(path.read_text()) == {"range": {}, "agreement": {}}  # nothing written
 
 
-def test_refit_without_runs_to_fit_leaves_the_sections_out(tmp_path):
+def test_refit_without_runs_to_fit_is_refused_and_never_drops_a_section(tmp_path):
     db = str(tmp_path / "empty.sqlite")
     study = StudyConfig.from_dict(
         {"name": "t", "model": {"d_model": 16, "n_heads": 2}, "train": {"steps": 5}, "axes": {"lr": [1e-3]}}
     )
     with Store(db) as s:
         s.add_study(study.name, study.to_dict(), study.config_hash(), study.expand())
-    rec = refit({"range": {}, "escape": {"old": 1}}, [(db, "t")], None)
-    assert "escape" not in rec and "step_limit" not in rec and rec["fitted_from"]["studies"][0]["done"] == 0
+    with pytest.raises(InputError, match=r"\(0 of 1 runs done\): no finished run to fit on"):
+        refit({"range": {}, "escape": {"old": 1}}, [(db, "t")], None)
 
 
 def test_a_record_that_is_not_json_and_db_for_another_reproduction_are_refused(store, tmp_path, capsys):

@@ -213,6 +213,21 @@ def _bad(tmp_path, recorded, what: str) -> str:
     elif what == "layers":
         record["studies"][name][0]["layers"] = [{"step": "last", "layer": 0}]
         path.write_text(json.dumps(record))
+    elif what in ("huge step", "string loss", "twice", "swapped"):
+        rows = record["studies"][name]
+        if what == "huge step":  # on the last row of the last study: nothing before it may be written
+            last = list(record["studies"])[-1]
+            record["studies"][last][-1]["layers"] = [{"step": 2**70, "layer": 0, "update_ratio": 0.1}]
+        elif what == "string loss":
+            rows[-1]["val_loss"] = "abc"
+        elif what == "twice":
+            rows.append(dict(rows[0]))
+        else:  # two rows of different settings swap their hashes
+            other = next(r for r in rows if r["setting"] != rows[0]["setting"])
+            rows[0]["config_hash"], other["config_hash"] = other["config_hash"], rows[0]["config_hash"]
+        path.write_text(json.dumps(record))
+    elif what == "doctor":
+        return "docs/doctor-runs.json"
     else:
         return str(tmp_path / "none.json")
     return str(path)
@@ -225,8 +240,13 @@ def _bad(tmp_path, recorded, what: str) -> str:
         ("text", "not JSON"),
         ("list", "not a run record"),
         ("hash", "not in the study ladder-quick-batchnorm-d16 as it stands"),
-        ("study", "no rung of the quick ladder"),
+        ("study", "is none of the quick ladder's studies"),
         ("layers", "whole-number step"),
+        ("huge step", "the step 1180591620717411303424, beyond a stored step"),
+        ("string loss", "val_loss is 'abc', not a number"),
+        ("twice", "is recorded 2 times"),
+        ("swapped", "but its config_hash names a run of another setting"),
+        ("doctor", "holds none of the quick ladder's studies"),
     ],
 )
 def test_the_cli_refuses_a_bad_record_in_one_line_and_writes_nothing(
@@ -257,3 +277,18 @@ def test_the_cli_restores_one_line_a_study_before_the_plan(tmp_path, recorded, c
     assert out[0] == f"ladder-quick-batchnorm-d16: 4 runs restored from {recorded[1]}, 0 already stored"
     assert out[1].startswith("ladder-quick-batchnorm-d32: 4 runs restored")
     assert "ladder batchnorm: 8 runs (8 already in the store)" in out[2]
+
+
+def test_a_bad_row_of_a_rung_not_restored_is_refused_too(tmp_path, recorded, capsys):
+    """The whole record is checked, not only the rungs --claims names."""
+    record = json.loads(open(recorded[1]).read())
+    name = next(n for n in record["studies"] if "collapse" in n)
+    record["studies"][name][0]["val_loss"] = True
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(record))
+    db = tmp_path / "l.sqlite"
+    argv = ["reproduce", "ladder", "--quick", "--plan", "--claims", "batchnorm", "--db", str(db)]
+    assert main([*argv, "--restore", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"of {name}: val_loss is true, not a number" in err, err
+    assert not db.exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
@@ -9,10 +10,10 @@ from depthlab.doctor.atlas import Atlas
 from depthlab.doctor.plateau import FAMILY_TEXT
 from depthlab.doctor.record import RECORD_PATH, load_record
 from depthlab.errors import InputError
-from depthlab.paths import check_output_file
+from depthlab.paths import check_input_file, check_output_file
 from depthlab_lab.calibrate.calibration import write_record
 from depthlab_lab.calibrate.predictor_fit import fitted_predictor
-from depthlab_lab.calibrate.refit import refit
+from depthlab_lab.calibrate.refit import SECTIONS, kept_text, refit
 from depthlab_lab.docgen.doctor_fits import band_text, family_text, scaled_text
 
 
@@ -61,35 +62,79 @@ def _commit() -> str | None:
     return out.stdout.strip() or None
 
 
+def read_calibration(path: str) -> dict:
+    """The calibration record at ``path``, checked to be one before anything is fitted: InputError (one
+    line naming --record) for a missing file, one that is not a regular file, not JSON, not a JSON object,
+    or whose sections are not the objects depthlab writes."""
+    check_output_file(path, "--record", ("json",))
+    if not os.path.lexists(path):
+        raise InputError(f"--record {path}: no such file (the record to update must exist)")
+    check_input_file(path, "--record")
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except (ValueError, OSError, RecursionError) as e:
+        why = "nested too deeply" if isinstance(e, RecursionError) else " ".join(str(e).split())[:120]
+        raise InputError(f"--record {path}: not a readable calibration record ({why})") from None
+    if not isinstance(record, dict):
+        kind = {list: "list", str: "string", bool: "boolean", type(None): "null"}.get(type(record), "number")
+        raise InputError(f"--record {path}: not a calibration record (a JSON {kind}, not an object)")
+    for key in (*SECTIONS, "fitted_from", "range", "agreement", "predictor"):
+        if key in record and record[key] is not None and not isinstance(record[key], dict):
+            raise InputError(
+                f"--record {path}: not a calibration record as depthlab writes it (its {key!r} is not an "
+                "object: damaged?); it was left as it was"
+            )
+    return record
+
+
 def run(args) -> int:
     if args.predictor == bool(args.sources):
         raise InputError(
             "give either --from DB STUDY (the doctor's limits) or --predictor (advise's predictor)"
         )
-    check_output_file(args.record, "--record", ("json",))
-    if not os.path.isfile(args.record):
-        raise InputError(f"--record {args.record}: no such file (the record to update must exist)")
-    try:
-        old = load_record(args.record)
-    except (ValueError, OSError) as e:
-        raise InputError(f"--record {args.record}: not a readable calibration record ({e})") from None
+    old = read_calibration(args.record)
     if args.predictor:
         return _refit_predictor(old, args.record)
-    record = refit(old, [tuple(s) for s in args.sources], _commit())
+    record = refit(old, [tuple(s) for s in args.sources], _commit(), progress=True)
     write_record(record, args.record)
     load_record.cache_clear()
-    for s in record["fitted_from"]["studies"]:
+    fitted = record["fitted_from"]
+    for s in fitted["studies"]:
         print(f"{s['study']} in {s['store']}: {s['done']} of {s['runs']} runs done, {s['escaped']} escaped")
+    shared = sum(s.get("shared", 0) for s in fitted["studies"])
+    if shared:
+        print(f"{shared} runs shared by the studies named (the same config hash) were counted once")
     for fam, fit in (record.get("escape") or {}).get("families", {}).items():
+        if any(k["section"] == "escape" and k.get("families", fam) == fam for k in fitted.get("kept", [])):
+            continue  # kept from before: said below
         ins = fit["in_sample"]
         print(
             f"plateau, {FAMILY_TEXT[fam]}: {fit['runs']} runs ({fit['censored']} censored), sigma "
             f"{fit['sigma']:.3g} in ln steps; in-sample {ins['agreed']} of {ins['runs']} escapes within budget "
             "told right"
         )
-    _print_limits(record)
+    _print_limits(_fitted_only(record))
+    for entry in fitted.get("kept", []):
+        print(kept_text(entry))
     print(f"wrote {args.record}")
     return 0
+
+
+def _fitted_only(record: dict) -> dict:
+    """The record's step_limit and update_limit as fitted now (what a refit kept from before left out)."""
+    out = {k: record.get(k) for k in ("step_limit", "update_limit")}
+    for entry in record["fitted_from"].get("kept", []):
+        section = entry["section"]
+        if section == "escape" or out.get(section) is None:
+            continue
+        if "by_wrap" in entry or "families" in entry:
+            part = "by_wrap" if "by_wrap" in entry else "families"
+            own = {k: v for k, v in out[section][part].items() if k != entry[part]}
+            out[section] = {**out[section], part: own}
+        else:
+            out[section] = None
+    return out
 
 
 def _by_width(entries: list[dict]) -> str:

@@ -9,13 +9,15 @@ from depthlab.errors import ConfigError, InputError
 from depthlab.paths import check_folder, check_output_file, write_json
 from depthlab.report.doctor_score import format_score
 from depthlab.study.executors import default_workers
+from depthlab.study.grid import StudyConfig
 from depthlab.study.storefile import check_store_path
 from depthlab.train.distributed import set_torch_threads
+from depthlab_lab import lab_file
 from depthlab_lab.docgen.doctor_scale import DEFAULT_SCALE_DB as SCALE_DB
 from depthlab_lab.docgen.doctor_score import DEFAULT_DB as DOCTOR_DB
 from depthlab_lab.docgen.doctor_score import DEFAULT_DOC as DOCTOR_DOC
 from depthlab_lab.docgen.doctor_score import HELDOUT as DOCTOR_HELDOUT
-from depthlab_lab.docgen.doctor_score import SCALE_GRIDS, write_doctor_doc
+from depthlab_lab.docgen.doctor_score import SCALE_GRIDS, doctor_plan, write_doctor_doc
 from depthlab_lab.docgen.doctor_score import TUNING as DOCTOR_TUNING
 from depthlab_lab.docgen.ladder_doc import DEFAULT_DB as LADDER_DB
 from depthlab_lab.docgen.ladder_doc import DEFAULT_DOC as LADDER_DOC
@@ -28,7 +30,7 @@ from depthlab_lab.reproduce.dry_run import print_plan as print_all_plan
 from depthlab_lab.reproduce.ladder_record import record_path, restore_ladder
 from depthlab_lab.reproduce.ladder_run import check_db, chosen, print_plan, rungs
 from depthlab_lab.reproduce.reproduction import SCALES, format_counts, run_claim
-from depthlab_lab.restore import checked, restore
+from depthlab_lab.restore import check_restore_path, check_studies, checked, read_record, restore
 
 OUT = os.path.join("runs", "reproduce")
 DOCUMENTS = ("all", "tour", "doctor", "ladder")  # names that write a document instead of checking one claim
@@ -161,27 +163,7 @@ def run(args) -> int:
             "--quick is a smaller version of the small scale; it does not combine with --scale large"
         )
     if args.name == "doctor":
-        print(
-            "the doctor's grids: 340 tiny training runs, about 45 minutes on two idle cores (runs already "
-            f"in {args.db or DOCTOR_DB} are skipped)",
-            flush=True,
-        )
-        if args.restore is not None:
-            _restore_doctor(args.restore, args.db or DOCTOR_DB, args.scale_db or SCALE_DB)
-        elif args.scale_db is not None and not os.path.isfile(args.scale_db):
-            raise InputError(f"--scale-db {args.scale_db}: no such store (run the scale grids into it first)")
-        scores = write_doctor_doc(
-            args.db or DOCTOR_DB, args.doc or DOCTOR_DOC, scale_db=args.scale_db or SCALE_DB
-        )
-        for grid in scores["scale"]["grids"]:  # newest first, as the document's headline
-            if grid.get("heldout"):
-                name = grid["grid"][0]
-                print(
-                    f"held-out across width ({name}): " + format_score(grid["heldout"], grid.get("baselines"))
-                )
-        print("held-out (widths 48-64): " + format_score(scores["heldout"], scores.get("baselines")))
-        print(f"wrote {args.doc or DOCTOR_DOC}")
-        return 0
+        return run_doctor_command(args)
     if args.name == "ladder":
         return run_ladder_command(args)
     if args.name == "tour":
@@ -192,14 +174,41 @@ def run(args) -> int:
     return run_reproductions(args)
 
 
+def run_doctor_command(args) -> int:
+    """``depthlab reproduce doctor``: everything checked first (the page, the stores, the record to
+    restore), then the record's runs written back (``--restore``), the plan and its expected time, the
+    runs the stores lack trained, and the page written."""
+    db, doc, scale_db = args.db or DOCTOR_DB, args.doc or DOCTOR_DOC, args.scale_db or SCALE_DB
+    check_output_file(doc, "--doc", ("md",))
+    check_store_path(db, "--db")
+    if args.restore is not None:
+        _restore_doctor(args.restore, db, scale_db)
+    elif args.scale_db is not None and not os.path.isfile(args.scale_db):
+        raise InputError(f"--scale-db {args.scale_db}: no such store (run the scale grids into it first)")
+    line, clock = doctor_plan(db, scale_db)
+    print(f"{line}; then {doc} written", flush=True)
+    scores = write_doctor_doc(db, doc, scale_db=scale_db, clock=clock)
+    for grid in scores["scale"]["grids"]:  # newest first, as the document's headline
+        if grid.get("heldout"):
+            name = grid["grid"][0]
+            print(f"held-out across width ({name}): " + format_score(grid["heldout"], grid.get("baselines")))
+    print("held-out (widths 48-64): " + format_score(scores["heldout"], scores.get("baselines")))
+    print(f"wrote {doc}")
+    return 0
+
+
 def _restore_doctor(record: str, db: str, scale_db: str) -> None:
-    """Write the runs ``record`` keeps into the doctor's two stores, one line per study restored."""
-    if not os.path.isfile(record):
-        raise InputError(f"--restore {record}: no such run record")
+    """Write the runs ``record`` keeps into the doctor's two stores, one line per study restored. A
+    record of none of the doctor's studies (the ladder's), or of a study that is none of them, is refused
+    before anything is written or trained."""
+    check_restore_path(record)
     check_store_path(db, "--db")
     check_store_path(scale_db, "--scale-db")
-    # every row of both stores checked before either is written
-    checked(record, [DOCTOR_TUNING, DOCTOR_HELDOUT, *SCALE_GRIDS])
+    grids = [DOCTOR_TUNING, DOCTOR_HELDOUT, *SCALE_GRIDS]
+    names = [StudyConfig.from_yaml(lab_file(g)).name for g in grids]
+    other = "the ladder's run record? it goes to depthlab reproduce ladder --restore"
+    check_studies(record, read_record(record), names, "the doctor's", other)
+    checked(record, grids)  # every row of both stores checked before either is written
     done = restore(record, db, [DOCTOR_TUNING, DOCTOR_HELDOUT]) | restore(record, scale_db, list(SCALE_GRIDS))
     _print_restored(done, record)
 
@@ -242,6 +251,7 @@ def run_reproductions(args) -> int:
                 scale=args.scale,
                 ladder_db=args.ladder_db or LADDER_DB,
                 parts_dir=folder,
+                plan=True,
             )
         else:
             result = run_claim(args.name, quick=args.quick, out_dir=out_dir, scale=args.scale)

@@ -10,15 +10,19 @@ the misses, each run as the run record keeps it.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 
 from depthlab.config import ModelConfig, TrainConfig
+from depthlab.progress import Progress, TimeLeft
 from depthlab.report import load
 from depthlab.report.doctor_score import doctor_pairs, score
 from depthlab.report.grouping import predicted
 from depthlab.study import RunSpec, StudyConfig
 from depthlab.study.store import Store
 from depthlab.study.worker import probe_at_init
+from depthlab.train.cost import device_of, step_cost
 from depthlab_lab import lab_file
 from depthlab_lab.calibrate.baselines import baseline_pairs
 
@@ -32,12 +36,51 @@ DEFAULT_SCALE_DB = os.path.join("runs", "doctor-scale.sqlite")
 
 
 def probe_again(run: dict) -> dict | None:
-    """The run's at-init probe taken again with the current code, as the study worker takes it."""
+    """The run's at-init probe taken again with the current code, as the study worker takes it (its
+    measured time given to the clock of :func:`probing`, when one is set)."""
+    start = time.monotonic()
     spec = RunSpec(
         ModelConfig.from_dict(run["config"]["model"]), TrainConfig.from_dict(run["config"]["train"])
     )
     probe, _ = probe_at_init(spec)
+    if _PROBING:
+        clock, bar = _PROBING[-1]
+        key = probe_key(run.get("config_hash"))
+        if key in clock.expected and key not in clock.done:
+            clock.finished(key, time.monotonic() - start)
+            bar.advance()
     return probe
+
+
+_PROBING: list[tuple[TimeLeft, Progress]] = []  # the clock and progress line of the probes taken again
+
+
+def probe_key(config_hash: str | None) -> str:
+    """The key of a run's probe among a clock's jobs."""
+    return f"probe {config_hash}"
+
+
+@contextlib.contextmanager
+def probing(clock: TimeLeft, total: int, what: str):
+    """While inside, each run probed again (:func:`probe_again`) whose :func:`probe_key` is one of
+    ``clock``'s jobs is counted on a progress line of ``total`` probes with the clock's time left (redrawn
+    on a terminal; a plain line at each tenth of them elsewhere)."""
+    bar = Progress(total, what, unit="probe", clock=clock, plain=True)
+    _PROBING.append((clock, bar))
+    try:
+        yield bar
+    finally:
+        _PROBING.pop()
+        bar.close()
+
+
+def probe_seconds(spec) -> float:
+    """The expected seconds of one probe at init of ``spec``'s model (:mod:`depthlab.train.cost`'s step
+    times): building the model, a forward and two backward passes on the run's first batch."""
+    m, t = spec.model, spec.train
+    fixed, per_layer, build = step_cost(m, t.batch_size, t.seq_len, device_of(t))
+    layers = m.enc_depth + m.dec_depth
+    return build * layers + 2 * (fixed + per_layer * layers)
 
 
 def stored(db: str, grid: str) -> tuple[StudyConfig, list[dict]]:

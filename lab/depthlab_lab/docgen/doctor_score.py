@@ -11,6 +11,7 @@ same probes, diagnosed without one) on the held-out runs, and writes the documen
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import os
@@ -22,9 +23,11 @@ from depthlab.doctor.lr_limit import GATED_DEPTH, GATED_LIMIT, from_band, update
 from depthlab.doctor.record import RECORD_PATH, load_record
 from depthlab.paths import check_output_file, write_json
 from depthlab.probe.result import ProbeResult
+from depthlab.progress import TimeLeft, duration, say
 from depthlab.report import load
 from depthlab.report.doctor_score import doctor_pairs, format_score, score
-from depthlab.study import StudyConfig, run_study
+from depthlab.study import StudyConfig, plan, run_study
+from depthlab.train.cost import run_seconds
 from depthlab_lab import lab_file
 from depthlab_lab.calibrate.baselines import baseline_pairs
 from depthlab_lab.docgen.doctor_answers import how_lines, misses_table, score_table
@@ -41,6 +44,9 @@ from depthlab_lab.docgen.doctor_scale import (
     SCALE_TUNING,
     miss_lines,
     probe_again,
+    probe_key,
+    probe_seconds,
+    probing,
     refit_command,
     run_row,
     scale_tuning,
@@ -64,19 +70,78 @@ def without_lr(probe: dict) -> dict:
 WHERE = f"thresholds chosen on {TUNING} at width 32, scored on {HELDOUT} at widths 48-64; 150 steps"
 
 
+def doctor_plan(
+    db: str = DEFAULT_DB, scale_db: str = DEFAULT_SCALE_DB, workers: int = 1
+) -> tuple[str, TimeLeft]:
+    """(the line that says what ``depthlab reproduce doctor`` will do and how long it expects, its clock).
+    The clock's jobs: each grid's training ("train GRID": its runs not yet done in ``db``, the cost model's
+    seconds, ``workers`` at a time) and each run's probe taken again (:func:`probe_key`: every run of the
+    two grids, and every finished run of the scale grids in ``scale_db``). Reads the stores, writes nothing."""
+    expected, total, done, train = {}, 0, 0, 0.0
+    probes = []
+    for path in (TUNING, HELDOUT):
+        grid = StudyConfig.from_yaml(lab_file(path))
+        seconds = 0.0
+        for spec, status in plan(grid, db):
+            total += 1
+            probes.append(spec)
+            if status == "done":
+                done += 1
+            else:
+                seconds += run_seconds(spec.model, spec.train)
+        if seconds:
+            expected[f"train {grid.name}"] = seconds / max(1, workers)
+            train += seconds / max(1, workers)
+    for path in SCALE_GRIDS:
+        probes += [
+            spec for spec, status in plan(StudyConfig.from_yaml(lab_file(path)), scale_db) if status == "done"
+        ]
+    by_key = {probe_key(s.hash): s for s in probes}
+    expected |= {key: probe_seconds(s) for key, s in by_key.items()}
+    clock = TimeLeft(expected)
+    probing_s = sum(v for k, v in expected.items() if k.startswith("probe "))
+    line = (
+        f"the doctor's grids: {total} tiny training runs ({done} already in {db}), {total - done} to train: "
+        f"about {duration(train)}; then {len(by_key)} runs' probes taken again (the scale grids' finished runs "
+        f"in {scale_db} included): about {duration(probing_s)}; about {duration(clock.total_s())} in all "
+        "(cost model: step times measured now)"
+    )
+    return line, clock
+
+
+def _trained(clock: TimeLeft | None, grid: StudyConfig, res) -> None:
+    """A grid's training is over: its measured time goes to ``clock``, and a line says the time left."""
+    key = f"train {grid.name}"
+    if clock is None or key not in clock.expected:
+        return
+    if res.ran:
+        clock.finished(key, res.seconds)
+    else:
+        clock.skip(key)
+    say(f"reproduce doctor: {grid.name} trained ({res.ran} runs); about {duration(clock.left_s())} left")
+
+
 def measure(
     db: str = DEFAULT_DB,
     workers: int = 1,
     out=None,
     record: str = RECORD_PATH,
     scale_db: str = DEFAULT_SCALE_DB,
+    clock: TimeLeft | None = None,
 ) -> dict:
     """Run (or resume) both grids into ``db`` and read the scale grids from ``scale_db`` (never trained
     here); returns {"tuning", "heldout", "heldout_before"} scores, the misses on the held-out grid, the
     held-out grids across width scored ("scale": the scale tuning grids' counts and each held-out grid's
     score, newest first) and the seconds this took. It reads the doctor's calibration record and never
     writes it: a document generator does not change what the library does (``depthlab calibrate`` refits
-    the record; ``record`` is the one scored)."""
+    the record; ``record`` is the one scored). ``clock`` (:func:`doctor_plan`'s): a line with the time
+    left after each grid's training, and a progress line over the probes taken again."""
+    probes = sum(k.startswith("probe ") for k in clock.expected) if clock is not None else 0
+    with probing(clock, probes, "reproduce doctor") if probes else contextlib.nullcontext():
+        return _measure(db, workers, out, scale_db, clock)
+
+
+def _measure(db: str, workers: int, out, scale_db: str, clock: TimeLeft | None) -> dict:
     start = time.perf_counter()
     scores = {}
     tuning_grid, heldout_grid = (
@@ -84,6 +149,7 @@ def measure(
         StudyConfig.from_yaml(lab_file(HELDOUT)),
     )
     res = run_study(tuning_grid, db=db, workers=workers, progress=False, out=out)
+    _trained(clock, tuning_grid, res)
     data = load(db, res.study_id)
     tuning_runs = [dict(r, probe=probe_again(r), study=tuning_grid.name) for r in data.runs]
     scores["tuning"] = score(doctor_pairs(tuning_runs))
@@ -92,6 +158,7 @@ def measure(
     if scale_runs:
         scores["scale_tuning"] = score(doctor_pairs(scale_runs))
     res = run_study(heldout_grid, db=db, workers=workers, progress=False, out=out)
+    _trained(clock, heldout_grid, res)
     data = load(db, res.study_id)
     held = [dict(r, probe=probe_again(r)) for r in data.runs]
     scores["heldout"] = score(doctor_pairs(held))
@@ -366,11 +433,17 @@ def render(scores: dict, db: str, record: str = RECORD_PATH, scale_db: str = DEF
 
 
 def write_doctor_doc(
-    db: str = DEFAULT_DB, doc: str = DEFAULT_DOC, workers: int = 1, out=None, scale_db: str = DEFAULT_SCALE_DB
+    db: str = DEFAULT_DB,
+    doc: str = DEFAULT_DOC,
+    workers: int = 1,
+    out=None,
+    scale_db: str = DEFAULT_SCALE_DB,
+    clock: TimeLeft | None = None,
 ) -> dict:
-    """Measure and write ``doc``; returns the scores."""
+    """Measure and write ``doc``; returns the scores. ``clock``: :func:`doctor_plan`'s, for the time
+    left as the grids train and their probes are taken again."""
     check_output_file(doc, "--doc", ("md",))
-    scores = measure(db, workers, out, scale_db=scale_db)
+    scores = measure(db, workers, out, scale_db=scale_db, clock=clock)
     with open(doc, "w", encoding="utf-8") as f:
         f.write(render(scores, db, scale_db=scale_db))
     write_json({"studies": scores["runs"]}, record_path(doc))

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import torch
 
 from depthlab.errors import ConfigError, InputError
+from depthlab.progress import TimeLeft, duration
 from depthlab_lab.docgen.ladder_doc import DEFAULT_DB as LADDER_DB
 from depthlab_lab.docgen.reproductions_ladder import check_ladder_db, ladder_view
 from depthlab_lab.docgen.reproductions_origin import parts_context, rendered_machine
@@ -147,13 +148,16 @@ def run_all(
     scale: str = "small",
     ladder_db: str = LADDER_DB,
     parts_dir: str | None = None,
+    plan: bool = False,
 ) -> Reproduction:
     """Every reproduction, one after the other; writes docs/reproductions.md (or, at ``scale`` large,
     docs/reproductions-large.md) and its plots. A claim whose committed part in ``parts_dir`` (default
     beside the page: :func:`parts_of`) has today's key is loaded from it, not run; a claim run here
     writes its part as it finishes (:mod:`depthlab_lab.reproduce.parts`), so the page accumulates across
     sittings. Training runs go through the run cache in use (:func:`depthlab_lab.reproduce.run_cache.use`);
-    each claim on the scale ladder shows its table from ``ladder_db``."""
+    each claim on the scale ladder shows its table from ``ladder_db``. With ``plan`` (``depthlab reproduce
+    all``), what will run and its expected time are said first (:func:`announce_all`), and the time left
+    after each claim."""
     doc = doc_of(doc, scale)
     folder = parts_of(parts_dir, doc, scale)
     check_doc_path(doc)
@@ -166,6 +170,7 @@ def run_all(
     run_cache.reset_tally()
     start = time.perf_counter()
     results, seconds, loaded, kept = [], {}, {}, []
+    clock = announce_all(todo, folder, keys, scale, quick) if plan else None
     for i, name in enumerate(todo, 1):
         step = f"[{i}/{len(todo)}] {name}"
         part, why = parts.status(folder, name, keys[name])
@@ -181,6 +186,10 @@ def run_all(
                 step, name, quick, out_dir, scale, folder, keys, context
             )
             kept += [name] if written else []
+            if clock is not None and name in clock.expected:
+                clock.finished(name, seconds[name])
+            if clock is not None and i < len(todo):
+                _log(f"{step}: done; about {duration(clock.left_s())} left for the rest")
         results.append(result)
     context["seconds"] = round(time.perf_counter() - start, 1)
     context["cache"] = {"folder": run_cache.folder(), **vars(run_cache.TALLY)}
@@ -190,6 +199,27 @@ def run_all(
     context["command"] = "depthlab reproduce all" + (" --quick" if quick else "")
     context["command"] += f" --scale {scale}" if scale != "small" else ""
     return write_page(results, registry, seconds, context, doc, todo, ladder_db, quick)
+
+
+def announce_all(todo: list[str], folder: str, keys: dict, scale: str, quick: bool) -> TimeLeft:
+    """Say (stderr) what ``reproduce all`` will do and how long it expects: the claims loaded from a
+    current part, those to run, their training runs not yet in the run cache and the cost model's time
+    for them (:func:`depthlab_lab.reproduce.dry_run.claim_plan`: each claim started with its training
+    stopped); returns the clock of the claims to run (those that train nothing are not timed)."""
+    from depthlab_lab.reproduce.dry_run import claim_plan  # the planner starts claims: loaded when planning
+
+    current = [n for n in todo if parts.status(folder, n, keys[n])[0] is not None]
+    plans = [claim_plan(n, scale, quick, run_cache.folder()) for n in todo if n not in current]
+    left = {k: v for p in plans for k, v in p.left.items()}
+    timed = {p.name: p.seconds for p in plans if p.seconds > 0}
+    clock = TimeLeft(timed)
+    _log(
+        f"reproduce all: {len(todo)} claims, {len(current)} loaded from their current parts, {len(plans)} to run "
+        f"({len(left)} training runs not in the run cache, {sum(p.runs > 0 for p in plans)} claims train); "
+        f"expected about {duration(sum(left.values()))} of training (cost model: step times measured now; "
+        "claims that train nothing not timed)"
+    )
+    return clock
 
 
 def render_all(

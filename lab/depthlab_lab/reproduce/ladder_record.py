@@ -24,7 +24,7 @@ from depthlab.study.schema import METRIC_COLUMNS
 from depthlab_lab.reproduce.ladder import LADDER
 from depthlab_lab.reproduce.ladder_effects import by_setting
 from depthlab_lab.reproduce.ladder_run import Rung, rungs
-from depthlab_lab.restore import read_record, restore
+from depthlab_lab.restore import check_restore_path, check_studies, checked, read_record, restore
 
 ROW_KEYS = ("outcome", "val_loss", "final_train_loss", "unigram_loss", "escape_step", "seconds")
 ROW_KEYS += ("started_at", "finished_at")
@@ -117,15 +117,20 @@ def write_ladder_record(db: str, doc: str, quick: bool = False) -> str:
 
 def restore_ladder(record: str, db: str, names: list[str], quick: bool = False) -> dict[str, tuple[int, int]]:
     """Write the runs ``record`` keeps of the rungs of ``names`` into ``db`` (no probe: the ladder reads
-    none); returns {study: (restored, already done)}. A record study that is no rung of the ladder, or
-    a row its rung no longer produces, is an InputError before the store is touched."""
-    if not os.path.isfile(record):
-        raise InputError(f"--restore {record}: no such run record")
-    every = {r.study.name for r in rungs(list(LADDER), quick)}
-    stray = sorted(set(read_record(record)) - every)
-    if stray:
-        raise InputError(
-            f"--restore {record}: {stray[0]} is no rung of the{' quick' if quick else ''} ladder as it "
-            f"stands ({len(stray)} such stud{'y' if len(stray) == 1 else 'ies'})"
-        )
-    return restore(record, db, [r.study for r in rungs(names, quick)], probe=False)
+    none); returns {study: (restored, already done)}. A record of none of the ladder's rungs (the
+    doctor's), a record study that is no rung of the ladder, or a row its rung no longer produces, is
+    an InputError before the store is touched."""
+    check_restore_path(record)
+    every = rungs(list(LADDER), quick)
+    ladder = f"the{' quick' if quick else ''} ladder's"
+    other = "the doctor's run record? it goes to depthlab reproduce doctor --restore"
+    check_studies(record, read_record(record), [r.study.name for r in every], ladder, other)
+    settings = {r.study.name: {label: _axis(s) for label, s in r.settings.items()} for r in every}
+    checked(record, [r.study for r in every], settings)  # the whole record, the rungs not restored too
+    todo = rungs(names, quick)
+    return restore(record, db, [r.study for r in todo], probe=False, settings=settings)
+
+
+def _axis(setting: dict) -> dict:
+    """The "setting" axis value of a rung's setting ({"model": ..., "train": ...}), as a run's axes keep it."""
+    return {f"{part}.{k}": v for part in ("model", "train") for k, v in setting[part].items()}

@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 
 from depthlab.errors import ConfigError
+from depthlab.progress import TimeLeft, duration
 from depthlab.study import StudyConfig, plan, run_study
 from depthlab.study.executors import default_workers
 from depthlab.study.storefile import check_sqlite_header
@@ -102,13 +103,24 @@ def estimate(todo: list[Rung], db: str) -> list[tuple[str, int, int, float]]:
     out: dict[str, list] = {}
     for r in todo:
         row = out.setdefault(r.claim, [r.claim, 0, 0, 0.0])
-        for spec, status in plan(r.study, db):
-            row[1] += 1
-            if status == "done":
-                row[2] += 1
-            else:
-                row[3] += cost.run_seconds(spec.model, spec.train)
+        n, done, seconds = rung_estimate(r, db)
+        row[1] += n
+        row[2] += done
+        row[3] += seconds
     return [tuple(v) for v in out.values()]
+
+
+def rung_estimate(r: Rung, db: str) -> tuple[int, int, float]:
+    """(runs, runs already done in ``db``, expected serial seconds of the rest) of one rung."""
+    n = done = 0
+    seconds = 0.0
+    for spec, status in plan(r.study, db):
+        n += 1
+        if status == "done":
+            done += 1
+        else:
+            seconds += cost.run_seconds(spec.model, spec.train)
+    return n, done, seconds
 
 
 def plan_lines(rows: list[tuple[str, int, int, float]], workers: int) -> list[str]:
@@ -142,12 +154,26 @@ def run_ladder(
     db: str, names: list[str], quick: bool = False, workers: int | None = None, out=None
 ) -> list[Rung]:
     """Run (or resume) every rung of ``names`` into ``db``; returns the rungs. The plan and its expected
-    time are printed first."""
+    time are printed first; each rung's study prints its runs with the time left of the rung, and a line
+    after each rung gives the time left of the whole ladder (:class:`depthlab.progress.TimeLeft` over the
+    rungs: the cost model's seconds, corrected by the rungs' measured times)."""
     workers = workers or default_workers()
+    out = out or sys.stdout
     todo = rungs(names, quick)
     print_plan(todo, db, workers, out)
-    for r in todo:
-        run_study(r.study, db=db, workers=workers, progress=False, out=out, tensorboard=False)
+    left = {r.study.name: rung_estimate(r, db)[2] / workers for r in todo}
+    clock = TimeLeft({k: v for k, v in left.items() if v > 0})
+    for k, r in enumerate(todo, 1):
+        res = run_study(r.study, db=db, workers=workers, progress=False, out=out, tensorboard=False)
+        name = r.study.name
+        if name in clock.expected and res.ran:
+            clock.finished(name, res.seconds)
+        elif name in clock.expected:
+            clock.skip(name)  # run elsewhere, or nothing to run after all
+        if res.ran or k == len(todo):
+            tail = f"; about {duration(clock.left_s())} left" if k < len(todo) else ""
+            print(f"ladder: {k}/{len(todo)} rungs done ({name}: {res.ran} runs, {duration(res.seconds)}){tail}",
+                  file=out, flush=True)  # fmt: skip
     return todo
 
 

@@ -23,7 +23,7 @@ import torch
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.corpus import load_corpus
 from depthlab.errors import ConfigError
-from depthlab.progress import Progress, say
+from depthlab.progress import Progress, TimeLeft, say
 from depthlab.train.regimes import LARGE_LM_MODEL, LARGE_LM_TRAIN, TINY_LM_MODEL, TINY_LM_TRAIN
 from depthlab.watch.outcome import STALL_MARGIN
 from depthlab_lab.reproduce import cost, run_cache
@@ -143,7 +143,7 @@ def train_run(
     run.commit, run.loaded = got.commit, got.loaded
     _CACHE[key] = run
     if not got.loaded:
-        _advance(mcfg, tcfg)
+        _advance(mcfg, tcfg, got.seconds)
     if not quiet:
         where = "(loaded from the run cache)" if got.loaded else ""
         _log(f"  {label:44} {run.short():18} {run.seconds:5.1f} s {where}".rstrip())
@@ -269,26 +269,34 @@ def _log(msg: str) -> None:
 def announce(name: str, specs, seeds, scale: str = "small") -> float:
     """Print the expected time of training ``specs`` [(model overrides, train overrides)], each with every
     seed of ``seeds``, at ``scale`` before it starts (:mod:`depthlab_lab.reproduce.cost`); returns the seconds.
-    On a terminal a progress line with the time left follows the runs (:mod:`depthlab.progress`)."""
+    The time left follows the runs (:class:`depthlab.progress.TimeLeft`: the cost model's seconds per run,
+    corrected by the run times measured as they finish), on a line redrawn on a terminal, else printed
+    as a plain line at each tenth of the runs (:mod:`depthlab.progress`)."""
     planned = [configs(m, {**t, "seed": s}, scale) for m, t in specs for s in seeds]
     where = "in this process or the run cache" if run_cache.folder() else "in this process"
     seconds = cost.announce(name, planned, is_done, where)
-    todo = {(m.config_hash(), t.config_hash()) for m, t in planned if not is_done(m, t)}
+    todo = {(m.config_hash(), t.config_hash()): (m, t) for m, t in planned if not is_done(m, t)}
     if _PROGRESS:
         _PROGRESS.pop().close()
     if todo:
-        _PROGRESS.append(Progress(len(todo), f"reproduce {name}", unit="run", expected_s=seconds))
+        clock = TimeLeft({key: cost.run_seconds(m, t) for key, (m, t) in todo.items()})
+        bar = Progress(len(todo), f"reproduce {name}", unit="run", clock=clock, plain=True)
+        _PROGRESS.append(bar)
     return seconds
 
 
 _PROGRESS: list[Progress] = []  # the announced runs' progress line while they train
 
 
-def _advance(mcfg: ModelConfig, tcfg: TrainConfig) -> None:
-    """One announced run trained: the progress line moves on (and goes when the last one is done)."""
+def _advance(mcfg: ModelConfig, tcfg: TrainConfig, seconds: float | None = None) -> None:
+    """One announced run trained in ``seconds``: the time left is corrected by it and the progress line
+    moves on (and goes when the last one is done)."""
     if _PROGRESS:
         bar = _PROGRESS[0]
-        bar.advance(expected_s=cost.run_seconds(mcfg, tcfg))
+        key = (mcfg.config_hash(), tcfg.config_hash())
+        if bar.clock is not None and key in bar.clock.expected and key not in bar.clock.done:
+            bar.clock.finished(key, seconds if seconds is not None else bar.clock.expected[key])
+        bar.advance()
         if bar.done >= bar.total:
             _PROGRESS.pop().close()
 
