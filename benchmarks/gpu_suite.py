@@ -780,7 +780,10 @@ def doctor_part(ctx: Ctx, before_runs=None) -> dict:
             (
                 h,
                 hw.replace_train(
-                    spec, data=corpus["path"], device="cuda" if ctx.device.startswith("cuda") else "cpu"
+                    spec,
+                    data=corpus["path"],
+                    device="cuda" if ctx.device.startswith("cuda") else "cpu",
+                    telemetry=spec.train.telemetry and not ctx.record.get("telemetry_off"),
                 ),
             )
         )
@@ -887,7 +890,7 @@ def topo_spec(wrap: str, steps: int, ctx: Ctx) -> RunSpec:
     every = max(1, steps // 8)
     train = TrainConfig(task="lm", data=ctx.record["corpus"]["path"], steps=steps, batch_size=t["batch_size"],
                         seq_len=t["seq_len"], lr=t["lr"], warmup=min(t["warmup"], steps // 4), log_every=every,
-                        eval_every=every, bf16=True, seed=0,
+                        eval_every=every, bf16=True, seed=0, telemetry=not ctx.record.get("telemetry_off"),
                         device="cuda" if ctx.device.startswith("cuda") else "cpu")  # fmt: skip
     return RunSpec(model, train, axes={"wrap": wrap})
 
@@ -1002,6 +1005,58 @@ def gains_at(gains: list, depths=TOPO_DEPTHS) -> list:
     return [gains[d] if d < len(gains) else None for d in depths]
 
 
+# -- the preflight -------------------------------------------------------------------------------------
+def preflight(ctx: Ctx) -> None:
+    """Before any part: a tiny pre-LN and hc model through the training loop on the device (every step
+    logged, the watcher's telemetry on) and through the probe, so that a failure of depthlab's own code on
+    this device shows in the first seconds. Where the loop fails only with telemetry on, the held-out and
+    topology runs train without it (the outcome then read from the losses alone) and the record says so;
+    a failing probe costs only the GPU re-probe, which never decides a score."""
+    from depthlab.train import train
+
+    found = {}
+    for wrap in ("pre", "hc"):
+        m = ModelConfig(
+            arch="decoder", wrap=wrap, d_model=32, n_layers=2, n_heads=2, vocab_size=256, max_len=32
+        )
+        t = TrainConfig(task="lm", data=ctx.record["corpus"]["path"], steps=3, batch_size=2, seq_len=16,
+                        log_every=1, eval_every=3, bf16=True, device="cuda" if ctx.device.startswith("cuda") else "cpu")  # fmt: skip
+        row = {}
+        for what, fn in (
+            ("train", functools.partial(train, m, t, None)),
+            ("probe", functools.partial(probe_on, RunSpec(m, t), ctx.device)),
+        ):
+            try:
+                fn()
+                row[what] = "ok"
+            except Exception as e:
+                row[what] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        if row["train"] != "ok":
+            try:
+                train(m, dataclasses.replace(t, telemetry=False), None)
+                row["train without telemetry"] = "ok"
+                ctx.record["telemetry_off"] = (
+                    f"the training loop failed on this device with telemetry on ({row['train']})"
+                )
+            except Exception as e:
+                row["train without telemetry"] = (
+                    f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                )
+        found[wrap] = row
+    free(ctx.device)
+    ctx.record["preflight"] = found
+    ctx.say(
+        "preflight: "
+        + "; ".join(f"{w}: " + ", ".join(f"{k} {v}" for k, v in r.items()) for w, r in found.items())
+    )
+    if ctx.record.get("telemetry_off"):
+        ctx.say(
+            "preflight: the held-out and topology runs train WITHOUT telemetry: "
+            + ctx.record["telemetry_off"]
+        )
+    ctx.save()
+
+
 # -- the markdown ---------------------------------------------------------------------------------------
 def markdown(ctx: Ctx) -> str:
     rec = ctx.record
@@ -1044,7 +1099,9 @@ def markdown(ctx: Ctx) -> str:
                   f"(`{dr['registration']}`); scored under the rules registered there. Corpus: "
                   f"{c.get('bytes', 0):,} bytes of this machine's Python sources ({c.get('files', 0):,} files, "
                   f"sha256 {str(c.get('sha256'))[:16]}); a run reads at most {dr.get('passes_per_run', 0):.4f} "
-                  "passes of its training split.", "", "```", *hw_format(dr), "```", ""]  # fmt: skip
+                  "passes of its training split."
+                  + (f" Trained WITHOUT telemetry: {rec['telemetry_off']}." if rec.get("telemetry_off") else ""),
+                  "", "```", *hw_format(dr), "```", ""]  # fmt: skip
         lines += ["| run | outcome | val loss | advise P(trains), frozen | on the GPU's probe | seconds |",
                   "|---|---|---|---|---|---|"]  # fmt: skip
         frozen = {r["config_hash"]: r for r in _registered_runs()}
@@ -1156,6 +1213,7 @@ def run_all(
     ctx.say(f"setup: {ctx.record['machine'].get('gpu') or 'CPU'}; bf16 mm {peak / 1e12:.1f} TFLOP/s measured; corpus "
             f"{corpus['bytes']:,} bytes from {corpus['files']:,} files in {corpus['seconds']:.0f} s")  # fmt: skip
     ctx.save()
+    preflight(ctx)
     failed = []
 
     def guarded(part: str, fn, *args):

@@ -55,6 +55,12 @@ def test_the_dry_run_prints_the_plan_with_each_parts_expected_time_on_an_h200(dr
     assert record["plan"] == lines[: len(record["plan"])]
 
 
+def test_the_preflight_trains_and_probes_a_tiny_model_of_each_kind_first(dry):
+    _, record, _ = dry
+    assert record["preflight"] == {w: {"train": "ok", "probe": "ok"} for w in ("pre", "hc")}
+    assert "telemetry_off" not in record
+
+
 def test_the_dry_run_exercises_the_speed_part(dry):
     _, record, _ = dry
     groups = [g for g in record["speed"]["groups"] if "error" not in g]
