@@ -14,6 +14,14 @@ their tokens, passes over the corpus, FLOP and the cost model's expected time on
 ``--ladder`` runs the scale ladder (``depthlab reproduce ladder``: widths 32, 64, 128) on the GPU into
 its study store and writes docs/reproductions-ladder.md; with ``--dry-run`` it prints its plan.
 
+``--all`` runs the prepared ten-minute suite on one GPU (benchmarks/gpu_suite.py): speed at three shapes
+against the reference, the held-out set at real width for ``depthlab advise`` (registered with its
+predictions before it runs) and the residual topologies at 48 layers; its results go to files in
+``--out``. With ``--dry-run`` it prints its plan with each part's expected time on an H200, then runs
+every part at toy size on the CPU.
+
+    python benchmarks/gpu.py --all --out runs/gpu        # on one H200: at most ten minutes
+    python benchmarks/gpu.py --all --dry-run --out /tmp/gpu-dry   # the plan, then every part at toy size
     python benchmarks/gpu.py                 # on a machine with CUDA
     python benchmarks/gpu.py --reproduce     # the reproductions' large scale (hours on one GPU)
     python benchmarks/gpu.py --reproduce --dry-run   # what it would run, from the registrations; trains nothing
@@ -26,11 +34,16 @@ its study store and writes docs/reproductions-ladder.md; with ``--dry-run`` it p
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import re
 import sys
 import time
 
 import torch
 from common import THREADS, median, pin_threads, time_alternating
+from gpu_suite import BUDGET_S, PARTS, plan
+from gpu_suite import run_all as run_suite
 from large_plan import claim_cost
 from peers import Shape, build, check_param_counts, train_flops, train_step
 
@@ -52,8 +65,16 @@ NOMINAL_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, 
 GOAL_MFU, GOAL_RATIO = 0.40, 1.00
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line on stderr and exit code 2."""
+
+    def error(self, message):
+        sys.stderr.write(f"gpu.py: error: {message}\n")
+        raise SystemExit(2)
+
+
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda")
     p.add_argument("--shape", default="1024x24x16x1024", help="DxLxHEADSxSEQ")
     p.add_argument("--batch", type=int, default=8)
@@ -74,8 +95,20 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--dry-run",
         action="store_true",
         help="with --reproduce: print each claim's registered large regime, tokens per run and passes over "
-        "the corpus, and the command; train nothing (no GPU needed)",
+        "the corpus, and the command; train nothing (no GPU needed); with --all: print the plan, then run "
+        "every part at toy size on the CPU",
     )
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="the prepared ten-minute suite on one GPU: speed, the doctor at real width, the topologies",
+    )
+    p.add_argument("--parts", default=",".join(PARTS), help=f"with --all: comma list of {', '.join(PARTS)}")
+    p.add_argument(
+        "--budget", type=float, default=BUDGET_S, help=f"with --all: seconds in all (default {BUDGET_S:.0f})"
+    )
+    p.add_argument("--workers", type=int, help="with --all: held-out runs at a time (default 8; dry run 2)")
+    p.add_argument("--work", help="with --all: folder for the corpus (default $TMPDIR/depthlab-gpu-work)")
     p.add_argument(
         "--ladder",
         nargs="?",
@@ -89,11 +122,43 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="with --reproduce: the Markdown file (default docs/reproductions-large.md); with --ladder: "
         f"its page (default {LADDER_DOC})",
     )
-    p.add_argument("--out", default="runs/reproduce-large", help="with --reproduce: folder for the plots")
+    p.add_argument(
+        "--out",
+        help="with --reproduce: folder for the plots (default runs/reproduce-large); with --all: folder for "
+        "the results (default runs/gpu)",
+    )
     a = p.parse_args(argv)
+    check_args(p, a)
     d, L, h, t = (int(v) for v in a.shape.split("x"))
     a.s = Shape(d=d, layers=L, heads=h, seq=t, batch=a.batch)
     return a
+
+
+def check_args(p: Parser, a: argparse.Namespace) -> None:
+    """Refuse what cannot run, in one line each (exit 2)."""
+    if not re.fullmatch(r"[1-9]\d*x[1-9]\d*x[1-9]\d*x[1-9]\d*", a.shape):
+        p.error(f"--shape {a.shape!r}: four positive integers DxLxHEADSxSEQ, e.g. 1024x24x16x1024")
+    modes = [m for m in ("--all", "--reproduce", "--ladder") if getattr(a, m[2:])]
+    if len(modes) > 1:
+        p.error(f"{' and '.join(modes)} cannot be combined: choose one")
+    if not a.all:
+        if a.workers is not None or a.work is not None or a.parts != ",".join(PARTS) or a.budget != BUDGET_S:
+            p.error("--parts, --budget, --workers and --work go with --all")
+        a.out = a.out or "runs/reproduce-large"
+        return
+    a.out = a.out or os.path.join("runs", "gpu")
+    parts = [x.strip() for x in a.parts.split(",") if x.strip()]
+    bad = [x for x in parts if x not in PARTS]
+    if bad or not parts:
+        p.error(f"--parts {a.parts!r}: a comma list of {', '.join(PARTS)}")
+    a.parts = tuple(x for x in PARTS if x in parts)
+    if not (math.isfinite(a.budget) and 60 <= a.budget <= 3600):
+        p.error(f"--budget {a.budget:g}: seconds between 60 and 3600")
+    if a.workers is not None and not 1 <= a.workers <= 32:
+        p.error(f"--workers {a.workers}: between 1 and 32")
+    for flag, path in (("--out", a.out), ("--work", a.work)):
+        if path is not None and os.path.exists(path) and not os.path.isdir(path):
+            p.error(f"{flag} {path}: exists and is not a folder")
 
 
 def bf16_mm_peak(n: int, device: str, reps: int = 10) -> float:
@@ -211,6 +276,8 @@ def ladder(names: str, db: str, doc: str | None, dry_run: bool) -> int:
 
 def main(argv=None) -> int:
     a = parse_args(argv)
+    if a.all:
+        return suite(a)
     if a.reproduce and a.dry_run:
         print("\n".join(plan_large(a.reproduce)))
         return 0
@@ -222,6 +289,11 @@ def main(argv=None) -> int:
             " --reproduce" if a.reproduce else " --ladder" if a.ladder else ""
         )
         print(f"No GPU was lent to this task; run `{what}` where one is.")
+        if not a.reproduce and not a.ladder:
+            print(
+                "The prepared ten-minute suite (speed at three shapes, the doctor at real width, the topologies "
+                "at depth): python benchmarks/gpu.py --all --out DIR; its plan: --all --dry-run."
+            )
         return 0
     if a.reproduce:
         return reproduce_large(a.reproduce, a.doc, a.out)
@@ -281,6 +353,17 @@ def goal_lines(times: dict, params: dict, s: Shape, nominal: float | None, ref: 
         f"goal ratio >= {GOAL_RATIO:.2f} vs nanogpt ({name}): {ratio:.2f} "
         + ("met" if ratio >= GOAL_RATIO else "MISSED"),
     ]
+
+
+def suite(a: argparse.Namespace) -> int:
+    """``--all``: the prepared suite on one GPU (or, with ``--dry-run``, its plan and a toy run here)."""
+    if not a.dry_run and not torch.cuda.is_available():
+        for line in plan(a.parts):
+            print(line)
+        print("No GPU: torch.cuda.is_available() is False on this machine, so nothing was measured.")
+        print(f"run it where one is: python benchmarks/gpu.py --all --out {a.out}")
+        return 0
+    return run_suite(a.out, a.parts, a.dry_run, a.workers, a.budget, a.work)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 from common import THREADS, load_line, machine_info, pin_threads
 
 HERE = Path(__file__).resolve().parent
-HELPERS = {"common.py", "peers.py", "run_all.py"}
+HELPERS = {"common.py", "peers.py", "run_all.py", "gpu_suite.py"}
 ORDER = [
     "throughput",
     "profile_step",

@@ -164,7 +164,7 @@ def _per_layer(items: list, L: int) -> list[list]:
 def _hyper(stack: Stack, rec: dict, rows: list[dict]) -> dict:
     L, n = len(stack.layers), stack.state.n
     res = [m[2].float().expand(*rec["ins"][0].shape[:2], n, n) for m in rec["maps"]]  # (B, T, n, n) each
-    eye = torch.eye(n)
+    eye = torch.eye(n, device=res[0].device)  # on the maps' device (a GPU model's too)
     composite = eye.expand_as(res[0])
     for i, layer_res in enumerate(_per_layer(res, L), 1):
         for r in layer_res:

@@ -33,7 +33,7 @@ POWER_ITERATIONS = 30  # the spectral norm's estimate converges to a few parts i
 def spectral_norm(w: torch.Tensor, gen: torch.Generator) -> float:
     """||w||_2 of a matrix (further dimensions are folded into the columns), by power iteration."""
     m = w.detach().float().reshape(w.shape[0], -1)
-    v = torch.randn(m.shape[1], generator=gen)
+    v = torch.randn(m.shape[1], generator=gen).to(m.device)  # the generator is a CPU one; m may be on a GPU
     for _ in range(POWER_ITERATIONS):
         u = m @ v
         v = m.T @ u

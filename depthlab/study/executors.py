@@ -69,12 +69,15 @@ class LocalExecutor:
                 self._drop(worker)
         raise RuntimeError("could not start a worker process")
 
-    def next_done(self) -> tuple[object, dict]:
+    def next_done(self, timeout: float | None = None) -> tuple[object, dict] | None:
         """The next finished run: (key, payload). A worker that dies without a result gives its own
-        run's key with an error payload; the runs on the other workers are not touched."""
+        run's key with an error payload; the runs on the other workers are not touched. With
+        ``timeout`` (seconds), None when no run finished within it."""
         while True:
             busy = [w for w in self.pool if w.key is not None]
-            ready = set(mp_connection.wait([w.conn for w in busy] + [w.proc.sentinel for w in busy]))
+            ready = set(mp_connection.wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout))
+            if not ready and timeout is not None:
+                return None
             for w in busy:
                 if w.conn in ready or w.conn.poll():
                     try:

@@ -350,6 +350,15 @@ def _refit(scores: dict, db: str, record: dict, scale_db: str) -> str:
     return refit_command((db, os.path.splitext(os.path.basename(TUNING))[0]), scale_db, counts, record)
 
 
+# Where the doctor is asked at real width (a set registered before its GPU run; docs/gpu.md).
+REAL_WIDTH = (
+    "At real width: a held-out set for `depthlab advise` at widths 1,024 and 2,048 and depths 12 to 48 (24 "
+    "runs on one GPU, bf16) is registered with every prediction frozen before any of its runs "
+    "(`lab/depthlab_lab/grids/advise-heldout-width.registration.json`); it waits for a GPU: "
+    "[gpu.md](gpu.md) has the command and its rules."
+)
+
+
 def render(scores: dict, db: str, record: str = RECORD_PATH, scale_db: str = DEFAULT_SCALE_DB) -> str:
     """The Markdown of docs/doctor.md from :func:`measure`'s scores and the calibration record."""
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -389,6 +398,8 @@ def render(scores: dict, db: str, record: str = RECORD_PATH, scale_db: str = DEF
         "warmup length (fitted on tuning runs only, but after this page had shown the held-out scores of "
         "the rule it replaces). The held-out grids across width (the next section), each registered before "
         "any of its runs and scored under the rules registered before them, are the clean test.",
+        "",
+        REAL_WIDTH,
         "",
         *heldout_lines(scores.get("scale"), scale_db),
         "",
