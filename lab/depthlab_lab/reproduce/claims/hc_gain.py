@@ -58,7 +58,7 @@ SMALL = {
     "seeds": [0, 1, 2],
 }
 REGISTRATION = Registration(
-    commit="",
+    commit="9f68c571fbf10e52559eb13e058170ff5cd0bbf5",
     expectation={
         # HC's top composite gain (forward) after training at the deepest depth: at least the watcher's
         # composite-gain warning level (depthlab.watch Thresholds.composite_gain), 1 at init

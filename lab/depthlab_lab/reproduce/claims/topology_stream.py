@@ -64,7 +64,7 @@ SMALL = {
     "probe_seq": 32,
 }
 REGISTRATION = Registration(
-    commit="",
+    commit="9f68c571fbf10e52559eb13e058170ff5cd0bbf5",
     expectation={
         # flatten: the design's growth exponent at most this share of pre-LN's, per seed:
         # exponent(design) - share * exponent(pre) <= 0

@@ -52,7 +52,7 @@ SMALL = {
     "seeds": [0, 1, 2],
 }
 REGISTRATION = Registration(
-    commit="",
+    commit="9f68c571fbf10e52559eb13e058170ff5cd0bbf5",
     expectation={
         # 1 - updates(design) / updates(pre-LN) to reach pre-LN's final validation loss, paired by seed
         "steps_saved_at_least": 0.05,
