@@ -331,3 +331,30 @@ def test_the_committed_page_is_the_one_the_record_gives():
     record = topology_record.read_record(str(ROOT / topology_record.RECORD))
     committed = (ROOT / topology_record.PAGE).read_text(encoding="utf-8")
     assert committed == page_mod.page(record), f"regenerate it: {page_mod.RERENDER}"
+
+
+def test_the_registered_regimes_stay_on_the_cpu_ladder():
+    """Widths 32 to 128, depths up to 48, three seeds or more, one scale (no GPU regime)."""
+    for name in NAMES:
+        reg = REGISTRATIONS[name]
+        assert set(reg.regimes) == {"small"} and reg.commit and "Cost" in reg.notes, name
+        runs = topology_record.planned(name)
+        assert runs and all(32 <= p.width <= 128 and p.depth <= 48 for p in runs), name
+        assert len(reg.regime("small")["seeds"]) >= 3 and len({p.key for p in runs}) == len(runs), name
+
+
+def test_the_plan_counts_recorded_runs_and_prices_the_rest(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(topology_record, "_best_step", lambda design, width, layers: 0.001 * layers)
+    record = str(tmp_path / "runs.json")
+    p = topology_record.planned("value-residual")[0]
+    topology_record.write_record(record, {"claims": {"value-residual": [{"key": p.key, "seconds": 60.0}]}})
+    total = topology_record.plan(["value-residual"], record)
+    text = capsys.readouterr().out
+    assert "value-residual     45 runs,    1 recorded (1 min of training),   44 left" in text
+    left = topology_record.planned("value-residual")[1:]
+    assert total == pytest.approx(sum(topology_record.expected_seconds(q, {}) for q in left))
+    step = 0.001 * p.depth  # a 2- and an 8-layer step of 2 and 8 ms: 1 ms a layer, nothing fixed
+    evals = p.train["steps"] // p.train["eval_every"] + 1
+    assert topology_record.expected_seconds(p, {}) == pytest.approx(
+        topology_record.ALLOWANCE * step * p.train["steps"] + evals * 8 * step / 3
+    )
