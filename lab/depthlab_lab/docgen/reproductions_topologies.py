@@ -272,12 +272,13 @@ def page(record: dict) -> str:
         "hundreds of millions to billions of parameters for billions of tokens. A result here is a result "
         "at this scale only.",
         "",
-        f"Runs recorded: **{done} of {total}** ({_duration(seconds)} of one core's training so far); every "
+        f"Runs recorded: **{done} of {total}** ({_duration(seconds)} of training so far: each run's wall "
+        "time on one torch thread, on a shared machine where a run gets part of a core); every "
         "run is one line of the run record, `docs/reproductions-topologies-runs.json`, from which this page "
         f"is written (`{RERENDER}`). `{RESUME}` trains the runs the record lacks, one at a time on one torch "
         "thread, and commits the record and this page as each claim's runs finish.",
         "",
-        "| claim | source | registered | runs recorded | one core | agree | MISMATCH | inconclusive | sanity |",
+        "| claim | source | registered | runs recorded | training (wall) | agree | MISMATCH | inconclusive | sanity |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     results = {}
@@ -339,7 +340,7 @@ def _section(name: str, s: dict, checks, record: dict) -> list[str]:
     rest = doc.split("\n\n", 1)[1] if "\n\n" in doc else ""
     if rest:
         lines += ["<details><summary>What is measured, and how</summary>", "", rest, "", "</details>", ""]
-    runs = f"Runs: {len(s['rows'])} of {s['planned']} recorded, {_duration(s['seconds'])} of training on one core"
+    runs = f"Runs: {len(s['rows'])} of {s['planned']} recorded, {_duration(s['seconds'])} of training (wall time)"
     if s["rows"]:
         runs += f", from {_when(s['first'])} to {_when(s['last'])}"
         if registered is not None:
