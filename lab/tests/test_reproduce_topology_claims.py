@@ -358,3 +358,32 @@ def test_the_plan_counts_recorded_runs_and_prices_the_rest(tmp_path, monkeypatch
     assert topology_record.expected_seconds(p, {}) == pytest.approx(
         topology_record.ALLOWANCE * step * p.train["steps"] + evals * 8 * step / 3
     )
+
+
+def test_a_claims_record_is_committed_alone_with_the_page_rendered_from_it(tmp_path):
+    """What ``run --commit`` does after each claim: the page rendered in a fresh process from the record,
+    both committed, and nothing else that is staged."""
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    record, page, other = tmp_path / "runs.json", tmp_path / "page.md", tmp_path / "other.txt"
+    topology_record.write_record(str(record), {"claims": {}})
+    other.write_text("a\n")
+    git("add", ".")
+    git("commit", "-q", "-m", "start")
+    rows = _synthetic_record({"hc-gain"})["claims"]["hc-gain"]
+    topology_record.write_record(str(record), {"claims": {"hc-gain": rows}})
+    other.write_text("b\n")
+    git("add", "other.txt")
+    assert topology_record.commit_record("hc-gain", str(record), str(page), root=tmp_path)
+    assert git("show", "--name-only", "--format=", "HEAD").split() == ["page.md", "runs.json"]
+    assert git("diff", "--cached", "--name-only").split() == ["other.txt"]  # still staged, not committed
+    assert page.read_text() == page_mod.page(topology_record.read_record(str(record)))
+    assert "12 of 12 agree" in page.read_text() and "36 of 153 runs recorded" in git(
+        "log", "-1", "--format=%s"
+    )

@@ -263,9 +263,10 @@ def render(record_path: str = RECORD, page: str = PAGE) -> None:
     write_page(record_path, page)
 
 
-def commit_record(name: str, record_path: str = RECORD, page: str = PAGE, out=None) -> bool:
+def commit_record(name: str, record_path: str = RECORD, page: str = PAGE, out=None, root=REPOSITORY) -> bool:
     """Render the page in a fresh process, then commit the record and the page alone (nothing else staged
-    is taken); True when committed. A failure (a held index lock, no git) is printed, never raised."""
+    is taken) in the git work tree ``root``; True when committed. A failure (a held index lock, no git) is
+    printed, never raised."""
     out = out or sys.stdout
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPOSITORY), str(REPOSITORY / "lab")])}
     cmd = [
@@ -278,7 +279,7 @@ def commit_record(name: str, record_path: str = RECORD, page: str = PAGE, out=No
         "--doc",
         page,
     ]
-    done = subprocess.run(cmd, cwd=REPOSITORY, env=env, capture_output=True, text=True)
+    done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
     if done.returncode:
         print(f"render failed (the record is kept): {done.stderr.strip()[-500:]}", file=out, flush=True)
     record = read_record(record_path)
@@ -290,11 +291,15 @@ def commit_record(name: str, record_path: str = RECORD, page: str = PAGE, out=No
     )
     for _ in range(5):
         git = subprocess.run(
-            ["git", "commit", "-q", "-m", message, "--only", "--", record_path, page],
-            cwd=REPOSITORY,
-            capture_output=True,
-            text=True,
+            ["git", "add", "--", record_path, page], cwd=root, capture_output=True, text=True
         )
+        if git.returncode == 0:  # a new file must be known to git before a commit --only takes it
+            git = subprocess.run(
+                ["git", "commit", "-q", "-m", message, "--only", "--", record_path, page],
+                cwd=root,
+                capture_output=True,
+                text=True,
+            )
         if git.returncode == 0:
             print(f"committed: {message}", file=out, flush=True)
             return True
