@@ -13,6 +13,7 @@ from depthlab_lab.docgen.reproductions_answers import PLAIN
 from depthlab_lab.reproduce import REPRODUCTIONS
 from depthlab_lab.reproduce.evidence import EVIDENCE, KINDS, SAID
 from depthlab_lab.reproduce.run_record import regenerate
+from depthlab_lab.reproduce.topology_record import OWN_PAGE
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -23,7 +24,8 @@ def _record() -> dict:
 
 def test_every_claim_is_in_the_committed_record_and_its_verdicts_regenerate():
     record = _record()
-    assert set(record["claims"]) == set(REPRODUCTIONS)
+    # the claims with a page of their own are recorded there (docs/reproductions-topologies-runs.json)
+    assert set(record["claims"]) == set(REPRODUCTIONS) - OWN_PAGE
     done, _, problems = regenerate(record)
     assert done > 100 and problems == []
     assert (DOCS / "reproductions-record.json").stat().st_size < 5_000_000

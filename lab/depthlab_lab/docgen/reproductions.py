@@ -39,6 +39,7 @@ from depthlab_lab.docgen.reproductions_origin import parts_context, rendered_mac
 from depthlab_lab.docgen.reproductions_text import render
 from depthlab_lab.reproduce import Check, Reproduction, load_all, parts, run_cache, run_record
 from depthlab_lab.reproduce.reproduction import REGISTRATIONS, counts, format_counts, run_claim, supports
+from depthlab_lab.reproduce.topology_record import OWN_PAGE
 
 # The order of the document: the seeds' numbers first, then the papers' claims; any other registered
 # reproduction follows in alphabetical order.
@@ -99,9 +100,11 @@ class Collection(Reproduction):
 
 def names_to_run(registry: dict, names: list[str] | None = None, scale: str = "small") -> list[str]:
     """The reproductions to run, in document order (``names`` restricts them; unknown names refused).
-    At a scale other than small, only the claims registered at that scale."""
-    known = list(registry)
+    At a scale other than small, only the claims registered at that scale. The claims with a page of
+    their own (the residual topologies': docs/reproductions-topologies.md) only when named."""
+    known = [n for n in registry if n not in OWN_PAGE]
     if names:
+        known = list(registry)
         for n in names:
             if n not in known:
                 raise ConfigError("name", n, f"one of {', '.join(sorted(known))}")
