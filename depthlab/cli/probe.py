@@ -162,8 +162,10 @@ def run(args) -> int:
     check_output_file(args.json, "--json")  # before the probe: a bad path must not cost its run
     existed = check_output_file(args.plot, "--plot", PLOT_FORMATS)
     run = TrainConfig()  # with --lr the probe is of that run: its first batch, of the run's shape
-    args.batch_size = args.batch_size or (run.batch_size if args.lr is not None else 8)
-    args.seq_len = args.seq_len or (run.seq_len if args.lr is not None else 64)
+    if args.batch_size is None:
+        args.batch_size = run.batch_size if args.lr is not None else 8
+    if args.seq_len is None:
+        args.seq_len = run.seq_len if args.lr is not None else 64
     options = {
         "batch_size": args.batch_size,
         "seq_len": args.seq_len,

@@ -36,6 +36,7 @@ SANITY = {
     "no_norm": {"EXPLODES_SANITY"},
     "redundancy": {"ANGLE_SANITY"},
     "skip_ablation": {"CURVE_SANITY", "FALLS_SANITY", "FED_SANITY"},  # CURVE: added with results known
+    "hc_gain": {"INIT_SANITY", "BOUND_SANITY"},  # named after its runs, as a recorded revision
 }
 
 

@@ -254,7 +254,7 @@ def test_the_record_resumes_and_each_row_is_the_claims_row(shrunk, tmp_path):
     assert again == first and finished == list(NAMES)
     # a run dropped from the record is loaded from the run cache, not trained, and gives the same row
     dropped = first["claims"]["topology-stream"].pop(0)
-    topology_record.write_record(record, first)
+    topology_record.write_topology_record(record, first)
     run_cache.reset_tally()
     topology_record.run_claims(["topology-stream"], record, cache, regimes=regimes)
     back = topology_record.read_record(record)["claims"]["topology-stream"][-1]
@@ -347,7 +347,9 @@ def test_the_plan_counts_recorded_runs_and_prices_the_rest(tmp_path, monkeypatch
     monkeypatch.setattr(topology_record, "_best_step", lambda design, width, layers: 0.001 * layers)
     record = str(tmp_path / "runs.json")
     p = topology_record.planned("value-residual")[0]
-    topology_record.write_record(record, {"claims": {"value-residual": [{"key": p.key, "seconds": 60.0}]}})
+    topology_record.write_topology_record(
+        record, {"claims": {"value-residual": [{"key": p.key, "seconds": 60.0}]}}
+    )
     total = topology_record.plan(["value-residual"], record)
     text = capsys.readouterr().out
     assert "value-residual     45 runs,    1 recorded (1 min of training),   44 left" in text
@@ -372,12 +374,12 @@ def test_a_claims_record_is_committed_alone_with_the_page_rendered_from_it(tmp_p
     git("config", "user.email", "t@example.com")
     git("config", "user.name", "t")
     record, page, other = tmp_path / "runs.json", tmp_path / "page.md", tmp_path / "other.txt"
-    topology_record.write_record(str(record), {"claims": {}})
+    topology_record.write_topology_record(str(record), {"claims": {}})
     other.write_text("a\n")
     git("add", ".")
     git("commit", "-q", "-m", "start")
     rows = _synthetic_record({"hc-gain"})["claims"]["hc-gain"]
-    topology_record.write_record(str(record), {"claims": {"hc-gain": rows}})
+    topology_record.write_topology_record(str(record), {"claims": {"hc-gain": rows}})
     other.write_text("b\n")
     git("add", "other.txt")
     assert topology_record.commit_record("hc-gain", str(record), str(page), root=tmp_path)

@@ -111,7 +111,7 @@ def record_text(record: dict) -> str:
     return '{"claims": {\n' + ",\n".join(claims) + ("\n" if claims else "") + "}}\n"
 
 
-def write_record(path: str, record: dict) -> None:
+def write_topology_record(path: str, record: dict) -> None:
     """Write ``record`` to ``path`` whole or not at all."""
     replace_file(path, record_text(record), "--record")
 
@@ -165,7 +165,7 @@ def run_claims(
             for i, p in enumerate(left, 1):
                 row = measure(p, (regimes or {}).get(name))
                 record["claims"].setdefault(name, []).append(row)
-                write_record(record_path, record)
+                write_topology_record(record_path, record)
                 how = "loaded from the run cache" if row["loaded"] else "trained"
                 print(
                     f"  {name} {i}/{len(left)}: {p.label:34} {row['outcome']:9} val {row['val_loss']} "
