@@ -130,14 +130,13 @@ def registered_at() -> tuple[str, float]:
     return commit, float(git("show", "-s", "--format=%ct", commit))
 
 
-def render(reg: dict, record: dict, record_path: str = RECORD) -> str:
-    """The page's Markdown."""
+def score_lines(reg: dict, record: dict) -> tuple[list[str], list]:
+    """(the score table's lines, [(set name, its score)]): a row per held-out set."""
     done = {r["config_hash"]: r for r in record["runs"]}
     sets = (("held-out grid at depth (8-32 layers, widths 96-256)", reg["runs"]),
             ("Hugging Face shapes (Llama, GPT-NeoX, Gemma 2; own wiring and post-LN)", reg["hf_runs"]))  # fmt: skip
-    lines = [MARKER, "# How well `depthlab advise` foretells a run", ""]
-    lines += ["| held-out set | runs done | advise | best lookup | always 'trains' | Brier: advise / best lookup | result |",
-              "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| held-out set | runs done | advise | best lookup | always 'trains' | Brier: advise / best lookup | result |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
     scored = []
     for name, predicted in sets:
         s = score(predicted, done)
@@ -149,6 +148,25 @@ def render(reg: dict, record: dict, record_path: str = RECORD) -> str:
         lines.append(f"| {name} | {s['runs']} of {s['planned']} | {_pct(s['by']['advise'])} | {best}: "
                      f"{_pct(s['by'][best])} | {_pct(s['by'][ALWAYS])} | "
                      f"{s['by']['advise']['brier']:.3f} / {s['by'][best]['brier']:.3f} | {verdict(s)} |")  # fmt: skip
+    return lines, scored
+
+
+def committed_lines() -> list[str]:
+    """The score table from the committed registration and run record (docs/doctor.md quotes it)."""
+    with open(lab_file(REGISTRATION), encoding="utf-8") as f:
+        reg = json.load(f)
+    path = os.path.join(REPOSITORY, RECORD)
+    record = {"runs": []}
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    return score_lines(reg, record)[0]
+
+
+def render(reg: dict, record: dict, record_path: str = RECORD) -> str:
+    """The page's Markdown."""
+    table, scored = score_lines(reg, record)
+    lines = [MARKER, "# How well `depthlab advise` foretells a run", "", *table]
     lines += [
         "",
         "A call is right when advise said 'trains' (P >= 0.5) and the run ended 'trained', or said 'fails' and "

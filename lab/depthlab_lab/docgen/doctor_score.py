@@ -30,6 +30,7 @@ from depthlab.study import StudyConfig, plan, run_study
 from depthlab.train.cost import run_seconds
 from depthlab_lab import lab_file
 from depthlab_lab.calibrate.baselines import baseline_pairs
+from depthlab_lab.docgen.advise_page import committed_lines as advise_score_lines
 from depthlab_lab.docgen.doctor_answers import how_lines, misses_table, score_table
 from depthlab_lab.docgen.doctor_fits import (
     limit_lines,
@@ -378,6 +379,12 @@ def render(scores: dict, db: str, record: str = RECORD_PATH, scale_db: str = DEF
         "",
         "The lookup answers each run with the majority outcome of its wrapping and learning rate on the "
         "tuning runs. The doctor is worth its probe only above it.",
+        "",
+        "`depthlab advise` (a probability from the doctor's limit and the nearest measured runs) on its own "
+        "held-out sets, registered with every prediction before their runs, against the strongest lookups "
+        "([advise.md](advise.md)):",
+        "",
+        *advise_score_lines(),
         "",
         "## The runs it got wrong",
         "",
