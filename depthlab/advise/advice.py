@@ -107,8 +107,7 @@ def predict(
     """The prediction for this run from its probe (taken at ``train.lr``) and the atlas."""
     found = limit_of(result, record)
     limit = None if found is None else found[0]
-    q = Query(model.wrap, model.n_layers, model.d_model, train.lr, train.warmup, train.steps,
-              ",".join(model.residual), model.norm, model.param)  # fmt: skip
+    q = Query.for_run(model, train)
     return p_trains(record["predictor"], limit, q, atlas), limit
 
 
@@ -121,8 +120,7 @@ def likely_range(
         return None
     hits = []
     for lr in LR_GRID:
-        q = Query(model.wrap, model.n_layers, model.d_model, lr, train.warmup, train.steps,
-                  ",".join(model.residual), model.norm, model.param)  # fmt: skip
+        q = Query.for_run(model, train, lr)
         hits.append(p_trains(record["predictor"], limit, q, atlas).p_trains >= LIKELY)
     runs, start = [], None
     for i, hit in enumerate([*hits, False]):

@@ -47,6 +47,13 @@ class Query:
     param: str = "sp"
 
     @classmethod
+    def for_run(cls, model, train, lr: float | None = None) -> Query:
+        """The query a run of ``model`` (a ModelConfig) under ``train`` (a TrainConfig) asks; ``lr``
+        in place of the run's own."""
+        return cls(model.wrap, model.n_layers, model.d_model, train.lr if lr is None else lr, train.warmup,
+                   train.steps, ",".join(model.residual), model.norm, model.param)  # fmt: skip
+
+    @classmethod
     def of(cls, run: MeasuredRun) -> Query:
         """The query a measured run answers."""
         return cls(run.wrap, run.n_layers, run.d_model, run.lr, run.warmup, run.steps, run.residual,

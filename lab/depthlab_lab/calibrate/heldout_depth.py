@@ -125,26 +125,26 @@ def write_grid(runs: list[dict], path: str = GRID) -> None:
         f.write("\n".join(head) + "\n")
 
 
+def prediction(result, spec: RunSpec, atlas: Atlas, record: dict) -> dict:
+    """advise's probability and call for ``spec`` from its probe ``result``, and each lookup's call."""
+    pred, limit = predict(result, spec.model, spec.train, atlas, record)
+    return {
+        "p_trains": pred.p_trains,
+        "advise": pred.call,
+        "confident": pred.confident,
+        "safe_lr": None if limit is None else limit.lr_limit,
+        "lr_over_limit": None if limit is None else spec.train.lr / limit.lr_limit,
+        "lookups": {
+            name: f(list(atlas.runs), Query.for_run(spec.model, spec.train)) for name, f in LOOKUPS.items()
+        },
+    }
+
+
 def predictions(grid: str, atlas: Atlas, record: dict) -> list[dict]:
     """Every run of ``grid``: its hash, fields, advise's probability and call, and each lookup's call."""
     study = StudyConfig.from_yaml(lab_file(grid))
-    out = []
-    for spec in study.expand():
-        result = probe_run(spec)
-        pred, limit = predict(result, spec.model, spec.train, atlas, record)
-        q = Query(spec.model.wrap, spec.model.n_layers, spec.model.d_model, spec.train.lr, spec.train.warmup,
-                  spec.train.steps, ",".join(spec.model.residual), spec.model.norm, spec.model.param)  # fmt: skip
-        out.append({
-            "config_hash": spec.hash,
-            "run": spec.label,
-            "p_trains": pred.p_trains,
-            "advise": pred.call,
-            "confident": pred.confident,
-            "safe_lr": None if limit is None else limit.lr_limit,
-            "lr_over_limit": None if limit is None else spec.train.lr / limit.lr_limit,
-            "lookups": {name: f(list(atlas.runs), q) for name, f in LOOKUPS.items()},
-        })  # fmt: skip
-    return out
+    return [{"config_hash": spec.hash, "run": spec.label, **prediction(probe_run(spec), spec, atlas, record)}
+            for spec in study.expand()]  # fmt: skip
 
 
 def digest(path) -> str:

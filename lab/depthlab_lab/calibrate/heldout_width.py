@@ -29,11 +29,9 @@ import os
 import platform
 import time
 
-from depthlab.advise.advice import predict
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.doctor.atlas import ATLAS_PATH, Atlas
 from depthlab.doctor.lr_limit import limit_of
-from depthlab.doctor.predict import Query
 from depthlab.doctor.record import RECORD_PATH, load_record
 from depthlab.intervals import paired_difference_interval, wilson_interval
 from depthlab.report.doctor_score import expected
@@ -41,7 +39,7 @@ from depthlab.study.grid import RunSpec, StudyConfig
 from depthlab.study.worker import probe_run
 from depthlab_lab import lab_file
 from depthlab_lab.calibrate.heldout_depth import RULES as DEPTH_RULES
-from depthlab_lab.calibrate.heldout_depth import digest
+from depthlab_lab.calibrate.heldout_depth import digest, prediction
 from depthlab_lab.calibrate.lookups import LOOKUPS
 
 WRAPS = ("post", "pre", "deepnorm", "sandwich")
@@ -108,26 +106,6 @@ def write_grid(runs: list[dict], path: str = GRID) -> None:
 def specs(grid: str = GRID) -> list[RunSpec]:
     """The set's runs, in their registered order (the grid's)."""
     return StudyConfig.from_yaml(lab_file(grid)).expand()
-
-
-def query(spec: RunSpec) -> Query:
-    m, t = spec.model, spec.train
-    return Query(
-        m.wrap, m.n_layers, m.d_model, t.lr, t.warmup, t.steps, ",".join(m.residual), m.norm, m.param
-    )
-
-
-def prediction(result, spec: RunSpec, atlas: Atlas, record: dict) -> dict:
-    """advise's probability and call for ``spec`` from its probe ``result``, and each lookup's call."""
-    pred, limit = predict(result, spec.model, spec.train, atlas, record)
-    return {
-        "p_trains": pred.p_trains,
-        "advise": pred.call,
-        "confident": pred.confident,
-        "safe_lr": None if limit is None else limit.lr_limit,
-        "lr_over_limit": None if limit is None else spec.train.lr / limit.lr_limit,
-        "lookups": {name: f(list(atlas.runs), query(spec)) for name, f in LOOKUPS.items()},
-    }
 
 
 def predictions(grid: str, atlas: Atlas, record: dict, say=print) -> list[dict]:
