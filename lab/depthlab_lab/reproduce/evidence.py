@@ -196,6 +196,21 @@ EVIDENCE = {
         "The results of this regime with seeds 0-2 were known when it was registered",
         "a replication on seeds 3-5 of a measurement seen on seeds 0-2",
     ),
+    "hc-gain": Evidence(
+        BLIND,
+        "Nothing was known at width 64, at 6 to 48 layers, or over seeds",
+        "one run of each design at 64 layers had been seen; its checks read 6 to 48 layers on three seeds",
+    ),
+    "topology-stream": Evidence(
+        BLIND,
+        "Registered before any of its runs",
+        "only probes at init had been seen (its init values are sanity checks, not counted)",
+    ),
+    "value-residual": Evidence(
+        BLIND,
+        "no value-residual model had been trained in depthlab",
+        "no value-residual model had been trained before its runs",
+    ),
 }
 
 
