@@ -191,3 +191,77 @@ def test_the_committed_page_lists_every_held_out_miss_of_its_record():
     for r in missed:
         cells = f"| {r['wrap']} | {r['n_layers']} | {r['d_model']} | {r['lr']:g} | {r['warmup']} | {r['predicted']} | {r['outcome']} |"
         assert any(cells in ln for ln in rows), cells
+
+
+def test_the_committed_page_quotes_advise_s_held_out_score_as_its_own_page_does():
+    from pathlib import Path
+
+    from depthlab_lab.docgen.advise_page import committed_lines
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    table = "\n".join(committed_lines())
+    assert table in (docs / "doctor.md").read_text() and table in (docs / "advise.md").read_text()
+
+
+def _run(source, config_hash, d_model, lr, outcome):
+    from depthlab.doctor.atlas import MeasuredRun
+
+    return MeasuredRun(
+        source=source, wrap="post", norm="layernorm", residual="attn,ffn", param="sp", n_layers=3,
+        d_model=d_model, n_heads=4, lr=lr, warmup=0, steps=200, batch_size=16, seq_len=32, seed=0,
+        outcome=outcome, escape_step=None, val_loss=None, unigram_loss=None, update_gain=None,
+        relative_update_per_lr=None, renormalised_share=None, config_hash=config_hash,
+    )  # fmt: skip
+
+
+def test_the_lookups_read_only_the_tuning_runs_committed_before_each_grid_and_see_width():
+    from depthlab.doctor.atlas import Atlas
+    from depthlab_lab.docgen.doctor_lookups import lines, scores
+
+    # width 32 trains at lr 1e-2, width 256 fails there: pooled over width, the majority is 'trains'
+    tuning = [_run("doctor-tuning", f"t{i}", 32, 1e-2, "trained") for i in range(3)]
+    tuning += [_run("doctor-scale-tuning", f"s{i}", 256, 1e-2, "diverged") for i in range(2)]
+    # a run of a tuning study committed after the first grid: the first grid's lookups must not see it
+    tuning += [_run("doctor-scale-tuning-families", f"f{i}", 256, 1e-2, "diverged") for i in range(9)]
+    held = [_run("doctor-scale-heldout", f"h{i}", 256, 1e-2, "diverged") for i in range(4)]
+    held += [_run("doctor-heldout", "g0", 256, 1e-2, "diverged")]
+
+    def row(r):
+        return {"config_hash": r.config_hash, "d_model": r.d_model, "n_layers": r.n_layers,
+                "outcome": r.outcome, "predicted": "trains"}  # fmt: skip
+
+    record = {
+        "studies": {
+            src: [row(r) for r in held if r.source == src]
+            for src in ("doctor-scale-heldout", "doctor-heldout")
+        }
+    }
+    rows = {r["grid"]: r for r in scores(Atlas(tuple(tuning + held)), record)}
+    width_grid = rows["doctor-scale-heldout"]
+    assert width_grid["tuning_runs"] == 5 and width_grid["runs"] == 4
+    assert width_grid["hits"] == {
+        "doctor": 0, "wrapping x lr": 0, "wrapping x width x lr x warmup": 4, "nearest runs": 4
+    }  # fmt: skip
+    assert width_grid["best"] == "wrapping x width x lr x warmup" and width_grid["difference"][2] < 0
+    # the first grid's pool is doctor-tuning alone: width 32 only, so every lookup says 'trains'
+    assert rows["doctor-heldout"]["tuning_runs"] == 3 and rows["doctor-heldout"]["hits"]["wrapping x lr"] == 0
+    text = "\n".join(lines(list(rows.values())))
+    assert "| d_model 256; 3 layers | 4 | 5 | 0 (0% [" in text
+    assert "hits fewer runs than the best lookup on `d_model 256; 3 layers`" in text
+
+
+def test_the_committed_page_quotes_the_stronger_lookups_on_the_doctor_s_grids():
+    from pathlib import Path
+
+    from depthlab_lab.docgen.doctor_lookups import committed_lines, scores
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    page = (docs / "doctor.md").read_text()
+    assert "\n".join(committed_lines()) in page
+    # the doctor's hits here are the score table's: the same runs, the same record
+    from depthlab.doctor.atlas import Atlas
+
+    record = json.loads((docs / "doctor-runs.json").read_text())
+    for r in scores(Atlas.load(), record):
+        n, hits = r["runs"], r["hits"]["doctor"]
+        assert f"| {n} | {hits} ({hits / n:.0%} [" in page

@@ -40,6 +40,7 @@ from depthlab_lab.docgen.doctor_fits import (
     width_lines,
 )
 from depthlab_lab.docgen.doctor_heldout import HELDOUT_GRIDS, heldout_lines, pop_runs, score_heldout_grids
+from depthlab_lab.docgen.doctor_lookups import committed_lines as doctor_lookup_lines
 from depthlab_lab.docgen.doctor_scale import (
     DEFAULT_SCALE_DB,
     SCALE_TUNING,
@@ -379,6 +380,8 @@ def render(scores: dict, db: str, record: str = RECORD_PATH, scale_db: str = DEF
         "",
         "The lookup answers each run with the majority outcome of its wrapping and learning rate on the "
         "tuning runs. The doctor is worth its probe only above it.",
+        "",
+        *doctor_lookup_lines(),
         "",
         "`depthlab advise` (a probability from the doctor's limit and the nearest measured runs) on its own "
         "held-out sets, registered with every prediction before their runs, against the strongest lookups "
