@@ -48,3 +48,58 @@ def test_the_committed_page_is_what_the_record_and_registration_give():
     hashes = {r["config_hash"] for r in reg["runs"] + reg["hf_runs"]}
     assert {r["config_hash"] for r in record["runs"]} <= hashes
     assert render(reg, record) == (ROOT / "docs" / "advise.md").read_text()
+
+
+def test_the_verdict_names_each_registered_part_met_or_not():
+    names = ("wrapping x lr", "wrapping x width x lr x warmup", "nearest runs")
+    # 20 runs, r0-r9 and r19 trained: advise right on 19 (not r19), every lookup on 14
+    predicted = [_p(f"r{i}", "trains" if i < 10 else "fails", 0.9 if i < 10 else 0.1,
+                    ("trains",) * 3 if i < 15 else ("fails",) * 3) for i in range(20)]  # fmt: skip
+    done = {f"r{i}": {"outcome": "trained" if i < 10 or i == 19 else "stalled"} for i in range(20)}
+    s = score(predicted, done)
+    assert s["by"]["advise"]["hits"] == 19 and max(s["by"][k]["hits"] for k in names) == 14
+    v = verdict(s)
+    assert v.startswith("passes: accuracy 95% (needs 90%): met; +25.0 points over the best lookup [")
+    assert v.endswith("(needs +5): met; Brier below every lookup's: met")
+    # lookups right on all but r0: as accurate as advise, with the same Brier score
+    right = {h: ("trains" if d["outcome"] == "trained" else "fails",) * 3 for h, d in done.items()}
+    right["r0"] = ("fails",) * 3
+    predicted = [_p(p["config_hash"], p["advise"], p["p_trains"], right[p["config_hash"]]) for p in predicted]
+    v = verdict(score(predicted, done))
+    assert v.startswith("fails: accuracy 95% (needs 90%): met; +0.0 points over the best lookup [")
+    assert v.endswith("(needs +5): not met; Brier not below every lookup's: not met")
+
+
+def test_the_hugging_face_set_is_judged_against_always_trains_and_the_lookups_shown_beside():
+    # 4 runs, 2 trained: advise right on 3, always 'trains' on 2, the lookups on 4
+    predicted = [_p("a", "trains", 0.8, ("trains",) * 3), _p("b", "trains", 0.6, ("fails",) * 3),
+                 _p("c", "fails", 0.3, ("fails",) * 3), _p("d", "trains", 0.7, ("trains",) * 3)]  # fmt: skip
+    done = {h: {"outcome": o} for h, o in zip("abcd", ("trained", "stalled", "diverged", "trained"))}
+    s = score(predicted, done)
+    v = verdict(s, hf=True)
+    assert v.startswith("passes: +25.0 points over always 'trains' [")
+    assert v.endswith(
+        "(the registered bar here: above it): met; the best lookup, not this set's registered bar, got 4 of 4"
+    )
+    # the grid's rule on the same runs fails: the lookups hit more
+    assert verdict(s).startswith("fails: accuracy 75% (needs 90%): not met; -25.0 points")
+    predicted[0] = _p("a", "fails", 0.2, ("trains",) * 3)
+    assert verdict(score(predicted, done), hf=True).startswith("fails: +0.0 points over always 'trains' [")
+
+
+def test_the_readme_quotes_advise_s_registered_held_out_score():
+    from depthlab_lab.docgen.advise_page import score
+
+    reg = json.loads(Path(lab_file(REGISTRATION)).read_text())
+    done = {r["config_hash"]: r for r in json.loads((ROOT / RECORD).read_text())["runs"]}
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    grid, hf = score(reg["runs"], done), score(reg["hf_runs"], done)
+    if grid["runs"] < grid["planned"]:
+        pytest.skip("the grid at depth is not finished")
+    a, lo, hi = grid["by"]["advise"]["accuracy"], *grid["by"]["advise"]["interval"]
+    best = grid["by"][grid["best_lookup"]]["hits"]
+    said = f"{grid['by']['advise']['hits']} runs right, {a:.0%} [{lo:.0%}, {hi:.0%}], against {best} for the best lookup"
+    assert said in readme
+    always = hf["by"]["always 'trains'"]["hits"]
+    assert ("short of the 90% it was registered to reach" in readme) == (a < 0.9)
+    assert f"it called {hf['by']['advise']['hits']}, against {always} for always" in readme
