@@ -140,3 +140,30 @@ def test_a_learning_rate_verdicts_level_never_contradicts_its_message(wrap):
             continue  # an error outside the calibrated range is a warning that says it is one
         assert words[v.level] in v.message, (lr, v.level, v.message)
         assert "safe lr <= " in v.message
+
+
+def test_the_screen_says_how_advise_did_on_held_out_runs_of_the_same_wrapping():
+    from depthlab.advise import track_record
+
+    record = {"layers": [8, 32], "widths": [96, 256], "runs": 20, "right": 15,
+              "by_wrap": {"admin": {"runs": 4, "right": 1, "outcomes": {"stalled": 4}}}}  # fmt: skip
+    held = track_record.for_wrap("admin", record)
+    assert track_record.line(held) == (
+        "held out at 8-32 layers (registered): right on 1 of 4 admin runs (4 stalled); 15 of 20 (75%) overall"
+    )
+    assert track_record.for_wrap("pre", record) is None and track_record.line(None) is None
+    # the shipped record: every wrapping of the grid, its counts adding up to the grid's
+    shipped = track_record.load()
+    assert sum(w["runs"] for w in shipped["by_wrap"].values()) == shipped["runs"]
+    assert sum(w["right"] for w in shipped["by_wrap"].values()) == shipped["right"]
+    assert all(sum(w["outcomes"].values()) == w["runs"] for w in shipped["by_wrap"].values())
+
+
+def test_advise_shows_its_held_out_record_for_a_wrapping_the_grid_held_out(atlas):
+    a = advise(TINY, RUN, atlas, alternatives=("pre",))
+    assert a.held_out["wrap"] == "post" and a.to_dict()["held_out"] == a.held_out
+    screen = a.format().splitlines()
+    assert len(screen) <= 25
+    from depthlab.advise import track_record
+
+    assert [ln for ln in screen if ln.startswith("held out at ")] == [track_record.line(a.held_out)]

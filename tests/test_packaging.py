@@ -43,7 +43,11 @@ def test_the_wheel_holds_the_library_and_nothing_of_the_lab(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     code = [n for n in names if n.endswith(".py")]
     assert "depthlab/model/wrappings.py" in code and "depthlab/cli/__init__.py" in code
-    assert "depthlab/doctor/calibration.json" in names  # the doctor's record: data the library reads
+    # every data file the library keeps beside its code (the doctor's record, the atlas advise reads, ...)
+    data = subprocess.run(["git", "ls-files", "depthlab"], cwd=REPO, capture_output=True, text=True).stdout
+    data = [n for n in data.split() if not n.endswith(".py")]
+    assert "depthlab/doctor/calibration.json" in data and "depthlab/doctor/atlas.csv.gz" in data
+    assert [n for n in data if n not in names] == [], "data the library reads is missing from the wheel"
     lab = [n for n in names if LAB_PARTS & set(n.split("/"))]
     assert lab == [], f"the wheel carries the lab: {lab[:10]}"
     tops = {n.split("/")[0] for n in names}

@@ -16,6 +16,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from depthlab.advise import track_record
 from depthlab.advise.screen import render
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.doctor.atlas import Atlas, MeasuredRun
@@ -61,6 +62,7 @@ class Advice:
     verdicts: tuple[Verdict, ...]
     outside: tuple[str, ...]
     transfer: dict | None = None
+    held_out: dict | None = None  # advise's record on held-out runs of this wrapping (track_record)
 
     def format(self) -> str:
         """The screen ``depthlab advise`` prints (about 25 lines, the answer first)."""
@@ -93,6 +95,7 @@ class Advice:
             "outside": list(self.outside),
             "verdicts": [v.to_dict() for v in self.verdicts],
             "transfer": self.transfer,
+            "held_out": self.held_out,
         }
 
 
@@ -165,6 +168,7 @@ def advise(
         options=tuple(options),
         verdicts=tuple(v for v in result.verdicts if v.level != "ok"),
         outside=tuple(found[2] if found else ()),
+        held_out=track_record.for_wrap(model.wrap),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from depthlab.advise import track_record
 from depthlab.doctor.predict import FAR
 
 WIDTH = 110
@@ -64,6 +65,8 @@ def render(a, likely: float) -> str:
         lines.append(_cut(f"  {r.shape():<22} lr {r.lr:<8g} warmup {r.warmup:<4} {r.steps:>5} steps  "
                           f"{r.outcome:<12} val {loss:<5} (distance {d:.2f})"))  # fmt: skip
     lines += ["", _cut(inside_text(a))]
+    if a.held_out:
+        lines.append(_cut(track_record.line(a.held_out)))
     if a.outside:
         lines.append(_cut(f"outside the limit's calibrated range: {'; '.join(a.outside)}"))
     if a.verdicts:

@@ -103,3 +103,14 @@ def test_the_readme_quotes_advise_s_registered_held_out_score():
     always = hf["by"]["always 'trains'"]["hits"]
     assert ("short of the 90% it was registered to reach" in readme) == (a < 0.9)
     assert f"it called {hf['by']['advise']['hits']}, against {always} for always" in readme
+
+
+def test_the_library_ships_the_track_record_the_committed_record_gives():
+    from depthlab.advise.track_record import PATH
+    from depthlab_lab.calibrate.advise_track import build, committed
+
+    assert json.loads(PATH.read_text()) == committed()
+    reg = json.loads(Path(lab_file(REGISTRATION)).read_text())
+    record = json.loads((ROOT / RECORD).read_text())
+    first = reg["runs"][0]["config_hash"]
+    assert build(reg, {"runs": [r for r in record["runs"] if r["config_hash"] != first]}) is None

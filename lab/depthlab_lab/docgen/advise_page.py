@@ -255,7 +255,13 @@ def _registration_lines(reg: dict, record: dict, record_path: str) -> list[str]:
              f"- cost as registered: {reg['cost']}"]  # fmt: skip
     lines += [f"- {k}: {v}" for k, v in reg["rules"].items() if isinstance(v, str)]
     lines += [f"- lookup '{k}': {v}" for k, v in reg["rules"]["lookups"].items()]
-    return lines + ["", f"Every run is in `{os.path.basename(record_path)}` beside this page.", ""]
+    return lines + [
+        "",
+        f"Every run is in `{os.path.basename(record_path)}` beside this page. Under its answer, `depthlab "
+        "advise` prints how often it was right on this grid's runs of the question's wrapping (the counts "
+        "above, shipped as `depthlab/advise/track_record.json`).",
+        "",
+    ]
 
 
 def _cv_lines(pred: dict) -> list[str]:

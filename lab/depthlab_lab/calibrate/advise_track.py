@@ -1,0 +1,80 @@
+"""Write advise's held-out track record into the library (``depthlab/advise/track_record.json``).
+
+From the registration of the held-out grid at depth (every prediction frozen before the runs) and the
+committed run record (``docs/advise-heldout-runs.json``): per wrapping, how many runs advise called
+right and how they ended, with the grid's depths, widths and totals. Written only once every run of
+the grid is recorded; ``python -m depthlab_lab.calibrate.advise_track`` writes it, and a test checks
+that the shipped file is what the committed record gives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from depthlab.advise.track_record import PATH
+from depthlab.paths import replace_file
+from depthlab.report.doctor_score import expected
+from depthlab_lab import REPOSITORY, lab_file
+from depthlab_lab.calibrate.heldout_depth import REGISTRATION
+
+RECORD = os.path.join("docs", "advise-heldout-runs.json")
+
+
+def _field(run: str, name: str) -> str:
+    """'post' from 'wrap=post d_model=96 ...'."""
+    return next(part.split("=", 1)[1] for part in run.split() if part.startswith(f"{name}="))
+
+
+def build(reg: dict, record: dict) -> dict | None:
+    """The track record, or None while a run of the grid is missing from the record."""
+    done = {r["config_hash"]: r for r in record["runs"]}
+    runs = reg["runs"]
+    if any(p["config_hash"] not in done for p in runs):
+        return None
+    by_wrap: dict[str, dict] = {}
+    for p in runs:
+        outcome = done[p["config_hash"]]["outcome"]
+        right = (p["advise"] == "trains") == (expected(outcome) == "trains")
+        w = by_wrap.setdefault(_field(p["run"], "wrap"), {"runs": 0, "right": 0, "outcomes": {}})
+        w["runs"] += 1
+        w["right"] += right
+        w["outcomes"][outcome] = w["outcomes"].get(outcome, 0) + 1
+    for w in by_wrap.values():
+        w["outcomes"] = dict(sorted(w["outcomes"].items(), key=lambda kv: (-kv[1], kv[0])))
+    layers = [int(_field(p["run"], "n_layers")) for p in runs]
+    widths = [int(_field(p["run"], "d_model")) for p in runs]
+    return {
+        "grid": "held-out grid at depth for depthlab advise (docs/advise.md)",
+        "layers": [min(layers), max(layers)],
+        "widths": [min(widths), max(widths)],
+        "runs": len(runs),
+        "right": sum(w["right"] for w in by_wrap.values()),
+        "by_wrap": by_wrap,
+    }
+
+
+def committed() -> dict | None:
+    """The track record the committed registration and run record give."""
+    with open(lab_file(REGISTRATION), encoding="utf-8") as f:
+        reg = json.load(f)
+    with open(os.path.join(REPOSITORY, RECORD), encoding="utf-8") as f:
+        return build(reg, json.load(f))
+
+
+def main() -> int:
+    track = committed()
+    if track is None:
+        print(
+            "track_record: the held-out grid at depth is not finished in the committed record",
+            file=sys.stderr,
+        )
+        return 2
+    replace_file(str(PATH), json.dumps(track, indent=1) + "\n")
+    print(f"wrote {PATH}: {track['right']} of {track['runs']} held-out runs called right")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
