@@ -274,6 +274,16 @@ def wilson_interval(hits: int, n: int, level: float = 0.95) -> tuple[float, floa
     return (0.0 if hits == 0 else centre - half), (1.0 if hits == n else centre + half)
 
 
+def paired_counts(first: Sequence[bool], second: Sequence[bool]) -> tuple[int, int, int, int]:
+    """(both, only first, only second, neither): how two predictors' hits on the same items pair up,
+    the cells :func:`paired_difference_interval` takes."""
+    if len(first) != len(second):
+        raise ValueError(f"paired_counts needs hits on the same items, got {len(first)} and {len(second)}")
+    pairs = list(zip(first, second))
+    return (sum(a and b for a, b in pairs), sum(a and not b for a, b in pairs),
+            sum(b and not a for a, b in pairs), sum(not a and not b for a, b in pairs))  # fmt: skip
+
+
 def paired_difference_interval(
     both: int, only_first: int, only_second: int, neither: int, level: float = 0.95
 ) -> tuple[float, float, float]:

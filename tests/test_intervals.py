@@ -63,3 +63,11 @@ def test_three_way_verdict():
     assert decide(mean_interval([1.0]), at_least=0.0) == INCONCLUSIVE  # no interval: undecided
     with pytest.raises(ValueError):
         decide(iv)
+
+
+def test_paired_counts_pair_two_predictors_hits_on_the_same_items():
+    from depthlab.intervals import paired_counts
+
+    assert paired_counts([True, True, False, False, True], [True, False, True, False, True]) == (2, 1, 1, 1)
+    with pytest.raises(ValueError, match="same items"):
+        paired_counts([True], [True, False])

@@ -17,13 +17,11 @@ from depthlab.advise.track_record import PATH
 from depthlab.paths import replace_file
 from depthlab.report.doctor_score import expected
 from depthlab_lab import REPOSITORY, lab_file
-from depthlab_lab.calibrate.heldout_depth import REGISTRATION
-
-RECORD = os.path.join("docs", "advise-heldout-runs.json")
+from depthlab_lab.calibrate.heldout_depth import RECORD, REGISTRATION
 
 
-def _field(run: str, name: str) -> str:
-    """'post' from 'wrap=post d_model=96 ...'."""
+def run_field(run: str, name: str) -> str:
+    """A field of a run's label: 'post' from ('wrap=post d_model=96 ...', 'wrap')."""
     return next(part.split("=", 1)[1] for part in run.split() if part.startswith(f"{name}="))
 
 
@@ -37,14 +35,14 @@ def build(reg: dict, record: dict) -> dict | None:
     for p in runs:
         outcome = done[p["config_hash"]]["outcome"]
         right = (p["advise"] == "trains") == (expected(outcome) == "trains")
-        w = by_wrap.setdefault(_field(p["run"], "wrap"), {"runs": 0, "right": 0, "outcomes": {}})
+        w = by_wrap.setdefault(run_field(p["run"], "wrap"), {"runs": 0, "right": 0, "outcomes": {}})
         w["runs"] += 1
         w["right"] += right
         w["outcomes"][outcome] = w["outcomes"].get(outcome, 0) + 1
     for w in by_wrap.values():
         w["outcomes"] = dict(sorted(w["outcomes"].items(), key=lambda kv: (-kv[1], kv[0])))
-    layers = [int(_field(p["run"], "n_layers")) for p in runs]
-    widths = [int(_field(p["run"], "d_model")) for p in runs]
+    layers = [int(run_field(p["run"], "n_layers")) for p in runs]
+    widths = [int(run_field(p["run"], "d_model")) for p in runs]
     return {
         "grid": "held-out grid at depth for depthlab advise (docs/advise.md)",
         "layers": [min(layers), max(layers)],

@@ -49,6 +49,7 @@ HF_GRIDS = tuple(
 )
 HF_WARMUP = 100
 REGISTRATION = os.path.join("lab", "depthlab_lab", "grids", "advise-heldout-depth.registration.json")
+RECORD = os.path.join("docs", "advise-heldout-runs.json")  # its finished runs (docgen.advise_page writes it)
 MARGIN = 0.05  # advise's accuracy must exceed the best lookup's by this much, with accuracy >= TARGET
 TARGET = 0.90
 

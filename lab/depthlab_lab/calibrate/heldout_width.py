@@ -33,7 +33,7 @@ from depthlab.config import ModelConfig, TrainConfig
 from depthlab.doctor.atlas import ATLAS_PATH, Atlas
 from depthlab.doctor.lr_limit import limit_of
 from depthlab.doctor.record import RECORD_PATH, load_record
-from depthlab.intervals import paired_difference_interval, wilson_interval
+from depthlab.intervals import paired_counts, paired_difference_interval, wilson_interval
 from depthlab.report.doctor_score import expected
 from depthlab.study.grid import RunSpec, StudyConfig
 from depthlab.study.worker import probe_run
@@ -212,8 +212,7 @@ def score(registered: list[dict], outcomes: dict[str, str]) -> dict:
     if n:
         best = max(lookups, key=lambda k: (out["predictors"][k]["hits"], k))
         a, b = hits["advise"], hits[best]
-        cells = (sum(a[h] and b[h] for h in a), sum(a[h] and not b[h] for h in a),
-                 sum(b[h] and not a[h] for h in a), sum(not a[h] and not b[h] for h in a))  # fmt: skip
+        cells = paired_counts([a[h] for h in a], [b[h] for h in a])
         d, lo, hi = paired_difference_interval(*cells)
         acc = out["predictors"]["advise"]["accuracy"]
         out["against_best_lookup"] = {"lookup": best, "difference": d, "interval": (lo, hi), "cells": cells}

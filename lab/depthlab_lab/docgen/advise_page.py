@@ -21,15 +21,16 @@ import os
 import subprocess
 
 from depthlab.doctor.record import load_record
-from depthlab.intervals import paired_difference_interval, wilson_interval
+from depthlab.intervals import paired_counts, paired_difference_interval, wilson_interval
 from depthlab.paths import replace_file
 from depthlab.report.doctor_score import expected
 from depthlab.study.store import Store
 from depthlab_lab import REPOSITORY, lab_file
-from depthlab_lab.calibrate.heldout_depth import MARGIN, REGISTRATION, TARGET
+from depthlab_lab.calibrate.advise_track import build as track_record
+from depthlab_lab.calibrate.advise_track import run_field
+from depthlab_lab.calibrate.heldout_depth import MARGIN, RECORD, REGISTRATION, TARGET
 
 DOC = os.path.join("docs", "advise.md")
-RECORD = os.path.join("docs", "advise-heldout-runs.json")
 DB = os.path.join("runs", "advise-heldout.sqlite")
 MARKER = (
     "<!-- written by `python -m depthlab_lab.docgen.advise_page`: regenerate it rather than editing it -->"
@@ -87,16 +88,13 @@ def score(predicted: list[dict], done: dict[str, dict]) -> dict:
         best = max(LOOKUP_NAMES, key=lambda k: (out["by"][k]["hits"], -out["by"][k]["brier"]))
         a = [ci == ti for ci, ti in zip(calls["advise"], truth)]
         b = [ci == ti for ci, ti in zip(calls[best], truth)]
-        counts = [sum(x and y for x, y in zip(a, b)), sum(x and not y for x, y in zip(a, b)),
-                  sum(y and not x for x, y in zip(a, b)), sum(not x and not y for x, y in zip(a, b))]  # fmt: skip
+        counts = paired_counts(a, b)
         out["best_lookup"] = best
         out["paired"] = dict(zip(("both", "advise_only", "lookup_only", "neither"), counts))
         out["difference"] = paired_difference_interval(*counts)
         out["misses"] = [(p, d) for (p, d), ok in zip(runs, a) if not ok]
-        w = [ci == ti for ci, ti in zip(calls[ALWAYS], truth)]
-        out["versus_always"] = paired_difference_interval(
-            sum(x and y for x, y in zip(a, w)), sum(x and not y for x, y in zip(a, w)),
-            sum(y and not x for x, y in zip(a, w)), sum(not x and not y for x, y in zip(a, w)))  # fmt: skip
+        always = [ci == ti for ci, ti in zip(calls[ALWAYS], truth)]
+        out["versus_always"] = paired_difference_interval(*paired_counts(a, always))
     return out
 
 
@@ -186,35 +184,34 @@ def render(reg: dict, record: dict, record_path: str = RECORD) -> str:
         "it ended otherwise (stalled, undertrained, diverged). Intervals are 95% (Wilson).",
         "",
     ]
-    lines += _by_wrapping(reg, record)
+    grid = scored[0][1]
+    lines += _by_wrapping(reg, record, grid["best_lookup"]) if grid["runs"] else []
     lines += _misses(scored)
     lines += _registration_lines(reg, record, record_path)
     lines += _cv_lines(load_record().get("predictor") or {})
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _by_wrapping(reg: dict, record: dict) -> list[str]:
-    """Per wrapping of the grid at depth: its runs' outcomes at x0.7 and x1.4 of the safe lr, advise's
-    hits and the best lookup's there (where advise is weak, and why: a limit too high or too low)."""
-    done = {r["config_hash"]: r for r in record["runs"]}
-    runs = [p for p in reg["runs"] if p["config_hash"] in done]
-    if len(runs) < len(reg["runs"]):
+def _by_wrapping(reg: dict, record: dict, best: str) -> list[str]:
+    """Per wrapping of the grid at depth (once every run is done): how its runs ended below and above
+    the safe lr, advise's hits (the track record the library ships) and those of ``best``, the lookup
+    that hit most (where advise is weak, and why: a limit too high or too low)."""
+    track = track_record(reg, record)
+    if track is None:
         return []
-    best = score(reg["runs"], done)["best_lookup"]
+    done = {r["config_hash"]: r for r in record["runs"]}
     out = ["## By wrapping, on the grid at depth", "",
            "| wrapping | runs | trained below / above the safe lr | other outcomes | advise right | "
            f"{best} right |", "|---|---|---|---|---|---|"]  # fmt: skip
-    for wrap in dict.fromkeys(p["run"].split()[0].removeprefix("wrap=") for p in runs):
-        mine = [p for p in runs if p["run"].split()[0] == f"wrap={wrap}"]
+    for wrap, w in track["by_wrap"].items():
+        mine = [p for p in reg["runs"] if run_field(p["run"], "wrap") == wrap]
         truth = [expected(done[p["config_hash"]]["outcome"]) == "trains" for p in mine]
         below = [t for p, t in zip(mine, truth) if p["lr_over_limit"] <= 1]
         above = [t for p, t in zip(mine, truth) if p["lr_over_limit"] > 1]
-        others = sorted(o for p in mine if (o := done[p["config_hash"]]["outcome"]) != "trained")
-        counted = ", ".join(f"{others.count(o)} {o}" for o in dict.fromkeys(others)) or "none"
-        hits = sum((p["advise"] == "trains") == t for p, t in zip(mine, truth))
+        others = ", ".join(f"{n} {o}" for o, n in w["outcomes"].items() if o != "trained") or "none"
         lookup = sum((p["lookups"][best] == "trains") == t for p, t in zip(mine, truth))
-        out.append(f"| {wrap} | {len(mine)} | {sum(below)} of {len(below)} / {sum(above)} of {len(above)} "
-                   f"| {counted} | {hits} | {lookup} |")  # fmt: skip
+        out.append(f"| {wrap} | {w['runs']} | {sum(below)} of {len(below)} / {sum(above)} of {len(above)} "
+                   f"| {others} | {w['right']} | {lookup} |")  # fmt: skip
     return out + [""]
 
 

@@ -16,7 +16,7 @@ import os
 
 from depthlab.doctor.atlas import Atlas, MeasuredRun
 from depthlab.doctor.predict import Query
-from depthlab.intervals import paired_difference_interval, wilson_interval
+from depthlab.intervals import paired_counts, paired_difference_interval, wilson_interval
 from depthlab.report.doctor_score import expected
 from depthlab_lab import REPOSITORY
 from depthlab_lab.calibrate.lookups import LOOKUPS
@@ -66,9 +66,7 @@ def scores(atlas: Atlas, record: dict) -> list[dict]:
             calls = [lookup(pool, _query(by_hash[r["config_hash"]])) == "trains" for r in rows]
             right[name] = [c == t for c, t in zip(calls, truth)]
         best = max(LOOKUPS, key=lambda k: sum(right[k]))
-        a, b = right["doctor"], right[best]
-        counts = (sum(x and y for x, y in zip(a, b)), sum(x and not y for x, y in zip(a, b)),
-                  sum(y and not x for x, y in zip(a, b)), sum(not x and not y for x, y in zip(a, b)))  # fmt: skip
+        counts = paired_counts(right["doctor"], right[best])
         out.append({"grid": grid, "label": _label(rows), "runs": len(rows), "tuning_runs": len(pool),
                     "hits": {k: sum(v) for k, v in right.items()}, "best": best,
                     "difference": paired_difference_interval(*counts)})  # fmt: skip
