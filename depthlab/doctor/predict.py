@@ -9,8 +9,9 @@ Two kinds of evidence, each alone weaker than together:
   or depth), and the share of them that trained.
 
 The record's "predictor" section (fitted by the lab's ``depthlab_lab.calibrate.predictor_fit``, its
-form chosen by cross-validation that leaves out one width and one depth at a time) holds, per family,
-the logistic regression's features and coefficients; :func:`p_trains` applies it. A run whose nearest
+form chosen by cross-validation that leaves out one width and one depth at a time) holds, per family
+and, where it was fitted so, per wrapping, the logistic regression's features and coefficients (a
+wrapping without its own fit uses its family's); :func:`p_trains` applies it. A run whose nearest
 measured run is farther than ``FAR`` and whose margin or shape lies outside what the fit saw gets no
 confident call (:attr:`Prediction.confident` False, with the reason).
 """
@@ -135,7 +136,7 @@ def p_trains(
     family = limit.family if limit is not None else "free"
     near = nearest(atlas, q, exclude=exclude)
     x = features(limit, q, atlas_share(near))
-    model = fit["families"].get(family) or fit["families"][fit["fallback"]]
+    model = fit.get("wraps", {}).get(q.wrap) or fit["families"].get(family) or fit["families"][fit["fallback"]]
     z = sum(model["coef"].get(name, 0.0) * x[name] for name in FEATURES)
     p = 1 / (1 + math.exp(-max(min(z, 40.0), -40.0)))
     why = _why_not(model, x, near)

@@ -125,11 +125,16 @@ def restore(
 
 
 def checked(
-    record: str, studies: list[str | StudyConfig], settings: dict[str, dict] | None = None
+    record: str,
+    studies: list[str | StudyConfig],
+    settings: dict[str, dict] | None = None,
+    recorded: dict[str, list[dict]] | None = None,
 ) -> list[tuple[StudyConfig, list, list[dict]]]:
     """(study, its runs, the record's rows of it) for each study the record names, every row checked
-    against the study as it is built now; InputError, before anything is written, for a row it refuses."""
-    recorded = read_record(record)
+    against the study as it is built now; InputError, before anything is written, for a row it refuses.
+    ``recorded``: the record's {study: rows} already read (a record kept in another shape), ``record``
+    then only names it."""
+    recorded = read_record(record) if recorded is None else recorded
     out = []
     for given in studies:
         study = StudyConfig.from_yaml(lab_file(given)) if isinstance(given, str) else given

@@ -1,12 +1,13 @@
 """The atlas the library ships (``depthlab/doctor/atlas.csv.gz``), written from the committed run records.
 
 Every run of the doctor's grids (``docs/doctor-runs.json``: its tuning grids and the held-out grids
-scored before) and of the scale ladder (``docs/reproductions-ladder-runs.json``) becomes one
+scored before), of the scale ladder (``docs/reproductions-ladder-runs.json``) and of advise's held-out
+grids once scored (``docs/advise-heldout-runs.json``) becomes one
 :class:`~depthlab.doctor.atlas.MeasuredRun`: its configuration is rebuilt from its grid by its config hash
 (:func:`depthlab_lab.restore.checked`, which refuses a record its grid no longer produces), its outcome,
 escape step and losses come from the record, and its probe's quantities from the record where the
-doctor's grids kept them (step size and relative update at the run's lr) or, for the ladder's runs
-(never probed), from the at-init probe taken again exactly as the study worker takes it (the run's seed
+doctor's grids kept them (step size and relative update at the run's lr) or, for the ladder's and
+advise's runs (their records keep no probe), from the at-init probe taken again exactly as the study worker takes it (the run's seed
 and first batch: deterministic). ``python -m depthlab_lab.calibrate.atlas_build`` rewrites the file;
 lab/tests/test_atlas.py checks that the shipped file is what the records give.
 """
@@ -14,12 +15,16 @@ lab/tests/test_atlas.py checks that the shipped file is what the records give.
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import sys
 import time
 
 from depthlab.doctor.atlas import ATLAS_PATH, Atlas, MeasuredRun, from_run
 from depthlab.study.worker import probe_at_init
+from depthlab_lab.calibrate.heldout_depth import GRID as ADVISE_GRID
+from depthlab_lab.calibrate.heldout_depth import HF_GRIDS
+from depthlab_lab.calibrate.heldout_depth import RECORD as ADVISE_RECORD
 from depthlab_lab.docgen.doctor_heldout import HELDOUT_GRIDS
 from depthlab_lab.docgen.doctor_scale import SCALE_TUNING
 from depthlab_lab.docgen.doctor_score import HELDOUT, TUNING
@@ -57,8 +62,27 @@ def _probe_fields(row: dict, lr: float) -> dict:
 
 def ladder_runs(record: str = LADDER_RECORD, log=sys.stderr) -> list[MeasuredRun]:
     """The ladder's recorded runs, each probed again at init (they were never probed)."""
-    studies = [r.study for r in rungs(list(LADDER))]
-    out, todo = [], checked(record, studies)
+    return _probed(checked(record, [r.study for r in rungs(list(LADDER))]), "ladder", log)
+
+
+def advise_grids() -> list[str]:
+    """advise's held-out grids whose runs are scored: the grid at depth and the Hugging Face set."""
+    return [ADVISE_GRID, *HF_GRIDS]
+
+
+def advise_runs(record: str = ADVISE_RECORD, log=sys.stderr) -> list[MeasuredRun]:
+    """advise's scored held-out runs, each probed again at init (the record keeps their outcomes only)."""
+    with open(record, encoding="utf-8") as f:
+        rows = json.load(f)["runs"]
+    by_study: dict[str, list[dict]] = {}
+    for row in rows:
+        by_study.setdefault(row["study"], []).append({k: v for k, v in row.items() if k != "study"})
+    return _probed(checked(record, advise_grids(), recorded=by_study), "advise", log)
+
+
+def _probed(todo, what: str, log) -> list[MeasuredRun]:
+    """The runs of ``todo`` (what :func:`checked` gives), each probed again at init as the worker does."""
+    out = []
     total, start = sum(len(rows) for _, _, rows in todo), time.perf_counter()
     for study, specs, rows in todo:
         by_hash = {s.hash: s for s in specs}
@@ -69,7 +93,7 @@ def ladder_runs(record: str = LADDER_RECORD, log=sys.stderr) -> list[MeasuredRun
             if log and len(out) % 25 == 0:
                 left = (time.perf_counter() - start) / len(out) * (total - len(out))
                 log.write(
-                    f"atlas: {len(out)} of {total} ladder runs probed, about {left / 60:.0f} min left\n"
+                    f"atlas: {len(out)} of {total} {what} runs probed, about {left / 60:.0f} min left\n"
                 )
     return out
 
@@ -87,8 +111,8 @@ def _run(spec, row: dict) -> dict:
 
 
 def build() -> Atlas:
-    """The atlas of every recorded run: the doctor's grids, then the ladder."""
-    return Atlas(tuple(doctor_runs() + ladder_runs()))
+    """The atlas of every recorded run: the doctor's grids, the ladder, then advise's held-out grids."""
+    return Atlas(tuple(doctor_runs() + ladder_runs() + advise_runs()))
 
 
 def write(atlas: Atlas, path: str = str(ATLAS_PATH)) -> None:

@@ -4,7 +4,8 @@ then fitted on all of them and written into the doctor's record ("predictor").
 The examples are the atlas's runs that were probed, have both skips and the standard parametrization
 (the doctor's limits were fitted on such stacks): each with its :class:`~depthlab.doctor.limit.LrLimit`
 taken from its probe's quantities under the current record, and its label (trained or not). Each form
-is a logistic regression per family of stacks (renormalising, gated, free) on some of
+is a logistic regression per family of stacks (renormalising, gated, free), or per wrapping where the
+wrapping has enough runs of both outcomes (its family's otherwise), on some of
 :data:`depthlab.doctor.predict.FEATURES`, with a small ridge penalty; the atlas feature of a run is read
 from the other runs only (the run itself left out; in a fold, the fold's runs too).
 
@@ -38,6 +39,10 @@ FORMS = {
     "atlas": ("const", "atlas"),
 }
 FAMILIES = ("renormalising", "gated", "free")
+BY_WRAPPING = " by wrapping"  # a form fitted per wrapping (where it has MIN_WRAP runs), per family else
+CANDIDATES = {**{f: (names, "family") for f, names in FORMS.items()},
+              **{f + BY_WRAPPING: (names, "wrapping") for f, names in FORMS.items() if "margin" in names}}  # fmt: skip
+MIN_WRAP = 40
 RIDGE = 1e-2
 
 
@@ -134,31 +139,46 @@ def logistic(x: np.ndarray, y: np.ndarray, ridge: float = RIDGE) -> np.ndarray:
     return w
 
 
-def fit(rows: list[Example], hood: Neighbourhood, names: tuple[str, ...], left_out: set[str]) -> dict:
-    """Per family present in ``rows``: {"coef": {feature: w}, "support": {feature: [lo, hi]}, "runs"}."""
-    out = {}
+def fit(
+    rows: list[Example], hood: Neighbourhood, names: tuple[str, ...], left_out: set[str], by: str = "family"
+) -> dict:
+    """{"families": {family: model}, "wraps": {wrapping: model}}, each model {"coef": {feature: w},
+    "support": {feature: [lo, hi]}, "runs"}: one per family present in ``rows`` and, ``by`` "wrapping",
+    one per wrapping with at least :data:`MIN_WRAP` runs of both outcomes (the others fall back on
+    their family's)."""
+    out = {"families": {}, "wraps": {}}
     for fam in FAMILIES:
-        mine = [e for e in rows if e.limit.family == fam]
-        if len(mine) < 10 or len({e.label for e in mine}) < 2:
-            continue
-        x = matrix(mine, hood, names, left_out)
-        w = logistic(x, np.array([e.label for e in mine], dtype=float))
-        support = {
-            n: [float(x[:, i].min()), float(x[:, i].max())] for i, n in enumerate(names) if n != "const"
-        }
-        out[fam] = {"coef": dict(zip(names, map(float, w))), "support": support, "runs": len(mine)}
-    return out
+        model = _fit_one([e for e in rows if e.limit.family == fam], hood, names, left_out, 10)
+        if model:
+            out["families"][fam] = model
+    if by == "wrapping":
+        for wrap in sorted({e.run.wrap for e in rows}):
+            model = _fit_one([e for e in rows if e.run.wrap == wrap], hood, names, left_out, MIN_WRAP)
+            if model:
+                out["wraps"][wrap] = model
+    return out if out["families"] else {}
+
+
+def _fit_one(mine: list[Example], hood, names, left_out, least: int) -> dict | None:
+    if len(mine) < least or len({e.label for e in mine}) < 2:
+        return None
+    x = matrix(mine, hood, names, left_out)
+    w = logistic(x, np.array([e.label for e in mine], dtype=float))
+    support = {n: [float(x[:, i].min()), float(x[:, i].max())] for i, n in enumerate(names) if n != "const"}
+    return {"coef": dict(zip(names, map(float, w))), "support": support, "runs": len(mine)}
 
 
 def predict(
     model: dict, rows: list[Example], hood: Neighbourhood, names: tuple[str, ...], left_out: set[str]
 ) -> list[float]:
-    """P(trains) for each of ``rows`` under a fitted ``model`` (a family it lacks: its largest family's)."""
-    fallback = max(model, key=lambda f: model[f]["runs"])
+    """P(trains) for each of ``rows`` under a fitted ``model``: its wrapping's fit, else its family's,
+    else the largest family's."""
+    families = model["families"]
+    fallback = max(families, key=lambda f: families[f]["runs"])
     x = matrix(rows, hood, names, left_out)
     out = []
     for e, xi in zip(rows, x):
-        coef = (model.get(e.limit.family) or model[fallback])["coef"]
+        coef = (model["wraps"].get(e.run.wrap) or families.get(e.limit.family) or families[fallback])["coef"]
         z = sum(coef[n] * v for n, v in zip(names, xi))
         out.append(1 / (1 + math.exp(-max(min(z, 40.0), -40.0))))
     return out
@@ -205,15 +225,15 @@ def cross_validate(rows: list[Example], atlas: Atlas) -> dict:
     are the forms and the lookups, scored on the same left-out runs."""
     out = {}
     for axis in ("d_model", "n_layers"):
-        preds: dict[str, list[float]] = {name: [] for name in [*FORMS, *LOOKUPS]}
+        preds: dict[str, list[float]] = {name: [] for name in [*CANDIDATES, *LOOKUPS]}
         labels: list[int] = []
         hood = Neighbourhood(atlas)
         for _, train, test in folds(rows, axis):
             left = {e.run.config_hash for e in test}
             fold_atlas = Atlas(tuple(r for r in atlas.runs if r.config_hash not in left))
             labels += [e.label for e in test]
-            for name, names in FORMS.items():
-                model = fit(train, hood, names, left)
+            for name, (names, by) in CANDIDATES.items():
+                model = fit(train, hood, names, left, by)
                 preds[name] += predict(model, test, hood, names, left) if model else [0.5] * len(test)
             for name, lookup in LOOKUPS.items():
                 preds[name] += [
@@ -227,7 +247,7 @@ def choose(cv: dict) -> str | None:
     """The form with the lowest mean log loss among those at least as accurate as every lookup on both
     kinds of fold; None when no form is."""
     ok = [
-        f for f in FORMS
+        f for f in CANDIDATES
         if all(cv[a][f]["accuracy"] >= max(cv[a][lk]["accuracy"] for lk in LOOKUPS) for a in cv)
     ]  # fmt: skip
     return min(ok, key=lambda f: sum(cv[a][f]["log_loss"] for a in cv)) if ok else None
@@ -239,13 +259,16 @@ def fitted_predictor(atlas: Atlas, record: dict) -> dict:
     rows = examples(atlas, record)
     cv = cross_validate(rows, atlas)
     form = choose(cv)
-    names = FORMS[form or "atlas"]
-    families = fit(rows, Neighbourhood(atlas), names, set())
+    names, by = CANDIDATES[form or "atlas"]
+    fitted = fit(rows, Neighbourhood(atlas), names, set(), by)
+    families = fitted["families"]
     return {
         "form": form or "atlas",
         "chosen": form is not None,
+        "by": by,
         "features": list(names),
         "families": families,
+        "wraps": fitted["wraps"],
         "fallback": max(families, key=lambda f: families[f]["runs"]),
         "examples": len(rows),
         "cv": cv,
