@@ -91,7 +91,7 @@ def test_far_from_every_measured_run_and_outside_the_fit_there_is_no_confident_c
     )
     near = Query("pre", 6, 128, 1e-3, 0, 600)  # inside what was measured
     assert p_trains(fit, limit, near, atlas).confident
-    odd = Query("pre", 6, 128, 1.0, 0, 600, norm="rmsnorm")  # no run of its kind, a margin of ln 100
+    odd = Query("pre", 6, 128, 1.0, 0, 600, norm="rmsnorm", param="mup")  # no run of its kind, a margin of ln 100
     far = p_trains(fit, limit, odd, atlas)
     assert not far.confident and "no measured run of this stack" in far.why_not and "margin" in far.why_not
 
@@ -149,9 +149,14 @@ def test_the_screen_says_how_advise_did_on_held_out_runs_of_the_same_wrapping():
               "by_wrap": {"admin": {"runs": 4, "right": 1, "outcomes": {"stalled": 4}}}}  # fmt: skip
     held = track_record.for_wrap("admin", record)
     assert track_record.line(held) == (
-        "held out at 8-32 layers (registered): right on 1 of 4 admin runs (4 stalled); 15 of 20 (75%) overall"
+        "held out (8-32 layers, registered): 1 of 4 admin right (4 stalled); 15 of 20 (75%) in all"
     )
     assert track_record.for_wrap("pre", record) is None and track_record.line(None) is None
+    # a grid whose runs have since joined the fit was called by an earlier predictor: the line says so
+    held = track_record.for_wrap("admin", {**record, "earlier_predictor": True})
+    assert track_record.line(held).startswith(
+        "held out (8-32 layers, an earlier fit): 1 of 4 admin right (4 stalled)"
+    )
     # the shipped record: every wrapping of the grid, its counts adding up to the grid's
     shipped = track_record.load()
     assert sum(w["runs"] for w in shipped["by_wrap"].values()) == shipped["runs"]
@@ -166,4 +171,4 @@ def test_advise_shows_its_held_out_record_for_a_wrapping_the_grid_held_out(atlas
     assert len(screen) <= 25
     from depthlab.advise import track_record
 
-    assert [ln for ln in screen if ln.startswith("held out at ")] == [track_record.line(a.held_out)]
+    assert [ln for ln in screen if ln.startswith("held out (")] == [track_record.line(a.held_out)]

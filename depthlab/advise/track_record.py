@@ -29,24 +29,27 @@ def load(path: str | Path = PATH) -> dict:
 
 def for_wrap(wrap: str, record: dict | None = None) -> dict | None:
     """``wrap``'s counts on the grid ("runs", "right", "outcomes") with the grid's ("layers", "widths",
-    "runs_all", "right_all"); None when the grid held out no run of it."""
+    "runs_all", "right_all", "earlier_predictor"); None when the grid held out no run of it."""
     record = load() if record is None else record
     mine = record.get("by_wrap", {}).get(wrap)
     if mine is None:
         return None
     return {"wrap": wrap, **mine, "layers": record["layers"], "widths": record["widths"],
-            "runs_all": record["runs"], "right_all": record["right"]}  # fmt: skip
+            "runs_all": record["runs"], "right_all": record["right"],
+            "earlier_predictor": record.get("earlier_predictor", False)}  # fmt: skip
 
 
 def line(held: dict | None) -> str | None:
-    """One line for the screen: 'held out at 8-32 layers (registered): right on 4 of 8 admin runs
-    (8 stalled); 40 of 56 (71%) overall'."""
+    """One line for the screen: 'held out (8-32 layers, registered): 4 of 8 admin right (8 stalled); 40
+    of 56 (71%) in all', with 'an earlier fit' for 'registered' where the grid's runs have since joined the
+    predictor's fit (its calls were an earlier predictor's)."""
     if not held:
         return None
     lo, hi = held["layers"]
     outcomes = ", ".join(f"{n} {o}" for o, n in held["outcomes"].items())
+    then = ", an earlier fit" if held.get("earlier_predictor") else ", registered"
     return (
-        f"held out at {lo}-{hi} layers (registered): right on {held['right']} of {held['runs']} "
-        f"{held['wrap']} runs ({outcomes}); {held['right_all']} of {held['runs_all']} "
-        f"({held['right_all'] / held['runs_all']:.0%}) overall"
+        f"held out ({lo}-{hi} layers{then}): {held['right']} of {held['runs']} {held['wrap']} right "
+        f"({outcomes}); {held['right_all']} of {held['runs_all']} "
+        f"({held['right_all'] / held['runs_all']:.0%}) in all"
     )

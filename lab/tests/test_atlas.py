@@ -14,7 +14,7 @@ import pytest
 from depthlab.doctor.atlas import Atlas
 from depthlab.doctor.record import load_record
 from depthlab_lab.calibrate.atlas_build import doctor_runs
-from depthlab_lab.calibrate.heldout_depth import REGISTRATION
+from depthlab_lab.calibrate.heldout_depth import FIRST, REGISTRATION, SECOND
 from depthlab_lab.calibrate.predictor_fit import fitted_predictor
 from depthlab_lab.restore import read_record
 from lab.tests.git_history import commits_of, git
@@ -42,6 +42,22 @@ def test_the_doctor_runs_of_the_atlas_are_the_records(atlas):
             assert getattr(a, k) == pytest.approx(getattr(b, k), rel=1e-2)
 
 
+def test_advise_s_scored_held_out_runs_are_in_the_atlas_and_the_second_grid_s_are_not(atlas):
+    """The first grid at depth and the Hugging Face set, scored, are evidence now (each run once, with
+    its recorded outcome, probed again); the second grid's runs stay out while it is held out."""
+    rows = {r["config_hash"]: r for r in json.loads((ROOT / "docs" / "advise-heldout-runs.json").read_text())["runs"]}
+    advise = [r for r in atlas.runs if r.source.startswith("advise-heldout")]
+    assert len(advise) == len({r.config_hash for r in advise}) == 68
+    assert {r.source for r in advise} == {FIRST.name, *(f"advise-heldout-hf-{f}" for f in ("llama", "gpt_neox", "gemma2"))}
+    for r in advise:
+        assert (r.outcome, r.escape_step, r.val_loss) == (
+            rows[r.config_hash]["outcome"], rows[r.config_hash]["escape_step"], rows[r.config_hash]["val_loss"]
+        )
+        assert r.update_gain is not None and r.update_gain > 0
+    second = json.loads((ROOT / SECOND.registration).read_text())
+    assert not {p["config_hash"] for p in second["runs"]} & {r.config_hash for r in atlas.runs}
+
+
 def test_the_ladder_runs_of_the_atlas_carry_the_records_outcomes(atlas):
     rows = {
         (s, r["config_hash"]): r
@@ -62,8 +78,10 @@ def test_the_records_predictor_is_its_fit_on_the_atlas(atlas):
     refit = fitted_predictor(atlas, {k: v for k, v in record.items() if k != "predictor"})
     kept = record["predictor"]
     assert refit["form"] == kept["form"] and refit["examples"] == kept["examples"]
-    for fam, model in kept["families"].items():
-        assert refit["families"][fam]["coef"] == pytest.approx(model["coef"], rel=1e-9, abs=1e-12)
+    assert refit["by"] == kept["by"] and set(refit["wraps"]) == set(kept["wraps"])
+    for part in ("families", "wraps"):
+        for name, model in kept[part].items():
+            assert refit[part][name]["coef"] == pytest.approx(model["coef"], rel=1e-9, abs=1e-12)
 
 
 def _digest_at(commit: str, path: str) -> str:
@@ -85,3 +103,22 @@ def test_the_held_out_grid_at_depth_was_registered_with_its_predictions_record_a
     for r in reg["runs"]:
         assert r["advise"] == ("trains" if r["p_trains"] >= 0.5 else "fails")
         assert set(r["lookups"]) == {"wrapping x lr", "wrapping x width x lr x warmup", "nearest runs"}
+
+
+def test_the_second_grid_at_depth_was_registered_before_its_runs_with_the_refit_predictor():
+    """Frozen in its first commit with the record and atlas of that commit (the atlas holding the first
+    grid's runs, the predictor refit on them); no shape of it is one the atlas measured."""
+    path = SECOND.registration
+    reg = json.loads((ROOT / path).read_text())
+    first = commits_of(path)[0]
+    then = json.loads(git("show", f"{first}:{path}"))
+    assert then == reg, "a frozen prediction or rule changed"
+    assert _digest_at(first, reg["record"]["path"]) == reg["record"]["sha256"]
+    assert _digest_at(first, reg["atlas"]["path"]) == reg["atlas"]["sha256"]
+    assert reg["atlas"]["runs"] == 1617 and reg["record"]["predictor_form"].endswith("by wrapping")
+    assert len(reg["runs"]) == 42 and reg["hf_runs"] == []
+    assert all(0.5 <= r["lr_over_limit"] <= 2 for r in reg["runs"])
+    shapes = {(r.d_model, r.n_layers) for r in Atlas.load().runs}
+    assert not set(SECOND.shapes) & shapes
+    for r in reg["runs"]:
+        assert r["advise"] == ("trains" if r["p_trains"] >= 0.5 else "fails")

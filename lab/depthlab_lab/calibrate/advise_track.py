@@ -14,10 +14,11 @@ import os
 import sys
 
 from depthlab.advise.track_record import PATH
+from depthlab.doctor.atlas import Atlas
 from depthlab.paths import replace_file
 from depthlab.report.doctor_score import expected
 from depthlab_lab import REPOSITORY, lab_file
-from depthlab_lab.calibrate.heldout_depth import RECORD, REGISTRATION
+from depthlab_lab.calibrate.heldout_depth import GRIDS_AT_DEPTH, RECORD
 
 
 def run_field(run: str, name: str) -> str:
@@ -25,8 +26,10 @@ def run_field(run: str, name: str) -> str:
     return next(part.split("=", 1)[1] for part in run.split() if part.startswith(f"{name}="))
 
 
-def build(reg: dict, record: dict) -> dict | None:
-    """The track record, or None while a run of the grid is missing from the record."""
+def build(reg: dict, record: dict, in_fit: bool = False) -> dict | None:
+    """The track record, or None while a run of the grid is missing from the record; ``in_fit``: the
+    grid's runs have since joined the atlas the predictor is fitted on (its calls were an earlier
+    predictor's)."""
     done = {r["config_hash"]: r for r in record["runs"]}
     runs = reg["runs"]
     if any(p["config_hash"] not in done for p in runs):
@@ -45,6 +48,7 @@ def build(reg: dict, record: dict) -> dict | None:
     widths = [int(run_field(p["run"], "d_model")) for p in runs]
     return {
         "grid": "held-out grid at depth for depthlab advise (docs/advise.md)",
+        "earlier_predictor": in_fit,
         "layers": [min(layers), max(layers)],
         "widths": [min(widths), max(widths)],
         "runs": len(runs),
@@ -54,11 +58,17 @@ def build(reg: dict, record: dict) -> dict | None:
 
 
 def committed() -> dict | None:
-    """The track record the committed registration and run record give."""
-    with open(lab_file(REGISTRATION), encoding="utf-8") as f:
-        reg = json.load(f)
+    """The track record of the latest grid at depth whose every run the committed record holds (None
+    while none is), marked where its runs have since joined the shipped atlas."""
     with open(os.path.join(REPOSITORY, RECORD), encoding="utf-8") as f:
-        return build(reg, json.load(f))
+        record = json.load(f)
+    sources = {r.source for r in Atlas.load().runs}
+    for g in reversed(GRIDS_AT_DEPTH):
+        with open(lab_file(g.registration), encoding="utf-8") as f:
+            track = build(json.load(f), record, in_fit=g.name in sources)
+        if track is not None:
+            return track
+    return None
 
 
 def main() -> int:

@@ -1,9 +1,9 @@
 """docs/advise.md: how well ``depthlab advise`` foretells a run, scored on its held-out grids under the
 rules registered before their runs, beside the lookups on the same runs; how its predictor was chosen.
 
-The held-out grid at depth and the Hugging Face set (:mod:`depthlab_lab.calibrate.heldout_depth`) were
-committed with every run's prediction frozen in ``grids/advise-heldout-depth.registration.json``. This
-page reads the finished runs from their store (``--db``, default ``runs/advise-heldout.sqlite``),
+The held-out grids at depth and the Hugging Face set (:mod:`depthlab_lab.calibrate.heldout_depth`) were
+each committed with every run's prediction frozen in its registration file (the Hugging Face set with the
+first grid; the second grid after the first was scored and its runs joined the atlas). This page reads the finished runs from their store (``--db``, default ``runs/advise-heldout.sqlite``),
 writes their compact run record beside it (``docs/advise-heldout-runs.json``: kept, so that the page
 re-derives without the store, and a later sitting resumes), and scores each prediction against the
 outcome: accuracy with its Wilson interval, the paired difference with the best lookup (Newcombe's
@@ -28,7 +28,7 @@ from depthlab.study.store import Store
 from depthlab_lab import REPOSITORY, lab_file
 from depthlab_lab.calibrate.advise_track import build as track_record
 from depthlab_lab.calibrate.advise_track import run_field
-from depthlab_lab.calibrate.heldout_depth import MARGIN, RECORD, REGISTRATION, TARGET
+from depthlab_lab.calibrate.heldout_depth import GRIDS_AT_DEPTH, MARGIN, RECORD, TARGET
 
 DOC = os.path.join("docs", "advise.md")
 DB = os.path.join("runs", "advise-heldout.sqlite")
@@ -129,29 +129,60 @@ def _pct(by: dict) -> str:
     return f"{by['hits']} ({by['accuracy']:.0%} [{lo:.0%}, {hi:.0%}])"
 
 
-def registered_at() -> tuple[str, float]:
-    """(the registration commit, its time in seconds since the epoch)."""
+def registered_at(path: str) -> tuple[str, float]:
+    """(the commit that added the registration file ``path``, its time in seconds since the epoch)."""
 
     def git(*a):
         return subprocess.run(
             ["git", *a], cwd=REPOSITORY, capture_output=True, text=True, check=True
         ).stdout.strip()
 
-    commit = git("log", "--diff-filter=A", "--format=%H", "--", REGISTRATION).split()[-1]
+    commit = git("log", "--diff-filter=A", "--format=%H", "--", path).split()[-1]
     return commit, float(git("show", "-s", "--format=%ct", commit))
 
 
-def score_lines(reg: dict, record: dict) -> tuple[list[str], list]:
-    """(the score table's lines, [(set name, its score)]): a row per held-out set."""
+def registrations() -> list[dict]:
+    """The committed registrations of the grids at depth, first first (each with its file's path as
+    "path")."""
+    out = []
+    for g in GRIDS_AT_DEPTH:
+        with open(lab_file(g.registration), encoding="utf-8") as f:
+            out.append({**json.load(f), "path": g.registration})
+    return out
+
+
+def grid_name(reg: dict, i: int) -> str:
+    """'held-out grid at depth (8-32 layers, widths 96-256)', the second 'second held-out grid at depth ...'."""
+    layers = [int(run_field(p["run"], "n_layers")) for p in reg["runs"]]
+    widths = [int(run_field(p["run"], "d_model")) for p in reg["runs"]]
+    nth = ("", "second ", "third ")[i]
+    return (f"{nth}held-out grid at depth ({min(layers)}-{max(layers)} layers, widths "
+            f"{min(widths)}-{max(widths)})")  # fmt: skip
+
+
+HF_NAME = "Hugging Face shapes (Llama, GPT-NeoX, Gemma 2; own wiring and post-LN)"
+
+
+def held_out_sets(regs: list[dict]) -> list[tuple[str, list[dict], bool, dict]]:
+    """(name, predicted runs, whether it is the Hugging Face set, its registration) per held-out set,
+    in the order registered."""
+    out = []
+    for i, reg in enumerate(regs):
+        out.append((grid_name(reg, i), reg["runs"], False, reg))
+        if reg["hf_runs"]:
+            out.append((HF_NAME, reg["hf_runs"], True, reg))
+    return out
+
+
+def score_lines(regs: list[dict], record: dict) -> tuple[list[str], list]:
+    """(the score table's lines, [(set name, its score, its registration)]): a row per held-out set."""
     done = {r["config_hash"]: r for r in record["runs"]}
-    sets = (("held-out grid at depth (8-32 layers, widths 96-256)", reg["runs"]),
-            ("Hugging Face shapes (Llama, GPT-NeoX, Gemma 2; own wiring and post-LN)", reg["hf_runs"]))  # fmt: skip
     lines = ["| held-out set | runs done | advise | best lookup | always 'trains' | Brier: advise / best lookup | result |",
              "|---|---|---|---|---|---|---|"]  # fmt: skip
     scored = []
-    for (name, predicted), hf in zip(sets, (False, True)):
+    for name, predicted, hf, reg in held_out_sets(regs):
         s = score(predicted, done)
-        scored.append((name, s))
+        scored.append((name, s, reg))
         if not s["runs"]:
             lines.append(f"| {name} | 0 of {s['planned']} | - | - | - | - | not run yet |")
             continue
@@ -162,45 +193,58 @@ def score_lines(reg: dict, record: dict) -> tuple[list[str], list]:
     return lines, scored
 
 
-def committed_lines() -> list[str]:
-    """The score table from the committed registration and run record (docs/doctor.md quotes it)."""
-    with open(lab_file(REGISTRATION), encoding="utf-8") as f:
-        reg = json.load(f)
+def committed_record() -> dict:
+    """The committed run record of the held-out sets (no runs where none is committed)."""
     path = os.path.join(REPOSITORY, RECORD)
-    record = {"runs": []}
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            record = json.load(f)
-    return score_lines(reg, record)[0]
+    if not os.path.isfile(path):
+        return {"runs": []}
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
 
 
-def render(reg: dict, record: dict, record_path: str = RECORD) -> str:
+def committed_lines() -> list[str]:
+    """The score table from the committed registrations and run record (docs/doctor.md quotes it)."""
+    return score_lines(registrations(), committed_record())[0]
+
+
+def render(regs: list[dict], record: dict, record_path: str = RECORD) -> str:
     """The page's Markdown."""
-    table, scored = score_lines(reg, record)
+    table, scored = score_lines(regs, record)
     lines = [MARKER, "# How well `depthlab advise` foretells a run", "", *table]
     lines += [
         "",
         "A call is right when advise said 'trains' (P >= 0.5) and the run ended 'trained', or said 'fails' and "
-        "it ended otherwise (stalled, undertrained, diverged). Intervals are 95% (Wilson).",
+        "it ended otherwise (stalled, undertrained, diverged). Intervals are 95% (Wilson). Each grid was "
+        "registered with the predictor of its day: the second after the first grid's runs joined the atlas "
+        "and the predictor was chosen again (below).",
         "",
     ]
-    grid = scored[0][1]
-    lines += _by_wrapping(reg, record, grid["best_lookup"]) if grid["runs"] else []
+    for name, s, reg in scored:
+        if s["runs"] and name != HF_NAME:
+            lines += _by_wrapping(name, reg, record, s["best_lookup"])
     lines += _misses(scored)
-    lines += _registration_lines(reg, record, record_path)
+    for i, reg in enumerate(regs):
+        lines += _registration_lines(grid_name(reg, i), reg, record, record_path)
+    lines += [
+        f"Every run is in `{os.path.basename(record_path)}` beside this page. Under its answer, `depthlab "
+        "advise` prints how often it was right on the runs of the question's wrapping of the latest grid "
+        "whose every run is done (shipped as `depthlab/advise/track_record.json`), and says so where that "
+        "grid was predicted by an earlier predictor.",
+        "",
+    ]
     lines += _cv_lines(load_record().get("predictor") or {})
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _by_wrapping(reg: dict, record: dict, best: str) -> list[str]:
-    """Per wrapping of the grid at depth (once every run is done): how its runs ended below and above
-    the safe lr, advise's hits (the track record the library ships) and those of ``best``, the lookup
-    that hit most (where advise is weak, and why: a limit too high or too low)."""
+def _by_wrapping(name: str, reg: dict, record: dict, best: str) -> list[str]:
+    """Per wrapping of a grid at depth (once every run is done): how its runs ended below and above the
+    safe lr, advise's hits (its track record) and those of ``best``, the lookup that hit most (where
+    advise is weak, and why: a limit too high or too low)."""
     track = track_record(reg, record)
     if track is None:
         return []
     done = {r["config_hash"]: r for r in record["runs"]}
-    out = ["## By wrapping, on the grid at depth", "",
+    out = [f"## By wrapping, on the {name.split(' (')[0]}", "",
            "| wrapping | runs | trained below / above the safe lr | other outcomes | advise right | "
            f"{best} right |", "|---|---|---|---|---|---|"]  # fmt: skip
     for wrap, w in track["by_wrap"].items():
@@ -216,7 +260,7 @@ def _by_wrapping(reg: dict, record: dict, best: str) -> list[str]:
 
 
 def _misses(scored) -> list[str]:
-    rows = [(name, p, d) for name, s in scored for p, d in s.get("misses", [])]
+    rows = [(name, p, d) for name, s, _ in scored for p, d in s.get("misses", [])]
     if not rows:
         return []
     out = [
@@ -232,9 +276,11 @@ def _misses(scored) -> list[str]:
     return out + [""]
 
 
-def _registration_lines(reg: dict, record: dict, record_path: str) -> list[str]:
-    commit, at = registered_at()
-    starts = [r["started_at"] for r in record["runs"] if r.get("started_at")]
+def _registration_lines(name: str, reg: dict, record: dict, record_path: str) -> list[str]:
+    commit, at = registered_at(reg["path"])
+    mine = {p["config_hash"] for p in reg["runs"] + reg["hf_runs"]}
+    runs = [r for r in record["runs"] if r["config_hash"] in mine]
+    starts = [r["started_at"] for r in runs if r.get("started_at")]
     first = (
         f"{datetime.datetime.fromtimestamp(min(starts), datetime.UTC):%Y-%m-%d %H:%M:%S} UTC"
         if starts
@@ -242,23 +288,22 @@ def _registration_lines(reg: dict, record: dict, record_path: str) -> list[str]:
     )
     when = f"{datetime.datetime.fromtimestamp(at, datetime.UTC):%Y-%m-%d %H:%M:%S} UTC"
     ok = not starts or min(starts) > at
-    lines = ["## What was registered, and when", "",
+    within = sum(0.5 <= p["lr_over_limit"] <= 2 for p in reg["runs"] if p["lr_over_limit"] is not None)
+    hf = f"; the Hugging Face set: {', '.join(f'`{g}`' for g in reg['hf_grids'])}" if reg["hf_grids"] else ""
+    hours = sum(r.get("seconds") or 0 for r in runs) / 3600
+    cost = reg.get("cost") or "not stated in the registration file"
+    lines = [f"## What was registered for the {name.split(' (')[0]}, and when", "",
              f"Registered in commit {commit[:10]} ({when}), with every run's prediction; the first run started {first}"
              + ("" if ok else ": BEFORE the registration, so this is not a registered score") + ".", "",
+             *([f"{reg['after']}", ""] if reg.get("after") else []),
              f"- the grid: `{reg['grid']}` ({len(reg['runs'])} runs, every lr within 2x of its stack's limit: "
-             f"{reg['within_2x_of_limit']}); the Hugging Face set: {', '.join(f'`{g}`' for g in reg['hf_grids'])}",
+             f"{within}){hf}",
              f"- the predictor: `{reg['record']['path']}` (sha256 {reg['record']['sha256']}, form "
              f"{reg['record']['predictor_form']}); the atlas: `{reg['atlas']['path']}` ({reg['atlas']['runs']:,} runs)",
-             f"- cost as registered: {reg['cost']}"]  # fmt: skip
+             f"- cost as registered: {cost}; measured: {hours:.1f} h of run time over {len(runs)} runs done"]  # fmt: skip
     lines += [f"- {k}: {v}" for k, v in reg["rules"].items() if isinstance(v, str)]
     lines += [f"- lookup '{k}': {v}" for k, v in reg["rules"]["lookups"].items()]
-    return lines + [
-        "",
-        f"Every run is in `{os.path.basename(record_path)}` beside this page. Under its answer, `depthlab "
-        "advise` prints how often it was right on this grid's runs of the question's wrapping (the counts "
-        "above, shipped as `depthlab/advise/track_record.json`).",
-        "",
-    ]
+    return lines + [""]
 
 
 def _cv_lines(pred: dict) -> list[str]:
@@ -298,12 +343,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--db", default=DB, help=f"the held-out grids' store (default {DB})")
     p.add_argument("--doc", default=DOC)
     args = p.parse_args(argv)
-    with open(lab_file(REGISTRATION), encoding="utf-8") as f:
-        reg = json.load(f)
     record_path = os.path.splitext(args.doc)[0] + "-heldout-runs.json"
     record = merged_record(args.db, record_path)
     replace_file(record_path, json.dumps(record, indent=1) + "\n")
-    replace_file(args.doc, render(reg, record, record_path))
+    replace_file(args.doc, render(registrations(), record, record_path))
     print(f"wrote {args.doc} and {record_path}: {len(record['runs'])} runs")
     return 0
 
