@@ -91,7 +91,9 @@ def test_far_from_every_measured_run_and_outside_the_fit_there_is_no_confident_c
     )
     near = Query("pre", 6, 128, 1e-3, 0, 600)  # inside what was measured
     assert p_trains(fit, limit, near, atlas).confident
-    odd = Query("pre", 6, 128, 1.0, 0, 600, norm="rmsnorm", param="mup")  # no run of its kind, a margin of ln 100
+    odd = Query(
+        "pre", 6, 128, 1.0, 0, 600, norm="rmsnorm", param="mup"
+    )  # no run of its kind, a margin of ln 100
     far = p_trains(fit, limit, odd, atlas)
     assert not far.confident and "no measured run of this stack" in far.why_not and "margin" in far.why_not
 

@@ -136,7 +136,9 @@ def p_trains(
     family = limit.family if limit is not None else "free"
     near = nearest(atlas, q, exclude=exclude)
     x = features(limit, q, atlas_share(near))
-    model = fit.get("wraps", {}).get(q.wrap) or fit["families"].get(family) or fit["families"][fit["fallback"]]
+    model = (
+        fit.get("wraps", {}).get(q.wrap) or fit["families"].get(family) or fit["families"][fit["fallback"]]
+    )
     z = sum(model["coef"].get(name, 0.0) * x[name] for name in FEATURES)
     p = 1 / (1 + math.exp(-max(min(z, 40.0), -40.0)))
     why = _why_not(model, x, near)

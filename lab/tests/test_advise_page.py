@@ -111,7 +111,9 @@ def test_the_library_ships_the_track_record_the_committed_record_gives():
 
     shipped = json.loads(PATH.read_text())
     assert shipped == committed()
-    if shipped["runs"] == 56:  # the first grid, whose runs have joined the atlas: an earlier predictor's calls
+    if (
+        shipped["runs"] == 56
+    ):  # the first grid, whose runs have joined the atlas: an earlier predictor's calls
         assert shipped["earlier_predictor"] is True
     reg = json.loads(Path(lab_file(REGISTRATION)).read_text())
     record = json.loads((ROOT / RECORD).read_text())

@@ -45,13 +45,21 @@ def test_the_doctor_runs_of_the_atlas_are_the_records(atlas):
 def test_advise_s_scored_held_out_runs_are_in_the_atlas_and_the_second_grid_s_are_not(atlas):
     """The first grid at depth and the Hugging Face set, scored, are evidence now (each run once, with
     its recorded outcome, probed again); the second grid's runs stay out while it is held out."""
-    rows = {r["config_hash"]: r for r in json.loads((ROOT / "docs" / "advise-heldout-runs.json").read_text())["runs"]}
+    rows = {
+        r["config_hash"]: r
+        for r in json.loads((ROOT / "docs" / "advise-heldout-runs.json").read_text())["runs"]
+    }
     advise = [r for r in atlas.runs if r.source.startswith("advise-heldout")]
     assert len(advise) == len({r.config_hash for r in advise}) == 68
-    assert {r.source for r in advise} == {FIRST.name, *(f"advise-heldout-hf-{f}" for f in ("llama", "gpt_neox", "gemma2"))}
+    assert {r.source for r in advise} == {
+        FIRST.name,
+        *(f"advise-heldout-hf-{f}" for f in ("llama", "gpt_neox", "gemma2")),
+    }
     for r in advise:
         assert (r.outcome, r.escape_step, r.val_loss) == (
-            rows[r.config_hash]["outcome"], rows[r.config_hash]["escape_step"], rows[r.config_hash]["val_loss"]
+            rows[r.config_hash]["outcome"],
+            rows[r.config_hash]["escape_step"],
+            rows[r.config_hash]["val_loss"],
         )
         assert r.update_gain is not None and r.update_gain > 0
     second = json.loads((ROOT / SECOND.registration).read_text())

@@ -215,8 +215,9 @@ def registration(atlas: Atlas, record: dict, design: DepthGrid = FIRST) -> dict:
     return {
         "grid": design.grid,
         "hf_grids": list(HF_GRIDS) if first else [],
-        "rules": RULES if first else {**RULES, "hf set": "none: the Hugging Face set was scored under the "
-                                      "first grid's registration"},
+        "rules": RULES
+        if first
+        else {**RULES, "hf set": "none: the Hugging Face set was scored under the first grid's registration"},
         **({} if first else {"after": SECOND_AFTER}),
         "record": {
             "path": "depthlab/doctor/calibration.json",
