@@ -243,6 +243,24 @@ def cross_validate(rows: list[Example], atlas: Atlas) -> dict:
     return out
 
 
+def shape_folds(atlas: Atlas, record: dict, source: str, form: str) -> dict:
+    """``form`` (a candidate) on the runs of the study ``source`` (a held-out grid whose runs joined the
+    atlas), leaving out one shape (width and depth) at a time, fitted on every other run: how it would have
+    called a grid at those shapes had it been fitted without them. {"runs", "hits", "by_shape"}."""
+    rows = examples(atlas, record)
+    mine = [e for e in rows if e.run.source == source]
+    names, by = CANDIDATES[form]
+    hood, hits, by_shape = Neighbourhood(atlas), 0, {}
+    for shape in sorted({(e.run.d_model, e.run.n_layers) for e in mine}):
+        test = [e for e in mine if (e.run.d_model, e.run.n_layers) == shape]
+        left = {e.run.config_hash for e in test}
+        model = fit([e for e in rows if e.run.config_hash not in left], hood, names, left, by)
+        right = sum((p >= 0.5) == bool(e.label) for p, e in zip(predict(model, test, hood, names, left), test))
+        by_shape[f"{shape[0]} x {shape[1]}"] = [right, len(test)]
+        hits += right
+    return {"runs": len(mine), "hits": hits, "by_shape": by_shape}
+
+
 def choose(cv: dict) -> str | None:
     """The form with the lowest mean log loss among those at least as accurate as every lookup on both
     kinds of fold; None when no form is."""

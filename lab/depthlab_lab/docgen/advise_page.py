@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 
+from depthlab.doctor.atlas import Atlas
 from depthlab.doctor.record import load_record
 from depthlab.intervals import paired_counts, paired_difference_interval, wilson_interval
 from depthlab.paths import replace_file
@@ -29,6 +30,7 @@ from depthlab_lab import REPOSITORY, lab_file
 from depthlab_lab.calibrate.advise_track import build as track_record
 from depthlab_lab.calibrate.advise_track import run_field
 from depthlab_lab.calibrate.heldout_depth import GRIDS_AT_DEPTH, MARGIN, RECORD, TARGET
+from depthlab_lab.calibrate.predictor_fit import shape_folds
 
 DOC = os.path.join("docs", "advise.md")
 DB = os.path.join("runs", "advise-heldout.sqlite")
@@ -233,6 +235,7 @@ def render(regs: list[dict], record: dict, record_path: str = RECORD) -> str:
         "",
     ]
     lines += _cv_lines(load_record().get("predictor") or {})
+    lines += _shape_fold_lines(regs, load_record())
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -330,6 +333,26 @@ def _cv_lines(pred: dict) -> list[str]:
         )
         lines.append(f"| {lo:.1f}-{hi:.1f} | {runs} | {mean} | {share} |")
     return lines + [""]
+
+
+def _shape_fold_lines(regs: list[dict], record: dict) -> list[str]:
+    """What the kept form would have called on the first grid at depth, had it been fitted without each
+    of its shapes in turn: an estimate, from the first grid's runs alone, of what to expect on another grid
+    at depth (it reads no run of the second)."""
+    pred = record.get("predictor") or {}
+    first = regs[0]["grid"]
+    source = next(g.name for g in GRIDS_AT_DEPTH if g.grid == first)
+    if not pred or not any(r.source == source for r in Atlas.load().runs):
+        return []
+    s = shape_folds(Atlas.load(), {k: v for k, v in record.items() if k != "predictor"}, source, pred["form"])
+    lo, hi = wilson_interval(s["hits"], s["runs"])
+    shapes = ", ".join(f"{k}: {h} of {n}" for k, (h, n) in s["by_shape"].items())
+    return [
+        f"What to expect at depth: fitted without each shape of the first grid in turn, the kept form calls "
+        f"{s['hits']} of its {s['runs']} runs right ({s['hits'] / s['runs']:.0%} [{lo:.0%}, {hi:.0%}]; {shapes}). "
+        "Cross-validation over the whole atlas flatters it at depth, where the calls are hard.",
+        "",
+    ]
 
 
 def _cell(row: dict | None, key: str) -> str:
