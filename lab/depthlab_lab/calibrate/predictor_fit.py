@@ -255,7 +255,9 @@ def shape_folds(atlas: Atlas, record: dict, source: str, form: str) -> dict:
         test = [e for e in mine if (e.run.d_model, e.run.n_layers) == shape]
         left = {e.run.config_hash for e in test}
         model = fit([e for e in rows if e.run.config_hash not in left], hood, names, left, by)
-        right = sum((p >= 0.5) == bool(e.label) for p, e in zip(predict(model, test, hood, names, left), test))
+        right = sum(
+            (p >= 0.5) == bool(e.label) for p, e in zip(predict(model, test, hood, names, left), test)
+        )
         by_shape[f"{shape[0]} x {shape[1]}"] = [right, len(test)]
         hits += right
     return {"runs": len(mine), "hits": hits, "by_shape": by_shape}
