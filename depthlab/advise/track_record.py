@@ -1,10 +1,11 @@
-"""How often advise was right on runs it had never seen: its registered held-out grid at depth, per wrapping.
+"""How often advise was right on runs it had never seen: its latest finished held-out grid at depth, per wrapping.
 
 The grid's predictions were frozen before its runs (docs/advise.md has the rules, every run and the
 lookups beside it); ``track_record.json``, shipped beside this file, keeps the counts per wrapping, so
 that the screen can say, under its probability, how advise did on held-out runs of the same wrapping.
 The lab writes the file from the committed run record (``python -m depthlab_lab.calibrate.advise_track``)
-and a test checks that it still matches.
+and a test checks that it still matches. Where the grid's runs have since joined the atlas the predictor
+is fitted on, its calls were an earlier predictor's, and the line says so ("an earlier fit").
 """
 
 from __future__ import annotations

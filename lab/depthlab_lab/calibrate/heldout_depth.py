@@ -1,18 +1,24 @@
-"""The held-out grid at depth for ``depthlab advise``: its design, and its registration before any run.
+"""The held-out grids at depth for ``depthlab advise``: their design, and each one's registration before any run.
 
-The grid (``grids/advise-heldout-depth.yaml``) trains seven wrappings that fail differently (post-LN,
-pre-LN, DeepNorm, sandwich, ReZero, Admin, Mix-LN) at four shapes each, deeper than any tuning run of
-their width (96 x 32 layers, 128 x 16, 192 x 12, 256 x 8), each with a warmup of 0, 100 or 300 steps and
-a budget of 800 steps, at two learning rates placed on either side of the stack's own limit (x 0.7 and
-x 1.4 of the safe lr the probe gives it: hard calls, each within 2x of the limit). The Hugging Face set
-(``grids/advise-heldout-hf.yaml``) trains Llama-, GPT-NeoX- and Gemma-style decoders at their own
-wiring and re-wired to post-LN, where no run of the atlas is of their kind.
+The first grid (``grids/advise-heldout-depth.yaml``) trains seven wrappings that fail differently
+(post-LN, pre-LN, DeepNorm, sandwich, ReZero, Admin, Mix-LN) at four shapes each, deeper than any tuning
+run of their width (96 x 32 layers, 128 x 16, 192 x 12, 256 x 8), each with a warmup of 0, 100 or 300
+steps and a budget of 800 steps, at two learning rates placed on either side of the stack's own limit
+(x 0.7 and x 1.4 of the safe lr the probe gives it: hard calls, each within 2x of the limit). The
+Hugging Face set (``grids/advise-heldout-hf-*.yaml``) trains Llama-, GPT-NeoX- and Gemma-style decoders
+at their own wiring and re-wired to post-LN, where no run of the atlas was of their kind. The second
+grid (``grids/advise-heldout-depth-2.yaml``), registered once the first was scored and its runs had
+joined the atlas, places the same seven wrappings the same way at three shapes no run of the atlas has
+(112 x 24, 160 x 16, 224 x 10) and another seed.
 
 :func:`registration` computes, before any run, every run's prediction: advise's probability (the
 study worker's probe of the run, the shipped atlas and the record's predictor) and each lookup's call
-(:mod:`depthlab_lab.calibrate.lookups`, on the same atlas). It goes into
-``grids/advise-heldout-depth.registration.json`` with the rules the grid is scored under, in the commit
-that precedes the first run.
+(:mod:`depthlab_lab.calibrate.lookups`, on the same atlas). It goes into the grid's
+``.registration.json`` with the rules the grid is scored under, in the commit that precedes the first
+run.
+
+    python -m depthlab_lab.calibrate.heldout_depth design advise-heldout-depth-2     # the grid file
+    python -m depthlab_lab.calibrate.heldout_depth register advise-heldout-depth-2   # its predictions
 """
 
 from __future__ import annotations
