@@ -1,5 +1,5 @@
 """The atlas of measured runs: every run depthlab trained to calibrate the doctor or to reproduce a claim,
-in one compact table shipped with the library, with a user's own study stores beside it.
+and the held-out runs of advise's grids once they were scored, in one compact table shipped with the library, with a user's own study stores beside it.
 
 Each row is one training run: its configuration (wrapping, norm, skips, parametrization, depth, width,
 heads, lr, warmup, steps, batch), its outcome (trained, undertrained, stalled, diverged), the step it

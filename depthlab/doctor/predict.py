@@ -11,9 +11,9 @@ Two kinds of evidence, each alone weaker than together:
 The record's "predictor" section (fitted by the lab's ``depthlab_lab.calibrate.predictor_fit``, its
 form chosen by cross-validation that leaves out one width and one depth at a time) holds, per family
 and, where it was fitted so, per wrapping, the logistic regression's features and coefficients (a
-wrapping without its own fit uses its family's); :func:`p_trains` applies it. A run whose nearest
-measured run is farther than ``FAR`` and whose margin or shape lies outside what the fit saw gets no
-confident call (:attr:`Prediction.confident` False, with the reason).
+wrapping without its own fit, or asked of another family than the one its fit measured, uses its
+family's); :func:`p_trains` applies it. A run whose nearest measured run is farther than ``FAR`` and
+whose margin or shape lies outside what the fit saw gets no confident call (:attr:`Prediction.confident` False, with the reason).
 """
 
 from __future__ import annotations
@@ -129,6 +129,13 @@ class Prediction:
         return "trains" if self.p_trains >= 0.5 else "fails"
 
 
+def wrapping_model(wraps: dict, wrap: str, family: str) -> dict | None:
+    """The model fitted for ``wrap`` where it was fitted on runs of ``family`` (None otherwise: post-LN
+    without a norm is not the post-LN the wrapping's runs measured, and takes its family's model)."""
+    model = wraps.get(wrap)
+    return model if model is not None and model.get("family") == family else None
+
+
 def p_trains(
     fit: dict, limit: LrLimit | None, q: Query, atlas: Atlas, exclude: set[str] = frozenset()
 ) -> Prediction:
@@ -137,7 +144,9 @@ def p_trains(
     near = nearest(atlas, q, exclude=exclude)
     x = features(limit, q, atlas_share(near))
     model = (
-        fit.get("wraps", {}).get(q.wrap) or fit["families"].get(family) or fit["families"][fit["fallback"]]
+        wrapping_model(fit.get("wraps", {}), q.wrap, family)
+        or fit["families"].get(family)
+        or fit["families"][fit["fallback"]]
     )
     z = sum(model["coef"].get(name, 0.0) * x[name] for name in FEATURES)
     p = 1 / (1 + math.exp(-max(min(z, 40.0), -40.0)))

@@ -119,3 +119,26 @@ def test_the_library_ships_the_track_record_the_committed_record_gives():
     record = json.loads((ROOT / RECORD).read_text())
     first = reg["runs"][0]["config_hash"]
     assert build(reg, {"runs": [r for r in record["runs"] if r["config_hash"] != first]}) is None
+
+
+def test_the_track_record_moves_to_the_latest_finished_grid_and_says_whose_calls_it_holds():
+    from depthlab_lab.calibrate.advise_track import committed
+    from depthlab_lab.calibrate.heldout_depth import FIRST, SECOND
+
+    regs = {g: json.loads(Path(lab_file(g.registration)).read_text()) for g in (FIRST, SECOND)}
+    kept = json.loads((ROOT / RECORD).read_text())["runs"]
+    first_done = [r for r in kept if r["config_hash"] in {p["config_hash"] for p in regs[FIRST]["runs"]}]
+    # the second grid all done (made-up outcomes): the track record is the second grid's
+    second_done = [{"config_hash": p["config_hash"], "study": SECOND.name, "outcome": "trained"}
+                   for p in regs[SECOND]["runs"]]  # fmt: skip
+    both = {"runs": first_done + second_done}
+    track = committed(both, sources=set())
+    assert track["runs"] == len(regs[SECOND]["runs"]) == 42 and track["earlier_predictor"] is False
+    assert track["right"] == sum(p["advise"] == "trains" for p in regs[SECOND]["runs"])
+    assert committed(both, sources={SECOND.name})["earlier_predictor"] is True
+    # one run of the second grid missing: back to the first grid, marked as the atlas holds it or not
+    short = {"runs": first_done + second_done[1:]}
+    assert committed(short, sources={FIRST.name})["runs"] == 56
+    assert committed(short, sources={FIRST.name})["earlier_predictor"] is True
+    assert committed(short, sources=set())["earlier_predictor"] is False
+    assert committed({"runs": []}, sources=set()) is None

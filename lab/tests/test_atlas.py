@@ -1,6 +1,7 @@
 """The atlas the library ships is what the committed run records give; the predictor in the doctor's record
-is what its cross-validated fit gives on that atlas; the held-out grid at depth was registered, with every
-prediction frozen, in a commit whose record and atlas are the ones the predictions were made under."""
+is what its cross-validated fit gives on that atlas; each held-out grid at depth was registered, with every
+prediction frozen, in a commit whose record and atlas are the ones the predictions were made under, and the
+shipped predictor still makes the second grid's registered predictions."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from depthlab.doctor.atlas import Atlas
 from depthlab.doctor.record import load_record
+from depthlab.study.grid import StudyConfig
 from depthlab_lab.calibrate.atlas_build import doctor_runs
 from depthlab_lab.calibrate.heldout_depth import FIRST, REGISTRATION, SECOND
 from depthlab_lab.calibrate.predictor_fit import fitted_predictor
@@ -90,6 +92,52 @@ def test_the_records_predictor_is_its_fit_on_the_atlas(atlas):
     for part in ("families", "wraps"):
         for name, model in kept[part].items():
             assert refit[part][name]["coef"] == pytest.approx(model["coef"], rel=1e-9, abs=1e-12)
+            assert refit[part][name].get("family") == model.get("family")
+    assert all(m["family"] in ("renormalising", "gated", "free") for m in kept["wraps"].values())
+
+
+def test_the_library_s_probability_is_the_fit_s_on_the_atlas_runs(atlas):
+    """depthlab.doctor.predict.p_trains (what advise prints) and the lab's array form used to fit and
+    cross-validate give one probability for the same run, its own run left out of its neighbours; they
+    part only where the fifth and sixth nearest runs lie at one distance (a tie the two order apart by
+    the last bit of a float), a handful of the atlas's runs."""
+    from depthlab.doctor.predict import K, Query, nearest, p_trains
+    from depthlab_lab.calibrate.predictor_fit import Neighbourhood, examples, predict
+
+    record = load_record()
+    fit = record["predictor"]
+    rows = examples(atlas, record)
+    theirs = predict(fit, rows, Neighbourhood(atlas), tuple(fit["features"]), set())
+    apart = 0
+    for e, p in zip(rows, theirs):
+        q = Query.of(e.run)
+        ours = p_trains(fit, e.limit, q, atlas, exclude={e.run.config_hash}).p_trains
+        if ours != pytest.approx(p, rel=1e-9, abs=1e-12):
+            near = nearest(atlas, q, k=K + 1, exclude={e.run.config_hash})
+            assert near[K - 1][0] == pytest.approx(near[K][0], rel=1e-9), e.run
+            apart += 1
+    assert apart <= len(rows) // 100
+
+
+def test_the_shipped_predictor_still_makes_the_second_grid_s_registered_predictions(atlas):
+    """A change to the shipped predictor (a refit, a guard) after the second grid's registration must
+    leave its frozen predictions as they were: a run of each wrapping, probed again."""
+    from depthlab.study.worker import probe_run
+    from depthlab_lab.calibrate.heldout_depth import prediction
+
+    reg = {p["config_hash"]: p for p in json.loads((ROOT / SECOND.registration).read_text())["runs"]}
+    record = load_record()
+    seen = set()
+    for spec in StudyConfig.from_yaml(str(ROOT / SECOND.grid)).expand():
+        if spec.model.d_model != 224 or spec.model.wrap in seen:
+            continue
+        seen.add(spec.model.wrap)
+        now = prediction(probe_run(spec), spec, atlas, record)
+        then = reg[spec.hash]
+        # the probe sums in float32 (another thread count orders the sums apart): equal to 1e-4
+        assert now["p_trains"] == pytest.approx(then["p_trains"], rel=1e-4), spec.label
+        assert now["advise"] == then["advise"] and now["lookups"] == then["lookups"]
+    assert len(seen) == 7
 
 
 def _digest_at(commit: str, path: str) -> str:
@@ -130,3 +178,17 @@ def test_the_second_grid_at_depth_was_registered_before_its_runs_with_the_refit_
     assert not set(SECOND.shapes) & shapes
     for r in reg["runs"]:
         assert r["advise"] == ("trains" if r["p_trains"] >= 0.5 else "fails")
+
+
+@pytest.mark.parametrize("argv", [["register"], ["register", "nope"], ["design", FIRST.name],
+                                  ["register", FIRST.name], ["register", SECOND.name], []])  # fmt: skip
+def test_a_registered_grid_is_never_designed_or_registered_again(argv, capsys):
+    from depthlab_lab.calibrate.heldout_depth import main
+
+    before = {g.name: (ROOT / g.registration).read_bytes() for g in (FIRST, SECOND)}
+    grids = {g.name: (ROOT / g.grid).read_bytes() for g in (FIRST, SECOND)}
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ("usage" in err or "is registered" in err)
+    assert before == {g.name: (ROOT / g.registration).read_bytes() for g in (FIRST, SECOND)}
+    assert grids == {g.name: (ROOT / g.grid).read_bytes() for g in (FIRST, SECOND)}

@@ -1,9 +1,10 @@
 """Write advise's held-out track record into the library (``depthlab/advise/track_record.json``).
 
-From the registration of the held-out grid at depth (every prediction frozen before the runs) and the
-committed run record (``docs/advise-heldout-runs.json``): per wrapping, how many runs advise called
-right and how they ended, with the grid's depths, widths and totals. Written only once every run of
-the grid is recorded; ``python -m depthlab_lab.calibrate.advise_track`` writes it, and a test checks
+From the registrations of the held-out grids at depth (every prediction frozen before the runs) and
+the committed run record (``docs/advise-heldout-runs.json``): for the latest grid whose every run is
+recorded, per wrapping, how many runs advise called right and how they ended, with the grid's depths,
+widths and totals, marked where the grid's runs have since joined the atlas (its calls were then an
+earlier predictor's). ``python -m depthlab_lab.calibrate.advise_track`` writes it, and a test checks
 that the shipped file is what the committed record gives.
 """
 
@@ -57,13 +58,18 @@ def build(reg: dict, record: dict, in_fit: bool = False) -> dict | None:
     }
 
 
-def committed() -> dict | None:
-    """The track record of the latest grid at depth whose every run the committed record holds (None
-    while none is), marked where its runs have since joined the shipped atlas."""
-    with open(os.path.join(REPOSITORY, RECORD), encoding="utf-8") as f:
-        record = json.load(f)
-    sources = {r.source for r in Atlas.load().runs}
-    for g in reversed(GRIDS_AT_DEPTH):
+def committed(
+    record: dict | None = None, grids=GRIDS_AT_DEPTH, sources: set[str] | None = None
+) -> dict | None:
+    """The track record of the latest of ``grids`` whose every run ``record`` holds (default: the
+    committed record; None while no grid is finished), marked where its runs are among the atlas's
+    ``sources`` (default: the shipped atlas's)."""
+    if record is None:
+        with open(os.path.join(REPOSITORY, RECORD), encoding="utf-8") as f:
+            record = json.load(f)
+    if sources is None:
+        sources = {r.source for r in Atlas.load().runs}
+    for g in reversed(grids):
         with open(lab_file(g.registration), encoding="utf-8") as f:
             track = build(json.load(f), record, in_fit=g.name in sources)
         if track is not None:
@@ -75,7 +81,7 @@ def main() -> int:
     track = committed()
     if track is None:
         print(
-            "track_record: the held-out grid at depth is not finished in the committed record",
+            "track_record: no held-out grid at depth is finished in the committed record",
             file=sys.stderr,
         )
         return 2

@@ -37,7 +37,7 @@ from depthlab.doctor.record import RECORD_PATH, load_record
 from depthlab.interop.hf import imported_config
 from depthlab.study.grid import RunSpec, StudyConfig
 from depthlab.study.worker import probe_run
-from depthlab_lab import GRIDS, lab_file
+from depthlab_lab import lab_file
 from depthlab_lab.calibrate.lookups import LOOKUPS
 
 WRAPS = ("post", "pre", "deepnorm", "sandwich", "rezero", "admin", "mix")
@@ -245,11 +245,22 @@ SECOND_AFTER = (
 )
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
+    """``design NAME`` writes a grid at depth's file, ``register NAME`` its registration; neither touches
+    a grid already registered (its registration file exists: a frozen prediction is never rewritten)."""
     import sys
 
-    what, name = (sys.argv[1:] + [FIRST.name])[:2]
+    args = sys.argv[1:] if argv is None else argv
+    names = [g.name for g in GRIDS_AT_DEPTH]
+    if len(args) != 2 or args[0] not in ("design", "register") or args[1] not in names:
+        print(f"usage: heldout_depth design|register NAME, NAME one of {', '.join(names)}", file=sys.stderr)
+        return 2
+    what, name = args
     design = next(g for g in GRIDS_AT_DEPTH if g.name == name)
+    if os.path.exists(lab_file(design.registration)):
+        print(f"{design.registration} exists: {name} is registered, and its grid and predictions stay as "
+              "they were committed", file=sys.stderr)  # fmt: skip
+        return 2
     if what == "design":
         runs = designed_runs(design)
         write_grid(runs, design)
@@ -258,9 +269,13 @@ if __name__ == "__main__":
             for family, path in zip(HF_FAMILIES, HF_GRIDS):
                 write_hf_grid(family, designed_hf_runs(family), path)
                 print(f"wrote {path}")
-    elif what == "register":
+    else:
         reg = registration(Atlas.load(), load_record(), design)
-        with open(lab_file(design.registration), "w", encoding="utf-8") as f:
+        with open(lab_file(design.registration), "x", encoding="utf-8") as f:
             json.dump(reg, f, indent=1)
         print(f"wrote {design.registration}: {len(reg['runs'])} + {len(reg['hf_runs'])} runs predicted")
-    assert GRIDS.is_dir()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

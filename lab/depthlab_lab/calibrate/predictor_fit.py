@@ -5,7 +5,8 @@ The examples are the atlas's runs that were probed, have both skips and the stan
 (the doctor's limits were fitted on such stacks): each with its :class:`~depthlab.doctor.limit.LrLimit`
 taken from its probe's quantities under the current record, and its label (trained or not). Each form
 is a logistic regression per family of stacks (renormalising, gated, free), or per wrapping where the
-wrapping has enough runs of both outcomes (its family's otherwise), on some of
+wrapping has at least ``MIN_WRAP`` runs of its family holding both outcomes (its family's otherwise:
+also for a query of the wrapping in another family), on some of
 :data:`depthlab.doctor.predict.FEATURES`, with a small ridge penalty; the atlas feature of a run is read
 from the other runs only (the run itself left out; in a fold, the fold's runs too).
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +30,7 @@ from depthlab.doctor.atlas import Atlas, MeasuredRun
 from depthlab.doctor.limit import LrLimit
 from depthlab.doctor.lr_limit import Stack, limit_from
 from depthlab.doctor.predict import FEATURES, SCALES, K, Query, features
+from depthlab.doctor.predict import wrapping_model as chosen
 from depthlab_lab.calibrate.lookups import LOOKUPS
 
 SHAPE = ("ln_steps", "ln_depth", "ln_width", "ln_1_warmup")
@@ -144,8 +147,9 @@ def fit(
 ) -> dict:
     """{"families": {family: model}, "wraps": {wrapping: model}}, each model {"coef": {feature: w},
     "support": {feature: [lo, hi]}, "runs"}: one per family present in ``rows`` and, ``by`` "wrapping",
-    one per wrapping with at least :data:`MIN_WRAP` runs of both outcomes (the others fall back on
-    their family's)."""
+    one per wrapping fitted on its runs of its most common family, where they number at least
+    :data:`MIN_WRAP` and hold both outcomes (a wrapping's model also names that "family": a query of
+    the wrapping in another family, post-LN without a norm say, falls back on its family's model)."""
     out = {"families": {}, "wraps": {}}
     for fam in FAMILIES:
         model = _fit_one([e for e in rows if e.limit.family == fam], hood, names, left_out, 10)
@@ -153,9 +157,12 @@ def fit(
             out["families"][fam] = model
     if by == "wrapping":
         for wrap in sorted({e.run.wrap for e in rows}):
-            model = _fit_one([e for e in rows if e.run.wrap == wrap], hood, names, left_out, MIN_WRAP)
+            fams = Counter(e.limit.family for e in rows if e.run.wrap == wrap)
+            fam = max(sorted(fams), key=fams.__getitem__)
+            mine = [e for e in rows if e.run.wrap == wrap and e.limit.family == fam]
+            model = _fit_one(mine, hood, names, left_out, MIN_WRAP)
             if model:
-                out["wraps"][wrap] = model
+                out["wraps"][wrap] = {**model, "family": fam}
     return out if out["families"] else {}
 
 
@@ -171,14 +178,15 @@ def _fit_one(mine: list[Example], hood, names, left_out, least: int) -> dict | N
 def predict(
     model: dict, rows: list[Example], hood: Neighbourhood, names: tuple[str, ...], left_out: set[str]
 ) -> list[float]:
-    """P(trains) for each of ``rows`` under a fitted ``model``: its wrapping's fit, else its family's,
-    else the largest family's."""
+    """P(trains) for each of ``rows`` under a fitted ``model``: its wrapping's fit (where fitted for the
+    row's family), else its family's, else the largest family's."""
     families = model["families"]
     fallback = max(families, key=lambda f: families[f]["runs"])
     x = matrix(rows, hood, names, left_out)
     out = []
     for e, xi in zip(rows, x):
-        coef = (model["wraps"].get(e.run.wrap) or families.get(e.limit.family) or families[fallback])["coef"]
+        coef = (chosen(model["wraps"], e.run.wrap, e.limit.family) or families.get(e.limit.family)
+                or families[fallback])["coef"]  # fmt: skip
         z = sum(coef[n] * v for n, v in zip(names, xi))
         out.append(1 / (1 + math.exp(-max(min(z, 40.0), -40.0))))
     return out
@@ -299,5 +307,5 @@ if __name__ == "__main__":
     from depthlab.doctor.record import load_record
 
     section = fitted_predictor(Atlas.load(), load_record())
-    print(json.dumps({k: v for k, v in section.items() if k != "families"}, indent=1))
+    print(json.dumps({k: v for k, v in section.items() if k not in ("families", "wraps")}, indent=1))
     assert set(section["features"]) <= set(FEATURES)
