@@ -41,7 +41,9 @@ def test_two_processes_match_one(tmp_path, capsys, one_thread):
     assert main(["train", *FLAGS, "--threads", "1", "--out", str(one)]) == 0
     capsys.readouterr()
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    logs = tmp_path / "logs"  # each rank's stderr, to show when a rank fails
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    cmd += ["--redirects", "2", "--log-dir", str(logs)]
     proc = subprocess.run(
         [*cmd, "-m", "depthlab", "train", *FLAGS, "--out", str(two)],
         capture_output=True,
@@ -49,7 +51,10 @@ def test_two_processes_match_one(tmp_path, capsys, one_thread):
         env=env,
         timeout=300,
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    ranks = "\n".join(
+        f"{p.relative_to(logs)}:\n{p.read_text()[-3000:]}" for p in sorted(logs.rglob("stderr.log"))
+    )
+    assert proc.returncode == 0, f"{ranks}\n{proc.stderr[-1500:]}"
     assert proc.stdout.count("tokens/s") == 1  # only rank 0 speaks
     assert json.loads((two / "config.json").read_text())["world_size"] == 2
     assert len(list(two.glob("events.out.tfevents.*"))) == 1

@@ -3,7 +3,8 @@
 tests/fixtures/wrap_golden/golden.pt was written by the code before the residual topologies
 (hyper-connections, mHC, DenseFormer, ...) were added (its make.py says how): logits, the gradient of every
 parameter, the state dict (keys and values) of tiny models under every wrapping, and the config hash and run
-key of every preset's runs. Here they must be bit for bit the same on the CPU the fixture was written on; on
+key of every preset's runs. Here they must be bit for bit the same where the CPU's kernels are those of the
+machine that wrote the fixture (kernels.json: a fingerprint of PyTorch's own layers, written beside it); on
 another CPU (whose matmul kernels round differently) equal to float32 rounding, keys and hashes exactly.
 """
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.fixtures.wrap_golden.kernels import digests, same_kernels
 from tests.fixtures.wrap_golden.make import cases, hashes, run
 
 GOLDEN = Path(__file__).parent / "fixtures" / "wrap_golden" / "golden.pt"
@@ -23,6 +25,18 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture(scope="module")
 def gold() -> dict:
     return torch.load(GOLDEN)
+
+
+@pytest.fixture(scope="module")
+def exact() -> bool:
+    """Whether to ask for bit identity: on one thread, like the fixture (this module-scoped fixture runs
+    before the function-scoped one_thread)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return same_kernels()
+    finally:
+        torch.set_num_threads(before)
 
 
 def _same(now: torch.Tensor | None, then: torch.Tensor | None, exact: bool, what: str) -> None:
@@ -37,8 +51,7 @@ def _same(now: torch.Tensor | None, then: torch.Tensor | None, exact: bool, what
 
 
 @pytest.mark.parametrize("name", list(cases()))
-def test_every_wrapping_is_bit_identical(gold, name):
-    exact = gold["cpu"] == torch.backends.cpu.get_cpu_capability()
+def test_every_wrapping_is_bit_identical(gold, exact, name):
     then, now = gold["runs"][name], run(cases()[name])
     _same(now["logits"], then["logits"], exact, f"{name} logits")
     assert list(now["state"]) == list(then["state"]), f"{name}: state-dict keys changed"
@@ -54,3 +67,15 @@ def test_config_hashes_and_run_keys_are_unchanged(gold):
     assert now.keys() == gold["hashes"].keys()
     changed = [k for k, v in gold["hashes"].items() if now[k] != v]
     assert not changed, f"{len(changed)} keys changed, e.g. {changed[:3]}"
+
+
+def test_the_kernel_fingerprint_sees_a_change_of_rounding():
+    """Negative control: two threads split the reductions differently, and the fingerprint notices."""
+    one = digests()
+    torch.set_num_threads(2)
+    try:
+        two = digests()
+    finally:
+        torch.set_num_threads(1)
+    changed = [k for k in one if one[k] != two[k]]
+    assert changed, "the fingerprint did not change with the thread count"

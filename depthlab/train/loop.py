@@ -77,7 +77,9 @@ def train(
     try:
         check_train_memory(model_cfg, train_cfg, dist.device, dist.world, force_memory)
         trainer = Trainer(model_cfg, train_cfg, out_dir, dist, on_log)
-        return trainer.run(resume=resume, force=force, progress=progress)
+        result = trainer.run(resume=resume, force=force, progress=progress)
+        dist.barrier()  # no process closes the group while another still writes or reduces
+        return result
     finally:
         teardown(dist)
 
