@@ -103,6 +103,18 @@ def test_the_readme_quotes_advise_s_registered_held_out_score():
     always = hf["by"]["always 'trains'"]["hits"]
     assert ("short of the 90% it was registered to reach" in readme) == (a < 0.9)
     assert f"it called {hf['by']['advise']['hits']}, against {always} for always" in readme
+    second = registrations()[1]
+    grid2 = score(second["runs"], done)
+    if grid2["runs"] == grid2["planned"]:
+        a, lo, hi = grid2["by"]["advise"]["accuracy"], *grid2["by"]["advise"]["interval"]
+        best = grid2["by"][grid2["best_lookup"]]["hits"]
+        assert f"({grid2['runs']} runs, " in readme
+        assert (
+            f"{grid2['by']['advise']['hits']} runs right, {a:.0%} [{lo:.0%}, {hi:.0%}], against {best}:"
+            in readme
+        )
+        lead = a - grid2["by"][grid2["best_lookup"]]["accuracy"]
+        assert ("under the 5-point lead it needed" in readme) == (lead < 0.05)
 
 
 def test_the_library_ships_the_track_record_the_committed_record_gives():
