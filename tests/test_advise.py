@@ -12,6 +12,7 @@ from depthlab import ModelConfig, TrainConfig
 from depthlab.advise import advise
 from depthlab.cli import main
 from depthlab.doctor.atlas import COLUMNS, Atlas
+from depthlab.doctor.lr_limit import Stack, limit_from
 from depthlab.doctor.predict import Query, atlas_share, distance, features, nearest, p_trains, wrapping_model
 from depthlab.doctor.record import load_record
 
@@ -68,28 +69,25 @@ def test_the_record_holds_the_predictor_chosen_by_cross_validation():
 
 
 def test_a_wrapping_s_own_fit_answers_only_for_the_family_it_was_fitted_on(atlas):
-    """Post-LN's fit measured post-LN with a norm (renormalising); post-LN without one (no limit: the
-    free family) takes the free family's model, not post-LN's."""
+    """Post-LN's fit measured post-LN with a norm (renormalising); post-LN whose probe finds no block that
+    renormalises (the free family) takes the free family's model, not post-LN's. Where the probe gives
+    no limit at all (no family to tell), and for a model that names no family, the wrapping's own fit
+    answers."""
     fit = load_record()["predictor"]
     assert wrapping_model(fit["wraps"], "post", "renormalising") is fit["wraps"]["post"]
     assert wrapping_model(fit["wraps"], "post", "free") is None
+    assert wrapping_model(fit["wraps"], "post", None) is fit["wraps"]["post"]
     assert wrapping_model(fit["wraps"], "hyper", "free") is None
-    q = Query(
-        wrap="post",
-        norm="none",
-        residual="attn,ffn",
-        param="sp",
-        d_model=128,
-        n_layers=8,
-        lr=1e-3,
-        warmup=100,
-        steps=800,
-    )
+    unnamed = {"post": {"coef": {"const": 1.0}}}
+    assert wrapping_model(unnamed, "post", "free") is unnamed["post"]
+    free, _, _ = limit_from(Stack("post", 0.0, 50.0, None, 128, 8), 1e-3, 100)
+    assert free.family == "free"
+    q = Query("post", 8, 128, 1e-3, 100, 800, norm="none")
     made = {"wraps": {"post": {"coef": {"const": 5.0}, "family": "renormalising"}},
             "families": {"free": {"coef": {"const": -5.0}}, "renormalising": {"coef": {"const": 5.0}}},
             "fallback": "renormalising"}  # fmt: skip
-    assert p_trains(made, None, q, atlas).p_trains == pytest.approx(1 / (1 + math.exp(5.0)))
-    assert p_trains(made, None, q, atlas).family == "free"
+    assert p_trains(made, free, q, atlas).p_trains == pytest.approx(1 / (1 + math.exp(5.0)))
+    assert p_trains(made, None, q, atlas).p_trains == pytest.approx(1 / (1 + math.exp(-5.0)))
 
 
 def test_advise_answers_with_a_probability_the_limit_ranked_options_and_evidence(atlas):

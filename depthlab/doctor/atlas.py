@@ -24,8 +24,19 @@ import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from depthlab.config import ModelConfig
+
 ATLAS_PATH = Path(__file__).resolve().with_name("atlas.csv.gz")
 RENORMALISING = ("post", "deepnorm", "admin", "mix")  # blocks that renormalise the stream, by name
+
+
+def renormalises(wrap: str, n_layers: int) -> bool:
+    """Whether some block of the stack renormalises the stream, by the wrapping's layer plan (for a run
+    no probe measured): every block of post-LN, DeepNorm and Admin; Mix-LN's bottom floor(mix_ratio L),
+    none at 2 or 3 layers under the default ratio."""
+    if wrap == "mix":
+        return math.floor(ModelConfig.mix_ratio * n_layers) >= 1
+    return wrap in RENORMALISING
 
 
 @dataclass(frozen=True)
@@ -64,9 +75,10 @@ class MeasuredRun:
 
     @property
     def family(self) -> str:
-        """ "renormalising", "gated" (ReZero) or "free": how the doctor's limit judges this stack."""
+        """ "renormalising", "gated" (ReZero) or "free": how the doctor's limit judges this stack (by the
+        probe's renormalised share, else by :func:`renormalises`)."""
         share = self.renormalised_share
-        if (share is not None and share > 0) or (share is None and self.wrap in RENORMALISING):
+        if (share is not None and share > 0) or (share is None and renormalises(self.wrap, self.n_layers)):
             return "renormalising"
         return "gated" if self.wrap == "rezero" else "free"
 

@@ -30,6 +30,7 @@ SCALES = {"lr": math.log(2), "d_model": math.log(4), "n_layers": math.log(4), "w
           "steps": math.log(4)}  # fmt: skip
 K = 5  # the nearest runs whose share trained is the atlas's evidence
 FAR = 2.0  # farther than this (in SCALES units) a run is no close evidence
+TIE = 1e-9  # distances closer than this are equal (two ways of summing the same logs differ in the last bits)
 FEATURES = ("const", "margin", "margin_sq", "ln_steps", "ln_depth", "ln_width", "ln_1_warmup", "atlas")
 
 
@@ -80,10 +81,11 @@ def nearest(
     atlas: Atlas, q: Query, k: int = K, exclude: set[str] = frozenset()
 ) -> list[tuple[float, MeasuredRun]]:
     """The ``k`` measured runs of the same kind of stack nearest ``q``, nearest first, as (distance,
-    run); ``exclude``: config hashes left out (a run is no evidence about itself)."""
+    run); ``exclude``: config hashes left out (a run is no evidence about itself). Runs equally far (to
+    ``TIE`` in distance: the last bits of a sum of logs) go by seed, then in the atlas's order."""
     found = [(distance(q, r), r) for r in atlas.runs if r.config_hash not in exclude]
     found = [(d, r) for d, r in found if math.isfinite(d)]
-    return sorted(found, key=lambda x: (x[0], x[1].seed))[:k]
+    return sorted(found, key=lambda x: (round(x[0] / TIE), x[1].seed))[:k]
 
 
 def atlas_share(neighbours: list[tuple[float, MeasuredRun]]) -> float | None:
@@ -129,11 +131,15 @@ class Prediction:
         return "trains" if self.p_trains >= 0.5 else "fails"
 
 
-def wrapping_model(wraps: dict, wrap: str, family: str) -> dict | None:
+def wrapping_model(wraps: dict, wrap: str, family: str | None) -> dict | None:
     """The model fitted for ``wrap`` where it was fitted on runs of ``family`` (None otherwise: post-LN
-    without a norm is not the post-LN the wrapping's runs measured, and takes its family's model)."""
+    without a norm is not the post-LN the wrapping's runs measured, and takes its family's model).
+    ``family`` None (the probe gave no limit, so no family to tell) and a model that names no family (a
+    record fitted before models named theirs) take the wrapping's model."""
     model = wraps.get(wrap)
-    return model if model is not None and model.get("family") == family else None
+    if model is None or family is None:
+        return model
+    return model if model.get("family", family) == family else None
 
 
 def p_trains(
@@ -144,7 +150,7 @@ def p_trains(
     near = nearest(atlas, q, exclude=exclude)
     x = features(limit, q, atlas_share(near))
     model = (
-        wrapping_model(fit.get("wraps", {}), q.wrap, family)
+        wrapping_model(fit.get("wraps", {}), q.wrap, limit.family if limit is not None else None)
         or fit["families"].get(family)
         or fit["families"][fit["fallback"]]
     )

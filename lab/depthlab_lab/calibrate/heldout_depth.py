@@ -15,10 +15,10 @@ joined the atlas, places the same seven wrappings the same way at three shapes n
 study worker's probe of the run, the shipped atlas and the record's predictor) and each lookup's call
 (:mod:`depthlab_lab.calibrate.lookups`, on the same atlas). It goes into the grid's
 ``.registration.json`` with the rules the grid is scored under, in the commit that precedes the first
-run.
+run. Both commands refuse a grid already registered (its file and predictions stand as committed):
 
-    python -m depthlab_lab.calibrate.heldout_depth design advise-heldout-depth-2     # the grid file
-    python -m depthlab_lab.calibrate.heldout_depth register advise-heldout-depth-2   # its predictions
+    python -m depthlab_lab.calibrate.heldout_depth design NAME     # the grid file
+    python -m depthlab_lab.calibrate.heldout_depth register NAME   # its predictions
 """
 
 from __future__ import annotations

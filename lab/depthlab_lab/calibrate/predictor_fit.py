@@ -29,7 +29,7 @@ import numpy as np
 from depthlab.doctor.atlas import Atlas, MeasuredRun
 from depthlab.doctor.limit import LrLimit
 from depthlab.doctor.lr_limit import Stack, limit_from
-from depthlab.doctor.predict import FEATURES, SCALES, K, Query, features
+from depthlab.doctor.predict import FEATURES, SCALES, TIE, K, Query, features
 from depthlab.doctor.predict import wrapping_model as chosen
 from depthlab_lab.calibrate.lookups import LOOKUPS
 
@@ -87,6 +87,7 @@ class Neighbourhood:
                 _coords(runs),
                 np.array([r.trained for r in runs], dtype=float),
                 [r.config_hash for r in runs],
+                np.array([r.seed for r in runs]),
             )
 
     def share(self, run: MeasuredRun, exclude: set[str]) -> float | None:
@@ -94,12 +95,13 @@ class Neighbourhood:
         found = self.kinds.get(_kind(run))
         if found is None:
             return None
-        coords, trained, hashes = found
+        coords, trained, hashes, seeds = found
         keep = np.array([h not in exclude and h != run.config_hash for h in hashes])
         if not keep.any():
             return None
         d = np.sqrt(((coords[keep] - _coords([run])[0]) ** 2).sum(axis=1))
-        order = np.lexsort((np.arange(len(d)), d))[:K]
+        # as nearest() orders them: distance to TIE, then seed, then the atlas's order
+        order = np.lexsort((np.arange(len(d)), seeds[keep], np.round(d / TIE)))[:K]
         w = 1 / (1 + d[order])
         return float((w @ trained[keep][order] + 0.5) / (w.sum() + 1.0))
 
@@ -254,11 +256,13 @@ def cross_validate(rows: list[Example], atlas: Atlas) -> dict:
 def shape_folds(atlas: Atlas, record: dict, source: str, form: str) -> dict:
     """``form`` (a candidate) on the runs of the study ``source`` (a held-out grid whose runs joined the
     atlas), leaving out one shape (width and depth) at a time, fitted on every other run: how it would have
-    called a grid at those shapes had it been fitted without them. {"runs", "hits", "by_shape"}."""
+    called a grid at those shapes had it been fitted without them; each lookup on the same folds (the
+    atlas without the shape's runs). {"runs", "hits", "by_shape", "lookups": {name: hits}}."""
     rows = examples(atlas, record)
     mine = [e for e in rows if e.run.source == source]
     names, by = CANDIDATES[form]
     hood, hits, by_shape = Neighbourhood(atlas), 0, {}
+    lookups = dict.fromkeys(LOOKUPS, 0)
     for shape in sorted({(e.run.d_model, e.run.n_layers) for e in mine}):
         test = [e for e in mine if (e.run.d_model, e.run.n_layers) == shape]
         left = {e.run.config_hash for e in test}
@@ -268,7 +272,10 @@ def shape_folds(atlas: Atlas, record: dict, source: str, form: str) -> dict:
         )
         by_shape[f"{shape[0]} x {shape[1]}"] = [right, len(test)]
         hits += right
-    return {"runs": len(mine), "hits": hits, "by_shape": by_shape}
+        fold = [r for r in atlas.runs if r.config_hash not in left]
+        for name, lookup in LOOKUPS.items():
+            lookups[name] += sum((lookup(fold, Query.of(e.run)) == "trains") == bool(e.label) for e in test)
+    return {"runs": len(mine), "hits": hits, "by_shape": by_shape, "lookups": lookups}
 
 
 def choose(cv: dict) -> str | None:

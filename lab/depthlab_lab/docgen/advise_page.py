@@ -221,6 +221,14 @@ def render(regs: list[dict], record: dict, record_path: str = RECORD) -> str:
         "and the predictor was chosen again (below).",
         "",
     ]
+    if len(regs) > 1 and _source(regs[-1]) in {r.source for r in Atlas.load().runs}:
+        lines[-1:] = [
+            f"The runs of the {grid_name(regs[-1], len(regs) - 1).split(' (')[0]} have since joined the atlas, "
+            "and the predictor advise ships was chosen again on them: the calls above are the registered "
+            "predictors'; what the shipped one would call at depth is estimated below, leaving out one shape "
+            "at a time.",
+            "",
+        ]
     for name, s, reg in scored:
         if s["runs"] and name != HF_NAME:
             lines += _by_wrapping(name, reg, record, s["best_lookup"])
@@ -335,21 +343,41 @@ def _cv_lines(pred: dict) -> list[str]:
     return lines + [""]
 
 
+def _source(reg: dict) -> str:
+    """The study name of a registered grid at depth."""
+    return next(g.name for g in GRIDS_AT_DEPTH if g.grid == reg["grid"])
+
+
 def _shape_fold_lines(regs: list[dict], record: dict) -> list[str]:
-    """What the kept form would have called on the first grid at depth, had it been fitted without each
-    of its shapes in turn: an estimate, from the first grid's runs alone, of what to expect on another grid
-    at depth (it reads no run of the second)."""
+    """What the kept form would have called on each grid at depth whose runs joined the atlas, had it
+    been fitted without each of the grid's shapes in turn: an estimate of what to expect on another grid
+    at depth, with the best lookup on the same folds (its atlas without the shape's runs too)."""
     pred = record.get("predictor") or {}
-    first = regs[0]["grid"]
-    source = next(g.name for g in GRIDS_AT_DEPTH if g.grid == first)
-    if not pred or not any(r.source == source for r in Atlas.load().runs):
+    atlas = Atlas.load()
+    sources = {r.source for r in atlas.runs}
+    rest = {k: v for k, v in record.items() if k != "predictor"}
+    lines = []
+    for i, reg in enumerate(regs):
+        source = _source(reg)
+        if not pred or source not in sources:
+            continue
+        s = shape_folds(atlas, rest, source, pred["form"])
+        lo, hi = wilson_interval(s["hits"], s["runs"])
+        shapes = ", ".join(f"{k}: {h} of {n}" for k, (h, n) in s["by_shape"].items())
+        best = max(s["lookups"], key=s["lookups"].__getitem__)
+        lines.append(
+            f"- the {grid_name(reg, i).split(' (')[0]}: {s['hits']} of its {s['runs']} runs right "
+            f"({s['hits'] / s['runs']:.0%} [{lo:.0%}, {hi:.0%}]; {shapes}); the best lookup on the same "
+            f"folds, {best}: {s['lookups'][best]}"
+        )
+    if not lines:
         return []
-    s = shape_folds(Atlas.load(), {k: v for k, v in record.items() if k != "predictor"}, source, pred["form"])
-    lo, hi = wilson_interval(s["hits"], s["runs"])
-    shapes = ", ".join(f"{k}: {h} of {n}" for k, (h, n) in s["by_shape"].items())
     return [
-        f"What to expect at depth: fitted without each shape of the first grid in turn, the kept form calls "
-        f"{s['hits']} of its {s['runs']} runs right ({s['hits'] / s['runs']:.0%} [{lo:.0%}, {hi:.0%}]; {shapes}). "
+        "What to expect at depth: the kept form, fitted without each shape of a grid at depth in turn "
+        "(every other run of the atlas kept), calls",
+        "",
+        *lines,
+        "",
         "Cross-validation over the whole atlas flatters it at depth, where the calls are hard.",
         "",
     ]
