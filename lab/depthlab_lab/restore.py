@@ -114,13 +114,14 @@ def restore(
     studies: list[str | StudyConfig],
     probe: bool = True,
     settings: dict[str, dict] | None = None,
+    recorded: dict[str, list[dict]] | None = None,
 ) -> dict[str, tuple[int, int]]:
     """Write the runs ``record`` keeps of each study in ``studies`` (grid files or StudyConfigs; one the
     record does not name is skipped) into the store at ``db``, their at-init probes taken again when
     ``probe``; returns {study: (runs restored or completed, runs already done)}. ``settings``: per study,
-    {setting label: the "setting" axis value it names}, to check a row's "setting". Nothing is written
-    when any of it is refused."""
-    todo = checked(record, studies, settings)
+    {setting label: the "setting" axis value it names}, to check a row's "setting"; ``recorded``: as
+    :func:`checked` takes it. Nothing is written when any of it is refused."""
+    todo = checked(record, studies, settings, recorded)
     return {study.name: _write(db, study, specs, rows, probe) for study, specs, rows in todo}
 
 

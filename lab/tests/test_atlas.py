@@ -17,7 +17,7 @@ from depthlab.doctor.atlas import Atlas
 from depthlab.doctor.record import load_record
 from depthlab.study.grid import StudyConfig
 from depthlab_lab.calibrate.atlas_build import doctor_runs
-from depthlab_lab.calibrate.heldout_depth import FIRST, REGISTRATION, SECOND
+from depthlab_lab.calibrate.heldout_depth import FIRST, REGISTRATION, SECOND, THIRD
 from depthlab_lab.calibrate.predictor_fit import fitted_predictor
 from depthlab_lab.restore import read_record
 from lab.tests.git_history import commits_of, git
@@ -182,15 +182,40 @@ def test_the_second_grid_at_depth_was_registered_before_its_runs_with_the_refit_
         assert r["advise"] == ("trains" if r["p_trains"] >= 0.5 else "fails")
 
 
+def test_the_third_grid_at_depth_was_registered_before_its_runs_with_the_predictor_refit_on_the_second():
+    """Frozen in its first commit with the record and atlas of that commit (the atlas holding the second
+    grid's runs too, the predictor chosen again on them); no shape of it is one that atlas measured; it
+    states its cost; most of its runs are hard calls (within 2x of the stack's limit: all of them)."""
+    path = THIRD.registration
+    reg = json.loads((ROOT / path).read_text())
+    first = commits_of(path)[0]
+    assert json.loads(git("show", f"{first}:{path}")) == reg, "a frozen prediction or rule changed"
+    assert _digest_at(first, reg["record"]["path"]) == reg["record"]["sha256"]
+    assert _digest_at(first, reg["atlas"]["path"]) == reg["atlas"]["sha256"]
+    assert reg["atlas"]["runs"] == 1659 and reg["record"]["predictor_form"].endswith("by wrapping")
+    assert len(reg["runs"]) == 42 and reg["hf_runs"] == [] and "h of one core" in reg["cost"]
+    assert all(0.5 <= r["lr_over_limit"] <= 2 for r in reg["runs"])
+    raw = subprocess.run(["git", "show", f"{first}:{reg['atlas']['path']}"], cwd=ROOT, capture_output=True,
+                         check=True).stdout  # fmt: skip
+    then_atlas = Atlas.load(io.BytesIO(raw))
+    assert {r.source for r in then_atlas.runs} >= {FIRST.name, SECOND.name}
+    assert THIRD.name not in {r.source for r in then_atlas.runs}
+    assert not set(THIRD.shapes) & {(r.d_model, r.n_layers) for r in then_atlas.runs}
+    for r in reg["runs"]:
+        assert r["advise"] == ("trains" if r["p_trains"] >= 0.5 else "fails")
+
+
 @pytest.mark.parametrize("argv", [["register"], ["register", "nope"], ["design", FIRST.name],
-                                  ["register", FIRST.name], ["register", SECOND.name], []])  # fmt: skip
+                                  ["register", FIRST.name], ["register", SECOND.name],
+                                  ["design", THIRD.name], ["register", THIRD.name], []])  # fmt: skip
 def test_a_registered_grid_is_never_designed_or_registered_again(argv, capsys):
     from depthlab_lab.calibrate.heldout_depth import main
 
-    before = {g.name: (ROOT / g.registration).read_bytes() for g in (FIRST, SECOND)}
-    grids = {g.name: (ROOT / g.grid).read_bytes() for g in (FIRST, SECOND)}
+    grids_at_depth = (FIRST, SECOND, THIRD)
+    before = {g.name: (ROOT / g.registration).read_bytes() for g in grids_at_depth}
+    grids = {g.name: (ROOT / g.grid).read_bytes() for g in grids_at_depth}
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and ("usage" in err or "is registered" in err)
-    assert before == {g.name: (ROOT / g.registration).read_bytes() for g in (FIRST, SECOND)}
-    assert grids == {g.name: (ROOT / g.grid).read_bytes() for g in (FIRST, SECOND)}
+    assert before == {g.name: (ROOT / g.registration).read_bytes() for g in grids_at_depth}
+    assert grids == {g.name: (ROOT / g.grid).read_bytes() for g in grids_at_depth}

@@ -31,6 +31,7 @@ from depthlab_lab.calibrate.advise_track import build as track_record
 from depthlab_lab.calibrate.advise_track import run_field
 from depthlab_lab.calibrate.heldout_depth import GRIDS_AT_DEPTH, MARGIN, RECORD, TARGET
 from depthlab_lab.calibrate.predictor_fit import shape_folds
+from depthlab_lab.restore import restore
 
 DOC = os.path.join("docs", "advise.md")
 DB = os.path.join("runs", "advise-heldout.sqlite")
@@ -389,12 +390,30 @@ def _cell(row: dict | None, key: str) -> str:
     return str(row[key]) if key == "runs" else f"{row[key]:.2f}"
 
 
+def restore_grid(db: str, name: str, record_path: str = RECORD) -> tuple[int, int]:
+    """Write the record's runs of the grid at depth ``name`` into the store ``db`` (each checked against
+    the grid as it is built now; none where the record has none): (restored, already there)."""
+    grid = next(g.grid for g in GRIDS_AT_DEPTH if g.name == name)
+    with open(record_path, encoding="utf-8") as f:
+        rows = [r for r in json.load(f)["runs"] if r["study"] == name]
+    recorded = {name: [{k: v for k, v in r.items() if k != "study"} for r in rows]}
+    return restore(record_path, db, [grid], probe=False, recorded=recorded).get(name, (0, 0))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m depthlab_lab.docgen.advise_page")
     p.add_argument("--db", default=DB, help=f"the held-out grids' store (default {DB})")
     p.add_argument("--doc", default=DOC)
+    p.add_argument("--restore", metavar="NAME", choices=[g.name for g in GRIDS_AT_DEPTH],
+                   help="write the committed record's runs of this grid at depth into --db and stop: a study "
+                   "resumed on that store (another session, a clean clone) trains only the runs the record "
+                   "lacks")  # fmt: skip
     args = p.parse_args(argv)
     record_path = os.path.splitext(args.doc)[0] + "-heldout-runs.json"
+    if args.restore:
+        done = restore_grid(args.db, args.restore, record_path)
+        print(f"{args.restore}: {done[0]} runs restored into {args.db}, {done[1]} already there")
+        return 0
     record = merged_record(args.db, record_path)
     replace_file(record_path, json.dumps(record, indent=1) + "\n")
     replace_file(args.doc, render(registrations(), record, record_path))
