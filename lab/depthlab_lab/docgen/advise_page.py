@@ -237,7 +237,10 @@ def render(regs: list[dict], record: dict, record_path: str = RECORD) -> str:
     for i, reg in enumerate(regs):
         lines += _registration_lines(grid_name(reg, i), reg, record, record_path)
     lines += [
-        f"Every run is in `{os.path.basename(record_path)}` beside this page. Under its answer, `depthlab "
+        f"Every run is in `{os.path.basename(record_path)}` beside this page; `python -m "
+        "depthlab_lab.docgen.advise_page --restore NAME` writes a grid's runs back into the store "
+        "(`runs/advise-heldout.sqlite`), so that its study, run again as its grid file says, trains only the "
+        "runs the record lacks (a grid runs across sessions this way). Under its answer, `depthlab "
         "advise` prints how often it was right on the runs of the question's wrapping of the latest grid "
         "whose every run is done (shipped as `depthlab/advise/track_record.json`), and says so where that "
         "grid was predicted by an earlier predictor.",
