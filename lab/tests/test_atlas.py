@@ -17,7 +17,7 @@ from depthlab.doctor.atlas import Atlas
 from depthlab.doctor.record import load_record
 from depthlab.study.grid import StudyConfig
 from depthlab_lab.calibrate.atlas_build import doctor_runs
-from depthlab_lab.calibrate.heldout_depth import FIRST, REGISTRATION, SECOND, THIRD
+from depthlab_lab.calibrate.heldout_depth import FIRST, FOURTH, REGISTRATION, SECOND, THIRD
 from depthlab_lab.calibrate.predictor_fit import fitted_predictor
 from depthlab_lab.restore import read_record
 from lab.tests.git_history import commits_of, git
@@ -51,7 +51,7 @@ def test_advise_s_scored_held_out_runs_are_in_the_atlas(atlas):
     rows = {
         r["config_hash"]: r
         for r in json.loads((ROOT / "docs" / "advise-heldout-runs.json").read_text())["runs"]
-        if r["study"] != THIRD.name  # scored after the atlas was last built
+        if r["study"] not in (THIRD.name, FOURTH.name)  # scored after the atlas was last built
     }
     advise = [r for r in atlas.runs if r.source.startswith("advise-heldout")]
     assert len(advise) == len({r.config_hash for r in advise}) == len(rows) == 56 + 12 + 42
@@ -206,13 +206,37 @@ def test_the_third_grid_at_depth_was_registered_before_its_runs_with_the_predict
         assert r["advise"] == ("trains" if r["p_trains"] >= 0.5 else "fails")
 
 
+def test_the_fourth_grid_at_depth_repeats_the_third_s_configurations_at_another_seed_registered_first():
+    """Frozen in its first commit with that commit's record and atlas, the same the third grid was scored
+    under (its runs not in the atlas); every configuration the third's, learning rate included, only the
+    seed differs; it names the grid it repeats and how the seed agreement is scored."""
+    path = FOURTH.registration
+    reg = json.loads((ROOT / path).read_text())
+    third = json.loads((ROOT / THIRD.registration).read_text())
+    first = commits_of(path)[0]
+    assert json.loads(git("show", f"{first}:{path}")) == reg, "a frozen prediction or rule changed"
+    assert _digest_at(first, reg["record"]["path"]) == reg["record"]["sha256"] == third["record"]["sha256"]
+    assert _digest_at(first, reg["atlas"]["path"]) == reg["atlas"]["sha256"] == third["atlas"]["sha256"]
+    assert (
+        reg["repeats"] == THIRD.name and "ceiling" in reg["seed agreement"] and "h of one core" in reg["cost"]
+    )
+    assert [r["run"] for r in reg["runs"]] == [r["run"] for r in third["runs"]]
+    assert not {r["config_hash"] for r in reg["runs"]} & {r["config_hash"] for r in third["runs"]}
+    specs = StudyConfig.from_yaml(ROOT / FOURTH.grid).expand()
+    assert {s.train.seed for s in specs} == {FOURTH.seed} != {THIRD.seed}
+    assert [s.hash for s in specs] == [r["config_hash"] for r in reg["runs"]]
+    for r in reg["runs"]:
+        assert r["advise"] == ("trains" if r["p_trains"] >= 0.5 else "fails")
+
+
 @pytest.mark.parametrize("argv", [["register"], ["register", "nope"], ["design", FIRST.name],
                                   ["register", FIRST.name], ["register", SECOND.name],
-                                  ["design", THIRD.name], ["register", THIRD.name], []])  # fmt: skip
+                                  ["design", THIRD.name], ["register", THIRD.name],
+                                  ["design", FOURTH.name], ["register", FOURTH.name], []])  # fmt: skip
 def test_a_registered_grid_is_never_designed_or_registered_again(argv, capsys):
     from depthlab_lab.calibrate.heldout_depth import main
 
-    grids_at_depth = (FIRST, SECOND, THIRD)
+    grids_at_depth = (FIRST, SECOND, THIRD, FOURTH)
     before = {g.name: (ROOT / g.registration).read_bytes() for g in grids_at_depth}
     grids = {g.name: (ROOT / g.grid).read_bytes() for g in grids_at_depth}
     assert main(argv) == 2

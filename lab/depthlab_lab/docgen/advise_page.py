@@ -158,9 +158,13 @@ def grid_name(reg: dict, i: int) -> str:
     """'held-out grid at depth (8-32 layers, widths 96-256)', the second 'second held-out grid at depth ...'."""
     layers = [int(run_field(p["run"], "n_layers")) for p in reg["runs"]]
     widths = [int(run_field(p["run"], "d_model")) for p in reg["runs"]]
-    nth = ("", "second ", "third ")[i]
+    nth = ("", "second ", "third ", "fourth ", "fifth ", "sixth ")[i]
+    again = f", the {NTH[reg['repeats']]} grid's runs at another seed" if reg.get("repeats") else ""
     return (f"{nth}held-out grid at depth ({min(layers)}-{max(layers)} layers, widths "
-            f"{min(widths)}-{max(widths)})")  # fmt: skip
+            f"{min(widths)}-{max(widths)}{again})")  # fmt: skip
+
+
+NTH = dict(zip((g.name for g in GRIDS_AT_DEPTH), ("first", "second", "third", "fourth", "fifth", "sixth")))
 
 
 HF_NAME = "Hugging Face shapes (Llama, GPT-NeoX, Gemma 2; own wiring and post-LN)"
