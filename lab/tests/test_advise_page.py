@@ -154,3 +154,33 @@ def test_the_track_record_moves_to_the_latest_finished_grid_and_says_whose_calls
     assert committed(short, sources={FIRST.name})["earlier_predictor"] is True
     assert committed(short, sources=set())["earlier_predictor"] is False
     assert committed({"runs": []}, sources=set()) is None
+
+
+def test_the_page_says_how_often_the_seed_alone_changed_an_outcome_once_both_grids_are_done():
+    """Fed the third grid's recorded outcomes as the fourth's with two flipped: the page counts 40 of 42
+    configurations that held, the ceiling 82 of 84, and lists the two that changed; with one of the
+    fourth's runs missing it says nothing."""
+    from depthlab_lab.calibrate.heldout_depth import FOURTH, THIRD
+    from depthlab_lab.docgen.advise_page import _seed_lines
+
+    regs = registrations()
+    record = json.loads((ROOT / RECORD).read_text())
+    mine = {r["config_hash"]: r for r in record["runs"] if r["study"] == THIRD.name}
+    third, fourth = (next(r for r in regs if r["grid"] == g.grid) for g in (THIRD, FOURTH))
+    again = []
+    for i, (p, q) in enumerate(zip(third["runs"], fourth["runs"], strict=True)):
+        row = {**mine[p["config_hash"]], "config_hash": q["config_hash"], "study": FOURTH.name}
+        if i in (3, 17):
+            row["outcome"] = "stalled" if row["outcome"] == "trained" else "trained"
+        again.append(row)
+    runs = [r for r in record["runs"] if r["study"] != FOURTH.name]
+    section = "\n".join(_seed_lines(regs, {"runs": runs + again}))
+    assert section.startswith("## How often the seed alone changes the outcome")
+    assert "40 of 42 configurations ended the same way at both seeds" in section
+    assert "none can score more than 82 (98%)" in section
+    assert (
+        section.count(" / ") >= 2
+        and third["runs"][3]["run"] in section
+        and third["runs"][17]["run"] in section
+    )
+    assert _seed_lines(regs, {"runs": runs + again[1:]}) == []

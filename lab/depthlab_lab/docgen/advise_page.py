@@ -31,6 +31,7 @@ from depthlab_lab.calibrate.advise_track import build as track_record
 from depthlab_lab.calibrate.advise_track import run_field
 from depthlab_lab.calibrate.heldout_depth import GRIDS_AT_DEPTH, MARGIN, RECORD, TARGET
 from depthlab_lab.calibrate.predictor_fit import shape_folds
+from depthlab_lab.calibrate.seed_agreement import agreement
 from depthlab_lab.restore import restore
 
 DOC = os.path.join("docs", "advise.md")
@@ -238,6 +239,7 @@ def render(regs: list[dict], record: dict, record_path: str = RECORD) -> str:
         if s["runs"] and name != HF_NAME:
             lines += _by_wrapping(name, reg, record, s["best_lookup"])
     lines += _misses(scored)
+    lines += _seed_lines(regs, record)
     for i, reg in enumerate(regs):
         lines += _registration_lines(grid_name(reg, i), reg, record, record_path)
     lines += [
@@ -295,6 +297,53 @@ def _misses(scored) -> list[str]:
     return out + [""]
 
 
+def _seed_lines(regs: list[dict], record: dict) -> list[str]:
+    """For a grid that repeats another at another seed, once both are done: how often the outcome held,
+    the ceiling of any call from the configuration, and each caller's hits on both grids' runs."""
+    done = {r["config_hash"]: r for r in record["runs"]}
+    grids = {_source(reg): (i, reg) for i, reg in enumerate(regs)}
+    seeds = {g.name: g.seed for g in GRIDS_AT_DEPTH}
+    out = []
+    for name, (i, again) in grids.items():
+        if not again.get("repeats"):
+            continue
+        j, first = grids[again["repeats"]]
+        a = agreement(first, again, done)
+        if a is None:
+            continue
+        n, k = a["configs"], a["agree"]
+        lo, hi = a["agree_interval"]
+        s1, s2 = seeds[again["repeats"]], seeds[name]
+        these, those = (grid_name(r, x).split(" (")[0] for r, x in ((first, j), (again, i)))
+        out += ["## How often the seed alone changes the outcome", "",
+                f"The {those} trains the {n} configurations of the {these} again, only the seed changed ({s1}, then "
+                f"{s2}). {k} of {n} configurations ended the same way at both seeds ({k / n:.0%} [{lo:.0%}, "
+                f"{hi:.0%}]); {n - k} changed between 'trains' and 'fails'. On such a configuration any call "
+                "made from the configuration alone (the same call at both seeds) is right once in two, so on the two "
+                f"grids' {2 * n} runs none can score more than {2 * k + (n - k)} ({a['ceiling']:.0%}). The lookups "
+                "call from the configuration alone; advise's probe sees each seed's own initialisation, and its "
+                f"call changed with the seed on {a['seed_dependent']} of the {n} configurations.", "",
+                f"| caller | right on all {2 * n} runs | right on the {2 * k} runs whose outcome held |",
+                "|---|---|---|",
+                f"| ceiling of any call from the configuration | {2 * k + n - k} ({a['ceiling']:.0%}) | {2 * k} (100%) |"]  # fmt: skip
+        for c in sorted(a["hits"], key=lambda c: -a["hits"][c]):
+            held = f"{a['held_hits'][c]} ({a['held_hits'][c] / (2 * k):.0%})" if k else "-"
+            out.append(f"| {c} | {a['hits'][c]} ({a['hits'][c] / (2 * n):.0%}) | {held} |")
+        out += ["", "| wrapping | configurations | same outcome at both seeds | advise right (of 2 per configuration) |",
+                "|---|---|---|---|"]  # fmt: skip
+        for wrap, w in a["by_wrap"].items():
+            out.append(f"| {wrap} | {w['configs']} | {w['agree']} | {w['advise']} of {2 * w['configs']} |")
+        if a["differ"]:
+            out += ["", f"| configuration whose outcome changed | outcome at seed {s1} / {s2} | P(trains) at seed "
+                    f"{s1} / {s2} | lr / its safe lr |", "|---|---|---|---|"]  # fmt: skip
+            for r in a["differ"]:
+                p, q = r["pair"]
+                out.append(f"| {r['run']} | {r['outcomes'][0]} / {r['outcomes'][1]} | {p['p_trains']:.2f} / "
+                           f"{q['p_trains']:.2f} | {p['lr_over_limit']:.2f} |")  # fmt: skip
+        out.append("")
+    return out
+
+
 def _registration_lines(name: str, reg: dict, record: dict, record_path: str) -> list[str]:
     commit, at = registered_at(reg["path"])
     mine = {p["config_hash"] for p in reg["runs"] + reg["hf_runs"]}
@@ -321,6 +370,8 @@ def _registration_lines(name: str, reg: dict, record: dict, record_path: str) ->
              f"{reg['record']['predictor_form']}); the atlas: `{reg['atlas']['path']}` ({reg['atlas']['runs']:,} runs)",
              f"- cost as registered: {cost}; measured: {hours:.1f} h of run time over {len(runs)} runs done"]  # fmt: skip
     lines += [f"- {k}: {v}" for k, v in reg["rules"].items() if isinstance(v, str)]
+    if reg.get("seed agreement"):
+        lines.append(f"- seed agreement (with `{reg['repeats']}`): {reg['seed agreement']}")
     lines += [f"- lookup '{k}': {v}" for k, v in reg["rules"]["lookups"].items()]
     return lines + [""]
 
