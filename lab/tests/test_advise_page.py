@@ -115,6 +115,21 @@ def test_the_readme_quotes_advise_s_registered_held_out_score():
         )
         lead = a - grid2["by"][grid2["best_lookup"]]["accuracy"]
         assert ("under the 5-point lead it needed" in readme) == (lead < 0.05)
+    from depthlab_lab.calibrate.seed_agreement import agreement
+
+    third, fourth = registrations()[2:4]
+    again = agreement(third, fourth, done)
+    if again is not None:  # the third grid's configurations at another seed: its score and the seed's share
+        grid4 = score(fourth["runs"], done)
+        best = grid4["by"][grid4["best_lookup"]]["hits"]
+        hits, a = grid4["by"]["advise"]["hits"], grid4["by"]["advise"]["accuracy"]
+        assert f"at another seed, {hits} ({a:.0%}) against {best};" in readme
+        n, k = again["configs"], again["agree"]
+        reach = "was within reach" if again["ceiling"] >= 0.9 else "was the most any call could reach"
+        assert (
+            f"the seed alone changed {n - k} of those {n} outcomes, so {again['ceiling']:.0%} {reach}"
+            in readme
+        )
 
 
 def test_the_library_ships_the_track_record_the_committed_record_gives():

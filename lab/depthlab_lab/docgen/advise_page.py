@@ -224,7 +224,8 @@ def render(regs: list[dict], record: dict, record_path: str = RECORD) -> str:
         "A call is right when advise said 'trains' (P >= 0.5) and the run ended 'trained', or said 'fails' and "
         "it ended otherwise (stalled, undertrained, diverged). Intervals are 95% (Wilson). Each grid was "
         "registered with the predictor of its day: each after the earlier grids' runs joined the atlas and "
-        "the predictor was chosen again (below).",
+        "the predictor was chosen again (below), except a grid that repeats another at another seed, which "
+        "keeps that grid's predictor and atlas.",
         "",
     ]
     if len(regs) > 1 and _source(regs[-1]) in {r.source for r in Atlas.load().runs}:
