@@ -199,3 +199,24 @@ def test_the_page_says_how_often_the_seed_alone_changed_an_outcome_once_both_gri
         and third["runs"][17]["run"] in section
     )
     assert _seed_lines(regs, {"runs": runs + again[1:]}) == []
+
+
+def test_the_held_out_reliability_table_counts_every_run_at_depth_once_in_its_band():
+    """Each finished run at depth falls in one band (P = 1 in the top one); the shipped predictor's
+    column holds the runs registered with the record the library ships now; the trained counts are
+    the record's."""
+    from depthlab_lab.docgen.advise_page import BANDS, _reliability_lines
+
+    regs = registrations()
+    record = json.loads((ROOT / RECORD).read_text())
+    done = {r["config_hash"]: r for r in record["runs"]}
+    rows = [
+        line.strip("|").split("|") for line in _reliability_lines(regs, record) if line[:3] in ("| 0", "| 1")
+    ]
+    assert len(rows) == len(BANDS) - 1
+    finished = [p for reg in regs for p in reg["runs"] if p["config_hash"] in done]
+    assert sum(int(r[1]) for r in rows) == len(finished)
+    trained = sum(done[p["config_hash"]]["outcome"] == "trained" for p in finished)
+    assert sum(int(r[3].split()[0]) for r in rows if r[3].strip() != "-") == trained
+    assert 0 < sum(int(r[4]) for r in rows) < len(finished)
+    assert _reliability_lines(regs, {"runs": []}) == []

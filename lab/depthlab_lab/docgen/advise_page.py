@@ -21,7 +21,7 @@ import os
 import subprocess
 
 from depthlab.doctor.atlas import Atlas
-from depthlab.doctor.record import load_record
+from depthlab.doctor.record import RECORD_PATH, load_record
 from depthlab.intervals import paired_counts, paired_difference_interval, wilson_interval
 from depthlab.paths import replace_file
 from depthlab.report.doctor_score import expected
@@ -29,7 +29,7 @@ from depthlab.study.store import Store
 from depthlab_lab import REPOSITORY, lab_file
 from depthlab_lab.calibrate.advise_track import build as track_record
 from depthlab_lab.calibrate.advise_track import run_field
-from depthlab_lab.calibrate.heldout_depth import GRIDS_AT_DEPTH, MARGIN, RECORD, TARGET
+from depthlab_lab.calibrate.heldout_depth import GRIDS_AT_DEPTH, MARGIN, RECORD, TARGET, digest
 from depthlab_lab.calibrate.predictor_fit import shape_folds
 from depthlab_lab.calibrate.seed_agreement import agreement
 from depthlab_lab.restore import restore
@@ -240,6 +240,7 @@ def render(regs: list[dict], record: dict, record_path: str = RECORD) -> str:
         if s["runs"] and name != HF_NAME:
             lines += _by_wrapping(name, reg, record, s["best_lookup"])
     lines += _misses(scored)
+    lines += _reliability_lines(regs, record)
     lines += _seed_lines(regs, record)
     for i, reg in enumerate(regs):
         lines += _registration_lines(grid_name(reg, i), reg, record, record_path)
@@ -295,6 +296,42 @@ def _misses(scored) -> list[str]:
         out.append(
             f"| {name.split(' (')[0]} | {p['run']} | {p['p_trains']:.2f} | {d['outcome']} | {p['lr_over_limit']:.2f} |"
         )
+    return out + [""]
+
+
+BANDS = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
+
+
+def _reliability_lines(regs: list[dict], record: dict) -> list[str]:
+    """What advise's probabilities meant on the finished runs at depth, each run under the predictor
+    registered for it: per band of P(trains), how many runs, their mean P and how many trained; beside
+    it the same for the runs registered with the predictor advise ships now."""
+    done = {r["config_hash"]: r for r in record["runs"]}
+    shipped = digest(RECORD_PATH)
+    runs = [(p["p_trains"], expected(done[p["config_hash"]]["outcome"]) == "trains", reg["record"]["sha256"] == shipped)
+            for reg in regs for p in reg["runs"] if p["config_hash"] in done]  # fmt: skip
+    if not runs:
+        return []
+    now = [r for r in runs if r[2]]
+    out = ["## What its probabilities meant on the runs at depth", "",
+           f"Every finished run of the grids at depth ({len(runs)}), each under the predictor registered for it; "
+           f"beside it the {len(now)} registered with the predictor advise ships now:", "",
+           "| P(trains) | runs | mean P | trained | runs (shipped predictor) | mean P | trained |",
+           "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for lo, hi in zip(BANDS, BANDS[1:]):
+        cells = []
+        for group in (runs, now):
+            band = [(q, t) for q, t, _ in group if lo <= q < hi or (hi == 1.0 and q == 1.0)]
+            if band:
+                k = sum(t for _, t in band)
+                cells += [
+                    str(len(band)),
+                    f"{sum(q for q, _ in band) / len(band):.2f}",
+                    f"{k} ({k / len(band):.0%})",
+                ]
+            else:
+                cells += ["0", "-", "-"]
+        out.append(f"| {lo:.1f}-{hi:.1f} | " + " | ".join(cells) + " |")
     return out + [""]
 
 
