@@ -16,13 +16,16 @@ def _range(r: tuple[float, float] | None) -> str:
     return "none on 1e-5..1" if r is None else f"{r[0]:.2g} .. {r[1]:.2g}"
 
 
+CLOSE = (0.2, 0.8)  # P(trains) from the first up to the second is said as a close call
+
+
 def _call(p: float) -> str:
     """The call in words: a close call is said as one."""
-    if p >= 0.8:
+    if p >= CLOSE[1]:
         return "TRAINS"
     if p >= 0.5:
         return "probably trains, a close call"
-    return "probably fails, a close call" if p >= 0.2 else "FAILS"
+    return "probably fails, a close call" if p >= CLOSE[0] else "FAILS"
 
 
 def _cut(text: str, width: int = WIDTH) -> str:

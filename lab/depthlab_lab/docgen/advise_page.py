@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 
+from depthlab.advise.screen import CLOSE
 from depthlab.doctor.atlas import Atlas
 from depthlab.doctor.record import RECORD_PATH, load_record
 from depthlab.intervals import paired_counts, paired_difference_interval, wilson_interval
@@ -332,6 +333,13 @@ def _reliability_lines(regs: list[dict], record: dict) -> list[str]:
             else:
                 cells += ["0", "-", "-"]
         out.append(f"| {lo:.1f}-{hi:.1f} | " + " | ".join(cells) + " |")
+    lo, hi = CLOSE
+    sure = [(q >= 0.5) == t for q, t, _ in now if not lo <= q < hi]
+    close = [(q >= 0.5) == t for q, t, _ in now if lo <= q < hi]
+    if now:
+        out += ["", f"Under the predictor advise ships, the calls it prints as TRAINS or FAILS (P from {hi} up, "
+                f"or below {lo}) were right on {sum(sure)} of {len(sure)} runs; those it prints as close calls "
+                f"({lo} to {hi}) on {sum(close)} of {len(close)}."]  # fmt: skip
     return out + [""]
 
 
