@@ -229,7 +229,8 @@ def render(regs: list[dict], record: dict, record_path: str = RECORD) -> str:
         "keeps that grid's predictor and atlas.",
         "",
     ]
-    if len(regs) > 1 and _source(regs[-1]) in {r.source for r in Atlas.load().runs}:
+    atlas = Atlas.load()
+    if len(regs) > 1 and _source(regs[-1]) in {r.source for r in atlas.runs}:
         lines[-1:] = [
             f"The runs of the {grid_name(regs[-1], len(regs) - 1).split(' (')[0]} have since joined the atlas, "
             "and the predictor advise ships was chosen again on them: the calls above are the registered "
@@ -255,8 +256,9 @@ def render(regs: list[dict], record: dict, record_path: str = RECORD) -> str:
         "grid was predicted by an earlier predictor.",
         "",
     ]
-    lines += _cv_lines(load_record().get("predictor") or {})
-    lines += _shape_fold_lines(regs, load_record())
+    fitted = load_record()
+    lines += _cv_lines(fitted.get("predictor") or {})
+    lines += _shape_fold_lines(regs, fitted, atlas)
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -453,12 +455,11 @@ def _source(reg: dict) -> str:
     return next(g.name for g in GRIDS_AT_DEPTH if g.grid == reg["grid"])
 
 
-def _shape_fold_lines(regs: list[dict], record: dict) -> list[str]:
+def _shape_fold_lines(regs: list[dict], record: dict, atlas: Atlas) -> list[str]:
     """What the kept form would have called on each grid at depth whose runs joined the atlas, had it
     been fitted without each of the grid's shapes in turn: an estimate of what to expect on another grid
     at depth, with the best lookup on the same folds (its atlas without the shape's runs too)."""
     pred = record.get("predictor") or {}
-    atlas = Atlas.load()
     sources = {r.source for r in atlas.runs}
     rest = {k: v for k, v in record.items() if k != "predictor"}
     lines = []
