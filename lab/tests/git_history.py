@@ -16,12 +16,25 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def git(*args: str) -> str:
-    """``git ARGS``' output in the repository; the test skips without git or its history."""
+@functools.cache
+def _whole_history() -> bool:
+    """Whether the repository's whole history is here (not an archive, not a shallow clone)."""
     try:
-        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True)
-    except (OSError, subprocess.CalledProcessError) as e:
-        pytest.skip(f"no git history here: {e}")
+        done = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=ROOT, capture_output=True,
+                              text=True, check=True)  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    return done.stdout.strip() == "false"
+
+
+def git(*args: str) -> str:
+    """``git ARGS``' output in the repository; the test skips without git or its whole history, and
+    fails where git, with the whole history here, refuses (a commit or path the test got wrong)."""
+    if not _whole_history():
+        pytest.skip("no git history here (an archive, or a shallow clone)")
+    done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.fail(f"git {' '.join(args)}: {done.stderr.strip()}")
     return done.stdout
 
 
@@ -33,9 +46,17 @@ def show(commit: str, path: str) -> str | None:
 
 @functools.cache
 def past_names(path: str) -> tuple[str, ...]:
-    """``path`` and every name git's rename detection finds it had before, newest first."""
-    names = git("log", "--follow", "--format=", "--name-only", "--", path).split()
-    return tuple(dict.fromkeys([path, *names]))
+    """``path`` and every name git's rename detection finds it had before, newest first. A file that
+    began as a copy of another (git's C status: a new grid's registration drawn like an earlier one's)
+    has no history before the copy: the other file's commits are not its."""
+    names = [path]
+    for line in git("log", "--follow", "--format=", "--name-status", "--", path).splitlines():
+        status, *paths = line.split("\t")
+        if status.startswith("C") or status == "A":
+            break
+        if status.startswith("R"):
+            names.append(paths[0])
+    return tuple(dict.fromkeys(names))
 
 
 def commits_of(path: str) -> list[str]:
