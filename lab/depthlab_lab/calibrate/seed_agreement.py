@@ -15,8 +15,9 @@ from __future__ import annotations
 from depthlab.intervals import wilson_interval
 from depthlab.report.doctor_score import expected
 from depthlab_lab.calibrate.advise_track import run_field
+from depthlab_lab.calibrate.lookups import LOOKUPS
 
-CALLERS = ("advise", "wrapping x lr", "wrapping x width x lr x warmup", "nearest runs")
+CALLERS = ("advise", *LOOKUPS)
 
 
 def _call(p: dict, name: str) -> bool:

@@ -31,6 +31,7 @@ from depthlab_lab import REPOSITORY, lab_file
 from depthlab_lab.calibrate.advise_track import build as track_record
 from depthlab_lab.calibrate.advise_track import run_field
 from depthlab_lab.calibrate.heldout_depth import GRIDS_AT_DEPTH, MARGIN, RECORD, TARGET, digest
+from depthlab_lab.calibrate.lookups import LOOKUPS
 from depthlab_lab.calibrate.predictor_fit import shape_folds
 from depthlab_lab.calibrate.seed_agreement import agreement
 from depthlab_lab.restore import restore
@@ -41,7 +42,7 @@ MARKER = (
     "<!-- written by `python -m depthlab_lab.docgen.advise_page`: regenerate it rather than editing it -->"
 )
 ROW_KEYS = ("outcome", "val_loss", "unigram_loss", "escape_step", "seconds", "started_at", "finished_at")
-LOOKUP_NAMES = ("wrapping x lr", "wrapping x width x lr x warmup", "nearest runs")
+LOOKUP_NAMES = tuple(LOOKUPS)
 ALWAYS = "always 'trains'"
 
 
@@ -160,13 +161,20 @@ def grid_name(reg: dict, i: int) -> str:
     """'held-out grid at depth (8-32 layers, widths 96-256)', the second 'second held-out grid at depth ...'."""
     layers = [int(run_field(p["run"], "n_layers")) for p in reg["runs"]]
     widths = [int(run_field(p["run"], "d_model")) for p in reg["runs"]]
-    nth = ("", "second ", "third ", "fourth ", "fifth ", "sixth ")[i]
-    again = f", the {NTH[reg['repeats']]} grid's runs at another seed" if reg.get("repeats") else ""
+    nth = f"{ORDINALS[i]} " if i else ""
+    again = (
+        f", the {ORDINALS[_index(reg['repeats'])]} grid's runs at another seed" if reg.get("repeats") else ""
+    )
     return (f"{nth}held-out grid at depth ({min(layers)}-{max(layers)} layers, widths "
             f"{min(widths)}-{max(widths)}{again})")  # fmt: skip
 
 
-NTH = dict(zip((g.name for g in GRIDS_AT_DEPTH), ("first", "second", "third", "fourth", "fifth", "sixth")))
+ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth")
+
+
+def _index(name: str) -> int:
+    """Where the grid at depth ``name`` stands among those registered (0 for the first)."""
+    return next(i for i, g in enumerate(GRIDS_AT_DEPTH) if g.name == name)
 
 
 HF_NAME = "Hugging Face shapes (Llama, GPT-NeoX, Gemma 2; own wiring and post-LN)"
