@@ -2,7 +2,7 @@
 
 Every run of the doctor's grids (``docs/doctor-runs.json``: its tuning grids and the held-out grids
 scored before), of the scale ladder (``docs/reproductions-ladder-runs.json``) and of advise's held-out
-grids once scored (``docs/advise-heldout-runs.json``: the two grids at depth and the Hugging Face set) becomes one
+grids once scored (``docs/advise-heldout-runs.json``: the grids at depth and the Hugging Face set) becomes one
 :class:`~depthlab.doctor.atlas.MeasuredRun`: its configuration is rebuilt from its grid by its config hash
 (:func:`depthlab_lab.restore.checked`, which refuses a record its grid no longer produces), its outcome,
 escape step and losses come from the record, and its probe's quantities from the record where the
@@ -22,7 +22,7 @@ import time
 
 from depthlab.doctor.atlas import ATLAS_PATH, Atlas, MeasuredRun, from_run
 from depthlab.study.worker import probe_at_init
-from depthlab_lab.calibrate.heldout_depth import FIRST, HF_GRIDS, SECOND
+from depthlab_lab.calibrate.heldout_depth import FIRST, FOURTH, HF_GRIDS, SECOND, THIRD
 from depthlab_lab.calibrate.heldout_depth import RECORD as ADVISE_RECORD
 from depthlab_lab.docgen.doctor_heldout import HELDOUT_GRIDS
 from depthlab_lab.docgen.doctor_scale import SCALE_TUNING
@@ -66,8 +66,8 @@ def ladder_runs(record: str = LADDER_RECORD, log=sys.stderr) -> list[MeasuredRun
 
 def advise_grids() -> list[str]:
     """advise's held-out grids whose runs are scored (every run done, the verdict in docs/advise.md): the
-    two grids at depth and the Hugging Face set."""
-    return [FIRST.grid, SECOND.grid, *HF_GRIDS]
+    four grids at depth and the Hugging Face set."""
+    return [FIRST.grid, SECOND.grid, *HF_GRIDS, THIRD.grid, FOURTH.grid]
 
 
 def advise_runs(record: str = ADVISE_RECORD, log=sys.stderr) -> list[MeasuredRun]:
