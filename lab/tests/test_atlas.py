@@ -17,7 +17,15 @@ from depthlab.doctor.atlas import Atlas
 from depthlab.doctor.record import load_record
 from depthlab.study.grid import StudyConfig
 from depthlab_lab.calibrate.atlas_build import doctor_runs
-from depthlab_lab.calibrate.heldout_depth import FIRST, FOURTH, REGISTRATION, SECOND, THIRD
+from depthlab_lab.calibrate.heldout_depth import (
+    FIFTH,
+    FIRST,
+    FOURTH,
+    GRIDS_AT_DEPTH,
+    REGISTRATION,
+    SECOND,
+    THIRD,
+)
 from depthlab_lab.calibrate.predictor_fit import fitted_predictor
 from depthlab_lab.restore import read_record
 from lab.tests.git_history import commits_of, git
@@ -46,18 +54,20 @@ def test_the_doctor_runs_of_the_atlas_are_the_records(atlas):
 
 
 def test_advise_s_scored_held_out_runs_are_in_the_atlas(atlas):
-    """Both grids at depth and the Hugging Face set, scored, are evidence now (each run once, with its
-    recorded outcome, probed again)."""
+    """The four grids at depth scored before the fifth and the Hugging Face set are evidence now (each
+    run once, with its recorded outcome, probed again)."""
     rows = {
         r["config_hash"]: r
         for r in json.loads((ROOT / "docs" / "advise-heldout-runs.json").read_text())["runs"]
-        if r["study"] not in (THIRD.name, FOURTH.name)  # scored after the atlas was last built
+        if r["study"] != FIFTH.name  # scored after the atlas was last built
     }
     advise = [r for r in atlas.runs if r.source.startswith("advise-heldout")]
-    assert len(advise) == len({r.config_hash for r in advise}) == len(rows) == 56 + 12 + 42
+    assert len(advise) == len({r.config_hash for r in advise}) == len(rows) == 56 + 12 + 42 + 42 + 42
     assert {r.source for r in advise} == {
         FIRST.name,
         SECOND.name,
+        THIRD.name,
+        FOURTH.name,
         *(f"advise-heldout-hf-{f}" for f in ("llama", "gpt_neox", "gemma2")),
     }
     for r in advise:
@@ -229,14 +239,42 @@ def test_the_fourth_grid_at_depth_repeats_the_third_s_configurations_at_another_
         assert r["advise"] == ("trains" if r["p_trains"] >= 0.5 else "fails")
 
 
+def test_the_fifth_grid_at_depth_was_registered_before_its_runs_with_the_predictor_refit_on_the_fourth():
+    """Frozen in its first commit with the record and atlas of that commit (the atlas holding the third's
+    and fourth's runs, the predictor chosen again on them); no shape of it is one that atlas measured; it
+    states its cost and why it was drawn; every run is a hard call (within 2x of the stack's limit)."""
+    path = FIFTH.registration
+    reg = json.loads((ROOT / path).read_text())
+    first = commits_of(path)[0]
+    assert json.loads(git("show", f"{first}:{path}")) == reg, "a frozen prediction or rule changed"
+    assert _digest_at(first, reg["record"]["path"]) == reg["record"]["sha256"]
+    assert _digest_at(first, reg["atlas"]["path"]) == reg["atlas"]["sha256"]
+    assert reg["atlas"]["runs"] == 1743 and reg["record"]["predictor_form"].endswith("by wrapping")
+    assert len(reg["runs"]) == 42 and reg["hf_runs"] == [] and "h of one core" in reg["cost"]
+    assert "repeats" not in reg and "163 of 182" in reg["after"]
+    assert all(0.5 <= r["lr_over_limit"] <= 2 for r in reg["runs"])
+    raw = subprocess.run(["git", "show", f"{first}:{reg['atlas']['path']}"], cwd=ROOT, capture_output=True,
+                         check=True).stdout  # fmt: skip
+    then_atlas = Atlas.load(io.BytesIO(raw))
+    assert {r.source for r in then_atlas.runs} >= {FIRST.name, SECOND.name, THIRD.name, FOURTH.name}
+    assert FIFTH.name not in {r.source for r in then_atlas.runs}
+    assert not set(FIFTH.shapes) & {(r.d_model, r.n_layers) for r in then_atlas.runs}
+    specs = StudyConfig.from_yaml(ROOT / FIFTH.grid).expand()
+    assert {s.train.seed for s in specs} == {FIFTH.seed}
+    assert [s.hash for s in specs] == [r["config_hash"] for r in reg["runs"]]
+    for r in reg["runs"]:
+        assert r["advise"] == ("trains" if r["p_trains"] >= 0.5 else "fails")
+
+
 @pytest.mark.parametrize("argv", [["register"], ["register", "nope"], ["design", FIRST.name],
                                   ["register", FIRST.name], ["register", SECOND.name],
                                   ["design", THIRD.name], ["register", THIRD.name],
-                                  ["design", FOURTH.name], ["register", FOURTH.name], []])  # fmt: skip
+                                  ["design", FOURTH.name], ["register", FOURTH.name],
+                                  ["design", FIFTH.name], ["register", FIFTH.name], []])  # fmt: skip
 def test_a_registered_grid_is_never_designed_or_registered_again(argv, capsys):
     from depthlab_lab.calibrate.heldout_depth import main
 
-    grids_at_depth = (FIRST, SECOND, THIRD, FOURTH)
+    grids_at_depth = GRIDS_AT_DEPTH
     before = {g.name: (ROOT / g.registration).read_bytes() for g in grids_at_depth}
     grids = {g.name: (ROOT / g.grid).read_bytes() for g in grids_at_depth}
     assert main(argv) == 2
