@@ -24,3 +24,11 @@ def test_the_advise_example_in_cli_md_is_what_advise_prints(capsys, one_thread):
     assert argv[:2] == ["depthlab", "advise"]
     assert main(argv[1:]) == 0
     assert capsys.readouterr().out.strip() == shown.strip()
+
+
+def test_cli_md_quotes_the_number_of_runs_advise_s_predictor_was_chosen_on():
+    from depthlab.doctor.record import load_record
+
+    text = (ROOT / "docs" / "cli.md").read_text()
+    quoted = re.search(r"chosen by cross-validation on ([\d,]+) measured runs", text)
+    assert quoted and int(quoted[1].replace(",", "")) == load_record()["predictor"]["examples"]

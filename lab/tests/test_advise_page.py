@@ -88,48 +88,24 @@ def test_the_hugging_face_set_is_judged_against_always_trains_and_the_lookups_sh
 
 
 def test_the_readme_quotes_advise_s_registered_held_out_score():
-    from depthlab_lab.docgen.advise_page import score
-
-    reg = json.loads(Path(lab_file(REGISTRATION)).read_text())
-    done = {r["config_hash"]: r for r in json.loads((ROOT / RECORD).read_text())["runs"]}
-    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
-    grid, hf = score(reg["runs"], done), score(reg["hf_runs"], done)
-    if grid["runs"] < grid["planned"]:
-        pytest.skip("the grid at depth is not finished")
-    a, lo, hi = grid["by"]["advise"]["accuracy"], *grid["by"]["advise"]["interval"]
-    best = grid["by"][grid["best_lookup"]]["hits"]
-    said = f"{grid['by']['advise']['hits']} runs right, {a:.0%} [{lo:.0%}, {hi:.0%}], against {best} for the best lookup"
-    assert said in readme
-    always = hf["by"]["always 'trains'"]["hits"]
-    assert ("short of the 90% it was registered to reach" in readme) == (a < 0.9)
-    assert f"it called {hf['by']['advise']['hits']}, against {always} for always" in readme
-    second = registrations()[1]
-    grid2 = score(second["runs"], done)
-    if grid2["runs"] == grid2["planned"]:
-        a, lo, hi = grid2["by"]["advise"]["accuracy"], *grid2["by"]["advise"]["interval"]
-        best = grid2["by"][grid2["best_lookup"]]["hits"]
-        assert f"({grid2['runs']} runs, " in readme
-        assert (
-            f"{grid2['by']['advise']['hits']} runs right, {a:.0%} [{lo:.0%}, {hi:.0%}], against {best}:"
-            in readme
-        )
-        lead = a - grid2["by"][grid2["best_lookup"]]["accuracy"]
-        assert ("under the 5-point lead it needed" in readme) == (lead < 0.05)
+    """README's table is the one the record and the registrations give (every finished grid at depth, the
+    Hugging Face set), and its sentence on the seed the seed agreement's figures."""
     from depthlab_lab.calibrate.seed_agreement import agreement
+    from depthlab_lab.docgen.advise_page import readme_table
 
-    third, fourth = registrations()[2:4]
-    again = agreement(third, fourth, done)
-    if again is not None:  # the third grid's configurations at another seed: its score and the seed's share
-        grid4 = score(fourth["runs"], done)
-        best = grid4["by"][grid4["best_lookup"]]["hits"]
-        hits, a = grid4["by"]["advise"]["hits"], grid4["by"]["advise"]["accuracy"]
-        assert f"at another seed, {hits} ({a:.0%}) against {best};" in readme
+    regs = registrations()
+    record = json.loads((ROOT / RECORD).read_text())
+    done = {r["config_hash"]: r for r in record["runs"]}
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = readme_table(regs, record)
+    assert len(table) > 3 and "\n".join(table) in readme
+    assert "Hugging Face decoders" in table[-1]
+    again = agreement(regs[2], regs[3], done)  # the third grid's configurations at another seed
+    if again is not None:
         n, k = again["configs"], again["agree"]
         reach = "was within reach" if again["ceiling"] >= 0.9 else "was the most any call could reach"
-        assert (
-            f"the seed alone changed {n - k} of those {n} outcomes, so {again['ceiling']:.0%} {reach}"
-            in readme
-        )
+        said = f"the seed alone changed {n - k} of those {n} outcomes, so {again['ceiling']:.0%} {reach}"
+        assert said in " ".join(readme.split())
 
 
 def test_the_library_ships_the_track_record_the_committed_record_gives():

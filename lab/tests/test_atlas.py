@@ -127,19 +127,22 @@ def test_the_library_s_probability_is_the_fit_s_on_the_atlas_runs(atlas):
     assert len(rows) > 1500 and not apart, apart[:5]
 
 
-def test_the_shipped_predictor_still_makes_the_second_grid_s_registered_predictions(atlas):
-    """A change to the shipped predictor (a refit, a guard) after the second grid's registration must
-    leave its frozen predictions as they were: a run of each wrapping, probed again."""
+def test_the_shipped_predictor_still_makes_the_latest_grid_s_registered_predictions(atlas):
+    """A change to the shipped predictor (a refit, a guard) after the latest grid at depth was registered
+    must leave its frozen predictions as they were, until its runs join the atlas: a run of each wrapping
+    at its widest shape, probed again."""
     from depthlab.study.worker import probe_run
     from depthlab_lab.calibrate.heldout_depth import prediction
 
-    if SECOND.name in {r.source for r in atlas.runs}:
-        pytest.skip("the second grid's runs are evidence now: a refit on them may call them otherwise")
-    reg = {p["config_hash"]: p for p in json.loads((ROOT / SECOND.registration).read_text())["runs"]}
+    sources = {r.source for r in atlas.runs}
+    latest = next((g for g in reversed(GRIDS_AT_DEPTH) if g.name not in sources), None)
+    if latest is None:
+        pytest.skip("every grid's runs are evidence now: a refit on them may call them otherwise")
+    reg = {p["config_hash"]: p for p in json.loads((ROOT / latest.registration).read_text())["runs"]}
     record = load_record()
-    seen = set()
-    for spec in StudyConfig.from_yaml(str(ROOT / SECOND.grid)).expand():
-        if spec.model.d_model != 224 or spec.model.wrap in seen:
+    widest, seen = max(d for d, _ in latest.shapes), set()
+    for spec in StudyConfig.from_yaml(str(ROOT / latest.grid)).expand():
+        if spec.model.d_model != widest or spec.model.wrap in seen:
             continue
         seen.add(spec.model.wrap)
         now = prediction(probe_run(spec), spec, atlas, record)
@@ -237,6 +240,31 @@ def test_the_fourth_grid_at_depth_repeats_the_third_s_configurations_at_another_
     assert [s.hash for s in specs] == [r["config_hash"] for r in reg["runs"]]
     for r in reg["runs"]:
         assert r["advise"] == ("trains" if r["p_trains"] >= 0.5 else "fails")
+
+
+def test_a_shape_fold_leaves_out_every_run_at_the_shape_its_twin_grid_s_too(atlas, monkeypatch):
+    """Fitted without the fourth grid's shape, the fold must not keep the third grid's runs at that shape
+    (the same configurations at another seed): every atlas run of the shape is left out."""
+    from depthlab_lab.calibrate import predictor_fit
+
+    if FOURTH.name not in {r.source for r in atlas.runs}:
+        pytest.skip("the fourth grid's runs are not in the atlas")
+    folds = []
+
+    def fit(rows, hood, names, left, by):
+        folds.append((set(left), {e.run.config_hash for e in rows}))
+
+    monkeypatch.setattr(predictor_fit, "fit", fit)
+    monkeypatch.setattr(predictor_fit, "predict", lambda model, test, *a: [0.5] * len(test))
+    monkeypatch.setattr(predictor_fit, "LOOKUPS", {})
+    s = predictor_fit.shape_folds(atlas, load_record(), FOURTH.name, load_record()["predictor"]["form"])
+    assert s["runs"] == 42 and len(folds) == len(FOURTH.shapes)
+    for (left, kept), shape in zip(folds, sorted(FOURTH.shapes)):
+        at_shape = {r.config_hash for r in atlas.runs if (r.d_model, r.n_layers) == shape}
+        twins = {
+            r.config_hash for r in atlas.runs if r.source == THIRD.name and (r.d_model, r.n_layers) == shape
+        }
+        assert len(twins) == 14 and left == at_shape >= twins and not kept & at_shape
 
 
 def test_the_fifth_grid_at_depth_was_registered_before_its_runs_with_the_predictor_refit_on_the_fourth():

@@ -257,7 +257,9 @@ def shape_folds(atlas: Atlas, record: dict, source: str, form: str) -> dict:
     """``form`` (a candidate) on the runs of the study ``source`` (a held-out grid whose runs joined the
     atlas), leaving out one shape (width and depth) at a time, fitted on every other run: how it would have
     called a grid at those shapes had it been fitted without them; each lookup on the same folds (the
-    atlas without the shape's runs). {"runs", "hits", "by_shape", "lookups": {name: hits}}."""
+    atlas without the shape's runs). Every run of the atlas at the shape is left out, whatever its source:
+    a grid that repeats another at another seed must not be called from its twin's runs.
+    {"runs", "hits", "by_shape", "lookups": {name: hits}}."""
     rows = examples(atlas, record)
     mine = [e for e in rows if e.run.source == source]
     names, by = CANDIDATES[form]
@@ -265,7 +267,7 @@ def shape_folds(atlas: Atlas, record: dict, source: str, form: str) -> dict:
     lookups = dict.fromkeys(LOOKUPS, 0)
     for shape in sorted({(e.run.d_model, e.run.n_layers) for e in mine}):
         test = [e for e in mine if (e.run.d_model, e.run.n_layers) == shape]
-        left = {e.run.config_hash for e in test}
+        left = {r.config_hash for r in atlas.runs if (r.d_model, r.n_layers) == shape}
         model = fit([e for e in rows if e.run.config_hash not in left], hood, names, left, by)
         right = sum(
             (p >= 0.5) == bool(e.label) for p, e in zip(predict(model, test, hood, names, left), test)

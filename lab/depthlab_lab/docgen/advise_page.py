@@ -191,6 +191,32 @@ def held_out_sets(regs: list[dict]) -> list[tuple[str, list[dict], bool, dict]]:
     return out
 
 
+def readme_table(regs: list[dict], record: dict) -> list[str]:
+    """The README's table of advise's finished held-out sets: per grid at depth its runs, layers, advise's
+    hits (with interval), the best lookup's and the verdict; the Hugging Face set against always 'trains'."""
+    done = {r["config_hash"]: r for r in record["runs"]}
+    lines = [
+        "| held-out grid | runs | layers | advise right | best lookup | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    hf_rows = []
+    for i, reg in enumerate(regs):
+        s = score(reg["runs"], done)
+        if s["runs"] < s["planned"] or not s["runs"]:
+            continue
+        layers = [int(run_field(p["run"], "n_layers")) for p in reg["runs"]]
+        name = ORDINALS[i] + (
+            f" (the {ORDINALS[_index(reg['repeats'])]}'s, another seed)" if reg.get("repeats") else ""
+        )
+        lines.append(f"| {name} | {s['runs']} | {min(layers)}-{max(layers)} | {_pct(s['by']['advise'])} | "
+                     f"{s['by'][s['best_lookup']]['hits']} | {verdict(s).split(':')[0]} |")  # fmt: skip
+        hf = score(reg["hf_runs"], done)
+        if reg["hf_runs"] and hf["runs"] == hf["planned"]:
+            hf_rows.append(f"| Hugging Face decoders | {hf['runs']} | - | {_pct(hf['by']['advise'])} | "
+                           f"always \"trains\": {hf['by'][ALWAYS]['hits']} | {verdict(hf, hf=True).split(':')[0]} |")  # fmt: skip
+    return lines + hf_rows
+
+
 def score_lines(regs: list[dict], record: dict) -> tuple[list[str], list]:
     """(the score table's lines, [(set name, its score, its registration)]): a row per held-out set."""
     done = {r["config_hash"]: r for r in record["runs"]}
