@@ -1,7 +1,7 @@
 """The atlas the library ships is what the committed run records give; the predictor in the doctor's record
 is what its cross-validated fit gives on that atlas; each held-out grid at depth was registered, with every
 prediction frozen, in a commit whose record and atlas are the ones the predictions were made under, and the
-shipped predictor made the second grid's registered predictions until its runs joined the atlas."""
+shipped predictor makes the latest grid's registered predictions until its runs join the atlas."""
 
 from __future__ import annotations
 
@@ -287,6 +287,7 @@ def test_the_fifth_grid_at_depth_was_registered_before_its_runs_with_the_predict
     assert {r.source for r in then_atlas.runs} >= {FIRST.name, SECOND.name, THIRD.name, FOURTH.name}
     assert FIFTH.name not in {r.source for r in then_atlas.runs}
     assert not set(FIFTH.shapes) & {(r.d_model, r.n_layers) for r in then_atlas.runs}
+    assert FIFTH.seed not in {r.seed for r in then_atlas.runs}
     specs = StudyConfig.from_yaml(ROOT / FIFTH.grid).expand()
     assert {s.train.seed for s in specs} == {FIFTH.seed}
     assert [s.hash for s in specs] == [r["config_hash"] for r in reg["runs"]]

@@ -191,15 +191,17 @@ def held_out_sets(regs: list[dict]) -> list[tuple[str, list[dict], bool, dict]]:
     return out
 
 
-def readme_table(regs: list[dict], record: dict) -> list[str]:
-    """The README's table of advise's finished held-out sets: per grid at depth its runs, layers, advise's
-    hits (with interval), the best lookup's and the verdict; the Hugging Face set against always 'trains'."""
+def readme_table(regs: list[dict] | None = None, record: dict | None = None) -> str:
+    """README's table of advise's finished held-out sets (the committed registrations and record by
+    default): per grid at depth its runs, layers, advise's hits with interval, the best lookup's and the
+    verdict; last the Hugging Face set, against always 'trains'."""
+    regs = registrations() if regs is None else regs
+    if record is None:
+        with open(os.path.join(REPOSITORY, RECORD), encoding="utf-8") as f:
+            record = json.load(f)
     done = {r["config_hash"]: r for r in record["runs"]}
-    lines = [
-        "| held-out grid | runs | layers | advise right | best lookup | verdict |",
-        "|---|---|---|---|---|---|",
-    ]
-    hf_rows = []
+    lines = ["| held-out grid | runs | layers | advise right | best lookup (HF: always \"trains\") | verdict |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
     for i, reg in enumerate(regs):
         s = score(reg["runs"], done)
         if s["runs"] < s["planned"] or not s["runs"]:
@@ -210,11 +212,11 @@ def readme_table(regs: list[dict], record: dict) -> list[str]:
         )
         lines.append(f"| {name} | {s['runs']} | {min(layers)}-{max(layers)} | {_pct(s['by']['advise'])} | "
                      f"{s['by'][s['best_lookup']]['hits']} | {verdict(s).split(':')[0]} |")  # fmt: skip
-        hf = score(reg["hf_runs"], done)
-        if reg["hf_runs"] and hf["runs"] == hf["planned"]:
-            hf_rows.append(f"| Hugging Face decoders | {hf['runs']} | - | {_pct(hf['by']['advise'])} | "
-                           f"always \"trains\": {hf['by'][ALWAYS]['hits']} | {verdict(hf, hf=True).split(':')[0]} |")  # fmt: skip
-    return lines + hf_rows
+    hf = score(regs[0]["hf_runs"], done) if regs and regs[0]["hf_runs"] else None
+    if hf and hf["runs"] == hf["planned"]:
+        lines.append(f"| Hugging Face decoders | {hf['runs']} | - | {_pct(hf['by']['advise'])} | "
+                     f"{hf['by'][ALWAYS]['hits']} | {verdict(hf, hf=True).split(':')[0]} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
 
 
 def score_lines(regs: list[dict], record: dict) -> tuple[list[str], list]:
@@ -496,12 +498,14 @@ def _shape_fold_lines(regs: list[dict], record: dict, atlas: Atlas) -> list[str]
     pred = record.get("predictor") or {}
     sources = {r.source for r in atlas.runs}
     rest = {k: v for k, v in record.items() if k != "predictor"}
-    lines = []
+    lines, hits, runs, lookups = [], 0, 0, dict.fromkeys(LOOKUP_NAMES, 0)
     for i, reg in enumerate(regs):
         source = _source(reg)
         if not pred or source not in sources:
             continue
         s = shape_folds(atlas, rest, source, pred["form"])
+        hits, runs = hits + s["hits"], runs + s["runs"]
+        lookups = {k: lookups[k] + s["lookups"][k] for k in LOOKUP_NAMES}
         lo, hi = wilson_interval(s["hits"], s["runs"])
         shapes = ", ".join(f"{k}: {h} of {n}" for k, (h, n) in s["by_shape"].items())
         best = max(s["lookups"], key=s["lookups"].__getitem__)
@@ -512,9 +516,14 @@ def _shape_fold_lines(regs: list[dict], record: dict, atlas: Atlas) -> list[str]
         )
     if not lines:
         return []
+    lo, hi = wilson_interval(hits, runs)
+    best = max(lookups, key=lookups.__getitem__)
+    lines.append(f"- in all: {hits} of {runs} ({hits / runs:.0%} [{lo:.0%}, {hi:.0%}]); the best single lookup "
+                 f"on the same folds, {best}: {lookups[best]}")  # fmt: skip
     return [
         "What to expect at depth: the kept form, fitted without each shape of a grid at depth in turn "
-        "(every other run of the atlas kept), calls",
+        "(every run of the atlas at that shape left out, a repeated grid's runs at another seed included; "
+        "every other run kept), calls",
         "",
         *lines,
         "",

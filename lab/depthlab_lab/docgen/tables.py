@@ -133,6 +133,13 @@ def files_map(package: str) -> str:
     return "```\n" + "\n".join(lines) + "\n```\n"
 
 
+def advise_heldout_table() -> str:
+    """advise's finished held-out grids, scored from the committed record (README's trust table)."""
+    from depthlab_lab.docgen.advise_page import readme_table
+
+    return readme_table()
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "library-files": lambda: files_map("depthlab"),
     "lab-files": lambda: files_map("lab/depthlab_lab"),
@@ -141,6 +148,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "families": families_table,
     "topologies": topologies_table,
     "transfer": transfer_table.table,
+    "advise-heldout": advise_heldout_table,
 }
 
 
