@@ -218,3 +218,20 @@ def test_the_fifth_grid_s_registered_expectation_is_what_the_page_s_shape_folds_
     assert re.search(
         rf"- in all: {hits} of {runs} \(.*\); the best single lookup on the same folds, [^:]+: {best}\n", page
     )
+
+
+def test_the_pooled_summary_counts_finished_grids_only_and_says_it_is_not_a_registered_rule():
+    from depthlab_lab.docgen.advise_page import _pooled_lines
+
+    # grid A: advise right on 2 of 2, lookups on 1; grid B: advise 1 of 2, lookups 2; grid C unfinished
+    a = [_p("a1", "trains", 0.9, ("fails",) * 3), _p("a2", "fails", 0.1, ("fails",) * 3)]
+    b = [_p("b1", "trains", 0.6, ("fails",) * 3), _p("b2", "trains", 0.7, ("trains",) * 3)]
+    c = [_p("c1", "trains", 0.9, ("trains",) * 3), _p("c2", "trains", 0.9, ("trains",) * 3)]
+    outcomes = {"a1": "trained", "a2": "stalled", "b1": "diverged", "b2": "trained", "c1": "trained"}
+    record = {"runs": [{"config_hash": h, "outcome": o} for h, o in outcomes.items()]}
+    regs = [{"runs": a}, {"runs": b}, {"runs": c}]
+    line = _pooled_lines(regs, record)[0]
+    assert line.startswith("The 2 finished grids at depth together (4 runs,")
+    assert "not a registered rule" in line and "advise 3 (75% [" in line and ") 3 (75% [" in line
+    assert "a lead of +0.0 points" in line
+    assert _pooled_lines(regs[:1] + regs[2:], record) == []

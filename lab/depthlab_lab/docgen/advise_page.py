@@ -274,6 +274,7 @@ def render(regs: list[dict], record: dict, record_path: str = RECORD) -> str:
             "at a time.",
             "",
         ]
+    lines += _pooled_lines(regs, record)
     for name, s, reg in scored:
         if s["runs"] and name != HF_NAME:
             lines += _by_wrapping(name, reg, record, s["best_lookup"])
@@ -339,6 +340,22 @@ def _misses(scored) -> list[str]:
 
 
 BANDS = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
+
+
+def _pooled_lines(regs: list[dict], record: dict) -> list[str]:
+    """Every finished grid at depth together, each run under the predictor registered for it: advise
+    against the best lookup over all of them (a summary after the fact, not a registered rule)."""
+    done = {r["config_hash"]: r for r in record["runs"]}
+    finished = [reg for reg in regs if reg["runs"] and score(reg["runs"], done)["runs"] == len(reg["runs"])]
+    if len(finished) < 2:
+        return []
+    s = score([p for reg in finished for p in reg["runs"]], done)
+    best, d = s["best_lookup"], s["difference"]
+    return [f"The {len(finished)} finished grids at depth together ({s['runs']} runs, each called by the predictor "
+            "registered for it; a repeated grid's configurations count at each seed), a summary after the fact "
+            f"and not a registered rule: advise {_pct(s['by']['advise'])}, the best lookup ({best}) "
+            f"{_pct(s['by'][best])}, a lead of {100 * d[0]:+.1f} points [{100 * d[1]:+.0f}, {100 * d[2]:+.0f}]; "
+            f"Brier {s['by']['advise']['brier']:.3f} against {s['by'][best]['brier']:.3f}.", ""]  # fmt: skip
 
 
 def _reliability_lines(regs: list[dict], record: dict) -> list[str]:
