@@ -160,6 +160,25 @@ def _digest_at(commit: str, path: str) -> str:
     return hashlib.sha256(raw).hexdigest()[:16]
 
 
+def _frozen(grid) -> tuple[dict, Atlas]:
+    """``grid``'s registration, checked unchanged since its first commit and made with that commit's record
+    and atlas (every prediction called from its own probability); and that atlas, before the grid's runs."""
+    reg = json.loads((ROOT / grid.registration).read_text())
+    first = commits_of(grid.registration)[0]
+    assert json.loads(git("show", f"{first}:{grid.registration}")) == reg, (
+        "a frozen prediction or rule changed"
+    )
+    assert _digest_at(first, reg["record"]["path"]) == reg["record"]["sha256"]
+    assert _digest_at(first, reg["atlas"]["path"]) == reg["atlas"]["sha256"]
+    for r in reg["runs"]:
+        assert r["advise"] == ("trains" if r["p_trains"] >= 0.5 else "fails")
+    raw = subprocess.run(["git", "show", f"{first}:{reg['atlas']['path']}"], cwd=ROOT, capture_output=True,
+                         check=True).stdout  # fmt: skip
+    then_atlas = Atlas.load(io.BytesIO(raw))
+    assert grid.name not in {r.source for r in then_atlas.runs}
+    return reg, then_atlas
+
+
 def test_the_held_out_grid_at_depth_was_registered_with_its_predictions_record_and_atlas():
     reg = json.loads((ROOT / REGISTRATION).read_text())
     first = commits_of(REGISTRATION)[0]  # the registration commit: the file's first
@@ -177,59 +196,37 @@ def test_the_held_out_grid_at_depth_was_registered_with_its_predictions_record_a
 def test_the_second_grid_at_depth_was_registered_before_its_runs_with_the_refit_predictor():
     """Frozen in its first commit with the record and atlas of that commit (the atlas holding the first
     grid's runs, the predictor refit on them); no shape of it is one that atlas measured."""
-    path = SECOND.registration
-    reg = json.loads((ROOT / path).read_text())
-    first = commits_of(path)[0]
-    then = json.loads(git("show", f"{first}:{path}"))
-    assert then == reg, "a frozen prediction or rule changed"
-    assert _digest_at(first, reg["record"]["path"]) == reg["record"]["sha256"]
-    assert _digest_at(first, reg["atlas"]["path"]) == reg["atlas"]["sha256"]
+    reg, then_atlas = _frozen(SECOND)  # the atlas it was registered with, before its runs joined
     assert reg["atlas"]["runs"] == 1617 and reg["record"]["predictor_form"].endswith("by wrapping")
     assert len(reg["runs"]) == 42 and reg["hf_runs"] == []
     assert all(0.5 <= r["lr_over_limit"] <= 2 for r in reg["runs"])
-    raw = subprocess.run(["git", "show", f"{first}:{reg['atlas']['path']}"], cwd=ROOT, capture_output=True,
-                         check=True).stdout  # fmt: skip
-    then_atlas = Atlas.load(io.BytesIO(raw))  # the atlas it was registered with, before its runs joined
     assert len(then_atlas) == 1617
     assert not set(SECOND.shapes) & {(r.d_model, r.n_layers) for r in then_atlas.runs}
-    for r in reg["runs"]:
-        assert r["advise"] == ("trains" if r["p_trains"] >= 0.5 else "fails")
 
 
 def test_the_third_grid_at_depth_was_registered_before_its_runs_with_the_predictor_refit_on_the_second():
     """Frozen in its first commit with the record and atlas of that commit (the atlas holding the second
     grid's runs too, the predictor chosen again on them); no shape of it is one that atlas measured; it
     states its cost; most of its runs are hard calls (within 2x of the stack's limit: all of them)."""
-    path = THIRD.registration
-    reg = json.loads((ROOT / path).read_text())
-    first = commits_of(path)[0]
-    assert json.loads(git("show", f"{first}:{path}")) == reg, "a frozen prediction or rule changed"
-    assert _digest_at(first, reg["record"]["path"]) == reg["record"]["sha256"]
-    assert _digest_at(first, reg["atlas"]["path"]) == reg["atlas"]["sha256"]
+    reg, then_atlas = _frozen(THIRD)
     assert reg["atlas"]["runs"] == 1659 and reg["record"]["predictor_form"].endswith("by wrapping")
     assert len(reg["runs"]) == 42 and reg["hf_runs"] == [] and "h of one core" in reg["cost"]
     assert all(0.5 <= r["lr_over_limit"] <= 2 for r in reg["runs"])
-    raw = subprocess.run(["git", "show", f"{first}:{reg['atlas']['path']}"], cwd=ROOT, capture_output=True,
-                         check=True).stdout  # fmt: skip
-    then_atlas = Atlas.load(io.BytesIO(raw))
     assert {r.source for r in then_atlas.runs} >= {FIRST.name, SECOND.name}
-    assert THIRD.name not in {r.source for r in then_atlas.runs}
     assert not set(THIRD.shapes) & {(r.d_model, r.n_layers) for r in then_atlas.runs}
-    for r in reg["runs"]:
-        assert r["advise"] == ("trains" if r["p_trains"] >= 0.5 else "fails")
 
 
 def test_the_fourth_grid_at_depth_repeats_the_third_s_configurations_at_another_seed_registered_first():
     """Frozen in its first commit with that commit's record and atlas, the same the third grid was scored
     under (its runs not in the atlas); every configuration the third's, learning rate included, only the
     seed differs; it names the grid it repeats and how the seed agreement is scored."""
-    path = FOURTH.registration
-    reg = json.loads((ROOT / path).read_text())
+    reg, then_atlas = _frozen(FOURTH)
     third = json.loads((ROOT / THIRD.registration).read_text())
-    first = commits_of(path)[0]
-    assert json.loads(git("show", f"{first}:{path}")) == reg, "a frozen prediction or rule changed"
-    assert _digest_at(first, reg["record"]["path"]) == reg["record"]["sha256"] == third["record"]["sha256"]
-    assert _digest_at(first, reg["atlas"]["path"]) == reg["atlas"]["sha256"] == third["atlas"]["sha256"]
+    assert (
+        reg["record"]["sha256"] == third["record"]["sha256"]
+        and reg["atlas"]["sha256"] == third["atlas"]["sha256"]
+    )
+    assert THIRD.name not in {r.source for r in then_atlas.runs}
     assert (
         reg["repeats"] == THIRD.name and "ceiling" in reg["seed agreement"] and "h of one core" in reg["cost"]
     )
@@ -238,8 +235,6 @@ def test_the_fourth_grid_at_depth_repeats_the_third_s_configurations_at_another_
     specs = StudyConfig.from_yaml(ROOT / FOURTH.grid).expand()
     assert {s.train.seed for s in specs} == {FOURTH.seed} != {THIRD.seed}
     assert [s.hash for s in specs] == [r["config_hash"] for r in reg["runs"]]
-    for r in reg["runs"]:
-        assert r["advise"] == ("trains" if r["p_trains"] >= 0.5 else "fails")
 
 
 def test_a_shape_fold_leaves_out_every_run_at_the_shape_its_twin_grid_s_too(atlas, monkeypatch):
@@ -271,28 +266,17 @@ def test_the_fifth_grid_at_depth_was_registered_before_its_runs_with_the_predict
     """Frozen in its first commit with the record and atlas of that commit (the atlas holding the third's
     and fourth's runs, the predictor chosen again on them); no shape of it is one that atlas measured; it
     states its cost and why it was drawn; every run is a hard call (within 2x of the stack's limit)."""
-    path = FIFTH.registration
-    reg = json.loads((ROOT / path).read_text())
-    first = commits_of(path)[0]
-    assert json.loads(git("show", f"{first}:{path}")) == reg, "a frozen prediction or rule changed"
-    assert _digest_at(first, reg["record"]["path"]) == reg["record"]["sha256"]
-    assert _digest_at(first, reg["atlas"]["path"]) == reg["atlas"]["sha256"]
+    reg, then_atlas = _frozen(FIFTH)
     assert reg["atlas"]["runs"] == 1743 and reg["record"]["predictor_form"].endswith("by wrapping")
     assert len(reg["runs"]) == 42 and reg["hf_runs"] == [] and "h of one core" in reg["cost"]
     assert "repeats" not in reg and "163 of 182" in reg["after"]
     assert all(0.5 <= r["lr_over_limit"] <= 2 for r in reg["runs"])
-    raw = subprocess.run(["git", "show", f"{first}:{reg['atlas']['path']}"], cwd=ROOT, capture_output=True,
-                         check=True).stdout  # fmt: skip
-    then_atlas = Atlas.load(io.BytesIO(raw))
     assert {r.source for r in then_atlas.runs} >= {FIRST.name, SECOND.name, THIRD.name, FOURTH.name}
-    assert FIFTH.name not in {r.source for r in then_atlas.runs}
     assert not set(FIFTH.shapes) & {(r.d_model, r.n_layers) for r in then_atlas.runs}
     assert FIFTH.seed not in {r.seed for r in then_atlas.runs}
     specs = StudyConfig.from_yaml(ROOT / FIFTH.grid).expand()
     assert {s.train.seed for s in specs} == {FIFTH.seed}
     assert [s.hash for s in specs] == [r["config_hash"] for r in reg["runs"]]
-    for r in reg["runs"]:
-        assert r["advise"] == ("trains" if r["p_trains"] >= 0.5 else "fails")
 
 
 @pytest.mark.parametrize("argv", [["register"], ["register", "nope"], ["design", FIRST.name],

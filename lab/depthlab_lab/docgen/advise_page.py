@@ -157,16 +157,26 @@ def registrations() -> list[dict]:
     return out
 
 
+def _done(record: dict) -> dict[str, dict]:
+    """The record's finished runs by config hash."""
+    return {r["config_hash"]: r for r in record["runs"]}
+
+
+def _span(reg: dict, field: str) -> tuple[int, int]:
+    """The least and greatest ``field`` (n_layers, d_model) of a registration's runs."""
+    values = [int(run_field(p["run"], field)) for p in reg["runs"]]
+    return min(values), max(values)
+
+
 def grid_name(reg: dict, i: int) -> str:
     """'held-out grid at depth (8-32 layers, widths 96-256)', the second 'second held-out grid at depth ...'."""
-    layers = [int(run_field(p["run"], "n_layers")) for p in reg["runs"]]
-    widths = [int(run_field(p["run"], "d_model")) for p in reg["runs"]]
+    (depth_lo, depth_hi), (width_lo, width_hi) = _span(reg, "n_layers"), _span(reg, "d_model")
     nth = f"{ORDINALS[i]} " if i else ""
     again = (
         f", the {ORDINALS[_index(reg['repeats'])]} grid's runs at another seed" if reg.get("repeats") else ""
     )
-    return (f"{nth}held-out grid at depth ({min(layers)}-{max(layers)} layers, widths "
-            f"{min(widths)}-{max(widths)}{again})")  # fmt: skip
+    return (f"{nth}held-out grid at depth ({depth_lo}-{depth_hi} layers, widths "
+            f"{width_lo}-{width_hi}{again})")  # fmt: skip
 
 
 ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth")
@@ -199,18 +209,18 @@ def readme_table(regs: list[dict] | None = None, record: dict | None = None) -> 
     if record is None:
         with open(os.path.join(REPOSITORY, RECORD), encoding="utf-8") as f:
             record = json.load(f)
-    done = {r["config_hash"]: r for r in record["runs"]}
+    done = _done(record)
     lines = ["| held-out grid | runs | layers | advise right | best lookup (HF: always \"trains\") | verdict |",
              "|---|---|---|---|---|---|"]  # fmt: skip
     for i, reg in enumerate(regs):
         s = score(reg["runs"], done)
         if s["runs"] < s["planned"] or not s["runs"]:
             continue
-        layers = [int(run_field(p["run"], "n_layers")) for p in reg["runs"]]
+        lo, hi = _span(reg, "n_layers")
         name = ORDINALS[i] + (
             f" (the {ORDINALS[_index(reg['repeats'])]}'s, another seed)" if reg.get("repeats") else ""
         )
-        lines.append(f"| {name} | {s['runs']} | {min(layers)}-{max(layers)} | {_pct(s['by']['advise'])} | "
+        lines.append(f"| {name} | {s['runs']} | {lo}-{hi} | {_pct(s['by']['advise'])} | "
                      f"{s['by'][s['best_lookup']]['hits']} | {verdict(s).split(':')[0]} |")  # fmt: skip
     hf = score(regs[0]["hf_runs"], done) if regs and regs[0]["hf_runs"] else None
     if hf and hf["runs"] == hf["planned"]:
@@ -221,7 +231,7 @@ def readme_table(regs: list[dict] | None = None, record: dict | None = None) -> 
 
 def score_lines(regs: list[dict], record: dict) -> tuple[list[str], list]:
     """(the score table's lines, [(set name, its score, its registration)]): a row per held-out set."""
-    done = {r["config_hash"]: r for r in record["runs"]}
+    done = _done(record)
     lines = ["| held-out set | runs done | advise | best lookup | always 'trains' | Brier: advise / best lookup | result |",
              "|---|---|---|---|---|---|---|"]  # fmt: skip
     scored = []
@@ -306,7 +316,7 @@ def _by_wrapping(name: str, reg: dict, record: dict, best: str) -> list[str]:
     track = track_record(reg, record)
     if track is None:
         return []
-    done = {r["config_hash"]: r for r in record["runs"]}
+    done = _done(record)
     out = [f"## By wrapping, on the {name.split(' (')[0]}", "",
            "| wrapping | runs | trained below / above the safe lr | other outcomes | advise right | "
            f"{best} right |", "|---|---|---|---|---|---|"]  # fmt: skip
@@ -345,8 +355,8 @@ BANDS = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
 def _pooled_lines(regs: list[dict], record: dict) -> list[str]:
     """Every finished grid at depth together, each run under the predictor registered for it: advise
     against the best lookup over all of them (a summary after the fact, not a registered rule)."""
-    done = {r["config_hash"]: r for r in record["runs"]}
-    finished = [reg for reg in regs if reg["runs"] and score(reg["runs"], done)["runs"] == len(reg["runs"])]
+    done = _done(record)
+    finished = [reg for reg in regs if reg["runs"] and all(p["config_hash"] in done for p in reg["runs"])]
     if len(finished) < 2:
         return []
     s = score([p for reg in finished for p in reg["runs"]], done)
@@ -362,7 +372,7 @@ def _reliability_lines(regs: list[dict], record: dict) -> list[str]:
     """What advise's probabilities meant on the finished runs at depth, each run under the predictor
     registered for it: per band of P(trains), how many runs, their mean P and how many trained; beside
     it the same for the runs registered with the predictor advise ships now."""
-    done = {r["config_hash"]: r for r in record["runs"]}
+    done = _done(record)
     shipped = digest(RECORD_PATH)
     runs = [(p["p_trains"], expected(done[p["config_hash"]]["outcome"]) == "trains", reg["record"]["sha256"] == shipped)
             for reg in regs for p in reg["runs"] if p["config_hash"] in done]  # fmt: skip
@@ -401,7 +411,7 @@ def _reliability_lines(regs: list[dict], record: dict) -> list[str]:
 def _seed_lines(regs: list[dict], record: dict) -> list[str]:
     """For a grid that repeats another at another seed, once both are done: how often the outcome held,
     the ceiling of any call from the configuration, and each caller's hits on both grids' runs."""
-    done = {r["config_hash"]: r for r in record["runs"]}
+    done = _done(record)
     grids = {_source(reg): (i, reg) for i, reg in enumerate(regs)}
     seeds = {g.name: g.seed for g in GRIDS_AT_DEPTH}
     out = []
