@@ -24,6 +24,7 @@ from depthlab_lab.calibrate.heldout_depth import (
     GRIDS_AT_DEPTH,
     REGISTRATION,
     SECOND,
+    SIXTH,
     THIRD,
 )
 from depthlab_lab.calibrate.predictor_fit import fitted_predictor
@@ -54,20 +55,21 @@ def test_the_doctor_runs_of_the_atlas_are_the_records(atlas):
 
 
 def test_advise_s_scored_held_out_runs_are_in_the_atlas(atlas):
-    """The four grids at depth scored before the fifth and the Hugging Face set are evidence now (each
+    """The five grids at depth scored before the sixth and the Hugging Face set are evidence now (each
     run once, with its recorded outcome, probed again)."""
     rows = {
         r["config_hash"]: r
         for r in json.loads((ROOT / "docs" / "advise-heldout-runs.json").read_text())["runs"]
-        if r["study"] != FIFTH.name  # scored after the atlas was last built
+        if r["study"] != SIXTH.name  # scored after the atlas was last built
     }
     advise = [r for r in atlas.runs if r.source.startswith("advise-heldout")]
-    assert len(advise) == len({r.config_hash for r in advise}) == len(rows) == 56 + 12 + 42 + 42 + 42
+    assert len(advise) == len({r.config_hash for r in advise}) == len(rows) == 56 + 12 + 42 + 42 + 42 + 42
     assert {r.source for r in advise} == {
         FIRST.name,
         SECOND.name,
         THIRD.name,
         FOURTH.name,
+        FIFTH.name,
         *(f"advise-heldout-hf-{f}" for f in ("llama", "gpt_neox", "gemma2")),
     }
     for r in advise:
@@ -262,20 +264,29 @@ def test_a_shape_fold_leaves_out_every_run_at_the_shape_its_twin_grid_s_too(atla
         assert len(twins) == 14 and left == at_shape >= twins and not kept & at_shape
 
 
-def test_the_fifth_grid_at_depth_was_registered_before_its_runs_with_the_predictor_refit_on_the_fourth():
-    """Frozen in its first commit with the record and atlas of that commit (the atlas holding the third's
-    and fourth's runs, the predictor chosen again on them); no shape of it is one that atlas measured; it
-    states its cost and why it was drawn; every run is a hard call (within 2x of the stack's limit)."""
-    reg, then_atlas = _frozen(FIFTH)
-    assert reg["atlas"]["runs"] == 1743 and reg["record"]["predictor_form"].endswith("by wrapping")
+@pytest.mark.parametrize(
+    "grid, atlas_runs, expected",
+    [(FIFTH, 1743, "163 of 182"), (SIXTH, 1785, "197 of 224")],
+    ids=["fifth", "sixth"],
+)
+def test_a_later_grid_at_depth_was_registered_before_its_runs_with_the_predictor_refit_on_the_one_before(
+    grid, atlas_runs, expected
+):
+    """Frozen in its first commit with the record and atlas of that commit (the atlas holding every earlier
+    grid's runs, the predictor chosen again on them); no shape or seed of it is one that atlas measured; it
+    states its cost and why it was drawn, with what its shape folds expect; every run is a hard call
+    (within 2x of the stack's limit)."""
+    reg, then_atlas = _frozen(grid)
+    assert reg["atlas"]["runs"] == atlas_runs and reg["record"]["predictor_form"].endswith("by wrapping")
     assert len(reg["runs"]) == 42 and reg["hf_runs"] == [] and "h of one core" in reg["cost"]
-    assert "repeats" not in reg and "163 of 182" in reg["after"]
+    assert "repeats" not in reg and expected in reg["after"]
     assert all(0.5 <= r["lr_over_limit"] <= 2 for r in reg["runs"])
-    assert {r.source for r in then_atlas.runs} >= {FIRST.name, SECOND.name, THIRD.name, FOURTH.name}
-    assert not set(FIFTH.shapes) & {(r.d_model, r.n_layers) for r in then_atlas.runs}
-    assert FIFTH.seed not in {r.seed for r in then_atlas.runs}
-    specs = StudyConfig.from_yaml(ROOT / FIFTH.grid).expand()
-    assert {s.train.seed for s in specs} == {FIFTH.seed}
+    earlier = GRIDS_AT_DEPTH[: GRIDS_AT_DEPTH.index(grid)]
+    assert {r.source for r in then_atlas.runs} >= {g.name for g in earlier}
+    assert not set(grid.shapes) & {(r.d_model, r.n_layers) for r in then_atlas.runs}
+    assert grid.seed not in {r.seed for r in then_atlas.runs}
+    specs = StudyConfig.from_yaml(ROOT / grid.grid).expand()
+    assert {s.train.seed for s in specs} == {grid.seed}
     assert [s.hash for s in specs] == [r["config_hash"] for r in reg["runs"]]
 
 
@@ -283,7 +294,8 @@ def test_the_fifth_grid_at_depth_was_registered_before_its_runs_with_the_predict
                                   ["register", FIRST.name], ["register", SECOND.name],
                                   ["design", THIRD.name], ["register", THIRD.name],
                                   ["design", FOURTH.name], ["register", FOURTH.name],
-                                  ["design", FIFTH.name], ["register", FIFTH.name], []])  # fmt: skip
+                                  ["design", FIFTH.name], ["register", FIFTH.name],
+                                  ["design", SIXTH.name], ["register", SIXTH.name], []])  # fmt: skip
 def test_a_registered_grid_is_never_designed_or_registered_again(argv, capsys):
     from depthlab_lab.calibrate.heldout_depth import main
 
