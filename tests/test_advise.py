@@ -197,3 +197,14 @@ def test_advise_shows_its_held_out_record_for_a_wrapping_the_grid_held_out(atlas
     from depthlab.advise import track_record
 
     assert [ln for ln in screen if ln.startswith("held out (")] == [track_record.line(a.held_out)]
+
+
+def test_the_safe_lr_line_is_folded_never_cut():
+    from depthlab.advise.screen import WIDTH, _fold
+
+    text = "safe lr (post, warmup 50): <= 0.0006 (trained to 0.00033, failed from 0.0011); P >= 0.8 for lr 7.5e-05 .. 0.00056"
+    short = "safe lr (pre, warmup 0): <= 0.014 (trained to 0.02); P >= 0.8 for lr 5.6e-05 .. 0.018"
+    assert len(text) > WIDTH and _fold(short) == [short]
+    first, second = _fold(text)
+    assert first.endswith("failed from 0.0011)") and second == "  P >= 0.8 for lr 7.5e-05 .. 0.00056"
+    assert all(len(line) <= WIDTH for line in _fold(text))

@@ -32,6 +32,15 @@ def _cut(text: str, width: int = WIDTH) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def _fold(text: str, width: int = WIDTH) -> list[str]:
+    """``text`` as one line, or, where it is longer than ``width``, broken after its last "; " that fits
+    (the rest indented on a line of its own): a line of numbers is folded, never cut."""
+    at = text.rfind("; ", 0, width)
+    if len(text) <= width or at < 0:
+        return [text]
+    return [text[:at], "  " + text[at + 2 :]]
+
+
 def render(a, likely: float) -> str:
     """The advice ``a`` (:class:`depthlab.advise.advice.Advice`) as the screen prints it; ``likely``: the
     probability the ranges of likely learning rates are drawn at."""
@@ -46,8 +55,8 @@ def render(a, likely: float) -> str:
     if a.limit is not None:
         lim = a.limit
         fails = f", failed from {lim.lr_fails:.2g}" if lim.lr_fails else ""
-        lines.append(_cut(f"safe lr ({m.wrap}, warmup {t.warmup}): <= {lim.lr_limit:.2g} (trained to "
-                          f"{_lr(lim.lr_trained)}{fails}); P >= {likely} for lr {_range(a.likely)}"))  # fmt: skip
+        lines += _fold(f"safe lr ({m.wrap}, warmup {t.warmup}): <= {lim.lr_limit:.2g} (trained to "
+                       f"{_lr(lim.lr_trained)}{fails}); P >= {likely} for lr {_range(a.likely)}")  # fmt: skip
     lines += [
         "",
         f"{'wrapping at lr ' + format(t.lr, 'g'):<28}{'P(trains)':>10}{'safe lr':>10}   P >= {likely} for lr",

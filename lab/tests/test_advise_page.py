@@ -182,6 +182,8 @@ def test_the_held_out_reliability_table_counts_every_run_at_depth_once_in_its_ba
     """Each finished run at depth falls in one band (P = 1 in the top one); the shipped predictor's
     column holds the runs registered with the record the library ships now; the trained counts are
     the record's."""
+    from depthlab.doctor.record import RECORD_PATH
+    from depthlab_lab.calibrate.heldout_depth import digest
     from depthlab_lab.docgen.advise_page import BANDS, _reliability_lines
 
     regs = registrations()
@@ -195,8 +197,21 @@ def test_the_held_out_reliability_table_counts_every_run_at_depth_once_in_its_ba
     assert sum(int(r[1]) for r in rows) == len(finished)
     trained = sum(done[p["config_hash"]]["outcome"] == "trained" for p in finished)
     assert sum(int(r[3].split()[0]) for r in rows if r[3].strip() != "-") == trained
-    assert 0 < sum(int(r[4]) for r in rows) < len(finished)
+    shipped = digest(RECORD_PATH)
+    now = [
+        p
+        for reg in regs
+        if reg["record"]["sha256"] == shipped
+        for p in reg["runs"]
+        if p["config_hash"] in done
+    ]
+    assert sum(int(r[4]) for r in rows) == len(now) if now else {len(r) for r in rows} == {4}
     assert _reliability_lines(regs, {"runs": []}) == []
+    # with none of the shipped predictor's runs done, its column is left out and the text says why
+    others = [reg for reg in regs if reg["record"]["sha256"] != shipped]
+    lines = _reliability_lines(others, record)
+    assert "none was registered with the predictor advise ships now" in lines[2]
+    assert all(line.count("|") == 5 for line in lines if line.startswith("|"))
 
 
 def test_the_latest_registered_expectation_is_what_the_page_s_shape_folds_give():

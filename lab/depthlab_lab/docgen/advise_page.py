@@ -379,14 +379,21 @@ def _reliability_lines(regs: list[dict], record: dict) -> list[str]:
     if not runs:
         return []
     now = [r for r in runs if r[2]]
+    groups = (runs, now) if now else (runs,)
+    beside = (
+        f"beside it the {len(now)} registered with the predictor advise ships now"
+        if now
+        else "none was registered with the predictor advise ships now (no grid it predicted is done yet)"
+    )
+    head = "| P(trains) | runs | mean P | trained |" + (
+        " runs (shipped predictor) | mean P | trained |" if now else ""
+    )
     out = ["## What its probabilities meant on the runs at depth", "",
            f"Every finished run of the grids at depth ({len(runs)}), each under the predictor registered for it; "
-           f"beside it the {len(now)} registered with the predictor advise ships now:", "",
-           "| P(trains) | runs | mean P | trained | runs (shipped predictor) | mean P | trained |",
-           "|---|---|---|---|---|---|---|"]  # fmt: skip
+           f"{beside}:", "", head, "|---" * (1 + 3 * len(groups)) + "|"]  # fmt: skip
     for lo, hi in zip(BANDS, BANDS[1:]):
         cells = []
-        for group in (runs, now):
+        for group in groups:
             band = [(q, t) for q, t, _ in group if lo <= q < hi or (hi == 1.0 and q == 1.0)]
             if band:
                 k = sum(t for _, t in band)
