@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from depthlab.doctor.atlas import renormalises
 from depthlab.doctor.record import outside
 from depthlab.doctor.verdict import Verdict
 
@@ -29,19 +30,19 @@ FEATURES = ("const", "ln_lr", "ln_lr_sq", "ln_d_model", "ln_n_layers", "ln_1_war
 Z_INTERVAL = 1.2816  # the normal's 90% point: an 80% interval for one run's escape step
 SAFE_BUDGET = 0.9
 NEVER = 100  # a median beyond this many times the longest budget fitted: not expected to escape at all
-RENORMALISING = ("post", "deepnorm", "admin", "mix")  # by name, where no probe gave the share
 FAMILY_TEXT = {
     "renormalising": "stacks whose blocks renormalise the stream",
     "pre-ln-like": "stacks that never renormalise the stream",
 }
 
 
-def family(wrap: str | None, renormalised_share: float | None) -> str:
+def family(wrap: str | None, renormalised_share: float | None, n_layers: int) -> str:
     """ "renormalising" (some blocks renormalise the stream: post-LN, DeepNorm, Admin, Mix-LN) or
-    "pre-ln-like" (the rest), from the probe's renormalised share, else from the wrapping's name."""
+    "pre-ln-like" (the rest), from the probe's renormalised share, else from the wrapping's layer plan
+    (:func:`depthlab.doctor.atlas.renormalises`: Mix-LN renormalises nothing at 2 or 3 layers)."""
     if renormalised_share is not None:
         return "renormalising" if renormalised_share > 0 else "pre-ln-like"
-    return "renormalising" if wrap in RENORMALISING else "pre-ln-like"
+    return "renormalising" if wrap is not None and renormalises(wrap, n_layers) else "pre-ln-like"
 
 
 def features(values: dict) -> list[float]:
@@ -102,7 +103,9 @@ def _fit_text(fit: dict, fam: str) -> str:
 def plateau_verdict(r: ProbeResult, record: dict, width: int | None) -> Verdict | None:
     """The ``plateau`` verdict of a probe given a learning rate (None without a fit for its family)."""
     pr = r.config["probe"]
-    fam = family((r.config.get("model") or {}).get("wrap"), r.config["stack"].get("renormalised_share"))
+    fam = family(
+        (r.config.get("model") or {}).get("wrap"), r.config["stack"].get("renormalised_share"), r.n_layers
+    )
     fit = ((record.get("escape") or {}).get("families") or {}).get(fam)
     step = pr.get("step_size")
     if fit is None or width is None or pr.get("lr") is None or not step or not math.isfinite(step):

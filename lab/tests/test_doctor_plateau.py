@@ -132,9 +132,11 @@ def test_diverged_runs_are_left_out_of_the_fit():
     assert escape_rows([dict(run, outcome="stalled")])[0]["censored"]
 
 
-def test_the_family_is_the_renormalised_share_or_else_the_name():
-    assert family("pre", 0.5) == "renormalising" and family("post", 0.0) == "pre-ln-like"
-    assert family("deepnorm", None) == "renormalising" and family("sandwich", None) == "pre-ln-like"
+def test_the_family_is_the_renormalised_share_or_else_the_layer_plan():
+    assert family("pre", 0.5, 6) == "renormalising" and family("post", 0.0, 6) == "pre-ln-like"
+    assert family("deepnorm", None, 6) == "renormalising" and family("sandwich", None, 6) == "pre-ln-like"
+    # Mix-LN's post-LN floor is floor(mix_ratio x L) blocks: none at 3 layers, one from 4
+    assert family("mix", None, 3) == "pre-ln-like" and family("mix", None, 4) == "renormalising"
 
 
 def _fit_record(store):

@@ -46,7 +46,7 @@ def escape_rows(runs: list[dict]) -> list[dict]:
         step = (cfg.get("probe") or {}).get("step_size")
         if not step or not math.isfinite(step):
             continue
-        fam = family(m.get("wrap"), (cfg.get("stack") or {}).get("renormalised_share"))
+        fam = family(m.get("wrap"), (cfg.get("stack") or {}).get("renormalised_share"), int(m["n_layers"]))
         values = {
             "step_size": float(step),
             "lr": float(t["lr"]),
