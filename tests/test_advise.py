@@ -182,10 +182,22 @@ def test_the_screen_says_how_advise_did_on_held_out_runs_of_the_same_wrapping():
     assert track_record.line(held).startswith(
         "held out (8-32 layers, an earlier fit): 1 of 4 admin right (4 stalled)"
     )
-    # the shipped record: every wrapping of the grid, its counts adding up to the grid's
+    # every finished grid together: the wrapping's counts beside the best lookup's, and the totals
+    every = {"grids": 3, "layers": [8, 32], "runs": 130, "right": 110, "lookup": "nearest runs", "lookup_right": 99,
+             "by_wrap": {"admin": {"runs": 18, "right": 14, "lookup_right": 11}}}  # fmt: skip
+    held = track_record.for_wrap("admin", {**record, "every_grid": every})
+    assert track_record.line(held) == (
+        "held out at depth (3 grids, 8-32 layers): 14 of 18 admin right, nearest runs 11; 110 of 130 (85%) in all"
+    )
+    # the shipped record: every wrapping of the grid, its counts adding up to the grid's (and over every grid)
     shipped = track_record.load()
-    assert sum(w["runs"] for w in shipped["by_wrap"].values()) == shipped["runs"]
-    assert sum(w["right"] for w in shipped["by_wrap"].values()) == shipped["right"]
+    for part in (shipped, shipped["every_grid"]):
+        assert sum(w["runs"] for w in part["by_wrap"].values()) == part["runs"]
+        assert sum(w["right"] for w in part["by_wrap"].values()) == part["right"]
+    assert (
+        sum(w["lookup_right"] for w in shipped["every_grid"]["by_wrap"].values())
+        == shipped["every_grid"]["lookup_right"]
+    )
     assert all(sum(w["outcomes"].values()) == w["runs"] for w in shipped["by_wrap"].values())
 
 
@@ -196,7 +208,7 @@ def test_advise_shows_its_held_out_record_for_a_wrapping_the_grid_held_out(atlas
     assert len(screen) <= 25
     from depthlab.advise import track_record
 
-    assert [ln for ln in screen if ln.startswith("held out (")] == [track_record.line(a.held_out)]
+    assert [ln for ln in screen if ln.startswith("held out")] == [track_record.line(a.held_out)]
 
 
 def test_the_safe_lr_line_is_folded_never_cut():

@@ -78,7 +78,7 @@ def render(a, likely: float) -> str:
                           f"{r.outcome:<12} val {loss:<5} (distance {d:.2f})"))  # fmt: skip
     lines += ["", _cut(inside_text(a))]
     if a.held_out:
-        lines.append(_cut(track_record.line(a.held_out)))
+        lines += _fold(track_record.line(a.held_out))
     if a.outside:
         lines.append(_cut(f"outside the limit's calibrated range: {'; '.join(a.outside)}"))
     if a.verdicts:

@@ -1,8 +1,10 @@
-"""How often advise was right on runs it had never seen: its latest finished held-out grid at depth, per wrapping.
+"""How often advise was right on runs it had never seen: its held-out grids at depth, per wrapping.
 
-The grid's predictions were frozen before its runs (docs/advise.md has the rules, every run and the
-lookups beside it); ``track_record.json``, shipped beside this file, keeps the counts per wrapping, so
-that the screen can say, under its probability, how advise did on held-out runs of the same wrapping.
+Each grid's predictions were frozen before its runs (docs/advise.md has the rules, every run and the
+lookups beside it); ``track_record.json``, shipped beside this file, keeps the counts per wrapping of the
+latest finished grid and of every finished grid together ("every_grid": each run called by the predictor
+registered for it, beside the lookup of measured runs that did best over them all), so that the screen
+can say, under its probability, how advise did on held-out runs of the same wrapping.
 The lab writes the file from the committed run record (``python -m depthlab_lab.calibrate.advise_track``)
 and a test checks that it still matches. Where the grid's runs have since joined the atlas the predictor
 is fitted on, its calls were an earlier predictor's, and the line says so ("an earlier fit").
@@ -35,17 +37,33 @@ def for_wrap(wrap: str, record: dict | None = None) -> dict | None:
     mine = record.get("by_wrap", {}).get(wrap)
     if mine is None:
         return None
-    return {"wrap": wrap, **mine, "layers": record["layers"], "widths": record["widths"],
-            "runs_all": record["runs"], "right_all": record["right"],
-            "earlier_predictor": record.get("earlier_predictor", False)}  # fmt: skip
+    out = {"wrap": wrap, **mine, "layers": record["layers"], "widths": record["widths"],
+           "runs_all": record["runs"], "right_all": record["right"],
+           "earlier_predictor": record.get("earlier_predictor", False)}  # fmt: skip
+    every = record.get("every_grid") or {}
+    if wrap in every.get("by_wrap", {}):
+        out["every_grid"] = {**{k: v for k, v in every.items() if k != "by_wrap"}, **{
+            f"wrap_{k}": v for k, v in every["by_wrap"][wrap].items()}}  # fmt: skip
+    return out
 
 
 def line(held: dict | None) -> str | None:
-    """One line for the screen: 'held out (8-32 layers, registered): 4 of 8 admin right (8 stalled); 40
-    of 56 (71%) in all', with 'an earlier fit' for 'registered' where the grid's runs have since joined the
-    predictor's fit (its calls were an earlier predictor's)."""
+    """One line for the screen. Over every finished grid at depth: 'held out at depth (6 grids, 8-32
+    layers): 23 of 38 rezero right, nearest runs 25; 220 of 266 (83%) in all'. Else the latest grid's:
+    'held out (8-32 layers, registered): 4 of 8 admin right (8 stalled); 40 of 56 (71%) in all', with 'an
+    earlier fit' for 'registered' where the grid's runs have since joined the predictor's fit (its calls
+    were an earlier predictor's)."""
     if not held:
         return None
+    every = held.get("every_grid")
+    if every:
+        lo, hi = every["layers"]
+        grids = f"{every['grids']} grid{'s' if every['grids'] > 1 else ''}"
+        return (
+            f"held out at depth ({grids}, {lo}-{hi} layers): {every['wrap_right']} of {every['wrap_runs']} "
+            f"{held['wrap']} right, {every['lookup']} {every['wrap_lookup_right']}; {every['right']} of "
+            f"{every['runs']} ({every['right'] / every['runs']:.0%}) in all"
+        )
     lo, hi = held["layers"]
     outcomes = ", ".join(f"{n} {o}" for o, n in held["outcomes"].items())
     then = ", an earlier fit" if held.get("earlier_predictor") else ", registered"

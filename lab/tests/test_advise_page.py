@@ -248,8 +248,13 @@ def test_the_pooled_summary_counts_finished_grids_only_and_says_it_is_not_a_regi
     c = [_p("c1", "trains", 0.9, ("trains",) * 3), _p("c2", "trains", 0.9, ("trains",) * 3)]
     outcomes = {"a1": "trained", "a2": "stalled", "b1": "diverged", "b2": "trained", "c1": "trained"}
     record = {"runs": [{"config_hash": h, "outcome": o} for h, o in outcomes.items()]}
+    for p in a + b + c:  # a post run and a pre run in each grid
+        p["run"] = f"wrap={'post' if p['config_hash'].endswith('1') else 'pre'} n_layers=8"
     regs = [{"runs": a}, {"runs": b}, {"runs": c}]
-    line = _pooled_lines(regs, record)[0]
+    lines = _pooled_lines(regs, record)
+    line = lines[0]
+    # by wrapping: post right on a1 and b1 missed (advise 1 of 2; nearest runs, 'fails' both: 1 of 2)
+    assert "| post | 2 | 1 (50%) | 1 (50%) |" in lines and "| pre | 2 | 2 (100%) | 2 (100%) |" in lines
     assert line.startswith("The 2 finished grids at depth together (4 runs,")
     assert "not a registered rule" in line and "advise 3 (75% [" in line and ") 3 (75% [" in line
     assert "a lead of +0.0 points" in line

@@ -4,7 +4,9 @@ From the registrations of the held-out grids at depth (every prediction frozen b
 the committed run record (``docs/advise-heldout-runs.json``): for the latest grid whose every run is
 recorded, per wrapping, how many runs advise called right and how they ended, with the grid's depths,
 widths and totals, marked where the grid's runs have since joined the atlas (its calls were then an
-earlier predictor's). ``python -m depthlab_lab.calibrate.advise_track`` writes it, and a test checks
+earlier predictor's); and, under "every_grid", every finished grid at depth together (each run called by
+the predictor registered for it), per wrapping, advise's hits beside those of the lookup that hit most
+over them all (what the screen prints). ``python -m depthlab_lab.calibrate.advise_track`` writes it, and a test checks
 that the shipped file is what the committed record gives.
 """
 
@@ -20,6 +22,7 @@ from depthlab.paths import replace_file
 from depthlab.report.doctor_score import expected
 from depthlab_lab import REPOSITORY, lab_file
 from depthlab_lab.calibrate.heldout_depth import GRIDS_AT_DEPTH, RECORD
+from depthlab_lab.calibrate.lookups import LOOKUPS
 
 
 def run_field(run: str, name: str) -> str:
@@ -58,6 +61,30 @@ def build(reg: dict, record: dict, in_fit: bool = False) -> dict | None:
     }
 
 
+def every_grid(regs: list[dict], record: dict) -> dict | None:
+    """Every grid of ``regs`` whose every run ``record`` holds, together: {"grids", "layers", "runs",
+    "right", "lookup" (the lookup right on most runs over them all), "lookup_right", "by_wrap": {wrap:
+    {"runs", "right", "lookup_right"}}}; None while no grid is finished."""
+    done = {r["config_hash"]: r for r in record["runs"]}
+    finished = [reg for reg in regs if reg["runs"] and all(p["config_hash"] in done for p in reg["runs"])]
+    if not finished:
+        return None
+    runs = [p for reg in finished for p in reg["runs"]]
+    truth = [expected(done[p["config_hash"]]["outcome"]) == "trains" for p in runs]
+    hits = {k: sum((p["lookups"][k] == "trains") == t for p, t in zip(runs, truth)) for k in LOOKUPS}
+    best = max(LOOKUPS, key=hits.__getitem__)  # on a tie, the first in LOOKUPS
+    by_wrap: dict[str, dict] = {}
+    for p, t in zip(runs, truth):
+        w = by_wrap.setdefault(run_field(p["run"], "wrap"), {"runs": 0, "right": 0, "lookup_right": 0})
+        w["runs"] += 1
+        w["right"] += (p["advise"] == "trains") == t
+        w["lookup_right"] += (p["lookups"][best] == "trains") == t
+    layers = [int(run_field(p["run"], "n_layers")) for p in runs]
+    return {"grids": len(finished), "layers": [min(layers), max(layers)], "runs": len(runs),
+            "right": sum(w["right"] for w in by_wrap.values()), "lookup": best, "lookup_right": hits[best],
+            "by_wrap": by_wrap}  # fmt: skip
+
+
 def committed(
     record: dict | None = None, grids=GRIDS_AT_DEPTH, sources: set[str] | None = None
 ) -> dict | None:
@@ -69,11 +96,14 @@ def committed(
             record = json.load(f)
     if sources is None:
         sources = {r.source for r in Atlas.load().runs}
-    for g in reversed(grids):
+    regs = []
+    for g in grids:
         with open(lab_file(g.registration), encoding="utf-8") as f:
-            track = build(json.load(f), record, in_fit=g.name in sources)
+            regs.append((g, json.load(f)))
+    for g, reg in reversed(regs):
+        track = build(reg, record, in_fit=g.name in sources)
         if track is not None:
-            return track
+            return {**track, "every_grid": every_grid([reg for _, reg in regs], record)}
     return None
 
 

@@ -29,7 +29,7 @@ from depthlab.report.doctor_score import expected
 from depthlab.study.store import Store
 from depthlab_lab import REPOSITORY, lab_file
 from depthlab_lab.calibrate.advise_track import build as track_record
-from depthlab_lab.calibrate.advise_track import run_field
+from depthlab_lab.calibrate.advise_track import every_grid, run_field
 from depthlab_lab.calibrate.heldout_depth import GRIDS_AT_DEPTH, MARGIN, RECORD, TARGET, digest
 from depthlab_lab.calibrate.lookups import LOOKUPS
 from depthlab_lab.calibrate.predictor_fit import shape_folds
@@ -298,9 +298,9 @@ def render(regs: list[dict], record: dict, record_path: str = RECORD) -> str:
         "depthlab_lab.docgen.advise_page --restore NAME` writes a grid's runs back into the store "
         "(`runs/advise-heldout.sqlite`), so that its study, run again as its grid file says, trains only the "
         "runs the record lacks (a grid runs across sessions this way). Under its answer, `depthlab "
-        "advise` prints how often it was right on the runs of the question's wrapping of the latest grid "
-        "whose every run is done (shipped as `depthlab/advise/track_record.json`), and says so where that "
-        "grid was predicted by an earlier predictor.",
+        "advise` prints how often it was right on the runs of the question's wrapping over every finished "
+        "grid at depth, beside the lookup that did best over them all (shipped as "
+        "`depthlab/advise/track_record.json`, with the latest finished grid's counts).",
         "",
     ]
     fitted = load_record()
@@ -361,11 +361,16 @@ def _pooled_lines(regs: list[dict], record: dict) -> list[str]:
         return []
     s = score([p for reg in finished for p in reg["runs"]], done)
     best, d = s["best_lookup"], s["difference"]
+    every = every_grid(finished, record)
+    table = ["| wrapping | runs | advise right | " + every["lookup"] + " right |", "|---|---|---|---|"]
+    table += [f"| {w} | {c['runs']} | {c['right']} ({c['right'] / c['runs']:.0%}) | {c['lookup_right']} "
+              f"({c['lookup_right'] / c['runs']:.0%}) |" for w, c in every["by_wrap"].items()]  # fmt: skip
     return [f"The {len(finished)} finished grids at depth together ({s['runs']} runs, each called by the predictor "
             "registered for it; a repeated grid's configurations count at each seed), a summary after the fact "
             f"and not a registered rule: advise {_pct(s['by']['advise'])}, the best lookup ({best}) "
             f"{_pct(s['by'][best])}, a lead of {100 * d[0]:+.1f} points [{100 * d[1]:+.0f}, {100 * d[2]:+.0f}]; "
-            f"Brier {s['by']['advise']['brier']:.3f} against {s['by'][best]['brier']:.3f}.", ""]  # fmt: skip
+            f"Brier {s['by']['advise']['brier']:.3f} against {s['by'][best]['brier']:.3f}. By wrapping (what "
+            "`depthlab advise` prints under its answer):", "", *table, ""]  # fmt: skip
 
 
 def _reliability_lines(regs: list[dict], record: dict) -> list[str]:
