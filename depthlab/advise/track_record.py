@@ -6,8 +6,10 @@ latest finished grid and of every finished grid together ("every_grid": each run
 registered for it, beside the lookup of measured runs that did best over them all), so that the screen
 can say, under its probability, how advise did on held-out runs of the same wrapping.
 The lab writes the file from the committed run record (``python -m depthlab_lab.calibrate.advise_track``)
-and a test checks that it still matches. Where the grid's runs have since joined the atlas the predictor
-is fitted on, its calls were an earlier predictor's, and the line says so ("an earlier fit").
+and a test checks that it still matches. The line over every grid counts each run as the predictor
+registered for its grid called it (most of them an earlier predictor than the one shipped; a grid that
+repeats another at another seed counts at each seed). A record without "every_grid" gives the latest
+grid's line, which says "an earlier fit" where that grid's runs have since joined the atlas.
 """
 
 from __future__ import annotations
@@ -31,16 +33,18 @@ def load(path: str | Path = PATH) -> dict:
 
 
 def for_wrap(wrap: str, record: dict | None = None) -> dict | None:
-    """``wrap``'s counts on the grid ("runs", "right", "outcomes") with the grid's ("layers", "widths",
-    "runs_all", "right_all", "earlier_predictor"); None when the grid held out no run of it."""
+    """``wrap``'s counts on the latest grid ("runs", "right", "outcomes") with the grid's ("layers",
+    "widths", "runs_all", "right_all", "earlier_predictor") and, where every finished grid together held
+    out runs of it, those counts ("every_grid"); None when no grid held out a run of it."""
     record = load() if record is None else record
     mine = record.get("by_wrap", {}).get(wrap)
-    if mine is None:
-        return None
-    out = {"wrap": wrap, **mine, "layers": record["layers"], "widths": record["widths"],
-           "runs_all": record["runs"], "right_all": record["right"],
-           "earlier_predictor": record.get("earlier_predictor", False)}  # fmt: skip
     every = record.get("every_grid") or {}
+    if mine is None and wrap not in every.get("by_wrap", {}):
+        return None
+    out = {"wrap": wrap}
+    if mine is not None:
+        out.update(mine, layers=record["layers"], widths=record["widths"], runs_all=record["runs"],
+                   right_all=record["right"], earlier_predictor=record.get("earlier_predictor", False))  # fmt: skip
     if wrap in every.get("by_wrap", {}):
         out["every_grid"] = {**{k: v for k, v in every.items() if k != "by_wrap"}, **{
             f"wrap_{k}": v for k, v in every["by_wrap"][wrap].items()}}  # fmt: skip

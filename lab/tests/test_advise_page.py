@@ -253,7 +253,9 @@ def test_the_pooled_summary_counts_finished_grids_only_and_says_it_is_not_a_regi
     regs = [{"runs": a}, {"runs": b}, {"runs": c}]
     lines = _pooled_lines(regs, record)
     line = lines[0]
-    # by wrapping: post right on a1 and b1 missed (advise 1 of 2; nearest runs, 'fails' both: 1 of 2)
+    # by wrapping: post right on a1 and b1 missed (advise 1 of 2; every lookup 'fails' on both: 1 of 2);
+    # the lookups tie on every run, so the column is the first of them
+    assert "| wrapping | runs | advise right | wrapping x lr right |" in lines
     assert "| post | 2 | 1 (50%) | 1 (50%) |" in lines and "| pre | 2 | 2 (100%) | 2 (100%) |" in lines
     assert line.startswith("The 2 finished grids at depth together (4 runs,")
     assert "not a registered rule" in line and "advise 3 (75% [" in line and ") 3 (75% [" in line

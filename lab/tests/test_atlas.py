@@ -282,6 +282,8 @@ def test_a_later_grid_at_depth_was_registered_before_its_runs_with_the_predictor
     assert "repeats" not in reg and expected in reg["after"]
     assert all(0.5 <= r["lr_over_limit"] <= 2 for r in reg["runs"])
     earlier = GRIDS_AT_DEPTH[: GRIDS_AT_DEPTH.index(grid)]
+    before = json.loads((ROOT / earlier[-1].registration).read_text())
+    assert reg["record"]["sha256"] != before["record"]["sha256"], "the predictor was refit before this grid"
     assert {r.source for r in then_atlas.runs} >= {g.name for g in earlier}
     assert not set(grid.shapes) & {(r.d_model, r.n_layers) for r in then_atlas.runs}
     assert grid.seed not in {r.seed for r in then_atlas.runs}

@@ -14,7 +14,7 @@ gain x lr: how far one full Adam step moves the output, which tells a DeepNorm s
 of the same shape; a run without it is left out). The squares let the escape be fastest at one step
 size and slower on both sides (too small a step learns slowly; too large a one stalls). One fit
 per family (:func:`family`): stacks whose blocks renormalise the stream (post-LN, DeepNorm, Admin,
-Mix-LN) and the rest (pre-LN-like). Diverged runs are left out: they never escape at any budget, which
+Mix-LN from 4 layers) and the rest (pre-LN-like). Diverged runs are left out: they never escape at any budget, which
 is the learning-rate verdict's question, not a late escape. A feature that does not vary among a
 family's runs (one width only, say) is left out of its fit (coefficient 0) and its support is that one
 value. :func:`fit_escape` returns the record section that :mod:`depthlab.doctor.plateau` reads.

@@ -362,6 +362,7 @@ def _pooled_lines(regs: list[dict], record: dict) -> list[str]:
     s = score([p for reg in finished for p in reg["runs"]], done)
     best, d = s["best_lookup"], s["difference"]
     every = every_grid(finished, record)
+    assert every["lookup"] == best, "the track record and the page name the best lookup alike"
     table = ["| wrapping | runs | advise right | " + every["lookup"] + " right |", "|---|---|---|---|"]
     table += [f"| {w} | {c['runs']} | {c['right']} ({c['right'] / c['runs']:.0%}) | {c['lookup_right']} "
               f"({c['lookup_right'] / c['runs']:.0%}) |" for w, c in every["by_wrap"].items()]  # fmt: skip
@@ -388,7 +389,7 @@ def _reliability_lines(regs: list[dict], record: dict) -> list[str]:
     beside = (
         f"beside it the {len(now)} registered with the predictor advise ships now"
         if now
-        else "none was registered with the predictor advise ships now (no grid it predicted is done yet)"
+        else "none was registered with the predictor advise ships now (no grid registered with it is done yet)"
     )
     head = "| P(trains) | runs | mean P | trained |" + (
         " runs (shipped predictor) | mean P | trained |" if now else ""
