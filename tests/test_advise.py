@@ -3,6 +3,7 @@ runs behind it; the atlas it rests on; the predictor's pieces; bad input refused
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -99,6 +100,13 @@ def test_advise_answers_with_a_probability_the_limit_ranked_options_and_evidence
     screen = a.format()
     assert len(screen.splitlines()) <= 25
     assert screen.splitlines()[1].startswith("expected: ") and "safe lr" in screen.splitlines()[2]
+    assert "inside the" not in screen.splitlines()[1]
+    # a budget that ends inside its warmup: the answer is that short run's, and the screen says so
+    short = dataclasses.replace(a, train=dataclasses.replace(a.train, warmup=a.train.steps))
+    expected = short.format().splitlines()[1]
+    assert expected.endswith(
+        f"; for {a.train.steps:,} steps, inside the {a.train.steps:,}-step warmup: set --steps"
+    )
     assert "evidence: the 5 nearest measured runs of post" in screen
     data = json.loads(json.dumps(a.to_dict()))
     assert data["limit"]["lr_limit"] == pytest.approx(a.limit.lr_limit) and data["agreeing"] == a.agreeing()
@@ -228,3 +236,6 @@ def test_the_safe_lr_line_is_folded_never_cut():
     first, second = _fold(text)
     assert first.endswith("failed from 0.0011)") and second == "  P >= 0.8 for lr 7.5e-05 .. 0.00056"
     assert all(len(line) <= WIDTH for line in _fold(text))
+    long = "; ".join(["x" * 60] * 4)  # folded at each "; " that fits, again on the rest
+    assert _fold(long) == ["x" * 60, *["  " + "x" * 60] * 3]
+    assert _fold("y" * 200) == ["y" * (WIDTH - 3) + "..."]  # no "; " to fold at: cut, said by the dots

@@ -34,11 +34,22 @@ def _cut(text: str, width: int = WIDTH) -> str:
 
 def _fold(text: str, width: int = WIDTH) -> list[str]:
     """``text`` as one line, or, where it is longer than ``width``, broken after its last "; " that fits
-    (the rest indented on a line of its own): a line of numbers is folded, never cut."""
-    at = text.rfind("; ", 0, width)
-    if len(text) <= width or at < 0:
+    (the rest indented on lines of their own, folded again; cut only where no "; " fits): a line of
+    numbers is folded, never cut."""
+    if len(text) <= width:
         return [text]
-    return [text[:at], "  " + text[at + 2 :]]
+    at = text.rfind("; ", 0, width)
+    if at < 0:
+        return [_cut(text, width)]
+    return [text[:at], *_fold("  " + text[at + 2 :], width)]
+
+
+def _short(train) -> str:
+    """What the answer is worth where the budget ends inside the warmup (the lr never reaches its peak:
+    the probability is that of this short run, not of the long one the warmup was set for)."""
+    if train.warmup < train.steps:
+        return ""
+    return f"; for {train.steps:,} steps, inside the {train.warmup:,}-step warmup: set --steps"
 
 
 def render(a, likely: float) -> str:
@@ -50,7 +61,7 @@ def render(a, likely: float) -> str:
     sure = "" if p.confident else f"; not a confident call: {p.why_not}"
     lines = [
         f"advise: {head}",
-        _cut(f"expected: {_call(p.p_trains)} (P(trains) = {p.p_trains:.2f}){sure}"),
+        *_fold(f"expected: {_call(p.p_trains)} (P(trains) = {p.p_trains:.2f}){_short(t)}{sure}"),
     ]
     if a.limit is not None:
         lim = a.limit
