@@ -35,7 +35,7 @@ def load(path: str | Path = PATH) -> dict:
 def for_wrap(wrap: str, record: dict | None = None) -> dict | None:
     """``wrap``'s counts on the latest grid ("runs", "right", "outcomes") with the grid's ("layers",
     "widths", "runs_all", "right_all", "earlier_predictor") and, where every finished grid together held
-    out runs of it, those counts ("every_grid"); None when no grid held out a run of it."""
+    out runs of it, theirs ("every_grid", the wrapping's own counts under "mine"); None when no grid held out a run of it."""
     record = load() if record is None else record
     mine = record.get("by_wrap", {}).get(wrap)
     every = record.get("every_grid") or {}
@@ -46,8 +46,10 @@ def for_wrap(wrap: str, record: dict | None = None) -> dict | None:
         out.update(mine, layers=record["layers"], widths=record["widths"], runs_all=record["runs"],
                    right_all=record["right"], earlier_predictor=record.get("earlier_predictor", False))  # fmt: skip
     if wrap in every.get("by_wrap", {}):
-        out["every_grid"] = {**{k: v for k, v in every.items() if k != "by_wrap"}, **{
-            f"wrap_{k}": v for k, v in every["by_wrap"][wrap].items()}}  # fmt: skip
+        out["every_grid"] = {
+            **{k: v for k, v in every.items() if k != "by_wrap"},
+            "mine": every["by_wrap"][wrap],
+        }
     return out
 
 
@@ -64,8 +66,8 @@ def line(held: dict | None) -> str | None:
         lo, hi = every["layers"]
         grids = f"{every['grids']} grid{'s' if every['grids'] > 1 else ''}"
         return (
-            f"held out at depth ({grids}, {lo}-{hi} layers): {every['wrap_right']} of {every['wrap_runs']} "
-            f"{held['wrap']} right, {every['lookup']} {every['wrap_lookup_right']}; {every['right']} of "
+            f"held out at depth ({grids}, {lo}-{hi} layers): {every['mine']['right']} of {every['mine']['runs']} "
+            f"{held['wrap']} right, {every['lookup']} {every['mine']['lookup_right']}; {every['right']} of "
             f"{every['runs']} ({every['right'] / every['runs']:.0%}) in all"
         )
     lo, hi = held["layers"]

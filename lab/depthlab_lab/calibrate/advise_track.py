@@ -61,13 +61,18 @@ def build(reg: dict, record: dict, in_fit: bool = False) -> dict | None:
     }
 
 
+def finished_grids(regs: list[dict], done: dict[str, dict]) -> list[dict]:
+    """The registrations of ``regs`` with runs, every one of them in ``done`` (finished runs by config hash)."""
+    return [reg for reg in regs if reg["runs"] and all(p["config_hash"] in done for p in reg["runs"])]
+
+
 def every_grid(regs: list[dict], record: dict) -> dict | None:
     """Every grid of ``regs`` whose every run ``record`` holds, together: {"grids", "layers", "runs",
     "right", "lookup" (the lookup right on most runs over them all; on a tie the first in ``LOOKUPS``, as
     docs/advise.md's score picks it: a 0/1 call's Brier score is its error rate, so its tie-break agrees),
     "lookup_right", "by_wrap": {wrap: {"runs", "right", "lookup_right"}}}; None while no grid is finished."""
     done = {r["config_hash"]: r for r in record["runs"]}
-    finished = [reg for reg in regs if reg["runs"] and all(p["config_hash"] in done for p in reg["runs"])]
+    finished = finished_grids(regs, done)
     if not finished:
         return None
     runs = [p for reg in finished for p in reg["runs"]]

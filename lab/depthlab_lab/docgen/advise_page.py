@@ -29,7 +29,7 @@ from depthlab.report.doctor_score import expected
 from depthlab.study.store import Store
 from depthlab_lab import REPOSITORY, lab_file
 from depthlab_lab.calibrate.advise_track import build as track_record
-from depthlab_lab.calibrate.advise_track import every_grid, run_field
+from depthlab_lab.calibrate.advise_track import every_grid, finished_grids, run_field
 from depthlab_lab.calibrate.heldout_depth import GRIDS_AT_DEPTH, MARGIN, RECORD, TARGET, digest
 from depthlab_lab.calibrate.lookups import LOOKUPS
 from depthlab_lab.calibrate.predictor_fit import shape_folds
@@ -73,8 +73,9 @@ def merged_record(db: str, path: str = RECORD) -> dict:
     }
 
 
-def score(predicted: list[dict], done: dict[str, dict]) -> dict:
-    """Advise's and each lookup's hits on the finished runs, with intervals and the Brier scores."""
+def score(predicted: list[dict], done: dict[str, dict], best: str | None = None) -> dict:
+    """Advise's and each lookup's hits on the finished runs, with intervals and the Brier scores; advise
+    is compared with ``best`` (default: the lookup right on most runs, then with the lower Brier score)."""
     runs = [(p, done[p["config_hash"]]) for p in predicted if p["config_hash"] in done]
     n = len(runs)
     truth = [expected(d["outcome"]) == "trains" for _, d in runs]
@@ -91,7 +92,7 @@ def score(predicted: list[dict], done: dict[str, dict]) -> dict:
         out["by"][name] = {"hits": hits, "accuracy": hits / n if n else None,
                            "interval": wilson_interval(hits, n) if n else None, "brier": brier}  # fmt: skip
     if n:
-        best = max(LOOKUP_NAMES, key=lambda k: (out["by"][k]["hits"], -out["by"][k]["brier"]))
+        best = best or max(LOOKUP_NAMES, key=lambda k: (out["by"][k]["hits"], -out["by"][k]["brier"]))
         a = [ci == ti for ci, ti in zip(calls["advise"], truth)]
         b = [ci == ti for ci, ti in zip(calls[best], truth)]
         counts = paired_counts(a, b)
@@ -356,14 +357,13 @@ def _pooled_lines(regs: list[dict], record: dict) -> list[str]:
     """Every finished grid at depth together, each run under the predictor registered for it: advise
     against the best lookup over all of them (a summary after the fact, not a registered rule)."""
     done = _done(record)
-    finished = [reg for reg in regs if reg["runs"] and all(p["config_hash"] in done for p in reg["runs"])]
+    finished = finished_grids(regs, done)
     if len(finished) < 2:
         return []
-    s = score([p for reg in finished for p in reg["runs"]], done)
+    every = every_grid(finished, record)  # what the screen prints: its lookup is the text's and the table's
+    s = score([p for reg in finished for p in reg["runs"]], done, best=every["lookup"])
     best, d = s["best_lookup"], s["difference"]
-    every = every_grid(finished, record)
-    assert every["lookup"] == best, "the track record and the page name the best lookup alike"
-    table = ["| wrapping | runs | advise right | " + every["lookup"] + " right |", "|---|---|---|---|"]
+    table = ["| wrapping | runs | advise right | " + best + " right |", "|---|---|---|---|"]
     table += [f"| {w} | {c['runs']} | {c['right']} ({c['right'] / c['runs']:.0%}) | {c['lookup_right']} "
               f"({c['lookup_right'] / c['runs']:.0%}) |" for w, c in every["by_wrap"].items()]  # fmt: skip
     return [f"The {len(finished)} finished grids at depth together ({s['runs']} runs, each called by the predictor "
