@@ -239,3 +239,28 @@ def test_the_safe_lr_line_is_folded_never_cut():
     long = "; ".join(["x" * 60] * 4)  # folded at each "; " that fits, again on the rest
     assert _fold(long) == ["x" * 60, *["  " + "x" * 60] * 3]
     assert _fold("y" * 200) == ["y" * (WIDTH - 3) + "..."]  # no "; " to fold at: cut, said by the dots
+
+
+def test_advise_says_where_the_seed_alone_decided_a_measured_configuration(atlas):
+    """A setting of the evidence measured at two seeds that went both ways is said in one line under the
+    evidence; twins that share a seed differ in something the atlas does not record and say nothing."""
+    plain = advise(TINY, RUN, atlas, alternatives=("pre",))
+    near = plain.evidence[0][1]
+    assert not atlas.seed_split(near) and plain.seed_splits == ()
+    flip = "stalled" if near.trained else "trained"
+    twin = dataclasses.replace(near, seed=near.seed + 1000, outcome=flip, config_hash="twin")
+    both = Atlas(atlas.runs + (twin,))
+    assert both.seed_split(near) == tuple(sorted((near, twin), key=lambda r: r.seed))
+    assert both.seed_split(twin) == both.seed_split(near)
+    same_seed = Atlas(atlas.runs + (dataclasses.replace(twin, seed=near.seed),))
+    assert same_seed.seed_split(near) == ()  # a recipe the atlas does not record, not the seed
+
+    a = advise(TINY, RUN, both, alternatives=("pre",))
+    assert a.seed_splits == (both.seed_split(near),)
+    screen = a.format().splitlines()
+    assert len(screen) <= 25
+    line = next(ln for ln in screen if "the seed decides here" in ln)
+    assert f"{near.outcome} at seed {near.seed}" in line and f"{flip} at seed {near.seed + 1000}" in line
+    assert screen.index(line) > next(i for i, ln in enumerate(screen) if ln.startswith("evidence:"))
+    data = json.loads(json.dumps(a.to_dict()))
+    assert [r["seed"] for r in data["seed_splits"][0]] == sorted([near.seed, near.seed + 1000])

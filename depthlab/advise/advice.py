@@ -63,6 +63,7 @@ class Advice:
     outside: tuple[str, ...]
     transfer: dict | None = None
     held_out: dict | None = None  # advise's record on held-out runs of this wrapping (track_record)
+    seed_splits: tuple[tuple[MeasuredRun, ...], ...] = ()  # evidence settings that went both ways by seed
 
     def format(self) -> str:
         """The screen ``depthlab advise`` prints (about 25 lines, the answer first)."""
@@ -92,6 +93,7 @@ class Advice:
             "alternatives": [o.to_dict() for o in self.options],
             "evidence": [dict(dataclasses.asdict(r), distance=d) for d, r in self.evidence],
             "agreeing": self.agreeing(),
+            "seed_splits": [[dataclasses.asdict(r) for r in runs] for runs in self.seed_splits],
             "outside": list(self.outside),
             "verdicts": [v.to_dict() for v in self.verdicts],
             "transfer": self.transfer,
@@ -169,7 +171,21 @@ def advise(
         verdicts=tuple(v for v in result.verdicts if v.level != "ok"),
         outside=tuple(found[2] if found else ()),
         held_out=track_record.for_wrap(model.wrap),
+        seed_splits=seed_splits(atlas, prediction.neighbours),
     )
+
+
+def seed_splits(atlas: Atlas, evidence) -> tuple[tuple[MeasuredRun, ...], ...]:
+    """The settings of the evidence rows (nearest first, each once) that the atlas measured at several
+    seeds with both outcomes: where the seed alone decides, no call is sure."""
+    out, seen = [], set()
+    for _, run in evidence:
+        if run.setting() not in seen:
+            seen.add(run.setting())
+            split = atlas.seed_split(run)
+            if split:
+                out.append(split)
+    return tuple(out)
 
 
 def _option(wrap, prediction, limit, model, train, atlas, record) -> Option:

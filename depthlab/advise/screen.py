@@ -87,6 +87,8 @@ def render(a, likely: float) -> str:
         loss = "-" if r.val_loss is None else f"{r.val_loss:.2f}"
         lines.append(_cut(f"  {r.shape():<22} lr {r.lr:<8g} warmup {r.warmup:<4} {r.steps:>5} steps  "
                           f"{r.outcome:<12} val {loss:<5} (distance {d:.2f})"))  # fmt: skip
+    if a.seed_splits:
+        lines += _fold(seed_text(a.seed_splits))
     lines += ["", _cut(inside_text(a))]
     if a.held_out:
         lines += _fold(track_record.line(a.held_out))
@@ -114,3 +116,13 @@ def inside_text(advice) -> str:
         else "far from what was measured"
     )
     return f"{where}: the nearest measured run is {d:.2f} away (1 = a factor 2 in lr or 4 in width)"
+
+
+def seed_text(splits) -> str:
+    """The first evidence setting that went both ways by seed, in one line (how many more did)."""
+    runs = splits[0]
+    first = runs[0]
+    ways = ", ".join(f"{r.outcome} at seed {r.seed}" for r in runs)
+    more = f"; {len(splits) - 1} more of the nearest settings too" if len(splits) > 1 else ""
+    return (f"  the seed decides here: {first.shape()} lr {first.lr:g} warmup {first.warmup} {ways}"
+            f"{more}")  # fmt: skip

@@ -82,6 +82,11 @@ class MeasuredRun:
             return "renormalising"
         return "gated" if self.wrap == "rezero" else "free"
 
+    def setting(self) -> tuple:
+        """The run's configuration less its seed: runs of one setting differ by their seed alone."""
+        return (self.wrap, self.norm, self.residual, self.param, self.n_layers, self.d_model, self.n_heads,
+                self.lr, self.warmup, self.steps, self.batch_size, self.seq_len)  # fmt: skip
+
     def shape(self) -> str:
         """'post 24L d128' (with the skips and parametrization where they differ from a full sp block)."""
         extra = "" if {"attn", "ffn"} <= set(self.residual.split(",")) else f" skips={self.residual}"
@@ -123,6 +128,16 @@ class Atlas:
 
     def __len__(self) -> int:
         return len(self.runs)
+
+    def seed_split(self, run: MeasuredRun) -> tuple[MeasuredRun, ...]:
+        """The runs of ``run``'s setting (itself included, by seed) where they went both ways: the same
+        configuration, trained at one seed and failed at another; () where they agree or ``run`` has no
+        twin. Runs of one setting that share a seed differ in something the atlas does not record (a
+        recipe, say), so such a setting is no evidence of the seed and gives ()."""
+        twins = sorted((r for r in self.runs if r.setting() == run.setting()), key=lambda r: r.seed)
+        if len({r.seed for r in twins}) < len(twins) or len({r.trained for r in twins}) < 2:
+            return ()
+        return tuple(twins)
 
     def to_csv(self) -> str:
         """The atlas as CSV text (the shipped file's format, before gzip)."""
