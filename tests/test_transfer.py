@@ -11,7 +11,8 @@ import pytest
 from depthlab.cli import main
 from depthlab.errors import ConfigError
 from depthlab.study.presets import preset
-from depthlab.study.transfer import format_transfer, seeds_to_halve, sizes_to_halve, transfers
+from depthlab.study.transfer import bound_side, reading, runs_at, seeds_to_halve, sizes_to_halve, transfers
+from depthlab.study.transfer_text import format_transfer, mismatch
 
 SWEEP = [10 ** (-4 + k / 2) for k in range(7)]  # 1e-4 .. 1e-1 in half decades
 
@@ -59,8 +60,63 @@ def test_a_flat_best_lr_has_a_slope_of_zero_and_no_penalty():
 
 
 def test_a_best_at_the_edge_of_the_sweep_makes_the_slope_a_bound():
+    """Depth 2's best is the largest lr swept (0.1): its true best may lie above, which can only lower
+    the slope and the lr fitted at 64: both are upper bounds, said so, with no interval and no seeds."""
     (t,) = transfers(fake_runs(lambda L: -1 if L == 2 else -2), "depth", 64)
-    assert t.rows[0].at_edge and t.censored
+    assert t.rows[0].at_edge and t.censored and [r.edge for r in t.rows] == [1, 0, 0]
+    assert reading(t) == "at most" and bound_side(t, 64) == -1 and t.to_dict()["reading"] == "at most"
+    assert t.seeds_to_halve is None and t.sizes_to_halve is None
+    text = format_transfer(t)
+    assert (
+        f"log depth: {t.slope[0]:+.2f} or less: a bound, not an estimate (the best lr at depth 2 is the "
+        "largest lr swept, 0.1: the true best may lie beyond)" in text
+    )
+    assert f"best lr at depth 64: {t.target_lr[0]:.3g} or less, a bound, not an estimate" in text
+    assert "would halve" not in text and "an estimate needs lrs swept beyond that edge" in text
+
+
+@pytest.mark.parametrize(
+    "centre, side",
+    [
+        (lambda L: -1 if L == 2 else -2, -1),  # the smallest size above the sweep: lowers the slope
+        (lambda L: -4.5 if L == 32 else -2.5, -1),  # the largest size below it: lowers it too
+        (lambda L: -1 if L == 32 else -2.5, 1),  # the largest above: raises it
+        (lambda L: -1 if L in (2, 32) else -2.5, 0),  # both ends above: either way
+    ],
+)
+def test_the_bounds_side_is_where_moving_the_edge_bests_beyond_the_sweep_takes_the_fit(centre, side):
+    """The reference: move each edge size's log best lr half a decade beyond its edge and refit."""
+    (t,) = transfers(fake_runs(centre), "depth", 64)
+    assert bound_side(t) == side
+
+    def fitted(at, moves):
+        xs = [math.log10(r.size) for r in t.rows]
+        ys = [math.log10(r.best_lr[0]) + 0.5 * e * r.edge for r, e in zip(t.rows, moves)]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+        return b if at is None else my + b * (math.log10(at) - mx)
+
+    for at in (None, 64):
+        base = fitted(at, [0, 0, 0])
+        one_by_one = {
+            (fitted(at, [int(i == j) for j in range(3)]) > base) for i, r in enumerate(t.rows) if r.edge
+        }
+        want = 0 if len(one_by_one) == 2 else (1 if one_by_one.pop() else -1)
+        assert bound_side(t, at) == want
+
+
+def test_a_best_at_every_edge_shows_no_interval_and_no_seeds_advice():
+    """Every depth's best above the sweep: the fitted slope (0, over seeds that all agree) is neither an
+    estimate nor a bound, and more seeds would not change that."""
+    (t,) = transfers(fake_runs(lambda L: -0.5), "depth", 64)
+    assert all(r.edge == 1 for r in t.rows) and reading(t) == "unknown"
+    text = format_transfer(t)
+    assert "[+0.00, +0.00]" not in text and "would halve" not in text
+    assert (
+        "log depth: unknown, not even a bound (the best lr at depth 2, 8, 32 is the largest lr swept, 0.1"
+        in text
+    )
+    assert "best lr at depth 64: unknown, not even a bound" in text
 
 
 def test_a_study_cut_short_leaves_out_what_it_cannot_say():
@@ -129,6 +185,38 @@ def test_the_output_says_how_many_sizes_would_halve_the_interval_and_its_assumpt
     assert "at the same 3 seeds" in text and "scatters as much" in text
     (w,) = transfers(fake_runs(lambda w: -1.5, (32, 64, 128), field="d_model"), "width", 256)
     assert w.sizes_to_halve == (256, 512) and "2 more widths (256, 512" in format_transfer(w)
+    (one,) = transfers(
+        fake_runs(lambda w: -1.5 - 0.5 * math.log10(w), (32, 64), field="d_model"), "width", 256
+    )
+    assert one.sizes_to_halve == (128,) and "or 1 more width (128: x2 apart" in format_transfer(one)
+
+
+def test_a_question_along_the_axis_the_study_did_not_sweep_names_the_study_that_would_answer_it():
+    shape = {"widths": [32], "depths": [2, 4], "steps": [40], "batch_size": [8], "seq_len": [32]}
+    assert mismatch("width", shape, None, 2) == (
+        "this study sweeps depth (2, 4 layers at width 32); --to-width needs a study that sweeps width: "
+        "depthlab study --preset width-transfer-quick --depth 2"
+    )
+    wide = dict(shape, widths=[32, 64], depths=[2])
+    assert mismatch("depth", wide, 32, None).startswith(
+        "this study sweeps width (d_model 32, 64 at depth 2); "
+    )
+    assert "--preset depth-transfer-quick --width 32" in mismatch("depth", wide, 32, None)
+    one = dict(shape, depths=[2])
+    assert mismatch("depth", one, None, None).startswith("this study sweeps neither depth nor width (")
+    assert mismatch("depth", shape, 32, None) is None and "not 64" in mismatch("depth", shape, 64, None)
+    deep = mismatch("width", dict(wide), None, 4)
+    assert "ran at depth 2, not 4" in deep and "1/width" not in deep
+
+
+def test_a_study_that_sweeps_both_answers_at_the_users_own_width():
+    runs = fake_runs(lambda L: -2.5) + [
+        dict(r, config=dict(r["config"], model=dict(r["config"]["model"], d_model=64)))
+        for r in fake_runs(lambda L: -2 - 0.5 * math.log10(L))
+    ]
+    shape = {"widths": [32, 64], "depths": [2, 8, 32]}
+    assert mismatch("depth", shape, 64, None) is None
+    assert len(runs_at(runs, "depth", 64, None)) == len(runs) // 2 and runs_at(runs, "depth", None, 3) == runs
 
 
 def test_presets_validate_and_transfer_quick_variants_are_small():
@@ -163,8 +251,9 @@ def test_cli_on_a_real_study(tmp_path, capsys):
     for name in ("best-lr", "loss-vs-lr"):
         assert (tmp_path / "fig" / f"transfer-depth-{name}.png").stat().st_size > 0
     assert out.startswith("study tiny-transfer: width 16, depths 2-4, 6 steps of 4 x 16\n")
-    assert main(["transfer", "--db", db, "--to-width", "64"]) == 2  # no curves across width
-    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert main(["transfer", "--db", db, "--to-width", "64"]) == 2  # a depth sweep cannot answer it
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "this study sweeps depth (2, 4 layers at width 16); --to-width needs" in err[0]
     assert main(["transfer", "--db", db, "--to-depth", "0"]) == 2
     capsys.readouterr()
     # a question at another width is refused in one line that says what the study can answer
@@ -183,3 +272,22 @@ def test_a_transfer_preset_takes_the_users_own_width_or_depth():
         preset("width-transfer-quick", width=128)
     with pytest.raises(ConfigError, match="a transfer preset"):
         preset("default", width=128)
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--to-depth", "32", "--depth", "4"], "--depth 4 with --to-depth: not used"),
+        (["--to-width", "64", "--width", "32"], "--width 32 with --to-width: not used"),
+        (["--to-depth", "32", "--json", "out.txt"], "--json out.txt: the file type .txt is not supported"),
+        (["--to-depth", "32", "--width", "0"], "--width 0: at least 1"),
+    ],
+)
+def test_a_flag_the_question_ignores_or_cannot_use_is_refused_before_reading_the_store(
+    argv, says, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    assert main(["transfer", "--db", "missing.sqlite", *argv]) == 2  # the store is never opened
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0] and "Traceback" not in err[0]
+    assert not (tmp_path / "out.txt").exists()

@@ -9,7 +9,8 @@ from depthlab.paths import check_folder, check_output_file, save_figure, write_j
 from depthlab.report.data import load
 from depthlab.report.transfer_plots import best_lr_figure, loss_vs_lr_figure
 from depthlab.study.store import DEFAULT_DB
-from depthlab.study.transfer import format_transfer, mismatch, shape_line, study_shape, transfers
+from depthlab.study.transfer import runs_at, study_shape, transfers
+from depthlab.study.transfer_text import format_transfer, mismatch, no_curves, shape_line
 
 
 def add_parser(sub) -> None:
@@ -31,13 +32,13 @@ def add_parser(sub) -> None:
         "--width",
         type=int,
         metavar="D",
-        help="your model's d_model: refused unless the (depth) study ran at it",
+        help="your model's d_model, with --to-depth: refused unless the (depth) study ran at it",
     )
     p.add_argument(
         "--depth",
         type=int,
         metavar="L",
-        help="your model's depth: refused unless the (width) study ran at it",
+        help="your model's depth, with --to-width: refused unless the (width) study ran at it",
     )
     p.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH ('-' for stdout)")
     p.add_argument(
@@ -46,29 +47,37 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def run(args) -> int:
+def check_flags(args) -> tuple[str, int]:
+    """(axis, target) of the question; InputError, before any work, for a flag that is out of range,
+    ignored by this question, or an output it cannot write."""
     axis = "depth" if args.to_depth is not None else "width"
     target = args.to_depth if axis == "depth" else args.to_width
     if target < 1:
         raise InputError(f"--to-{axis} {target}: at least 1")
-    check_output_file(args.json, "--json")
+    fixed = "width" if axis == "depth" else "depth"
+    if getattr(args, axis) is not None:  # --depth with --to-depth (or --width with --to-width)
+        raise InputError(f"--{axis} {getattr(args, axis)} with --to-{axis}: not used (a question across "
+                         f"{axis} holds the {fixed} fixed: give your model's with --{fixed})")  # fmt: skip
+    mine = getattr(args, fixed)
+    if mine is not None and mine < 1:
+        raise InputError(f"--{fixed} {mine}: at least 1")
+    check_output_file(args.json, "--json", ("json",))
     if args.plot:
         check_folder(args.plot, "--plot")
-    for flag, value in (("--width", args.width), ("--depth", args.depth)):
-        if value is not None and value < 1:
-            raise InputError(f"{flag} {value}: at least 1")
+    return axis, target
+
+
+def run(args) -> int:
+    axis, target = check_flags(args)
     data = load(args.db, args.study)
     shape = study_shape([r for r in data.runs if r.get("status") == "done"] or data.runs)
     why = mismatch(axis, shape, args.width, args.depth)
     if why:
         raise InputError(why)
-    result = transfers(data.runs, axis, target)
+    runs = runs_at(data.runs, axis, args.width, args.depth)
+    result = transfers(runs, axis, target)
     if not result:
-        field = "n_layers" if axis == "depth" else "d_model"
-        raise InputError(
-            f"study {data.study['name']!r} has no setting with learning-rate curves at two or more "
-            f"{axis}s (a grid sweeping lr and {field}; e.g. --preset {axis}-transfer-quick)"
-        )
+        raise InputError(no_curves(data.study["name"], axis))
     out = {
         "study": data.study["name"],
         "shape": shape,
@@ -81,15 +90,15 @@ def run(args) -> int:
         return 0
     print(shape_line(data.study["name"], shape))
     fixed = "width" if axis == "depth" else "depth"
-    print(
-        f"learning-rate transfer across {axis} to {target}, for the {fixed} above only (--{fixed} checks yours)\n"
-    )
+    mine = getattr(args, fixed)
+    at = f"at your {fixed}, {mine}" if mine else f"for the {fixed} above only (--{fixed} checks yours)"
+    print(f"learning-rate transfer across {axis} to {target}, {at}\n")
     print("\n\n".join(format_transfer(t) for t in result))
     write_json(out, args.json)
     if args.plot:
         for name, fig in (
             ("best-lr", best_lr_figure(result)),
-            ("loss-vs-lr", loss_vs_lr_figure(data.runs, axis)),
+            ("loss-vs-lr", loss_vs_lr_figure(runs, axis)),
         ):
             print(f"figure: {save_figure(fig, os.path.join(args.plot, f'transfer-{axis}-{name}.png'))}")
     return 0

@@ -5,8 +5,9 @@ and size, over seeds), for each setting:
 
 - the best lr at each size with a 95% interval over seeds: each seed's best (its own curve's argmin,
   refined by a parabola in log10 lr) averaged in log space, and flagged when the seed-averaged best is
-  the smallest or largest lr swept: then the true best lies beyond the sweep, and every slope through
-  it is a bound, not an estimate;
+  the smallest or largest lr swept: then the true best may lie beyond the sweep, and the slope through
+  it is a bound, not an estimate, when every such best can move the fitted line only one way (else it
+  is neither; :func:`reading` is that judgement, which ``depthlab transfer`` and ``advise`` both print);
 - the slope of log best lr against log size, fitted per seed, with its t-interval over seeds
   (0 = the best lr transfers; under SP Wortsman et al. 2023 and this package's lr-sensitivity study find
   it negative across depth);
@@ -23,6 +24,10 @@ and size, over seeds), for each setting:
   when sum (x - xbar)^2 is four times larger. The added sizes continue the sweep's spacing beyond the
   largest (log-spaced at the sweep's mean ratio between neighbours); the assumption, which the output
   states, is that the best lr scatters as much about a straight line in log-log at the added sizes.
+  Neither count is given where a best lr sat at the sweep's edge: more seeds or sizes do not turn a
+  bound into an estimate, a wider lr sweep does.
+
+The words (tables, refusals) are :mod:`depthlab.study.transfer_text`'s.
 """
 
 from __future__ import annotations
@@ -37,13 +42,17 @@ from depthlab.study.sensitivity import Curve, curves, seed_best
 @dataclass(frozen=True)
 class SizeRow:
     """One size of a setting: its best lr (mean, low, high in lr), whether it sat at the sweep's edge,
-    and the transfer penalty (mean, low, high in nats; None at the smallest size's own lr)."""
+    and the transfer penalty (mean, low, high in nats; None at the smallest size's own lr).
+    ``best_swept`` is the seed-averaged curve's best swept lr; ``edge`` +1 when that is the largest lr
+    swept (the true best may lie above it), -1 when the smallest, 0 inside the sweep."""
 
     size: int
     seeds: int
     best_lr: tuple[float, float, float]
     at_edge: bool
     penalty: tuple[float, float, float] | None
+    best_swept: float | None = None
+    edge: int = 0
 
 
 @dataclass(frozen=True)
@@ -63,8 +72,10 @@ class Transfer:
     sizes_to_halve: tuple[int, ...] | None = None
 
     def to_dict(self) -> dict:
+        """The fields as JSON-able data, with the slope's :func:`reading` under "reading"."""
         d = dict(self.__dict__)
         d["rows"] = [dict(r.__dict__) for r in self.rows]
+        d["reading"] = reading(self)
         return d
 
 
@@ -153,7 +164,9 @@ def setting_transfer(cs: list[Curve], axis: str, target: int | None = None) -> T
             diffs = [at_proxy.capped(s, c.l0) - c.points[own].capped(s, c.l0) for s in seeds]
             penalty = _interval(diffs)
         per_seed = [seed_best(c, s) for s in c.seeds]
-        rows.append(SizeRow(c.depth, len(c.seeds), _log_interval(per_seed), best["at_edge"], penalty))
+        edge = (1 if own else -1) if best["at_edge"] else 0  # points are sorted by lr
+        rows.append(SizeRow(c.depth, len(c.seeds), _log_interval(per_seed), best["at_edge"], penalty,
+                            best["lr_swept"], edge))  # fmt: skip
     slope = target_lr = None
     slopes, predicted = [], []
     xs = [math.log10(c.depth) for c in cs]
@@ -165,18 +178,20 @@ def setting_transfer(cs: list[Curve], axis: str, target: int | None = None) -> T
     if slopes:
         slope = _interval(slopes)
         target_lr = _log_interval(predicted) if predicted else None
+    censored = any(r.at_edge for r in rows)
+    more = len(slopes) >= 2 and not censored  # more seeds or sizes do not turn a bound into an estimate
     return Transfer(
         setting=cs[0].label,
         axis=axis,
         rows=tuple(rows),
         proxy_lr=proxy.points[i0].lr,
         slope=slope,
-        censored=any(r.at_edge for r in rows),
+        censored=censored,
         target=target,
         target_lr=target_lr,
-        seeds_to_halve=seeds_to_halve(len(slopes)),
+        seeds_to_halve=seeds_to_halve(len(slopes)) if more else None,
         slope_seeds=len(slopes),
-        sizes_to_halve=sizes_to_halve([c.depth for c in cs]) if len(slopes) >= 2 else None,
+        sizes_to_halve=sizes_to_halve([c.depth for c in cs]) if more else None,
     )
 
 
@@ -202,73 +217,45 @@ def study_shape(runs: list[dict]) -> dict:
             "seq_len": values("train", "seq_len")}  # fmt: skip
 
 
-def shape_line(name: str, shape: dict) -> str:
-    """'study depth-transfer-quick: width 32, depths 2-8, 100 steps of 16 x 32': what its answer is for."""
-
-    def span(v: list) -> str:
-        return str(v[0]) if len(v) == 1 else f"{v[0]}-{v[-1]}"
-
-    w, d = shape["widths"], shape["depths"]
-    return (f"study {name}: width{'s' if len(w) > 1 else ''} {span(w)}, depth{'s' if len(d) > 1 else ''} {span(d)}, "
-            f"{span(shape['steps'])} steps of {span(shape['batch_size'])} x {span(shape['seq_len'])}")  # fmt: skip
+def runs_at(runs: list[dict], axis: str, width: int | None, depth: int | None) -> list[dict]:
+    """The runs at the user's own width (a question across depth) or depth (across width), for a study
+    that swept both; every run when the user did not say theirs."""
+    key, mine = ("d_model", width) if axis == "depth" else ("n_layers", depth)
+    if mine is None:
+        return runs
+    return [r for r in runs if (r.get("config") or {}).get("model", {}).get(key, mine) == mine]
 
 
-def mismatch(axis: str, shape: dict, width: int | None, depth: int | None) -> str | None:
-    """Why the study cannot answer for the user's own width (a depth transfer) or depth (a width
-    transfer), in one line; None when it can (or when the user did not say theirs)."""
-    fixed, mine, name = ("widths", width, "width") if axis == "depth" else ("depths", depth, "depth")
-    have = shape[fixed]
-    if mine is None or have == [mine]:
+def _leverage(t: Transfer, at: int | None) -> list[float]:
+    """Per size row, how far the line fitted in x = log size moves when that row's log best lr rises by
+    1: the slope's (x_i - xbar) / Sxx, or (``at`` given) the fitted value's at x = log ``at``,
+    1/n + (x_i - xbar)(x - xbar) / Sxx."""
+    xs = [math.log10(r.size) for r in t.rows]
+    mx, sxx = sum(xs) / len(xs), _sxx(xs)
+    if at is None:
+        return [(x - mx) / sxx for x in xs]
+    return [1 / len(xs) + (x - mx) * (math.log10(at) - mx) / sxx for x in xs]
+
+
+def bound_side(t: Transfer, at: int | None = None) -> int | None:
+    """How the best lrs at the sweep's edge bound the slope (``at`` None) or the best lr fitted at size
+    ``at``. Each such best may only lie beyond its edge, so it can move the fit only one way. None: no
+    edge moves it (an estimate); +1: every edge can only raise it (it is a lower bound); -1: only lower
+    it (an upper bound); 0: edges move it both ways (neither an estimate nor a bound)."""
+    moves = {w * r.edge > 0 for w, r in zip(_leverage(t, at), t.rows) if r.edge and abs(w) > 1e-12}
+    if not moves:
         return None
-    return (
-        f"the study ran at {name} {', '.join(map(str, have))}, not {mine}: its best lr is for that {name} "
-        f"(under the standard parametrization the best lr moves with width, about 1/width); run the "
-        f"transfer preset at yours (depthlab study --preset {axis}-transfer-quick --{name} {mine})"
-    )
+    return 0 if len(moves) == 2 else (1 if moves.pop() else -1)
 
 
-def _lr(v: tuple[float, float, float]) -> str:
-    m, lo, hi = v
-    return f"{m:.3g}" if lo == hi else f"{m:.3g} [{lo:.3g}, {hi:.3g}]"
-
-
-def format_transfer(t: Transfer) -> str:
-    """The text of one setting: the per-size table, the slope, the extrapolation, the seeds to halve."""
-    head = f"  {t.axis:>6}  {'seeds':>5}  {'best lr [95%]':30} {'edge':5} penalty at lr {t.proxy_lr:g} [95%]"
-    lines = [t.setting, head]
-    for r in t.rows:
-        pen = "(the proxy)" if r is t.rows[0] else "-"
-        if r.penalty is not None:
-            pen = f"{r.penalty[0]:+.3f} [{r.penalty[1]:+.3f}, {r.penalty[2]:+.3f}]"
-        lines.append(
-            f"  {r.size:>6}  {r.seeds:>5}  {_lr(r.best_lr):30} {'EDGE' if r.at_edge else '':5} {pen}"
-        )
+def reading(t: Transfer) -> str:
+    """The one judgement of a setting's slope that ``depthlab transfer`` and ``advise`` both print:
+    "no slope" (no seed with a run at every size); "at least" or "at most" (a best lr at the sweep's
+    edge makes the slope a bound, not an estimate); "unknown" (edges that move it both ways: not even a
+    bound); else "flat" (its interval holds 0: the proxy's best lr holds) or "moves"."""
     if t.slope is None:
-        lines.append("  slope: needs a seed with a run at every size")
-        return "\n".join(lines)
-    m, lo, hi = t.slope
-    bound = ""
-    if t.censored:
-        bound = " (a bound, not an estimate: a best lr at the sweep's edge, marked EDGE, lies beyond it)"
-    lines.append(f"  slope of log best lr against log {t.axis}: {m:+.2f} [{lo:+.2f}, {hi:+.2f}]{bound}")
-    if t.target_lr is not None:
-        sizes = [r.size for r in t.rows]
-        where = "within" if min(sizes) <= t.target <= max(sizes) else "extrapolated beyond"
-        lines.append(f"  best lr at {t.axis} {t.target}: {_lr(t.target_lr)} ({where} the sizes swept)")
-    if t.seeds_to_halve is not None:
-        lines.append(
-            f"  {t.seeds_to_halve} seeds (now {t.slope_seeds}) would halve the slope's interval at the same spread"
-        )
-    if t.sizes_to_halve is not None:
-        lines.append("  " + _sizes_line(t))
-    return "\n".join(lines)
-
-
-def _sizes_line(t: Transfer) -> str:
-    """ "or 2 more depths (16, 32) ... would halve it ...", with the spacing and the assumption."""
-    sizes, added = [r.size for r in t.rows], t.sizes_to_halve
-    return (
-        f"or {len(added)} more {t.axis}s ({', '.join(str(v) for v in added)}: x{spacing(sizes):.3g} apart "
-        f"beyond the largest, as the sweep is spaced) would halve it at the same {t.slope_seeds} seeds,\n"
-        f"  if each seed's best lr scatters as much about a straight log-log line there as at the sizes swept"
-    )
+        return "no slope"
+    side = bound_side(t)
+    if side is not None:
+        return {1: "at least", -1: "at most", 0: "unknown"}[side]
+    return "flat" if t.slope[1] <= 0 <= t.slope[2] else "moves"
