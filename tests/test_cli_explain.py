@@ -56,6 +56,33 @@ def test_explain_deepnorm_constants_and_warnings(capsys):
     assert "final norm off" in warnings and "residual off for attn" in warnings
 
 
+@pytest.mark.parametrize(
+    "wrap, with_norm, without",
+    [
+        ("post", "x = LN(x + F(x))", "x = x + F(x)"),
+        ("pre", "x = x + F(LN(x))", "x = x + F(x)"),
+        ("layerscale", "x = x + lambda*F(LN(x))", "x = x + lambda*F(x)"),
+        ("parallel", "x = x + sum_i F_i(LN_i(x))", "x = x + sum_i F_i(x)"),
+    ],
+)
+def test_explain_shows_the_stacks_formula_without_ln_where_the_norm_is_none(wrap, with_norm, without, capsys):
+    main(f"explain --layers 2 --d-model 16 --heads 2 --wrap {wrap} --json -".split())
+    assert {s["formula"] for s in json.loads(capsys.readouterr().out)["layers"][0]["sublayers"]} == {
+        with_norm
+    }
+    assert main(f"explain --layers 2 --d-model 16 --heads 2 --wrap {wrap} --norm none".split()) == 0
+    out = capsys.readouterr().out
+    assert without in out and "LN" not in out
+
+
+def test_without_norm_keeps_what_the_norm_was_applied_to():
+    from depthlab.model.explain import without_norm
+
+    assert without_norm("x = x + m*LN(F(LN(x)))") == "x = x + m*F(x)"
+    assert without_norm("x = x + m*F(LN(x)/sqrt(l))") == "x = x + m*F(x/sqrt(l))"
+    assert without_norm("x = x + a*F(x)") == "x = x + a*F(x)"
+
+
 def test_explain_text_groups_identical_layers(capsys):
     assert main("explain --layers 8 --wrap mix".split()) == 0
     out = capsys.readouterr().out

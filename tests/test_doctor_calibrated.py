@@ -168,3 +168,121 @@ def test_the_grid_range_spans_every_run_of_the_grids():
         "lr": [1e-4, 1.0],
         "warmup": [0, 0],
     }
+
+
+# What each level's message says: a level never says another's words (the out-of-range case included).
+LEVEL_WORDS = {
+    "ok": "is within the limit",
+    "warning": "not expected to be safe",
+    "error": "is where such stacks failed",
+}
+POST_OWN = "post stacks (fitted on that wrapping's tuning runs alone)"
+
+
+def _post_limit():
+    """A post-LN limit on s (G = 1 per unit lr): within up to 2, a warning to 4, failures from 4."""
+    from depthlab.doctor.limit import LrLimit
+
+    return LrLimit("renormalising", "s", 1.0, warn_above=2.0, error_from=4.0, trained_to=1.0, who=POST_OWN,
+                   warmup=0)  # fmt: skip
+
+
+COUNTS = {
+    "learning-rate:error": {"runs": 219, "agreed": 205, "what": "with this verdict stalled or diverged"},
+    "learning-rate:ok": {"runs": 466, "agreed": 422, "what": "with this verdict trained"},
+    "prediction:fails": {"runs": 263, "agreed": 242, "what": "predicted to fail stalled or diverged"},
+    "prediction:trains": {"runs": 514, "agreed": 465, "what": "predicted to train trained"},
+}
+
+
+def test_a_warning_cites_both_sides_never_the_runs_predicted_to_train_alone():
+    """A warning says "not expected to be safe": it must not cite the runs predicted to train that
+    trained as its evidence. No tuning run had it, so it gets the counts of both sides, each named."""
+    from depthlab.doctor.lr_limit import render
+
+    record = dict(RECORD, agreement=COUNTS)
+    v = render(_post_limit(), 3.0, 6, record, [])
+    assert v.level == "warning" and "not expected to be safe" in v.message
+    assert "predicted to train" not in v.detail and "with this verdict" not in v.detail
+    assert (
+        "no calibration run had this verdict; on the calibration grid, 205 of 219 runs with an error "
+        in v.detail
+    )
+    assert "and 422 of 466 runs with ok trained" in v.detail
+    # a record that counts predictions only: both, and how a warning was counted
+    only = dict(RECORD, agreement={k: a for k, a in COUNTS.items() if k.startswith("prediction:")})
+    v = render(_post_limit(), 3.0, 6, only, [])
+    assert (
+        "a warning counts as predicted to train; on the calibration grid, 242 of 263 runs predicted to "
+        in v.detail
+    )
+    assert "and 465 of 514 runs predicted to train trained" in v.detail
+    # an ok and an error keep their own count
+    assert "422 of 466 runs with this verdict trained" in render(_post_limit(), 1.0, 6, record, []).detail
+    err = render(_post_limit(), 5.0, 6, record, [])
+    assert err.level == "error" and "205 of 219 runs with this verdict stalled or diverged" in err.detail
+
+
+def test_a_wrappings_own_limit_names_whose_runs_each_count_is_of():
+    """Calibrated on post's own runs, the verdict gives their count and names the pooled count's runs
+    (every wrapping's), instead of the pooled count beside "(the post runs of the tuning grids)"."""
+    from depthlab.doctor.lr_limit import for_wrap, render
+
+    section = {"warmups": [{"warmup": 0, "limit": 2.0, "band": [1.0, 4.0]}], "error_from": "band_high",
+               "width_exponent": 0.0, "misclassified": {"runs": 89, "scaled": 7, "unscaled": 10}}  # fmt: skip
+    record, who = for_wrap(dict(RECORD, agreement=COUNTS, step_limit={"by_wrap": {"post": section}}), "post")
+    v = render(_post_limit(), 5.0, 6, record, [])
+    assert who == "post" and v.level == "error"
+    assert "(the post runs of the tuning grids): the limit classified 79 of those 89 runs right" in v.detail
+    assert (
+        "on the calibration grid (every wrapping's tuning runs), 205 of 219 runs with this verdict"
+        in v.detail
+    )
+    # width-scaled (an exponent kept): the count of that form
+    scaled, _ = for_wrap(
+        dict(RECORD, step_limit={"by_wrap": {"post": dict(section, width_exponent=-1.0)}}), "post"
+    )
+    assert "classified 82 of those 89 runs right" in render(_post_limit(), 5.0, 6, scaled, []).detail
+    # the committed record: post's own count, of its own runs
+    own = load_record()["step_limit"]["by_wrap"]["post"]["misclassified"]["runs"]
+    v = verdicts(5e-2, 0, wrap="post")[0]["learning-rate"]
+    assert f"of those {own} runs right" in v.detail and "(every wrapping's tuning runs)" in v.detail
+
+
+def test_an_error_held_back_by_the_range_is_a_warning_that_says_it_is_an_extrapolation():
+    from depthlab.doctor.lr_limit import render
+
+    out = ["depth 48 is above the calibrated depths 2-16"]
+    v = render(_post_limit(), 5.0, 48, dict(RECORD, agreement=COUNTS), out)
+    assert v.level == "warning"
+    assert v.message.startswith(
+        "lr 5 is above where such stacks failed (from 4), but outside the calibrated range: "
+    )
+    assert "an extrapolation, not expected to be safe; safe lr <= 2" in v.message
+    assert "is where such stacks failed" not in v.message
+    assert (
+        "205 of 219 runs with an error stalled or diverged" in v.detail
+        and "with this verdict" not in v.detail
+    )
+    assert "Extrapolation: depth 48 is above the calibrated depths 2-16" in v.detail
+
+
+@pytest.mark.parametrize("wrap", ["post", "pre", "rezero", "deepnorm"])
+def test_outside_the_calibrated_range_a_level_never_contradicts_its_message(wrap):
+    """tests/test_advise.py's check of every level's words, at width 16 (below every calibrated width)
+    and up to lr 1e6: never an error, a warning that says what it is, every message an extrapolation."""
+    from depthlab.doctor.lr_limit import learning_rate
+    from depthlab.probe.from_config import probe_config
+
+    cfg = ModelConfig(n_layers=6, d_model=16, n_heads=4, wrap=wrap)
+    held_back = 0
+    for lr in (1e-4, 1e-2, 0.3, 1e6):
+        v = learning_rate(probe_config(cfg, lr=lr, warmup=0, attribute=False))
+        assert "Extrapolation: width 16 is below the calibrated widths" in v.detail, (lr, v.detail)
+        assert v.level != "error" and "extrapolation" in v.message, (lr, v.message)
+        if "at 6 layers they trained" in v.message:
+            continue  # an error held back by depth says so instead
+        assert LEVEL_WORDS[v.level] in v.message, (lr, v.level, v.message)
+        assert all(words not in v.message for level, words in LEVEL_WORDS.items() if level != v.level)
+        held_back += "above where such stacks failed" in v.message
+    assert held_back  # lr 1e6 is above where every such stack failed: held back to a warning

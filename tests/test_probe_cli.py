@@ -129,3 +129,19 @@ def test_bad_input_is_one_line_and_exit_2(args, capsys):
     assert main(args.split()) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "error" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [("--wrap", "post,,pre"), ("--wrap", "post,"), ("--norm", ",layernorm"), ("--no-residual", "none, ,all")],
+)
+def test_an_empty_value_in_a_comma_list_is_refused_before_any_work(flag, value, tmp_path, capsys):
+    """``--wrap post,,pre`` is a typo, not two models: one line, exit 2, before the --hf folder is read
+    (it does not exist here) or the --json file written."""
+    out = tmp_path / "probe.json"
+    argv = ["probe", "--hf", str(tmp_path / "no-such-model"), "--compare", flag, value, "--json", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"{flag} {value!r} is not allowed" in err or f"{flag} {value} is not allowed" in err
+    assert "no empty value in the comma list" in err and not out.exists()

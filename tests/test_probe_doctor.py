@@ -181,3 +181,12 @@ def test_a_verdict_is_a_record_whose_json_is_the_probe_jsons():
     assert (
         sorted([Verdict("ok", "a", ""), Verdict("error", "b", "")], key=lambda v: v.severity)[0].code == "b"
     )
+
+
+def test_a_verdicts_summary_never_repeats_ok():
+    """The compare table's cell: level then code, and the all-clear verdict once ("ok", not "ok ok")."""
+    from depthlab.doctor.verdict import Verdict
+
+    assert Verdict("ok", "ok", "fine").summary == "ok"
+    assert Verdict("warning", "stream-growth", "grows").summary == "warning stream-growth"
+    assert Verdict("ok", "learning-rate", "within").summary == "ok learning-rate"

@@ -119,6 +119,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    comma_lists(args)  # an empty value in a comma list: refused before any config is read or model built
     if args.loss not in LOSSES:
         raise ConfigError("loss", args.loss, f"one of {', '.join(LOSSES)}")
     refuse_flags(
@@ -221,10 +222,7 @@ def _family(path: str):
 def configs_from_args(args) -> list[tuple[str, object]]:
     """(label, ModelConfig) for each combination of the comma lists; more than one needs --compare.
     With --hf each starts from the imported family's config (:func:`model_config_from_args`)."""
-    lists = {
-        name: _split(getattr(args, attr))
-        for name, attr in (("wrap", "wrap"), ("norm", "norm"), ("no-residual", "no_residual"))
-    }
+    lists = comma_lists(args)
     count = math.prod(len(v) for v in lists.values())  # from the lengths: nothing is built yet
     if count > MAX_COMPARE:
         sizes = " x ".join(f"{len(v)} --{n}" for n, v in lists.items() if len(v) > 1)
@@ -253,9 +251,24 @@ def configs_from_args(args) -> list[tuple[str, object]]:
     return out
 
 
-def _split(value: str) -> list[str]:
-    """A comma list's values, each once, in the order given (``pre,pre,post`` compares two)."""
-    values = [v.strip() for v in value.split(",") if v.strip()] or [value]
+def comma_lists(args) -> dict[str, list[str]]:
+    """{"wrap", "norm", "no-residual"}: each flag's comma list (:func:`_split`), checked before any
+    work; ConfigError for a list with an empty value (``post,,pre``, ``post,``)."""
+    return {
+        name: _split(getattr(args, attr), attr)
+        for name, attr in (("wrap", "wrap"), ("norm", "norm"), ("no-residual", "no_residual"))
+    }
+
+
+def _split(value: str, field: str) -> list[str]:
+    """A comma list's values, each once, in the order given (``pre,pre,post`` compares two); a value
+    without a comma is itself (an empty one is the flag's own check). ConfigError where a comma leaves
+    an empty value: a typo, not one model fewer."""
+    if "," not in value:
+        return [value.strip() or value]
+    values = [v.strip() for v in value.split(",")]
+    if not all(values):
+        raise ConfigError(field, value, "no empty value in the comma list")
     return list(dict.fromkeys(values))
 
 

@@ -43,8 +43,11 @@ matrix's spectral norm, a quantity comparable across width). Three families of s
   stack under ``GATED_DEPTH`` layers gets a warning at most. The fit's support widens the calibrated range, as the step limit's does.
 
 Every verdict says where it was calibrated and, where the record holds it, how often the calibration
-grid agreed (:mod:`depthlab.doctor.record`). A configuration outside the calibrated range (width,
-depth, lr, warmup) is an extrapolation: its error becomes a warning that says so.
+grid agreed (:mod:`depthlab.doctor.record`), naming the runs each count is of: a wrapping's own limit
+gives how many of that wrapping's runs it classified right, beside the count over every wrapping's; a
+warning that no calibration run had gives both sides' counts (the runs with an error, with ok).
+A configuration outside the calibrated range (width, depth, lr, warmup) is an extrapolation: its error
+becomes a warning that says so ("above where such stacks failed, but outside the calibrated range").
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from depthlab.doctor.limit import LrLimit
-from depthlab.doctor.record import evidence, load_record, outside, range_text
+from depthlab.doctor.record import load_record, outside, range_text
 from depthlab.doctor.verdict import Verdict
 
 if TYPE_CHECKING:  # the doctor reads a probe's result; the probe package imports the doctor
@@ -286,20 +289,21 @@ def _above(fit: dict) -> tuple[int, int] | None:
 
 def render(limit: LrLimit, lr: float, depth: int, record: dict, out: list[str]) -> Verdict:
     """The verdict for a run at ``lr``: its level (an error outside the calibrated range is a warning);
-    its message, lr against the limit in one sentence; its detail, how the limit was measured, the
-    evidence and the range it was calibrated on."""
-    level = limit.level(lr, depth)
+    its message, lr against the limit in one sentence as the level says it (such a warning says it is
+    an extrapolation); its detail, how the limit was measured, the evidence and the range it was
+    calibrated on."""
+    measured = limit.level(lr, depth)
+    level = "warning" if out and measured == "error" else measured
     code = "update-size" if limit.family == "gated" else "learning-rate"
-    said = evidence(record, f"{code}:{level}") or evidence(
-        record, "prediction:" + ("fails" if level == "error" else "trains")
-    )
-    if out and level == "error":
-        level = "warning"
-    message = _position(limit, lr, depth) + (" (an extrapolation: see below)" if out else "")
-    detail = f"{_how(limit, lr)}. Calibrated at {range_text(record)}" + (f"; {said}" if said else "")
+    message = _position(limit, lr, depth, level)
+    if out and level == measured:
+        message += " (an extrapolation: see below)"
+    detail = f"{_how(limit, lr)}. Calibrated at {range_text(record)}{_own_count(record)}"
+    said = _evidence(record, code, measured, level)
+    detail += f"; {said}" if said else ""
     if out:
         detail += f". Extrapolation: {'; '.join(out)}, so this is not a confident verdict"
-    if limit.level(lr, depth) == "error" and limit.above:
+    if measured == "error" and limit.above:
         detail += (
             f"; above lr {limit.lr_fails:.2g}, {limit.above[0]} of {limit.above[1]} tuning runs there failed"
         )
@@ -308,19 +312,76 @@ def render(limit: LrLimit, lr: float, depth: int, record: dict, out: list[str]) 
     return Verdict(level, code, message, detail=detail)
 
 
-def _position(limit: LrLimit, lr: float, depth: int) -> str:
-    """Where ``lr`` lies against the limit, in lr, as the level says it (one short sentence)."""
+def _own_count(record: dict) -> str:
+    """': the limit classified 79 of those 89 runs right' where the range is one wrapping's tuning runs
+    and its own limit judges (:func:`for_wrap`; the fit's "misclassified" count of the form kept:
+    width-scaled where it has an exponent, else on s itself); '' otherwise."""
+    sec = record.get("step_limit") or {}
+    counts = sec.get("misclassified")
+    if not record.get("own_range") or not counts:
+        return ""
+    wrong = counts.get("scaled") if sec.get("width_exponent") else counts.get("unscaled")
+    wrong = counts.get("scaled") if wrong is None else wrong
+    return f": the limit classified {counts['runs'] - wrong} of those {counts['runs']} runs right"
+
+
+def _evidence(record: dict, code: str, measured: str, level: str) -> str | None:
+    """How often the calibration runs went the way this verdict says: 'on the calibration grid, 205 of
+    219 runs with this verdict stalled or diverged', naming the runs counted where the range names one
+    wrapping's ("(every wrapping's tuning runs)"). ``measured`` is the limit's level, ``level`` the
+    verdict's: where the range holds an error back to a warning, the count is of the runs with an
+    error, named so; a warning without a count of its own gets both sides' counts. None where the record
+    holds no count."""
+    table = record.get("agreement") or {}
+    where = "on the calibration grid" + (" (every wrapping's tuning runs)" if record.get("own_range") else "")
+    own = table.get(f"{code}:{measured}")
+    if own and measured == level:
+        return f"{where}, {own['agreed']} of {own['runs']} runs {own['what']}"
+    if measured != "warning":
+        said = _count(table, code, measured, named=measured != level)
+        return f"{where}, {said}" if said else None
+    sides = [s for s in (_count(table, code, "error", True), _count(table, code, "ok", True)) if s]
+    if not sides:
+        return None
+    counted = table.get(f"{code}:error") or table.get(f"{code}:ok")
+    none = "no calibration run had this verdict; " if counted else "a warning counts as predicted to train; "
+    return f"{none}{where}, {' and '.join(sides)}"
+
+
+def _count(table: dict, code: str, level: str, named: bool) -> str | None:
+    """'205 of 219 runs with this verdict stalled or diverged' for an "error" or "ok" (``named``: 'with
+    an error', 'with ok'), from the record's count of that verdict, else of that prediction ('242 of 263
+    runs predicted to fail stalled or diverged'); None where the record holds neither."""
+    went = "stalled or diverged" if level == "error" else "trained"
+    a = table.get(f"{code}:{level}")
+    if a:
+        verdict = ("an error" if level == "error" else "ok") if named else "this verdict"
+        return f"{a['agreed']} of {a['runs']} runs with {verdict} {went}"
+    p = table.get("prediction:" + ("fails" if level == "error" else "trains"))
+    if not p:
+        return None
+    return f"{p['agreed']} of {p['runs']} runs predicted to {'fail' if level == 'error' else 'train'} {went}"
+
+
+def _position(limit: LrLimit, lr: float, depth: int, level: str) -> str:
+    """Where ``lr`` lies against the limit, in lr, as ``level`` says it (one short sentence): a warning
+    where the limit gives an error says the call is an extrapolation outside the calibrated range."""
     if not math.isfinite(limit.warn_above):
         return f"lr {lr:g}: no relative update measured, so no ceiling"
     safe = f"safe lr <= {limit.lr_limit:.2g} ({_who(limit)}, {_warm(limit.warmup)})"
     fails = f"{limit.lr_fails:.2g}" if limit.lr_fails else None
-    level = limit.level(lr, depth)
+    measured = limit.level(lr, depth)
     if level == "ok":
         return f"lr {lr:g} is within the limit: {safe}" + (
             f"; such runs failed from {fails}" if fails else ""
         )
     if level == "error":
         return f"lr {lr:g} is where such stacks failed (from {fails}): {safe}"
+    if measured == "error":  # an error held back by the calibrated range
+        return (
+            f"lr {lr:g} is above where such stacks failed (from {fails}), but outside the calibrated range: "
+            f"an extrapolation, not expected to be safe; {safe}"
+        )
     if limit.error_from is not None and limit.value(lr) > limit.error_from:  # an error held back by depth
         return f"lr {lr:g} is where deeper such stacks failed; at {depth} layers they trained: {safe}"
     if fails:

@@ -36,6 +36,12 @@ class Verdict:
         """0 for an error, 1 for a warning, 2 for ok: the doctor's sort key."""
         return LEVELS.index(self.level)
 
+    @property
+    def summary(self) -> str:
+        """The verdict in a summary cell: "warning stream-growth" (level, then code); "ok" alone for the
+        all-clear verdict, whose code is its level (never "ok ok")."""
+        return self.level if self.code == self.level else f"{self.level} {self.code}"
+
     def to_dict(self) -> dict:
         """{"level", "code", "message"}, and "cause" when it is known: the Probe JSON's verdict."""
         d = {"level": self.level, "code": self.code, "message": self.message}

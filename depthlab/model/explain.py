@@ -8,6 +8,8 @@ itself as the wiring table (:class:`Wiring`).
 
 from __future__ import annotations
 
+import re
+
 from depthlab.config import WRAPPINGS, ModelConfig, TrainConfig
 from depthlab.display import LEVEL_COLOURS, badge, block, esc, para, table
 from depthlab.frames import to_frame
@@ -211,10 +213,11 @@ def _stacks(model):
 
 def _describe(name: str, w: Wrapping, norm_on: bool) -> dict:
     norm_on = norm_on and w.USES_NORM
+    formula = w.formula_for(w.residual, w.branch_multiplier)
     return {
         "name": name,
         "wrap": w.name,
-        "formula": w.formula_for(w.residual, w.branch_multiplier),
+        "formula": formula if norm_on else without_norm(formula),
         "source": w.SOURCE,
         "norm_in": w.NORM_IN and norm_on,
         "norm_out": w.NORM_OUT and norm_on,
@@ -223,6 +226,23 @@ def _describe(name: str, w: Wrapping, norm_on: bool) -> dict:
         # the branch multiplier beside the constants where it is not 1 (its formula then shows m)
         "constants": w.constant_values() | ({"m": w.branch_multiplier} if w.branch_multiplier != 1.0 else {}),
     }
+
+
+def without_norm(formula: str) -> str:
+    """The formula of a stack whose norm is none (an identity): every ``LN(...)`` and ``LN_i(...)``
+    replaced by its argument, "x = LN(x + F(x))" -> "x = x + F(x)"."""
+    out, i = "", 0
+    while (m := _NORM_CALL.search(formula, i)) is not None:
+        depth, j = 1, m.end()
+        while depth:  # the call's closing parenthesis
+            depth += {"(": 1, ")": -1}.get(formula[j], 0)
+            j += 1
+        out += formula[i : m.start()] + without_norm(formula[m.end() : j - 1])
+        i = j
+    return out + formula[i:]
+
+
+_NORM_CALL = re.compile(r"\bLN(_i)?\(")  # a norm applied in a wrapping's formula: LN(...), LN_i(...)
 
 
 def _params(model) -> dict:

@@ -63,7 +63,7 @@ class Comparison:
                     "rms_growth": rms[-1] / rms[0] if rms[0] else float("inf"),
                     "safe_lr": None if found is None else found[0].lr_limit,
                     "level": r.worst_level,
-                    "verdicts": ", ".join(f"{v.level} {v.code}" for v in r.verdicts),
+                    "verdicts": ", ".join(v.summary for v in r.verdicts),
                 }
             )
         return out
@@ -121,7 +121,10 @@ class Comparison:
                 esc(_sci(s["g0_gL"])),
                 esc(_sci(s["ctx0_ctxL"])),
                 esc(f"{s['rms_growth']:.3g}"),
-                " ".join(f"{level_badge(v.level)} {esc(v.code)}" for v in r.verdicts),
+                " ".join(
+                    level_badge(v.level) + ("" if v.code == v.level else f" {esc(v.code)}")
+                    for v in r.verdicts
+                ),
             ]
             for s, (_, r) in zip(self.summary(), self.runs)
         ]
