@@ -126,7 +126,11 @@ def test_far_from_every_measured_run_and_outside_the_fit_there_is_no_confident_c
         "pre", 6, 128, 1.0, 0, 600, norm="rmsnorm", param="mup"
     )  # no run of its kind, a margin of ln 100
     far = p_trains(fit, limit, odd, atlas)
-    assert not far.confident and "no measured run of this stack" in far.why_not and "margin" in far.why_not
+    assert (
+        not far.confident
+        and "no measured run of this stack" in far.why_not
+        and "lr against its limit" in far.why_not
+    )
 
 
 @pytest.mark.parametrize(
@@ -137,10 +141,18 @@ def test_far_from_every_measured_run_and_outside_the_fit_there_is_no_confident_c
         (["--json", "out.txt"], "--json"),
         (["--lr", "-1"], "lr"),
         (["--steps", "0"], "steps"),
+        (["--arch", "encoder"], "decoder"),
+        (["--transfer-study", "x"], "--transfer"),
+        (["--to-depth", "8", "--transfer", "missing.sqlite"], "missing.sqlite"),
+        (["--to-depth", "8", "--transfer", "other.sqlite", "--transfer-study", "nope"], "nope"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2_before_any_probe(argv, says, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    from depthlab.study.store import Store
+
+    with Store("other.sqlite") as store:  # a store without the study asked for
+        store.add_study("other", {}, "0", [])
     monkeypatch.setattr("depthlab.advise.advice.probe_run", lambda *a, **k: pytest.fail("probed"))
     assert main(["advise", "--layers", "2", "--d-model", "16", "--heads", "2", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -264,3 +276,55 @@ def test_advise_says_where_the_seed_alone_decided_a_measured_configuration(atlas
     assert screen.index(line) > next(i for i, ln in enumerate(screen) if ln.startswith("evidence:"))
     data = json.loads(json.dumps(a.to_dict()))
     assert [r["seed"] for r in data["seed_splits"][0]] == sorted([near.seed, near.seed + 1000])
+
+
+def test_json_to_stdout_is_the_json_alone(capsys, monkeypatch):
+    """With ``--json -`` stdout holds one JSON document (the screen is not printed beside it)."""
+    assert main(["advise", "--layers", "2", "--d-model", "16", "--heads", "2", "--alternatives", "",
+                 "--steps", "100", "--json", "-"]) == 0  # fmt: skip
+    data = json.loads(capsys.readouterr().out)
+    assert data["model"]["n_layers"] == 2 and 0 <= data["p_trains"] <= 1
+
+
+def test_depthlab_advise_is_the_function_and_the_package(atlas):
+    """``depthlab.advise(model, train)`` returns the record the CLI prints; the package's names stay."""
+    import depthlab
+
+    a = depthlab.advise(TINY, RUN, atlas, alternatives=())
+    assert isinstance(a, depthlab.advise.Advice) and a.to_dict()["p_trains"] == a.prediction.p_trains
+    assert str(a) == a.format() and "\n" not in repr(a) and len(repr(a)) < 120
+    assert repr(a).startswith(f"<Advice post 3L d32 at lr 0.003: {a.prediction.call}")
+
+
+def test_a_call_against_the_probe_s_limit_says_what_outweighs_it(atlas):
+    """A "trains" call at an lr where such stacks failed, or a "fails" call below the safe lr, says on
+    its line that the nearest measured runs outweigh the limit; a call that agrees says nothing more."""
+    a = advise(TINY, RUN, atlas, alternatives=())
+    lim = a.limit
+    assert lim is not None and lim.lr_fails
+
+    def line(lr, p):
+        b = dataclasses.replace(a, train=dataclasses.replace(a.train, lr=lr),
+                                prediction=dataclasses.replace(a.prediction, p_trains=p))  # fmt: skip
+        return " ".join(b.format().splitlines()[1:3])
+
+    n = len(a.evidence)
+    above = line(lim.lr_fails * 2, 0.9)
+    assert (
+        f"above where such stacks failed ({lim.lr_fails:.2g}), but" in above
+        and f"of the {n} nearest" in above
+    )
+    assert "below the safe lr, but" in line(lim.lr_limit / 2, 0.1)
+    for lr, p in ((lim.lr_fails * 2, 0.1), (lim.lr_limit / 2, 0.9)):
+        assert "nearest measured runs" not in line(lr, p)
+
+
+def test_long_why_lines_fold_at_a_word_and_end_cut_at_one():
+    from depthlab.advise.screen import WIDTH, _fold
+
+    words = "  WARNING plateau: " + " ".join(f"word{i}" for i in range(60))
+    out = _fold(words, most=2)
+    assert len(out) == 2 and all(len(x) <= WIDTH for x in out)
+    assert out[1].startswith("    word") and out[1].endswith("...")
+    assert out[1][:-3].split()[-1].startswith("word") and out[1][:-3].split()[-1] in words.split()
+    assert words.startswith(out[0]) and out[0].split()[-1] in words.split()  # broken between words

@@ -43,6 +43,7 @@ LAYERS = [
         "display",
         "frames",
         "progress",
+        "callable_package",
     },
     {"model"},
     {"interop"},

@@ -49,9 +49,10 @@ class Option:
         return dataclasses.asdict(self)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Advice:
-    """What :func:`advise` found (see the module docstring); ``verdicts`` are the probe's."""
+    """What :func:`advise` found (see the module docstring); ``verdicts`` are the probe's. ``str()`` is the
+    screen, ``repr()`` its answer in one line."""
 
     model: ModelConfig
     train: TrainConfig
@@ -68,6 +69,15 @@ class Advice:
     def format(self) -> str:
         """The screen ``depthlab advise`` prints (about 25 lines, the answer first)."""
         return render(self, LIKELY)
+
+    def __str__(self) -> str:
+        return self.format()
+
+    def __repr__(self) -> str:
+        m, p = self.model, self.prediction
+        safe = "" if self.limit is None else f", safe lr <= {self.limit.lr_limit:.2g}"
+        return (f"<Advice {m.wrap} {m.n_layers}L d{m.d_model} at lr {self.train.lr:g}: {p.call} "
+                f"(P(trains) = {p.p_trains:.2f}){safe}>")  # fmt: skip
 
     @property
     def evidence(self) -> tuple[tuple[float, MeasuredRun], ...]:

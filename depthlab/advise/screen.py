@@ -32,16 +32,33 @@ def _cut(text: str, width: int = WIDTH) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _fold(text: str, width: int = WIDTH) -> list[str]:
-    """``text`` as one line, or, where it is longer than ``width``, broken after its last "; " that fits
-    (the rest indented on lines of their own, folded again; cut only where no "; " fits): a line of
-    numbers is folded, never cut."""
+def _fold(text: str, width: int = WIDTH, most: int | None = None, indent: str | None = None) -> list[str]:
+    """``text`` as one line, or, where it is longer than ``width``, broken after its last "; " that fits,
+    else at its last space (the rest indented on lines of their own, folded again): a line of numbers is
+    folded, never cut. ``most``: at most this many lines, the last cut at a word ("..."); a text with
+    no place to break is cut too. The rest is indented two spaces more than ``text`` (or by ``indent``)."""
+    if indent is None:
+        indent = " " * (len(text) - len(text.lstrip()) + 2)
     if len(text) <= width:
         return [text]
+    if most == 1:
+        return [_cut_at_word(text, width)]
     at = text.rfind("; ", 0, width)
+    rest = at + 2
+    if at < 0:
+        at = text.rfind(" ", len(text) - len(text.lstrip()) + 1, width)
+        rest = at + 1
     if at < 0:
         return [_cut(text, width)]
-    return [text[:at], *_fold("  " + text[at + 2 :], width)]
+    return [text[:at], *_fold(indent + text[rest:], width, None if most is None else most - 1, indent)]
+
+
+def _cut_at_word(text: str, width: int) -> str:
+    """``text`` cut to ``width`` at its last space, with "..." (at ``width`` where it has no space)."""
+    if len(text) <= width:
+        return text
+    at = text.rfind(" ", 0, width - 3)
+    return (text[:at] if at > len(text) - len(text.lstrip()) else text[: width - 3]) + "..."
 
 
 def _short(train) -> str:
@@ -52,6 +69,20 @@ def _short(train) -> str:
     return f"; for {train.steps:,} steps, inside the {train.warmup:,}-step warmup: set --steps"
 
 
+def _against_limit(a) -> str:
+    """Where the call goes against the probe's limit alone (an lr where such stacks failed called
+    "trains", or one below the safe lr called "fails"), what outweighs it: the nearest measured runs."""
+    lim, lr, call = a.limit, a.train.lr, a.prediction.call
+    n, k = len(a.evidence), a.agreeing()
+    if lim is None or not n:
+        return ""
+    if call == "trains" and lim.lr_fails and lr >= lim.lr_fails:
+        return f"; above where such stacks failed ({lim.lr_fails:.2g}), but {k} of the {n} nearest measured runs trained"
+    if call == "fails" and lr <= lim.lr_limit:
+        return f"; below the safe lr, but {k} of the {n} nearest measured runs failed"
+    return ""
+
+
 def render(a, likely: float) -> str:
     """The advice ``a`` (:class:`depthlab.advise.advice.Advice`) as the screen prints it; ``likely``: the
     probability the ranges of likely learning rates are drawn at."""
@@ -59,6 +90,7 @@ def render(a, likely: float) -> str:
     head = (f"{m.wrap}, {m.n_layers} layers, d_model {m.d_model}, {m.n_heads} heads; lr {t.lr:g}, warmup "
             f"{t.warmup}, {t.steps:,} steps of {t.batch_size} x {t.seq_len}")  # fmt: skip
     sure = "" if p.confident else f"; not a confident call: {p.why_not}"
+    sure = _against_limit(a) + sure
     lines = [
         f"advise: {head}",
         *_fold(f"expected: {_call(p.p_trains)} (P(trains) = {p.p_trains:.2f}){_short(t)}{sure}"),
@@ -93,10 +125,12 @@ def render(a, likely: float) -> str:
     if a.held_out:
         lines += _fold(track_record.line(a.held_out))
     if a.outside:
-        lines.append(_cut(f"outside the limit's calibrated range: {'; '.join(a.outside)}"))
-    if a.verdicts:
+        lines += _fold(f"outside the limit's calibrated range: {'; '.join(a.outside)}", most=2)
+    why = [v for v in a.verdicts if v.code != "learning-rate"][:4]  # the safe lr line says that one
+    if why:
         lines.append("why (what the probe sees):")
-        lines += [_cut(f"  {v.level.upper():7} {v.code}: {v.message}") for v in a.verdicts[:4]]
+        for v in why:
+            lines += _fold(f"  {v.level.upper():7} {v.code}: {v.message}", most=2)
     if a.transfer:
         lines += ["", *a.transfer.get("lines", [])]
     return "\n".join(lines)

@@ -80,6 +80,9 @@ def run(args) -> int:
     train = TrainConfig(lr=args.lr, warmup=args.warmup, steps=args.steps, batch_size=args.batch_size,
                         seq_len=args.seq_len, seed=seed_from_args(args))  # fmt: skip
     model.check_length(train.seq_len + 1, "seq_len", train.seq_len)
+    if model.arch != "decoder":
+        raise ConfigError("arch", model.arch, "advise answers for decoder language models (every run it measured "
+                          "is one); --arch decoder")  # fmt: skip
     wraps = tuple(w.strip() for w in args.alternatives.split(",") if w.strip())
     for w in wraps:  # every alternative must be a stack this model can be: checked before any probe
         try:
@@ -93,19 +96,23 @@ def run(args) -> int:
         raise ConfigError("to_depth" if args.to_depth is not None else "to_width", target, "an integer >= 1")
     if args.transfer and target is None:
         raise ConfigError("transfer", args.transfer, "unset without --to-depth or --to-width")
-    if args.transfer:
-        check_store_path(args.transfer, "--transfer")
+    if args.transfer_study and not args.transfer:
+        raise ConfigError(
+            "transfer_study", args.transfer_study, "unset without --transfer (the store it is in)"
+        )
+    transfer = None
+    if target is not None:  # read (and refused) before any probe: it needs the model, not its probe
+        if args.transfer:
+            check_store_path(args.transfer, "--transfer")
+        axis = "depth" if args.to_depth is not None else "width"
+        transfer = transfer_advice(model, axis, target, args.transfer, args.transfer_study, train=train)
     atlas = load_atlas(args.atlas)
     n = 1 + len([w for w in wraps if w != model.wrap])
     say(f"advise: probing {n} stack{'s' if n > 1 else ''} at init ({model.n_layers} layers, d_model {model.d_model}); "
         f"{len(atlas):,} measured runs as evidence")  # fmt: skip
-    advice = advise(model, train, atlas, wraps)
-    if target is not None:
-        axis = "depth" if args.to_depth is not None else "width"
-        advice = dataclasses.replace(
-            advice, transfer=transfer_advice(model, axis, target, args.transfer, args.transfer_study)
-        )
-    print(advice.format())
+    advice = dataclasses.replace(advise(model, train, atlas, wraps), transfer=transfer)
+    if args.json != "-":  # with --json -, stdout holds the JSON alone
+        print(advice.format())
     if args.json:
         write_json(advice.to_dict(), args.json)
         if args.json != "-":

@@ -168,7 +168,11 @@ def _why_not(model: dict, x: dict[str, float], near: list) -> str:
     out = [name for name, (lo, hi) in model.get("support", {}).items() if not lo <= x[name] <= hi]
     if not out:
         return ""
-    where = (
-        "no measured run of this stack" if not near else f"the nearest measured run is {near[0][0]:.1f} away"
-    )
-    return f"{where}, and its {', '.join(out)} lie outside what the predictor was fitted on"
+    where = "no measured run of this stack" if not near else f"nearest measured run {near[0][0]:.1f} away"
+    said = dict.fromkeys(SAID.get(name, name) for name in out)  # margin and margin_sq say one thing
+    return f"{where}; its {', '.join(said)} outside what the predictor was fitted on"
+
+
+# The regressors as the screen says them (why a call is not confident).
+SAID = {"margin": "lr against its limit", "margin_sq": "lr against its limit", "ln_steps": "steps",
+        "ln_depth": "depth", "ln_width": "width", "ln_1_warmup": "warmup", "atlas": "nearest runs' share"}  # fmt: skip

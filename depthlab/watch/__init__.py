@@ -13,10 +13,9 @@ integrations (``depthlab.integrations``) attach it to Hugging Face's ``Trainer``
 
 from __future__ import annotations
 
-import inspect
 import sys
-import types
 
+from depthlab.callable_package import make_callable
 from depthlab.watch.keys import LAYER_KEYS, RECORD_KEYS
 from depthlab.watch.rules import Thresholds, replay
 from depthlab.watch.watcher import Watcher
@@ -71,15 +70,6 @@ def watch(
     )  # fmt: skip
 
 
-class _CallableModule(types.ModuleType):
-    """The package's module type: calling the package calls :func:`watch` (``depthlab.watch(model)``), so
-    that neither the function nor the package hides the other."""
-
-    def __call__(self, *args, **kwargs) -> Watcher:
-        return watch(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
-__signature__ = inspect.signature(watch)  # what inspect and help() show for depthlab.watch(...)
+make_callable(__name__, watch)  # depthlab.watch(model, optimizer) calls watch
 
 __all__ = ["LAYER_KEYS", "RECORD_KEYS", "Thresholds", "Watcher", "replay", "watch"]
