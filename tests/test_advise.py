@@ -140,6 +140,7 @@ def test_far_from_every_measured_run_and_outside_the_fit_there_is_no_confident_c
         (["--atlas", "missing.sqlite"], "missing.sqlite"),
         (["--json", "out.txt"], "--json"),
         (["--lr", "-1"], "lr"),
+        (["--lr", "-1e-3"], "lr"),  # a negative value in exponent form, not a flag
         (["--steps", "0"], "steps"),
         (["--arch", "encoder"], "decoder"),
         (["--transfer-study", "x"], "--transfer"),

@@ -128,7 +128,7 @@ def render(a, likely: float) -> str:
         lines += _fold(f"outside the limit's calibrated range: {'; '.join(a.outside)}", most=2)
     why = [v for v in a.verdicts if v.code != "learning-rate"][:4]  # the safe lr line says that one
     if why:
-        lines.append("why (what the probe sees):")
+        lines.append("why (what the probe sees at init; the call above also weighs the measured runs):")
         for v in why:
             lines += _fold(f"  {v.level.upper():7} {v.code}: {v.message}", most=2)
     if a.transfer:

@@ -41,7 +41,12 @@ LAB_MISSING = (
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line on stderr and exit code 2."""
+    """argparse whose usage errors are one line on stderr and exit code 2, and that reads ``-1e-3`` as a
+    (negative) value, not a flag, as it reads ``-0.001`` (the matcher Python 3.13's argparse has)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-\d+$|^-\d*\.\d+$|^-(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
     def error(self, message):
         choice = re.match(r"argument \w+: invalid choice: '(.*)' \(choose from (.*)\)$", message)
