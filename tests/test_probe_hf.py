@@ -13,6 +13,11 @@ import pytest
 
 import depthlab
 from depthlab.cli import main
+from depthlab.doctor.lr_limit import limit_of
+from depthlab.doctor.record import load_record
+from depthlab.probe.locate import locate_stack
+from depthlab.probe.saved_hf import probe_hf
+from depthlab.probe.update_size import relative_update
 
 tf = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -315,3 +320,25 @@ def test_refusals_name_the_imported_families_in_the_terms_of_where_the_path_was_
     with pytest.raises(depthlab.InputError) as grid_error:
         StudyConfig.from_dict({"name": "g", "model": {"hf": mamba}, "train": {"steps": 2}})
     assert str(grid_error.value).startswith(f"model.hf {mamba}: a mamba model is recurrent")
+
+
+@pytest.mark.parametrize("family", ["Llama", "Gemma 2"])
+def test_probe_hf_and_advise_hf_give_one_safe_lr(family, tmp_path, capsys):
+    # the relative update is calibrated on depthlab's layout (q, k, v fused; a gated FFN's inputs fused);
+    # transformers splits them, which moves the median over matrices by about 20% though Adam trains the
+    # same weights alike: probe --hf measures it on depthlab's layout, as advise --hf does
+    shape = dict(hidden_size=128, num_attention_heads=4, intermediate_size=344, num_hidden_layers=4)
+    if family == "Llama":
+        hf = tf.LlamaForCausalLM(tf.LlamaConfig(**shape, vocab_size=256))
+    else:
+        hf = H.gemma2(**shape, head_dim=32, vocab_size=256)
+    path = _save(tmp_path, family, hf.config)
+    flags = "--lr 3e-3 --warmup 100 --seq-len 16 --batch-size 4"
+    out = tmp_path / "advice.json"
+    assert main([*f"advise --hf {path} {flags} --alternatives".split(), "", "--json", str(out)]) == 0
+    advised = json.loads(out.read_text())["limit"]["lr_limit"]
+    probed = probe_hf(path, lr=3e-3, warmup=100, seq_len=16, batch_size=4)
+    assert "depthlab's" in probed.config["probe"]["relative_update_layout"]
+    assert limit_of(probed, load_record())[0].lr_limit == pytest.approx(advised, rel=0.05)
+    own = relative_update(locate_stack(hf).layer_params, 3e-3)  # transformers' own layout, for contrast
+    assert own < 0.9 * probed.config["probe"]["relative_update"]

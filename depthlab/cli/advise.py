@@ -22,6 +22,7 @@ from depthlab.model.memory import available_memory, check_memory, estimate_memor
 from depthlab.paths import check_output_file, write_json
 from depthlab.progress import say
 from depthlab.study.store import check_store_path
+from depthlab.train.tasks import check_task
 
 
 def add_parser(sub) -> None:
@@ -83,6 +84,7 @@ def run(args) -> int:
     if model.arch != "decoder":
         raise ConfigError("arch", model.arch, "advise answers for decoder language models (every run it measured "
                           "is one); --arch decoder")  # fmt: skip
+    check_task(model, train)  # the probe is of the run's first batch: a vocabulary of bytes, at least
     wraps = tuple(w.strip() for w in args.alternatives.split(",") if w.strip())
     for w in wraps:  # every alternative must be a stack this model can be: checked before any probe
         try:

@@ -74,6 +74,7 @@ def measure(
     warmup: int = 0,
     steps: int | None = None,
     sublayers=None,
+    update_layout=None,
 ) -> ProbeResult:
     """The numbers of :func:`probe`, without verdicts.
 
@@ -97,6 +98,10 @@ def measure(
     own size, comparable across width).
     steps: with ``lr``, the run's budget of training steps: the doctor's plateau verdict then says
     whether that budget would call the run stalled (None: only when it is expected to escape).
+    update_layout: per block, the same weights as the model's in the layout the relative update is
+    calibrated on (depthlab's: q, k, v in one matrix; a gated FFN's two inputs in one), for a model that
+    splits them (an imported Hugging Face family). Adam moves every entry alike either way, so the run
+    trains alike; only the median over matrices of different shapes would differ.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
@@ -147,7 +152,7 @@ def measure(
             "first_step_size": None if gain is None else gain * lr / max(1, warmup),
             "relative_update": None
             if lr is None
-            else relative_update(stack.layer_params, lr, seed, group_scales(model)),
+            else relative_update(update_layout or stack.layer_params, lr, seed, group_scales(model)),
             "mode": "eval, batch norms on batch statistics" if batch_stats else "eval",
         },
     }

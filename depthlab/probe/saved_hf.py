@@ -22,7 +22,7 @@ import torch
 
 from depthlab.corpus import text_batch
 from depthlab.errors import ConfigError, InputError
-from depthlab.interop.hf import config_from_hf, family_for
+from depthlab.interop.hf import config_from_hf, family_for, from_hf
 from depthlab.interop.hf.load import config_errors, config_path, one_line, read_config, transformers_module
 from depthlab.model.explain import wiring_summary
 from depthlab.probe.forward_backward import probe
@@ -63,7 +63,12 @@ def probe_hf(
     model = load_hf_model(path, cls, weights=weights)
     check_has_attention(model, config)
     batch = {"input_ids": tokens, "decoder_input_ids": tokens} if config.is_encoder_decoder else tokens
-    result = probe(model, batch, loss, seed=seed, **options)
+    layout = depthlab_layout(model, config) if options.get("lr") is not None else None
+    result = probe(model, batch, loss, seed=seed, update_layout=layout, **options)
+    if layout is not None:
+        result.config["probe"]["relative_update_layout"] = (
+            "depthlab's (the same weights, fused as depthlab fuses them)"
+        )
     note_batch(result, batch_size, seq_len, config.vocab_size, data)
     cfg = name_wiring(result, config, type(model).__name__, weights)
     if cfg is not None and not weights:
@@ -72,6 +77,23 @@ def probe_hf(
             result, ref, batch_size=batch_size, seq_len=seq_len, seed=seed, loss=loss, data=data, **options
         )
     return result
+
+
+def depthlab_layout(model, config) -> list | None:
+    """Per block, ``model``'s weights as depthlab lays them out (:func:`depthlab.interop.hf.from_hf`: q, k
+    and v in one matrix, a gated FFN's two inputs in one), where depthlab imports the model's family and
+    class; else None. The learning-rate limit's relative update is the median over a block's matrices of
+    their first step against their size, calibrated on depthlab's layout: Adam moves each entry alike
+    whether q, k and v are one matrix or three, so the run trains alike, but the median over three
+    square matrices is not that over one 3d x d matrix (about 20% apart). Measured on this layout, probe
+    --hf and advise --hf give one safe lr."""
+    family = family_for(config.model_type)
+    if family is None or type(model).__name__ not in family.classes:
+        return None
+    try:
+        return locate_stack(from_hf(model)).layer_params
+    except (ConfigError, InputError):  # a variant depthlab refuses to import: its own layout, then
+        return None
 
 
 def name_wiring(result: ProbeResult, config, class_name: str, weights: bool):

@@ -273,6 +273,12 @@ def _fits_lines(record: dict, refit: str) -> list[str]:
         "",
         *update_limit_lines(record),
         "",
+        "rho is measured on depthlab's layout of the block matrices (q, k and v in one matrix; a gated "
+        "FFN's two inputs in one), where every measured run had it. A Hugging Face model that keeps them "
+        "apart (Llama, Gemma) is measured on the same weights in that layout: Adam moves each entry alike "
+        "either way, so the run trains alike, while the median over matrices of other shapes would read "
+        "about 20% lower. `probe --hf` and `advise --hf` give one safe lr.",
+        "",
         "### The limits across width",
         "",
         "Each limit fitted again on each width's runs alone. The doctor uses only the limits pooled over "
