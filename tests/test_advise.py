@@ -330,3 +330,43 @@ def test_long_why_lines_fold_at_a_word_and_end_cut_at_one():
     assert out[1].startswith("    word") and out[1].endswith("...")
     assert out[1][:-3].split()[-1].startswith("word") and out[1][:-3].split()[-1] in words.split()
     assert words.startswith(out[0]) and out[0].split()[-1] in words.split()  # broken between words
+
+
+def test_the_probe_ends_on_advise_s_call_and_judges_the_budget_by_it(tmp_path, capsys):
+    # the acceptance case: 6 post-LN layers at d_model 512, lr 7e-4, warmup 50, 200 steps of 16 x 32 trained
+    run = "--layers 6 --d-model 512 --heads 8 --lr 7e-4 --warmup 50 --steps 200 --batch-size 16 --seq-len 32"
+    assert (
+        main(
+            [
+                "advise",
+                *run.split(),
+                "--wrap",
+                "post",
+                "--alternatives",
+                "pre",
+                "--json",
+                str(tmp_path / "a.json"),
+            ]
+        )
+        == 0
+    )
+    advised = json.loads((tmp_path / "a.json").read_text())
+    assert (
+        main(["probe", *run.split(), "--compare", "--wrap", "post,pre", "--json", str(tmp_path / "p.json")])
+        == 0
+    )
+    probed = {p["config"]["model"]["wrap"]: p for p in json.loads((tmp_path / "p.json").read_text())}
+    for option in advised["alternatives"]:  # one number per stack in advise and probe --compare
+        assert probed[option["wrap"]]["config"]["probe"]["expected"]["p_trains"] == pytest.approx(
+            option["p_trains"]
+        )
+    post = probed["post"]
+    p = post["config"]["probe"]["expected"]["p_trains"]
+    assert p == pytest.approx(advised["p_trains"]) and p > 0.1  # a calibrated chance, said as such
+    [plateau] = [v for v in post["verdicts"] if v["code"] == "plateau"]
+    assert f"P(trains) = {p:.2f}" in plateau["message"] and "escape fit alone gives" in plateau["detail"]
+    assert plateau["level"] == ("ok" if p >= 0.9 else "warning")
+    capsys.readouterr()
+    assert main(["probe", *run.split(), "--compare", "--wrap", "post,pre"]) == 0
+    out = capsys.readouterr().out
+    assert "P(trains)" in out.splitlines()[0] and "expected at 200 steps: " in out

@@ -21,10 +21,12 @@ from depthlab.advise.screen import render
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.doctor.atlas import Atlas, MeasuredRun
 from depthlab.doctor.limit import LrLimit
-from depthlab.doctor.lr_limit import limit_of
+from depthlab.doctor.lr_limit import limit_of, width
+from depthlab.doctor.plateau import plateau_verdict
 from depthlab.doctor.predict import Prediction, Query, p_trains
 from depthlab.doctor.record import load_record
 from depthlab.doctor.verdict import Verdict
+from depthlab.errors import ConfigError
 from depthlab.probe.result import ProbeResult
 from depthlab.study.grid import RunSpec
 from depthlab.study.worker import probe_run
@@ -126,6 +128,50 @@ def predict(
     return p_trains(record["predictor"], limit, q, atlas), limit
 
 
+def expect(result: ProbeResult, atlas: Atlas | None = None, record: dict | None = None) -> Prediction | None:
+    """The calibrated call on the run a probe was given (its lr, warmup and budget; without ``--steps``
+    the default budget), as :func:`advise` makes it: written into the probe as ``config["probe"]["expected"]``
+    and its plateau verdict judged by it (:func:`judge`). None, with the probe unchanged, where no call
+    is made: no lr, or not a depthlab decoder language model of one stream (every measured run is one)."""
+    pr, m = result.config["probe"], result.config.get("model") or {}
+    if pr.get("lr") is None or m.get("arch") != "decoder" or result.config["stack"].get("state"):
+        return None
+    try:
+        model = ModelConfig.from_dict(m)
+    except (ConfigError, KeyError, TypeError, ValueError):  # a model depthlab did not build
+        return None
+    batch, seq = pr["batch_shape"][:2]
+    steps = pr.get("steps") or TrainConfig().steps
+    train = TrainConfig(lr=pr["lr"], warmup=pr.get("warmup") or 0, steps=steps, batch_size=batch, seq_len=seq)
+    atlas = Atlas.load() if atlas is None else atlas
+    record = load_record() if record is None else record
+    prediction, _ = predict(result, model, train, atlas, record)
+    judge(result, prediction, record)
+    return prediction
+
+
+def judge(result: ProbeResult, prediction: Prediction, record: dict) -> None:
+    """Write ``prediction`` into the probe (``config["probe"]["expected"]``) and judge its plateau verdict's
+    budget by it (:func:`depthlab.doctor.plateau.plateau_verdict`): one probability of training per run,
+    in the probe, ``--compare`` and advise alike."""
+    pr = result.config["probe"]
+    pr["expected"] = {
+        "p_trains": prediction.p_trains,
+        "call": prediction.call,
+        "said": prediction.said,
+        "steps": pr.get("steps") or TrainConfig().steps,
+        "confident": prediction.confident,
+        "why_not_confident": prediction.why_not,
+        "nearest_runs": len(prediction.neighbours),
+    }
+    verdicts = []
+    for v in result.verdicts:
+        if v.code == "plateau":
+            v = plateau_verdict(result, record, width(result), calibrated=prediction.p_trains) or v
+        verdicts.append(v)
+    result.verdicts = sorted(verdicts, key=lambda v: v.severity)
+
+
 def likely_range(
     limit: LrLimit | None, model: ModelConfig, train: TrainConfig, atlas: Atlas, record: dict
 ) -> tuple[float, float] | None:
@@ -162,6 +208,7 @@ def advise(
     record = load_record() if record is None else record
     result = probe_for(model, train)
     prediction, limit = predict(result, model, train, atlas, record)
+    judge(result, prediction, record)
     options = [_option(model.wrap, prediction, limit, model, train, atlas, record)]
     for wrap in alternatives:
         if wrap == model.wrap:

@@ -16,18 +16,6 @@ def _range(r: tuple[float, float] | None) -> str:
     return "none on 1e-5..1" if r is None else f"{r[0]:.2g} .. {r[1]:.2g}"
 
 
-CLOSE = (0.2, 0.8)  # P(trains) from the first up to the second is said as a close call
-
-
-def _call(p: float) -> str:
-    """The call in words: a close call is said as one."""
-    if p >= CLOSE[1]:
-        return "TRAINS"
-    if p >= 0.5:
-        return "probably trains, a close call"
-    return "probably fails, a close call" if p >= CLOSE[0] else "FAILS"
-
-
 def _cut(text: str, width: int = WIDTH) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
@@ -93,7 +81,7 @@ def render(a, likely: float) -> str:
     sure = _against_limit(a) + sure
     lines = [
         f"advise: {head}",
-        *_fold(f"expected: {_call(p.p_trains)} (P(trains) = {p.p_trains:.2f}){_short(t)}{sure}"),
+        *_fold(f"expected: {p.said} (P(trains) = {p.p_trains:.2f}){_short(t)}{sure}"),
     ]
     if a.limit is not None:
         lim = a.limit

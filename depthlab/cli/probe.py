@@ -7,6 +7,7 @@ import itertools
 import math
 import sys
 
+from depthlab.advise.advice import expect
 from depthlab.cli.common import (
     add_json_flag,
     add_memory_flag,
@@ -17,6 +18,7 @@ from depthlab.cli.common import (
     seed_from_args,
 )
 from depthlab.config import TrainConfig
+from depthlab.doctor.atlas import Atlas
 from depthlab.errors import ConfigError, InputError
 from depthlab.interop.hf import family_for, read_config
 from depthlab.paths import PLOT_FORMATS, check_output_file, note_replaced, write_json
@@ -192,6 +194,11 @@ def run(args) -> int:
         if args.hf:
             for label, r in runs.runs:
                 r.config["probe"]["source"] = f"the config at {args.hf}, re-wired: {label}"
+    if args.lr is not None:  # the calibrated call on the run, as advise makes it (one atlas for every probe)
+        atlas = None
+        for _, r in runs.runs:
+            if expect(r, atlas) is not None and atlas is None:
+                atlas = Atlas.load()
     _report(args, runs, existed)
     return 0
 

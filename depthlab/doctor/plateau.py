@@ -20,6 +20,7 @@ import math
 from typing import TYPE_CHECKING
 
 from depthlab.doctor.atlas import renormalises
+from depthlab.doctor.predict import call_words
 from depthlab.doctor.record import outside
 from depthlab.doctor.verdict import Verdict
 
@@ -100,8 +101,16 @@ def _fit_text(fit: dict, fam: str) -> str:
     )
 
 
-def plateau_verdict(r: ProbeResult, record: dict, width: int | None) -> Verdict | None:
-    """The ``plateau`` verdict of a probe given a learning rate (None without a fit for its family)."""
+def plateau_verdict(
+    r: ProbeResult, record: dict, width: int | None, calibrated: float | None = None
+) -> Verdict | None:
+    """The ``plateau`` verdict of a probe given a learning rate (None without a fit for its family).
+
+    ``calibrated``: the run's P(trains) at its budget from :mod:`depthlab.doctor.predict` (the probe's
+    limit and the nearest measured runs, calibrated; ``depthlab advise``'s headline), where one was
+    computed. The budget is then judged by it, not by the escape fit's own probability: the two answer
+    the same question, and on runs neither was fitted on the calibrated call is the better one
+    (docs/doctor.md). The escape fit's probability stays in the detail."""
     pr = r.config["probe"]
     fam = family(
         (r.config.get("model") or {}).get("wrap"), r.config["stack"].get("renormalised_share"), r.n_layers
@@ -119,12 +128,21 @@ def plateau_verdict(r: ProbeResult, record: dict, width: int | None) -> Verdict 
         detail = f"the fit's median escape is {_steps(pred['median'])} steps, beyond {NEVER}x the longest budget fitted"
         level = "warning"  # whatever the budget: a verdict never says ok to a run it expects to stay stalled
     else:
-        text = (
-            f"expected to leave the unigram plateau around step {_steps(pred['median'])} (80% interval "
-            f"{_steps(pred['low'])}-{_steps(pred['high'])})"
+        lead = (
+            "expected to leave the unigram plateau"
+            if calibrated is None
+            else "the escape fit puts its escape"
         )
+        text = f"{lead} around step {_steps(pred['median'])} (80% interval {_steps(pred['low'])}-{_steps(pred['high'])})"
         detail = ""
-    if budget:
+    if budget and calibrated is not None:
+        p = calibrated
+        if p < SAFE_BUDGET:
+            level = "warning"
+        text += f"; at a {budget:,}-step budget P(trains) = {p:.2f}: {call_words(p).lower()}"
+        detail = "; ".join(x for x in (detail, f"the escape fit alone gives {p_within(pred, budget):.2f} of leaving "
+                                       "the plateau by then; P(trains) also weighs the nearest measured runs") if x)  # fmt: skip
+    elif budget:
         p = p_within(pred, budget)
         if p < SAFE_BUDGET:
             level = "warning"

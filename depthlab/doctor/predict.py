@@ -130,6 +130,23 @@ class Prediction:
         """ "trains" or "fails": the side of one half the probability is on."""
         return "trains" if self.p_trains >= 0.5 else "fails"
 
+    @property
+    def said(self) -> str:
+        """The call in words, a close call said as one (advise's headline, the probe's expected line)."""
+        return call_words(self.p_trains)
+
+
+CLOSE = (0.2, 0.8)  # P(trains) from the first up to the second is said as a close call
+
+
+def call_words(p: float) -> str:
+    """ "TRAINS", "probably trains, a close call", "probably fails, a close call" or "FAILS"."""
+    if p >= CLOSE[1]:
+        return "TRAINS"
+    if p >= 0.5:
+        return "probably trains, a close call"
+    return "probably fails, a close call" if p >= CLOSE[0] else "FAILS"
+
 
 def wrapping_model(wraps: dict, wrap: str, family: str | None) -> dict | None:
     """The model fitted for ``wrap`` where it was fitted on runs of ``family`` (None otherwise: post-LN

@@ -27,11 +27,13 @@ from depthlab.progress import Progress
 # g0_gL = grad_norm at stream 0 / at stream L, ctx0_ctxL the same for context_grad_norm (NaN without
 # it), rms_growth = stream_rms at L / at 0, safe_lr = the largest lr within the doctor's limit for this
 # stack and warmup (NaN when the probe was given no lr: depthlab.doctor.lr_limit.limit_of, the number the
-# verdict, advise and the docs quote), level = the worst verdict level, verdicts = "level code, ...".
+# verdict, advise and the docs quote), p_trains = the calibrated probability that the run trains (NaN
+# unless depthlab.advise.advice.expect made the call: advise's number), level = the worst verdict level,
+# verdicts = "level code, ...".
 FRAMES = {
     "layers": ("label", *PROBE_FRAMES["layers"]),
     "verdicts": ("label", *PROBE_FRAMES["verdicts"]),
-    "summary": ("label", "g0_gL", "ctx0_ctxL", "rms_growth", "safe_lr", "level", "verdicts"),
+    "summary": ("label", "g0_gL", "ctx0_ctxL", "rms_growth", "safe_lr", "p_trains", "level", "verdicts"),
 }
 
 
@@ -62,6 +64,7 @@ class Comparison:
                     "ctx0_ctxL": None if c is None else c[0],
                     "rms_growth": rms[-1] / rms[0] if rms[0] else float("inf"),
                     "safe_lr": None if found is None else found[0].lr_limit,
+                    "p_trains": (r.config["probe"].get("expected") or {}).get("p_trains"),
                     "level": r.worst_level,
                     "verdicts": ", ".join(v.summary for v in r.verdicts),
                 }
@@ -77,18 +80,23 @@ class Comparison:
         lr = any(s["safe_lr"] is not None for s in rows)  # a column only where the probes were given an lr
         gains = [r.layers[-1].get("composite_gain") for _, r in self.runs]  # residual topologies only
         shown = any(g is not None for g in gains)
+        called = any(s["p_trains"] is not None for s in rows)  # the calibrated call, where one was made
         safe = f"  {'safe_lr':>8}" if lr else ""
+        safe += f"  {'P(trains)':>9}" if called else ""
         head = f"{'gain_L':>9}  " if shown else ""
         lines = [f"{'label':<{w}}{'g0_gL':>9}  {'ctx0_ctxL':>9}  {'rms_growth':>10}{safe}  {head}verdicts"]
         for s, g in zip(rows, gains, strict=True):
             safe = f"  {_lr(s['safe_lr']):>8}" if lr else ""
+            safe += f"  {_p(s['p_trains']):>9}" if called else ""
             cell = f"{_sci(g):>9}  " if shown else ""
             lines.append(
                 f"{s['label']:<{w}}{_sci(s['g0_gL']):>9}  {_sci(s['ctx0_ctxL']):>9}  "
                 f"{s['rms_growth']:>10.3g}{safe}  {cell}{s['verdicts']}"
             )
         for label, r in self.runs:
+            expected = r.expected_line()
             lines += ["", f"{label}:"] + ["  " + line for line in format_verdicts(r.verdicts)]
+            lines += [f"  {expected}"] if expected else []
         return "\n".join(lines)
 
     def to_pandas(self, table: str = "layers"):
@@ -97,7 +105,9 @@ class Comparison:
         check_table(table, tuple(FRAMES))
         if table == "summary":
             return to_frame(
-                self.summary(), FRAMES["summary"], numeric=("g0_gL", "ctx0_ctxL", "rms_growth", "safe_lr")
+                self.summary(),
+                FRAMES["summary"],
+                numeric=("g0_gL", "ctx0_ctxL", "rms_growth", "safe_lr", "p_trains"),
             )
         if table == "verdicts":
             return to_frame(
@@ -169,3 +179,7 @@ def _sci(value: float | None) -> str:
 
 def _lr(value: float | None) -> str:
     return "-" if value is None or value == float("inf") else f"{value:.2g}"
+
+
+def _p(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"

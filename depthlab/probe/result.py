@@ -102,8 +102,30 @@ class ProbeResult:
         return finite_or_none({"config": self.config, "layers": self.layers, "verdicts": verdicts})
 
     def format(self) -> str:
-        """The header, a per-layer table with a log-scale bar of the gradient norm, and the verdicts."""
-        return "\n".join([*self._header(), *self._table(), "", *format_verdicts(self.verdicts)])
+        """The header, a per-layer table with a log-scale bar of the gradient norm, the verdicts, and the
+        calibrated call where one was made (:meth:`expected_line`)."""
+        expected = self.expected_line()
+        return "\n".join(
+            [
+                *self._header(),
+                *self._table(),
+                "",
+                *format_verdicts(self.verdicts),
+                *([expected] if expected else []),
+            ]
+        )
+
+    def expected_line(self) -> str | None:
+        """The calibrated call on the run (``config["probe"]["expected"]``, written by
+        :func:`depthlab.advise.advice.expect`), as one line; None where none was made."""
+        e = self.config["probe"].get("expected")
+        if not e:
+            return None
+        sure = "" if e["confident"] else f"; not confident: {e['why_not_confident']}"
+        return (
+            f"expected at {e['steps']:,} steps: {e['said']} (P(trains) = {e['p_trains']:.2f}, from the limit above "
+            f"and the {e['nearest_runs']} nearest measured runs; depthlab advise shows them){sure}"
+        )
 
     def to_pandas(self, table: str = "layers"):
         """A DataFrame of ``table`` ("layers": a row per stream; "verdicts": a row per verdict) with

@@ -20,8 +20,11 @@ import json
 import os
 import subprocess
 
-from depthlab.advise.screen import CLOSE
 from depthlab.doctor.atlas import Atlas
+from depthlab.doctor.plateau import family as plateau_family
+from depthlab.doctor.plateau import p_within
+from depthlab.doctor.plateau import predict as escape_at
+from depthlab.doctor.predict import CLOSE
 from depthlab.doctor.record import RECORD_PATH, load_record
 from depthlab.intervals import paired_counts, paired_difference_interval, wilson_interval
 from depthlab.paths import replace_file
@@ -307,6 +310,7 @@ def render(regs: list[dict], record: dict, record_path: str = RECORD) -> str:
     fitted = load_record()
     lines += _cv_lines(fitted.get("predictor") or {})
     lines += _shape_fold_lines(regs, fitted, atlas)
+    lines += _plateau_lines(plateau_against_call(regs, record, atlas, fitted))
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -372,6 +376,62 @@ def _pooled_lines(regs: list[dict], record: dict) -> list[str]:
             f"{_pct(s['by'][best])}, a lead of {100 * d[0]:+.1f} points [{100 * d[1]:+.0f}, {100 * d[2]:+.0f}]; "
             f"Brier {s['by']['advise']['brier']:.3f} against {s['by'][best]['brier']:.3f}. By wrapping (what "
             "`depthlab advise` prints under its answer):", "", *table, ""]  # fmt: skip
+
+
+def plateau_against_call(regs: list[dict], record: dict, atlas: Atlas, fitted: dict) -> dict:
+    """On the finished runs at depth whose at-init probe the atlas holds: the plateau verdict's escape fit
+    alone (its probability of leaving the plateau within the run's budget; 'trains' from 0.5) against the
+    P(trains) registered for the run. {"runs", "escape_right", "escape_brier", "call_right", "call_brier"}."""
+    done, fits = _done(record), (fitted.get("escape") or {}).get("families") or {}
+    probed = {r.config_hash: r for r in atlas.runs if r.update_gain}
+    rows = []
+    for reg in regs:
+        for p in reg["runs"]:
+            run = probed.get(p["config_hash"])
+            if p["config_hash"] not in done or run is None:
+                continue
+            fit = fits.get(plateau_family(run.wrap, run.renormalised_share, run.n_layers))
+            if fit is None:
+                continue
+            at = {"lr": run.lr, "d_model": run.d_model, "n_layers": run.n_layers, "warmup": run.warmup,
+                  "step_size": run.update_gain * run.lr}  # fmt: skip
+            trained = expected(done[p["config_hash"]]["outcome"]) == "trains"
+            rows.append((p_within(escape_at(fit, at), run.steps), p["p_trains"], trained))
+    n = len(rows)
+    return {
+        "runs": n,
+        "escape_right": sum((q >= 0.5) == t for q, _, t in rows),
+        "escape_brier": sum((q - t) ** 2 for q, _, t in rows) / n if n else None,
+        "call_right": sum((c >= 0.5) == t for _, c, t in rows),
+        "call_brier": sum((c - t) ** 2 for _, c, t in rows) / n if n else None,
+    }
+
+
+def _plateau_lines(s: dict) -> list[str]:
+    """Why the probe judges a run's budget by the calibrated call, not by its escape fit alone."""
+    if not s["runs"]:
+        return []
+    n = s["runs"]
+    return [
+        "## A run's budget: the escape fit against the call",
+        "",
+        f"The probe's plateau verdict has its own forecast of when a run leaves the unigram plateau (a censored "
+        f"fit of the tuning runs' escape steps). On the {n} finished runs at depth whose probe the atlas holds "
+        "(runs neither forecast was fitted on), a forecast is counted right when its probability of training "
+        "within the run's budget is on the side of one half the run ended on:",
+        "",
+        "| forecast | right | Brier |",
+        "|---|---|---|",
+        f"| the escape fit alone: P(leaving the plateau by the budget) | {s['escape_right']} of {n} "
+        f"({s['escape_right'] / n:.0%}) | {s['escape_brier']:.3f} |",
+        f"| advise's P(trains), as registered | {s['call_right']} of {n} ({s['call_right'] / n:.0%}) | "
+        f"{s['call_brier']:.3f} |",
+        "",
+        "So where the probe can make the call (a depthlab decoder given `--lr`), it judges the budget by "
+        "P(trains), the number advise leads with, and keeps the escape fit's median and interval as the step "
+        "it expects, with the fit's own probability in the verdict's detail.",
+        "",
+    ]
 
 
 def _reliability_lines(regs: list[dict], record: dict) -> list[str]:
