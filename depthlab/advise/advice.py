@@ -128,11 +128,10 @@ def predict(
     return p_trains(record["predictor"], limit, q, atlas), limit
 
 
-def expect(result: ProbeResult, atlas: Atlas | None = None, record: dict | None = None) -> Prediction | None:
-    """The calibrated call on the run a probe was given (its lr, warmup and budget; without ``--steps``
-    the default budget), as :func:`advise` makes it: written into the probe as ``config["probe"]["expected"]``
-    and its plateau verdict judged by it (:func:`judge`). None, with the probe unchanged, where no call
-    is made: no lr, or not a depthlab decoder language model of one stream (every measured run is one)."""
+def run_of(result: ProbeResult) -> tuple[ModelConfig, TrainConfig] | None:
+    """The run a probe was given (its model, lr, warmup, batch and budget; without ``--steps`` the default
+    budget), where advise can make a call on it; None where it cannot: no lr, or not a depthlab decoder
+    language model of one stream (every measured run is one)."""
     pr, m = result.config["probe"], result.config.get("model") or {}
     if pr.get("lr") is None or m.get("arch") != "decoder" or result.config["stack"].get("state"):
         return None
@@ -142,24 +141,35 @@ def expect(result: ProbeResult, atlas: Atlas | None = None, record: dict | None 
         return None
     batch, seq = pr["batch_shape"][:2]
     steps = pr.get("steps") or TrainConfig().steps
-    train = TrainConfig(lr=pr["lr"], warmup=pr.get("warmup") or 0, steps=steps, batch_size=batch, seq_len=seq)
+    return model, TrainConfig(
+        lr=pr["lr"], warmup=pr.get("warmup") or 0, steps=steps, batch_size=batch, seq_len=seq
+    )
+
+
+def expect(result: ProbeResult, atlas: Atlas | None = None, record: dict | None = None) -> Prediction | None:
+    """The calibrated call on the run a probe was given (:func:`run_of`), as :func:`advise` makes it:
+    written into the probe as ``config["probe"]["expected"]`` and its plateau verdict judged by it
+    (:func:`judge`). None, with the probe unchanged, where no call is made."""
+    run = run_of(result)
+    if run is None:
+        return None
+    model, train = run
     atlas = Atlas.load() if atlas is None else atlas
     record = load_record() if record is None else record
     prediction, _ = predict(result, model, train, atlas, record)
-    judge(result, prediction, record)
+    judge(result, prediction, train.steps, record)
     return prediction
 
 
-def judge(result: ProbeResult, prediction: Prediction, record: dict) -> None:
-    """Write ``prediction`` into the probe (``config["probe"]["expected"]``) and judge its plateau verdict's
-    budget by it (:func:`depthlab.doctor.plateau.plateau_verdict`): one probability of training per run,
-    in the probe, ``--compare`` and advise alike."""
-    pr = result.config["probe"]
-    pr["expected"] = {
+def judge(result: ProbeResult, prediction: Prediction, steps: int, record: dict) -> None:
+    """Write ``prediction`` for a budget of ``steps`` into the probe (``config["probe"]["expected"]``) and
+    judge its plateau verdict's budget by it (:func:`depthlab.doctor.plateau.plateau_verdict`): one
+    probability of training per run, in the probe, ``--compare`` and advise alike."""
+    result.config["probe"]["expected"] = {
         "p_trains": prediction.p_trains,
         "call": prediction.call,
         "said": prediction.said,
-        "steps": pr.get("steps") or TrainConfig().steps,
+        "steps": steps,
         "confident": prediction.confident,
         "why_not_confident": prediction.why_not,
         "nearest_runs": len(prediction.neighbours),
@@ -208,7 +218,7 @@ def advise(
     record = load_record() if record is None else record
     result = probe_for(model, train)
     prediction, limit = predict(result, model, train, atlas, record)
-    judge(result, prediction, record)
+    judge(result, prediction, train.steps, record)
     options = [_option(model.wrap, prediction, limit, model, train, atlas, record)]
     for wrap in alternatives:
         if wrap == model.wrap:

@@ -7,7 +7,7 @@ import itertools
 import math
 import sys
 
-from depthlab.advise.advice import expect
+from depthlab.advise.advice import expect, run_of
 from depthlab.cli.common import (
     add_json_flag,
     add_memory_flag,
@@ -194,11 +194,11 @@ def run(args) -> int:
         if args.hf:
             for label, r in runs.runs:
                 r.config["probe"]["source"] = f"the config at {args.hf}, re-wired: {label}"
-    if args.lr is not None:  # the calibrated call on the run, as advise makes it (one atlas for every probe)
-        atlas = None
-        for _, r in runs.runs:
-            if expect(r, atlas) is not None and atlas is None:
-                atlas = Atlas.load()
+    asked = [r for _, r in runs.runs if run_of(r) is not None]
+    if asked:  # the calibrated call on each run, as advise makes it (the atlas read once, only if needed)
+        atlas = Atlas.load()
+        for r in asked:
+            expect(r, atlas)
     _report(args, runs, existed)
     return 0
 

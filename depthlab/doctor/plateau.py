@@ -110,7 +110,7 @@ def plateau_verdict(
     limit and the nearest measured runs, calibrated; ``depthlab advise``'s headline), where one was
     computed. The budget is then judged by it, not by the escape fit's own probability: the two answer
     the same question, and on runs neither was fitted on the calibrated call is the better one
-    (docs/doctor.md). The escape fit's probability stays in the detail."""
+    (docs/advise.md). The escape fit's probability stays in the detail."""
     pr = r.config["probe"]
     fam = family(
         (r.config.get("model") or {}).get("wrap"), r.config["stack"].get("renormalised_share"), r.n_layers
