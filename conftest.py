@@ -10,7 +10,6 @@ changed the count is refused (``pytest_collection_finish``).
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import pytest
@@ -120,7 +119,7 @@ SHIPPED_RECORD = Path(__file__).parent / "depthlab" / "doctor" / "calibration.js
 def _shipped_record_untouched(request):
     """No test leaves the shipped calibration record changed: the held-out pages tell the predictor advise
     ships by its bytes, so a refit written there by one test (last-digit float differences on another
-    machine) would change what a later test reads. Put back, with a warning naming the test."""
+    machine) would change what a later test reads. Put back, and the test that wrote it fails."""
     before = SHIPPED_RECORD.read_bytes()
     yield
     if SHIPPED_RECORD.read_bytes() != before:
@@ -128,4 +127,4 @@ def _shipped_record_untouched(request):
         from depthlab.doctor.record import load_record
 
         load_record.cache_clear()
-        warnings.warn(f"{request.node.nodeid} wrote the shipped calibration record; put back", stacklevel=1)
+        pytest.fail(f"{request.node.nodeid} wrote the shipped calibration record (put back)", pytrace=False)

@@ -76,6 +76,9 @@ def sandbox(tmp_path, monkeypatch):
         for name in ("run_all", "render_all", "print_all_plan", "write_tour"):
             monkeypatch.setattr(reproduce, name, _work)
         monkeypatch.setattr(reproduce, "REPRODUCTIONS", {name: _work for name in reproduce.REPRODUCTIONS})
+        calibrate = importlib.import_module("depthlab_lab.cli.calibrate")
+        for name in ("refit", "fitted_predictor"):  # the fits, which would write the shipped record
+            monkeypatch.setattr(calibrate, name, _work)
     fill_store(str(tmp_path / "store.sqlite"), fake_study())
     (tmp_path / "data.txt").write_bytes(b"the quick brown fox jumps over the lazy dog\n" * 400)
     (tmp_path / "grid.yaml").write_text(GRID)
