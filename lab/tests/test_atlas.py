@@ -55,21 +55,20 @@ def test_the_doctor_runs_of_the_atlas_are_the_records(atlas):
 
 
 def test_advise_s_scored_held_out_runs_are_in_the_atlas(atlas):
-    """The five grids at depth scored before the sixth and the Hugging Face set are evidence now (each
-    run once, with its recorded outcome, probed again)."""
+    """The six grids at depth and the Hugging Face set, all scored, are evidence now (each run once, with
+    its recorded outcome, probed again)."""
     rows = {
-        r["config_hash"]: r
-        for r in json.loads((ROOT / "docs" / "advise-heldout-runs.json").read_text())["runs"]
-        if r["study"] != SIXTH.name  # scored after the atlas was last built
+        r["config_hash"]: r for r in json.loads((ROOT / "docs" / "advise-heldout-runs.json").read_text())["runs"]
     }
     advise = [r for r in atlas.runs if r.source.startswith("advise-heldout")]
-    assert len(advise) == len({r.config_hash for r in advise}) == len(rows) == 56 + 12 + 42 + 42 + 42 + 42
+    assert len(advise) == len({r.config_hash for r in advise}) == len(rows) == 56 + 12 + 42 * 5
     assert {r.source for r in advise} == {
         FIRST.name,
         SECOND.name,
         THIRD.name,
         FOURTH.name,
         FIFTH.name,
+        SIXTH.name,
         *(f"advise-heldout-hf-{f}" for f in ("llama", "gpt_neox", "gemma2")),
     }
     for r in advise:
