@@ -58,7 +58,8 @@ def test_advise_s_scored_held_out_runs_are_in_the_atlas(atlas):
     """The six grids at depth and the Hugging Face set, all scored, are evidence now (each run once, with
     its recorded outcome, probed again)."""
     rows = {
-        r["config_hash"]: r for r in json.loads((ROOT / "docs" / "advise-heldout-runs.json").read_text())["runs"]
+        r["config_hash"]: r
+        for r in json.loads((ROOT / "docs" / "advise-heldout-runs.json").read_text())["runs"]
     }
     advise = [r for r in atlas.runs if r.source.startswith("advise-heldout")]
     assert len(advise) == len({r.config_hash for r in advise}) == len(rows) == 56 + 12 + 42 * 5
