@@ -91,7 +91,7 @@ def test_the_readme_quotes_advise_s_registered_held_out_score():
     """README's table is the one the record and the registrations give (every finished grid at depth, the
     Hugging Face set), and its sentence on the seed the seed agreement's figures."""
     from depthlab_lab.calibrate.seed_agreement import agreement
-    from depthlab_lab.docgen.advise_page import readme_table
+    from depthlab_lab.docgen.advise_page import grid_name, lead_bound, readme_table
 
     regs = registrations()
     record = json.loads((ROOT / RECORD).read_text())
@@ -107,6 +107,12 @@ def test_the_readme_quotes_advise_s_registered_held_out_score():
         reach = "was within reach" if again["ceiling"] >= 0.9 else "was the most any call could reach"
         said = f"the seed alone changed {n - k} of those {n} outcomes, so {again['ceiling']:.0%} {reach}"
         assert said in " ".join(readme.split())
+    first, last = lead_bound(regs[0]), lead_bound(regs[-1])  # where the calls differed, before any run
+    latest = grid_name(regs[-1], len(regs) - 1).split()[0]
+    said = (f"differed on {first['differ']['nearest runs']} of {first['runs']} first-grid calls, "
+            f"{last['differ']['nearest runs']} of {last['runs']} in the {latest}, a {100 * last['most']:.0f}-point "
+            "lead at most")  # fmt: skip
+    assert last["closest"] == "nearest runs" and said in " ".join(readme.split())
 
 
 def test_the_library_ships_the_track_record_the_committed_record_gives():
@@ -261,3 +267,26 @@ def test_the_pooled_summary_counts_finished_grids_only_and_says_it_is_not_a_regi
     assert "not a registered rule" in line and "advise 3 (75% [" in line and ") 3 (75% [" in line
     assert "a lead of +0.0 points" in line
     assert _pooled_lines(regs[:1] + regs[2:], record) == []
+
+
+def test_the_lead_a_grid_can_show_is_bounded_by_where_the_calls_differ_before_any_run():
+    """Counted from the registered calls alone; and whatever the runs' outcomes (every one of the 16 ways
+    four runs can end), advise's lead over the best lookup, as the grid is scored, never exceeds it."""
+    import itertools
+
+    from depthlab_lab.docgen.advise_page import lead_bound
+
+    predicted = [
+        _p("a", "trains", 0.9, ("trains", "trains", "fails")),
+        _p("b", "fails", 0.2, ("trains", "fails", "fails")),
+        _p("c", "fails", 0.4, ("trains", "trains", "trains")),
+        _p("d", "trains", 0.7, ("fails", "trains", "trains")),
+    ]
+    b = lead_bound({"runs": predicted})
+    assert b["differ"] == {"wrapping x lr": 3, "wrapping x width x lr x warmup": 1, "nearest runs": 2}
+    assert (b["closest"], b["most"], b["runs"]) == ("wrapping x width x lr x warmup", 0.25, 4)
+    leads = []
+    for ends in itertools.product(("trained", "diverged"), repeat=4):
+        s = score(predicted, {p["config_hash"]: {"outcome": o} for p, o in zip(predicted, ends)})
+        leads.append(s["by"]["advise"]["accuracy"] - s["by"][s["best_lookup"]]["accuracy"])
+    assert max(leads) == pytest.approx(0.25) and all(lead <= b["most"] + 1e-12 for lead in leads)

@@ -259,25 +259,27 @@ def shape_folds(atlas: Atlas, record: dict, source: str, form: str) -> dict:
     called a grid at those shapes had it been fitted without them; each lookup on the same folds (the
     atlas without the shape's runs). Every run of the atlas at the shape is left out, whatever its source:
     a grid that repeats another at another seed must not be called from its twin's runs.
-    {"runs", "hits", "by_shape", "lookups": {name: hits}}."""
+    {"runs", "hits", "by_shape", "lookups": {name: hits}, "differ": {name: runs where the lookup's call is
+    not the form's}}."""
     rows = examples(atlas, record)
     mine = [e for e in rows if e.run.source == source]
     names, by = CANDIDATES[form]
     hood, hits, by_shape = Neighbourhood(atlas), 0, {}
-    lookups = dict.fromkeys(LOOKUPS, 0)
+    lookups, differ = dict.fromkeys(LOOKUPS, 0), dict.fromkeys(LOOKUPS, 0)
     for shape in sorted({(e.run.d_model, e.run.n_layers) for e in mine}):
         test = [e for e in mine if (e.run.d_model, e.run.n_layers) == shape]
         left = {r.config_hash for r in atlas.runs if (r.d_model, r.n_layers) == shape}
         model = fit([e for e in rows if e.run.config_hash not in left], hood, names, left, by)
-        right = sum(
-            (p >= 0.5) == bool(e.label) for p, e in zip(predict(model, test, hood, names, left), test)
-        )
+        calls = [p >= 0.5 for p in predict(model, test, hood, names, left)]
+        right = sum(c == bool(e.label) for c, e in zip(calls, test))
         by_shape[f"{shape[0]} x {shape[1]}"] = [right, len(test)]
         hits += right
         fold = [r for r in atlas.runs if r.config_hash not in left]
         for name, lookup in LOOKUPS.items():
-            lookups[name] += sum((lookup(fold, Query.of(e.run)) == "trains") == bool(e.label) for e in test)
-    return {"runs": len(mine), "hits": hits, "by_shape": by_shape, "lookups": lookups}
+            theirs = [lookup(fold, Query.of(e.run)) == "trains" for e in test]
+            lookups[name] += sum(t == bool(e.label) for t, e in zip(theirs, test))
+            differ[name] += sum(t != c for t, c in zip(theirs, calls))
+    return {"runs": len(mine), "hits": hits, "by_shape": by_shape, "lookups": lookups, "differ": differ}
 
 
 def choose(cv: dict) -> str | None:

@@ -293,6 +293,7 @@ def render(regs: list[dict], record: dict, record_path: str = RECORD) -> str:
         if s["runs"] and name != HF_NAME:
             lines += _by_wrapping(name, reg, record, s["best_lookup"])
     lines += _misses(scored)
+    lines += _lead_lines(regs)
     lines += _reliability_lines(regs, record)
     lines += _seed_lines(regs, record)
     for i, reg in enumerate(regs):
@@ -598,7 +599,8 @@ def _shape_fold_lines(regs: list[dict], record: dict, atlas: Atlas) -> list[str]
     pred = record.get("predictor") or {}
     sources = {r.source for r in atlas.runs}
     rest = {k: v for k, v in record.items() if k != "predictor"}
-    lines, hits, runs, lookups = [], 0, 0, dict.fromkeys(LOOKUP_NAMES, 0)
+    lines, hits, runs = [], 0, 0
+    lookups, differ = dict.fromkeys(LOOKUP_NAMES, 0), dict.fromkeys(LOOKUP_NAMES, 0)
     for i, reg in enumerate(regs):
         source = _source(reg)
         if not pred or source not in sources:
@@ -606,6 +608,7 @@ def _shape_fold_lines(regs: list[dict], record: dict, atlas: Atlas) -> list[str]
         s = shape_folds(atlas, rest, source, pred["form"])
         hits, runs = hits + s["hits"], runs + s["runs"]
         lookups = {k: lookups[k] + s["lookups"][k] for k in LOOKUP_NAMES}
+        differ = {k: differ[k] + s["differ"][k] for k in LOOKUP_NAMES}
         lo, hi = wilson_interval(s["hits"], s["runs"])
         shapes = ", ".join(f"{k}: {h} of {n}" for k, (h, n) in s["by_shape"].items())
         best = max(s["lookups"], key=s["lookups"].__getitem__)
@@ -619,7 +622,8 @@ def _shape_fold_lines(regs: list[dict], record: dict, atlas: Atlas) -> list[str]
     lo, hi = wilson_interval(hits, runs)
     best = max(lookups, key=lookups.__getitem__)
     lines.append(f"- in all: {hits} of {runs} ({hits / runs:.0%} [{lo:.0%}, {hi:.0%}]); the best single lookup "
-                 f"on the same folds, {best}: {lookups[best]}")  # fmt: skip
+                 f"on the same folds, {best}: {lookups[best]}, its call not advise's on {differ[best]} of the "
+                 f"{runs} runs")  # fmt: skip
     return [
         "What to expect at depth: the kept form, fitted without each shape of a grid at depth in turn "
         "(every run of the atlas at that shape left out, a repeated grid's runs at another seed included; "
@@ -627,7 +631,43 @@ def _shape_fold_lines(regs: list[dict], record: dict, atlas: Atlas) -> list[str]
         "",
         *lines,
         "",
-        "Cross-validation over the whole atlas flatters it at depth, where the calls are hard.",
+        "Cross-validation over the whole atlas flatters it at depth, where the calls are hard. Where the "
+        "atlas holds runs all around a shape, advise's call and the nearest runs' seldom differ, and it can "
+        "lead that lookup only on the runs where they do (see how far advise could lead the lookups, above).",
+        "",
+    ]
+
+
+def lead_bound(reg: dict) -> dict:
+    """Before any run of a grid: on how many of its runs each lookup's registered call is not advise's.
+    advise's lead over a lookup, in runs right, is at most that count (it gains only where they differ),
+    so the closest lookup's count over the runs bounds the lead the grid can show.
+    {"runs", "differ": {lookup: runs}, "closest", "most": the bound as a share of the runs}."""
+    runs = reg["runs"]
+    differ = {k: sum(p["lookups"][k] != p["advise"] for p in runs) for k in LOOKUP_NAMES}
+    closest = min(LOOKUP_NAMES, key=lambda k: (differ[k], LOOKUP_NAMES.index(k)))
+    return {"runs": len(runs), "differ": differ, "closest": closest, "most": differ[closest] / len(runs)}
+
+
+def _lead_lines(regs: list[dict]) -> list[str]:
+    """Per grid at depth, known from its registration before any run: where each lookup's call differs
+    from advise's, and so the most lead over the lookups the grid could show, against the margin."""
+    rows = [(grid_name(reg, i).split(" (")[0], lead_bound(reg)) for i, reg in enumerate(regs) if reg["runs"]]
+    if not rows:
+        return []
+    out = ["## How far advise could lead the lookups, known before any run", "",
+           f"advise gains on a lookup only on the runs where their calls differ. From each registration, before "
+           f"any run: the runs on which each lookup's call was not advise's, and the most lead the grid could "
+           f"show over the closest lookup (the registered margin: +{100 * MARGIN:.0f} points).", "",
+           "| grid | runs | " + " | ".join(f"differs: {k}" for k in LOOKUP_NAMES) + " | most lead possible |",
+           "|---|---|" + "---|" * len(LOOKUP_NAMES) + "---|"]  # fmt: skip
+    for name, b in rows:
+        cells = " | ".join(str(b["differ"][k]) for k in LOOKUP_NAMES)
+        out.append(f"| {name} | {b['runs']} | {cells} | {100 * b['most']:+.1f} points ({b['closest']}) |")
+    return out + [
+        "",
+        "Each grid's runs joined the atlas before the next was drawn, so the nearest runs came to surround "
+        "each new shape, and advise, which weighs them, called more and more as they do.",
         "",
     ]
 
