@@ -342,3 +342,10 @@ def test_probe_hf_and_advise_hf_give_one_safe_lr(family, tmp_path, capsys):
     assert limit_of(probed, load_record())[0].lr_limit == pytest.approx(advised, rel=0.05)
     own = relative_update(locate_stack(hf).layer_params, 3e-3)  # transformers' own layout, for contrast
     assert own < 0.9 * probed.config["probe"]["relative_update"]
+    # and the calibrated call: probe --hf --lr ends on the probability advise --hf leads with
+    advice = json.loads(out.read_text())
+    said, printed, _ = _probe(f"probe --hf {path} {flags}", tmp_path, capsys)
+    expected = said["config"]["probe"]["expected"]
+    assert expected["p_trains"] == pytest.approx(advice["p_trains"], abs=0.03)
+    assert expected["steps"] == advice["train"]["steps"]
+    assert f"P(trains) = {expected['p_trains']:.2f}" in printed

@@ -128,15 +128,17 @@ def predict(
     return p_trains(record["predictor"], limit, q, atlas), limit
 
 
-def run_of(result: ProbeResult) -> tuple[ModelConfig, TrainConfig] | None:
+def run_of(result: ProbeResult, model: ModelConfig | None = None) -> tuple[ModelConfig, TrainConfig] | None:
     """The run a probe was given (its model, lr, warmup, batch and budget; without ``--steps`` the default
     budget), where advise can make a call on it; None where it cannot: no lr, or not a depthlab decoder
-    language model of one stream (every measured run is one)."""
-    pr, m = result.config["probe"], result.config.get("model") or {}
+    language model of one stream (every measured run is one). ``model``: the depthlab config of a model
+    the probe took as transformers built it (``probe --hf``), in place of the one the result names."""
+    pr = result.config["probe"]
+    m = model.to_dict() if model is not None else result.config.get("model") or {}
     if pr.get("lr") is None or m.get("arch") != "decoder" or result.config["stack"].get("state"):
         return None
     try:
-        model = ModelConfig.from_dict(m)
+        model = model or ModelConfig.from_dict(m)
     except (ConfigError, KeyError, TypeError, ValueError):  # a model depthlab did not build
         return None
     batch, seq = pr["batch_shape"][:2]
@@ -146,11 +148,16 @@ def run_of(result: ProbeResult) -> tuple[ModelConfig, TrainConfig] | None:
     )
 
 
-def expect(result: ProbeResult, atlas: Atlas | None = None, record: dict | None = None) -> Prediction | None:
-    """The calibrated call on the run a probe was given (:func:`run_of`), as :func:`advise` makes it:
-    written into the probe as ``config["probe"]["expected"]`` and its plateau verdict judged by it
-    (:func:`judge`). None, with the probe unchanged, where no call is made."""
-    run = run_of(result)
+def expect(
+    result: ProbeResult,
+    atlas: Atlas | None = None,
+    record: dict | None = None,
+    model: ModelConfig | None = None,
+) -> Prediction | None:
+    """The calibrated call on the run a probe was given (:func:`run_of`, ``model`` as there), as
+    :func:`advise` makes it: written into the probe as ``config["probe"]["expected"]`` and its plateau
+    verdict judged by it (:func:`judge`). None, with the probe unchanged, where no call is made."""
+    run = run_of(result, model)
     if run is None:
         return None
     model, train = run

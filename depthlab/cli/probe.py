@@ -20,7 +20,7 @@ from depthlab.cli.common import (
 from depthlab.config import TrainConfig
 from depthlab.doctor.atlas import Atlas
 from depthlab.errors import ConfigError, InputError
-from depthlab.interop.hf import family_for, read_config
+from depthlab.interop.hf import family_for, imported_config, read_config
 from depthlab.paths import PLOT_FORMATS, check_output_file, note_replaced, write_json
 from depthlab.probe import LOSSES
 from depthlab.probe.compare import Comparison, compare
@@ -182,6 +182,7 @@ def run(args) -> int:
         "warmup": args.warmup,
         "steps": args.steps,
     }
+    imported = None  # a model probed as transformers built it: its depthlab config, for the call below
     if as_built:
         result = probe_hf(args.hf, weights=args.hf_weights, **options)
         if ignored:
@@ -189,16 +190,18 @@ def run(args) -> int:
         runs = Comparison(
             [(f"hf {result.config['model'].get('hf', {}).get('model_type', '')}".strip(), result)]
         )
+        if args.lr is not None and not args.hf_weights and _family(args.hf)[1] is not None:
+            imported = imported_config(args.hf)[0]  # what advise --hf asks about: the same model at init
     else:
         runs = compare(configs, force_memory=args.force_memory, **options)
         if args.hf:
             for label, r in runs.runs:
                 r.config["probe"]["source"] = f"the config at {args.hf}, re-wired: {label}"
-    asked = [r for _, r in runs.runs if run_of(r) is not None]
+    asked = [r for _, r in runs.runs if run_of(r, imported) is not None]
     if asked:  # the calibrated call on each run, as advise makes it (the atlas read once, only if needed)
         atlas = Atlas.load()
         for r in asked:
-            expect(r, atlas)
+            expect(r, atlas, model=imported)
     _report(args, runs, existed)
     return 0
 
