@@ -196,11 +196,15 @@ def test_the_committed_page_lists_every_held_out_miss_of_its_record():
 def test_the_committed_page_quotes_advise_s_held_out_score_as_its_own_page_does():
     from pathlib import Path
 
-    from depthlab_lab.docgen.advise_page import committed_lines
+    from depthlab_lab.docgen.advise_page import committed_lines, committed_reliability
 
     docs = Path(__file__).resolve().parents[2] / "docs"
     table = "\n".join(committed_lines())
     assert table in (docs / "doctor.md").read_text() and table in (docs / "advise.md").read_text()
+    # and what its probabilities meant there: the reliability table advise.md has, with the Brier scores
+    reliability = committed_reliability()
+    assert "\n".join(reliability) in (docs / "doctor.md").read_text()
+    assert "\n".join(reliability[2:]) in (docs / "advise.md").read_text()
 
 
 def _run(source, config_hash, d_model, lr, outcome):

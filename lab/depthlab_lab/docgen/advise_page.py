@@ -266,6 +266,34 @@ def committed_lines() -> list[str]:
     return score_lines(registrations(), committed_record())[0]
 
 
+def committed_reliability() -> list[str]:
+    """What advise's registered probabilities meant on the finished runs at depth, from the committed
+    registrations and run record: a sentence with the Brier scores, then the reliability table (docs/doctor.md
+    quotes them; docs/advise.md has the same table)."""
+    regs, record = registrations(), committed_record()
+    done = _done(record)
+    finished = finished_grids(regs, done)
+    table = [line for line in _reliability_lines(finished, record) if line.startswith("|")]
+    if not table:
+        return []
+    s = score([p for reg in finished for p in reg["runs"]], done)
+    best = s["best_lookup"]
+    off = []  # bands whose runs trained at a rate outside the band
+    for row in table[2:]:
+        band, runs, _, trained = (c.strip() for c in row.strip("|").split("|"))
+        lo, hi = (float(x) for x in band.split("-"))
+        share = int(trained.split()[0]) / int(runs) if int(runs) else None
+        if share is not None and not lo <= share <= hi:
+            off.append(f"{band}: {share:.0%} trained")
+    said = (
+        f" Outside its band: {'; '.join(off)}." if off else " Every band's runs trained at a rate inside it."
+    )
+    return [f"What advise's probabilities meant on the {s['runs']} finished runs of its grids at depth, each under "
+            f"the predictor registered for it (what it calls p should happen about p of the time): Brier "
+            f"{s['by']['advise']['brier']:.3f}, against {s['by'][best]['brier']:.3f} for the best lookup "
+            f"({best}) and {s['by'][ALWAYS]['brier']:.3f} for always 'trains'.{said}", "", *table]  # fmt: skip
+
+
 def render(regs: list[dict], record: dict, record_path: str = RECORD) -> str:
     """The page's Markdown."""
     table, scored = score_lines(regs, record)

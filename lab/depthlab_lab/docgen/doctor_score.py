@@ -31,6 +31,7 @@ from depthlab.train.cost import run_seconds
 from depthlab_lab import lab_file
 from depthlab_lab.calibrate.baselines import baseline_pairs
 from depthlab_lab.docgen.advise_page import committed_lines as advise_score_lines
+from depthlab_lab.docgen.advise_page import committed_reliability as advise_reliability_lines
 from depthlab_lab.docgen.doctor_answers import how_lines, misses_table, score_table
 from depthlab_lab.docgen.doctor_fits import (
     limit_lines,
@@ -394,6 +395,8 @@ def render(scores: dict, db: str, record: str = RECORD_PATH, scale_db: str = DEF
         "([advise.md](advise.md)):",
         "",
         *advise_score_lines(),
+        "",
+        *advise_reliability_lines(),
         "",
         "## The runs it got wrong",
         "",
