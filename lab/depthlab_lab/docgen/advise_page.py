@@ -278,13 +278,10 @@ def committed_reliability() -> list[str]:
         return []
     s = score([p for reg in finished for p in reg["runs"]], done)
     best = s["best_lookup"]
-    off = []  # bands whose runs trained at a rate outside the band
-    for row in table[2:]:
-        band, runs, _, trained = (c.strip() for c in row.strip("|").split("|"))
-        lo, hi = (float(x) for x in band.split("-"))
-        share = int(trained.split()[0]) / int(runs) if int(runs) else None
-        if share is not None and not lo <= share <= hi:
-            off.append(f"{band}: {share:.0%} trained")
+    pairs = [(p["p_trains"], expected(done[p["config_hash"]]["outcome"]) == "trains")
+             for reg in finished for p in reg["runs"] if p["config_hash"] in done]  # fmt: skip
+    off = [f"{lo:.1f}-{hi:.1f}: {k / len(band):.0%} trained" for lo, hi, band, k in _bands(pairs)
+           if band and not lo <= k / len(band) <= hi]  # fmt: skip
     said = (
         f" Outside its band: {'; '.join(off)}." if off else " Every band's runs trained at a rate inside it."
     )
@@ -463,6 +460,16 @@ def _plateau_lines(s: dict) -> list[str]:
     ]
 
 
+def _bands(pairs: list[tuple[float, bool]]) -> list[tuple[float, float, list[float], int]]:
+    """Per band of :data:`BANDS`: (low, high, the probabilities of ``pairs`` (P(trains), trained) that fall
+    in it, how many of those runs trained)."""
+    out = []
+    for lo, hi in zip(BANDS, BANDS[1:]):
+        inside = [(q, t) for q, t in pairs if lo <= q < hi or (hi == 1.0 and q == 1.0)]
+        out.append((lo, hi, [q for q, _ in inside], sum(t for _, t in inside)))
+    return out
+
+
 def _reliability_lines(regs: list[dict], record: dict) -> list[str]:
     """What advise's probabilities meant on the finished runs at depth, each run under the predictor
     registered for it: per band of P(trains), how many runs, their mean P and how many trained; beside
@@ -486,19 +493,16 @@ def _reliability_lines(regs: list[dict], record: dict) -> list[str]:
     out = ["## What its probabilities meant on the runs at depth", "",
            f"Every finished run of the grids at depth ({len(runs)}), each under the predictor registered for it; "
            f"{beside}:", "", head, "|---" * (1 + 3 * len(groups)) + "|"]  # fmt: skip
-    for lo, hi in zip(BANDS, BANDS[1:]):
+    banded = [_bands([(q, t) for q, t, _ in group]) for group in groups]
+    for i, (lo, hi, _, _) in enumerate(banded[0]):
         cells = []
-        for group in groups:
-            band = [(q, t) for q, t, _ in group if lo <= q < hi or (hi == 1.0 and q == 1.0)]
-            if band:
-                k = sum(t for _, t in band)
-                cells += [
-                    str(len(band)),
-                    f"{sum(q for q, _ in band) / len(band):.2f}",
-                    f"{k} ({k / len(band):.0%})",
-                ]
-            else:
-                cells += ["0", "-", "-"]
+        for bands in banded:
+            _, _, band, k = bands[i]
+            cells += (
+                [str(len(band)), f"{sum(band) / len(band):.2f}", f"{k} ({k / len(band):.0%})"]
+                if band
+                else ["0", "-", "-"]
+            )
         out.append(f"| {lo:.1f}-{hi:.1f} | " + " | ".join(cells) + " |")
     lo, hi = CLOSE
     sure = [(q >= 0.5) == t for q, t, _ in now if not lo <= q < hi]
