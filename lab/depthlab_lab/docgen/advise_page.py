@@ -688,7 +688,7 @@ def _lead_lines(regs: list[dict]) -> list[str]:
     if not rows:
         return []
     out = ["## How far advise could lead the lookups, known before any run", "",
-           f"advise gains on a lookup only on the runs where their calls differ. From each registration, before "
+           f"`depthlab advise` gains on a lookup only on the runs where their calls differ. From each registration, before "
            f"any run: the runs on which each lookup's call was not advise's, and the most lead the grid could "
            f"show over the closest lookup (the registered margin: +{100 * MARGIN:.0f} points).", "",
            "| grid | runs | " + " | ".join(f"differs: {k}" for k in LOOKUP_NAMES) + " | most lead possible |",
