@@ -13,7 +13,7 @@ def _lr(x: float | None) -> str:
 
 
 def _range(r: tuple[float, float] | None) -> str:
-    return "none on 1e-5..1" if r is None else f"{r[0]:.2g} .. {r[1]:.2g}"
+    return "none in 1e-5..1" if r is None else f"{r[0]:.2g} .. {r[1]:.2g}"
 
 
 def _cut(text: str, width: int = WIDTH) -> str:
