@@ -183,7 +183,7 @@ def grid_name(reg: dict, i: int) -> str:
             f"{width_lo}-{width_hi}{again})")  # fmt: skip
 
 
-ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth")
+ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh")
 
 
 def _index(name: str) -> int:
@@ -319,6 +319,7 @@ def render(regs: list[dict], record: dict, record_path: str = RECORD) -> str:
             lines += _by_wrapping(name, reg, record, s["best_lookup"])
     lines += _misses(scored)
     lines += _lead_lines(regs)
+    lines += _differ_lines(regs, record)
     lines += _reliability_lines(regs, record)
     lines += _seed_lines(regs, record)
     for i, reg in enumerate(regs):
@@ -587,6 +588,8 @@ def _registration_lines(name: str, reg: dict, record: dict, record_path: str) ->
              f"{reg['record']['predictor_form']}); the atlas: `{reg['atlas']['path']}` ({reg['atlas']['runs']:,} runs)",
              f"- cost as registered: {cost}; measured: {hours:.1f} h of run time over {len(runs)} runs done"]  # fmt: skip
     lines += [f"- {k}: {v}" for k, v in reg["rules"].items() if isinstance(v, str)]
+    if reg.get("drawn"):
+        lines.append(f"- drawn: {reg['drawn']}")
     if reg.get("seed agreement"):
         lines.append(f"- seed agreement (with `{reg['repeats']}`): {reg['seed agreement']}")
     lines += [f"- lookup '{k}': {v}" for k, v in reg["rules"]["lookups"].items()]
@@ -702,6 +705,48 @@ def _lead_lines(regs: list[dict]) -> list[str]:
         "each new shape, and advise, which weighs them, called more and more as they do.",
         "",
     ]
+
+
+def differ_reading(reg: dict, done: dict[str, dict]) -> dict:
+    """On a registration's finished runs where advise's call is not the nearest runs': how many there
+    are and on how many advise was right (the lookup right on the rest), with its 95% interval."""
+    runs = [(p, done[p["config_hash"]]) for p in reg["runs"] if p["config_hash"] in done]
+    differ = [(p, d) for p, d in runs if p["lookups"]["nearest runs"] != p["advise"]]
+    right = sum(p["advise"] == expected(d["outcome"]) for p, d in differ)
+    n = len(differ)
+    return {"runs": n, "advise": right, "interval": wilson_interval(right, n) if n else None}
+
+
+def _differ_lines(regs: list[dict], record: dict) -> list[str]:
+    """Which call to trust where advise's and the nearest runs' differ: pooled over the grids placed by
+    the limit (after the fact), and the registered reading of a grid drawn where they differ."""
+    drawn = [(i, reg) for i, reg in enumerate(regs) if reg.get("drawn")]
+    if not drawn:
+        return []
+    done = _done(record)
+    placed = [differ_reading(reg, done) for reg in regs if not reg.get("drawn")]
+    n, k = sum(r["runs"] for r in placed), sum(r["advise"] for r in placed)
+    out = ["## Where advise's call and the nearest runs' differ", ""]
+    if n:
+        lo, hi = wilson_interval(k, n)
+        out += [f"On the {len(placed)} grids placed at x0.7 and x1.4 of each limit, advise's registered call was "
+                f"not the nearest runs' on {n} finished runs; advise was right on {k} ({k / n:.0%} [{lo:.0%}, "
+                f"{hi:.0%}]), the nearest runs on {n - k} (a summary after the fact, not a registered rule).", ""]  # fmt: skip
+    for i, reg in drawn:
+        name = grid_name(reg, i).split(" (")[0]
+        r = differ_reading(reg, done)
+        planned = len(reg["runs"])
+        if r["runs"] < planned:
+            said = f"not decided: {r['runs']} of {planned} runs done"
+        else:
+            lo, hi = r["interval"]
+            ok = lo > 0.5
+            said = (f"advise right on {r['advise']} of {planned} ({r['advise'] / planned:.0%} [{lo:.0%}, {hi:.0%}]), "
+                    f"the nearest runs on {planned - r['advise']}: advise's call is the one to trust where the two "
+                    f"differ (its interval above 50%): {'met' if ok else 'not met'}")  # fmt: skip
+        out += [f"The {name} was drawn where the two calls differ, from the predictions alone, before any run "
+                f"(registered: {reg['drawn']}). {said[0].upper() + said[1:]}.", ""]  # fmt: skip
+    return out
 
 
 def _cell(row: dict | None, key: str) -> str:
