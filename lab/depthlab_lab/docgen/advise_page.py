@@ -744,8 +744,9 @@ def _differ_lines(regs: list[dict], record: dict) -> list[str]:
             said = (f"advise right on {r['advise']} of {planned} ({r['advise'] / planned:.0%} [{lo:.0%}, {hi:.0%}]), "
                     f"the nearest runs on {planned - r['advise']}: advise's call is the one to trust where the two "
                     f"differ (its interval above 50%): {'met' if ok else 'not met'}")  # fmt: skip
-        out += [f"The {name} was drawn where the two calls differ, from the predictions alone, before any run "
-                f"(registered: {reg['drawn']}). {said[0].upper() + said[1:]}.", ""]  # fmt: skip
+        out += [f"The {name} was drawn where the two calls differ, from the predictions alone, before any run. "
+                "Registered with it: advise's call is the one to trust where the two differ when advise is right "
+                f"on a share of its runs whose 95% interval lies above 50%. {said[0].upper() + said[1:]}.", ""]  # fmt: skip
     return out
 
 
