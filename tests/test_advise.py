@@ -370,3 +370,18 @@ def test_the_probe_ends_on_advise_s_call_and_judges_the_budget_by_it(tmp_path, c
     assert main(["probe", *run.split(), "--compare", "--wrap", "post,pre"]) == 0
     out = capsys.readouterr().out
     assert "P(trains)" in out.splitlines()[0] and "expected at 200 steps: " in out
+
+
+def test_where_advise_and_the_nearest_runs_call_otherwise_the_screen_says_who_was_right_where_they_differed():
+    from depthlab.advise import track_record
+
+    record = {"layers": [8, 32], "widths": [96, 256], "runs": 20, "right": 15,
+              "by_wrap": {"admin": {"runs": 4, "right": 1, "outcomes": {"stalled": 4}}},
+              "where_calls_differ": {"grids": 7, "runs": 62, "advise": 40}}  # fmt: skip
+    held = track_record.for_wrap("admin", record)
+    assert track_record.differ_line(held, "fails", "trains") == (
+        "nearest runs alone: TRAINS; where they and advise differed at depth (7 grids), advise was right on 40 of 62"
+    )
+    assert track_record.differ_line(held, "trains", "trains") is None  # the calls agree: nothing to say
+    assert track_record.differ_line(track_record.for_wrap("admin", {**record, "where_calls_differ": None}),
+                                    "fails", "trains") is None  # fmt: skip

@@ -105,6 +105,7 @@ class Advice:
             "alternatives": [o.to_dict() for o in self.options],
             "evidence": [dict(dataclasses.asdict(r), distance=d) for d, r in self.evidence],
             "agreeing": self.agreeing(),
+            "nearest_runs_call": self.prediction.nearest_call,
             "seed_splits": [[dataclasses.asdict(r) for r in runs] for runs in self.seed_splits],
             "outside": list(self.outside),
             "verdicts": [v.to_dict() for v in self.verdicts],

@@ -112,6 +112,8 @@ def render(a, likely: float) -> str:
     lines += ["", _cut(inside_text(a))]
     if a.held_out:
         lines += _fold(track_record.line(a.held_out))
+        differ = track_record.differ_line(a.held_out, p.call, p.nearest_call)
+        lines += _fold(differ) if differ else []
     if a.outside:
         lines += _fold(f"outside the limit's calibrated range: {'; '.join(a.outside)}", most=2)
     why = [v for v in a.verdicts if v.code != "learning-rate"][:4]  # the safe lr line says that one

@@ -4,7 +4,8 @@ Each grid's predictions were frozen before its runs (docs/advise.md has the rule
 lookups beside it); ``track_record.json``, shipped beside this file, keeps the counts per wrapping of the
 latest finished grid and of every finished grid together ("every_grid": each run called by the predictor
 registered for it, beside the lookup of measured runs that did best over them all), so that the screen
-can say, under its probability, how advise did on held-out runs of the same wrapping.
+can say, under its probability, how advise did on held-out runs of the same wrapping; and, where its call
+is not the nearest runs', how often it was right where the two differed ("where_calls_differ").
 The lab writes the file from the committed run record (``python -m depthlab_lab.calibrate.advise_track``)
 and a test checks that it still matches. The line over every grid counts each run as the predictor
 registered for its grid called it (most of them an earlier predictor than the one shipped; a grid that
@@ -45,6 +46,8 @@ def for_wrap(wrap: str, record: dict | None = None) -> dict | None:
     if mine is not None:
         out.update(mine, layers=record["layers"], widths=record["widths"], runs_all=record["runs"],
                    right_all=record["right"], earlier_predictor=record.get("earlier_predictor", False))  # fmt: skip
+    if record.get("where_calls_differ"):
+        out["where_calls_differ"] = record["where_calls_differ"]
     if wrap in every.get("by_wrap", {}):
         out["every_grid"] = {
             **{k: v for k, v in every.items() if k != "by_wrap"},
@@ -77,4 +80,19 @@ def line(held: dict | None) -> str | None:
         f"held out ({lo}-{hi} layers{then}): {held['right']} of {held['runs']} {held['wrap']} right "
         f"({outcomes}); {held['right_all']} of {held['runs_all']} "
         f"({held['right_all'] / held['runs_all']:.0%}) in all"
+    )
+
+
+def differ_line(held: dict | None, call: str, nearest_call: str) -> str | None:
+    """Where advise's call is not the nearest runs' (the lookup it is scored against), how often advise
+    was right on the held-out runs where the two differed: 'nearest runs alone: TRAINS; where they and
+    advise differed at depth (7 grids), advise was right on 40 of 62';
+    None where the calls agree or no grid is finished."""
+    differ = (held or {}).get("where_calls_differ")
+    if call == nearest_call or not differ or not differ["runs"]:
+        return None
+    grids = f"{differ['grids']} grid{'s' if differ['grids'] > 1 else ''}"
+    return (
+        f"nearest runs alone: {nearest_call.upper()}; where they and advise differed at depth ({grids}), "
+        f"advise was right on {differ['advise']} of {differ['runs']}"
     )

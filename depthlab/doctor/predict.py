@@ -131,6 +131,13 @@ class Prediction:
         return "trains" if self.p_trains >= 0.5 else "fails"
 
     @property
+    def nearest_call(self) -> str:
+        """The call of the nearest runs alone (the lookup advise is scored against): "trains" where their
+        weighted share that trained (:func:`atlas_share`) is at least one half, or there is none."""
+        share = atlas_share(list(self.neighbours))
+        return "trains" if share is None or share >= 0.5 else "fails"
+
+    @property
     def said(self) -> str:
         """The call in words, a close call said as one (advise's headline, the probe's expected line)."""
         return call_words(self.p_trains)

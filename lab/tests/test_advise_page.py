@@ -191,12 +191,23 @@ def test_the_page_says_how_often_the_seed_alone_changed_an_outcome_once_both_gri
 def test_the_held_out_reliability_table_counts_every_run_at_depth_once_in_its_band():
     """Each finished run at depth falls in one band (P = 1 in the top one); the shipped predictor's
     column holds the runs registered with the record the library ships now; the trained counts are
-    the record's."""
+    the record's. A grid drawn where the calls differ is left out, and the text says so."""
     from depthlab.doctor.record import RECORD_PATH
     from depthlab_lab.calibrate.heldout_depth import digest
     from depthlab_lab.docgen.advise_page import BANDS, _reliability_lines
 
-    regs = registrations()
+    everything = registrations()
+    regs = [reg for reg in everything if not reg.get("drawn")]
+    if len(regs) < len(everything):
+        said = _reliability_lines(everything, json.loads((ROOT / RECORD).read_text()))
+        assert (
+            "placed by the limit (a grid drawn where the calls differ is no sample of such runs)" in said[2]
+        )
+        assert [line for line in said if line.startswith("|")] == [
+            line
+            for line in _reliability_lines(regs, json.loads((ROOT / RECORD).read_text()))
+            if line.startswith("|")
+        ]
     record = json.loads((ROOT / RECORD).read_text())
     done = {r["config_hash"]: r for r in record["runs"]}
     rows = [
@@ -220,7 +231,7 @@ def test_the_held_out_reliability_table_counts_every_run_at_depth_once_in_its_ba
     # with none of the shipped predictor's runs done, its column is left out and the text says why
     others = [reg for reg in regs if reg["record"]["sha256"] != shipped]
     lines = _reliability_lines(others, record)
-    assert "none was registered with the predictor advise ships now" in lines[2]
+    assert "none of them was registered with the predictor advise ships now" in lines[2]
     assert all(line.count("|") == 5 for line in lines if line.startswith("|"))
 
 
@@ -296,3 +307,49 @@ def test_the_lead_a_grid_can_show_is_bounded_by_where_the_calls_differ_before_an
         s = score(predicted, {p["config_hash"]: {"outcome": o} for p, o in zip(predicted, ends)})
         leads.append(s["by"]["advise"]["accuracy"] - s["by"][s["best_lookup"]]["accuracy"])
     assert max(leads) == pytest.approx(0.25) and all(lead <= b["most"] + 1e-12 for lead in leads)
+
+
+def test_where_the_calls_differ_the_page_reads_which_to_trust_and_a_drawn_grid_is_kept_apart():
+    from depthlab_lab.calibrate.advise_track import where_calls_differ
+    from depthlab_lab.docgen.advise_page import _differ_lines, differ_reading
+
+    # a grid placed by the limit: advise and the nearest runs differ on a1 (advise right) and a2 (wrong)
+    a = [_p("a1", "trains", 0.6, ("fails",) * 3), _p("a2", "fails", 0.4, ("trains",) * 3),
+         _p("a3", "trains", 0.9, ("trains",) * 3)]  # fmt: skip
+    # a grid drawn where they differ: advise right on d1, d2 and d3, wrong on d4
+    d = [_p(f"d{i}", "trains", 0.6, ("fails",) * 3) for i in range(1, 5)]
+    outcomes = {"a1": "trained", "a2": "trained", "a3": "trained", "d1": "trained", "d2": "trained",
+                "d3": "trained", "d4": "stalled"}  # fmt: skip
+    record = {"runs": [{"config_hash": h, "outcome": o} for h, o in outcomes.items()]}
+    for p in a + d:
+        p["run"] = "wrap=post d_model=96 n_layers=8"
+    placed, drawn = {"runs": a}, {"runs": d, "drawn": "every run is one where the calls differ"}
+    done = {r["config_hash"]: r for r in record["runs"]}
+    assert differ_reading(placed, done) == {
+        "runs": 2,
+        "advise": 1,
+        "interval": pytest.approx((0.0945, 0.9055), abs=1e-3),
+    }
+    assert where_calls_differ([placed, drawn], record) == {"grids": 2, "runs": 6, "advise": 4}
+    text = " ".join(_differ_lines([placed, drawn], record))
+    assert "advise was right on 1 (50%" in text and "a summary after the fact" in text
+    # 3 of 4 right: 75% [30%, 95%], not above 50%
+    assert "Advise right on 3 of 4 (75% [30%, 95%]), the nearest runs on 1" in text and ": not met" in text
+    part = {"runs": [p for p in d if p["config_hash"] != "d4"] + [d[-1]], "drawn": drawn["drawn"]}
+    unfinished = {"runs": [r for r in record["runs"] if r["config_hash"] != "d4"]}
+    assert "Not decided: 3 of 4 runs done" in " ".join(_differ_lines([placed, part], unfinished))
+    assert _differ_lines([placed], record) == []  # no grid drawn where they differ: no section
+
+
+def test_the_nearest_runs_call_is_the_registered_lookup_s():
+    """advise's screen says where its call is not the nearest runs'; that call is the lookup's own."""
+    from depthlab.doctor.atlas import Atlas
+    from depthlab.doctor.predict import Query, p_trains
+    from depthlab.doctor.record import load_record
+    from depthlab_lab.calibrate.lookups import nearest_runs
+
+    atlas = Atlas.load()
+    fit, runs = load_record()["predictor"], list(atlas.runs)
+    for r in runs[::97]:
+        q = Query.of(r)
+        assert p_trains(fit, None, q, atlas).nearest_call == nearest_runs(runs, q), r.shape()

@@ -6,7 +6,10 @@ recorded, per wrapping, how many runs advise called right and how they ended, wi
 widths and totals, marked where the grid's runs have since joined the atlas (its calls were then an
 earlier predictor's); and, under "every_grid", every finished grid at depth together (each run called by
 the predictor registered for it), per wrapping, advise's hits beside those of the lookup that hit most
-over them all (what the screen prints). ``python -m depthlab_lab.calibrate.advise_track`` writes it, and a test checks
+over them all (what the screen prints), over the grids placed by the limit (a grid drawn where advise's
+and the nearest runs' calls differ is not a sample of such runs); and, under "where_calls_differ", on
+every finished grid's runs where those two calls differed, how often advise was right (the screen prints
+it where they differ on the question). ``python -m depthlab_lab.calibrate.advise_track`` writes it, and a test checks
 that the shipped file is what the committed record gives.
 """
 
@@ -91,6 +94,19 @@ def every_grid(regs: list[dict], record: dict) -> dict | None:
             "by_wrap": by_wrap}  # fmt: skip
 
 
+def where_calls_differ(regs: list[dict], record: dict) -> dict | None:
+    """Every finished grid of ``regs`` (a grid drawn where the calls differ included): on the runs where
+    advise's registered call was not the nearest runs', {"grids", "runs", "advise": how many advise called
+    right (the nearest runs called the others right)}; None while no grid is finished."""
+    done = {r["config_hash"]: r for r in record["runs"]}
+    finished = finished_grids(regs, done)
+    if not finished:
+        return None
+    differ = [p for reg in finished for p in reg["runs"] if p["lookups"]["nearest runs"] != p["advise"]]
+    right = sum(p["advise"] == expected(done[p["config_hash"]]["outcome"]) for p in differ)
+    return {"grids": len(finished), "runs": len(differ), "advise": right}
+
+
 def committed(
     record: dict | None = None, grids=GRIDS_AT_DEPTH, sources: set[str] | None = None
 ) -> dict | None:
@@ -106,10 +122,12 @@ def committed(
     for g in grids:
         with open(lab_file(g.registration), encoding="utf-8") as f:
             regs.append((g, json.load(f)))
-    for g, reg in reversed(regs):
+    placed = [(g, reg) for g, reg in regs if not g.differ]  # a grid drawn where the calls differ is no sample
+    for g, reg in reversed(placed):
         track = build(reg, record, in_fit=g.name in sources)
         if track is not None:
-            return {**track, "every_grid": every_grid([reg for _, reg in regs], record)}
+            return {**track, "every_grid": every_grid([reg for _, reg in placed], record),
+                    "where_calls_differ": where_calls_differ([reg for _, reg in regs], record)}  # fmt: skip
     return None
 
 

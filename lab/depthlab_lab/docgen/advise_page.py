@@ -272,7 +272,7 @@ def committed_reliability() -> list[str]:
     quotes them; docs/advise.md has the same table)."""
     regs, record = registrations(), committed_record()
     done = _done(record)
-    finished = finished_grids(regs, done)
+    finished = [reg for reg in finished_grids(regs, done) if not reg.get("drawn")]  # placed by the limit
     table = [line for line in _reliability_lines(finished, record) if line.startswith("|")]
     if not table:
         return []
@@ -388,7 +388,7 @@ def _pooled_lines(regs: list[dict], record: dict) -> list[str]:
     """Every finished grid at depth together, each run under the predictor registered for it: advise
     against the best lookup over all of them (a summary after the fact, not a registered rule)."""
     done = _done(record)
-    finished = finished_grids(regs, done)
+    finished = [reg for reg in finished_grids(regs, done) if not reg.get("drawn")]  # placed by the limit
     if len(finished) < 2:
         return []
     every = every_grid(finished, record)  # what the screen prints: its lookup is the text's and the table's
@@ -397,7 +397,8 @@ def _pooled_lines(regs: list[dict], record: dict) -> list[str]:
     table = ["| wrapping | runs | advise right | " + best + " right |", "|---|---|---|---|"]
     table += [f"| {w} | {c['runs']} | {c['right']} ({c['right'] / c['runs']:.0%}) | {c['lookup_right']} "
               f"({c['lookup_right'] / c['runs']:.0%}) |" for w, c in every["by_wrap"].items()]  # fmt: skip
-    return [f"The {len(finished)} finished grids at depth together ({s['runs']} runs, each called by the predictor "
+    placed = " placed by the limit" if any(reg.get("drawn") for reg in regs) else ""
+    return [f"The {len(finished)} finished grids at depth{placed} together ({s['runs']} runs, each called by the predictor "
             "registered for it; a repeated grid's configurations count at each seed), a summary after the fact "
             f"and not a registered rule: advise {_pct(s['by']['advise'])}, the best lookup ({best}) "
             f"{_pct(s['by'][best])}, a lead of {100 * d[0]:+.1f} points [{100 * d[1]:+.0f}, {100 * d[2]:+.0f}]; "
@@ -474,7 +475,10 @@ def _bands(pairs: list[tuple[float, bool]]) -> list[tuple[float, float, list[flo
 def _reliability_lines(regs: list[dict], record: dict) -> list[str]:
     """What advise's probabilities meant on the finished runs at depth, each run under the predictor
     registered for it: per band of P(trains), how many runs, their mean P and how many trained; beside
-    it the same for the runs registered with the predictor advise ships now."""
+    it the same for the runs registered with the predictor advise ships now. A grid drawn where the
+    calls differ is left out: its runs are no sample of the runs at depth."""
+    drawn = any(reg.get("drawn") for reg in regs)
+    regs = [reg for reg in regs if not reg.get("drawn")]
     done = _done(record)
     shipped = digest(RECORD_PATH)
     runs = [(p["p_trains"], expected(done[p["config_hash"]]["outcome"]) == "trains", reg["record"]["sha256"] == shipped)
@@ -486,13 +490,18 @@ def _reliability_lines(regs: list[dict], record: dict) -> list[str]:
     beside = (
         f"beside it the {len(now)} registered with the predictor advise ships now"
         if now
-        else "none was registered with the predictor advise ships now (no grid registered with it is done yet)"
+        else "none of them was registered with the predictor advise ships now"
     )
     head = "| P(trains) | runs | mean P | trained |" + (
         " runs (shipped predictor) | mean P | trained |" if now else ""
     )
+    placed = (
+        " placed by the limit (a grid drawn where the calls differ is no sample of such runs)"
+        if drawn
+        else ""
+    )
     out = ["## What its probabilities meant on the runs at depth", "",
-           f"Every finished run of the grids at depth ({len(runs)}), each under the predictor registered for it; "
+           f"Every finished run ({len(runs)}) of the grids at depth{placed}, each under the predictor registered for it; "
            f"{beside}:", "", head, "|---" * (1 + 3 * len(groups)) + "|"]  # fmt: skip
     banded = [_bands([(q, t) for q, t, _ in group]) for group in groups]
     for i, (lo, hi, _, _) in enumerate(banded[0]):
@@ -729,7 +738,8 @@ def _differ_lines(regs: list[dict], record: dict) -> list[str]:
     out = ["## Where advise's call and the nearest runs' differ", ""]
     if n:
         lo, hi = wilson_interval(k, n)
-        out += [f"On the {len(placed)} grids placed at x0.7 and x1.4 of each limit, advise's registered call was "
+        grids = f"{len(placed)} grid{'s' if len(placed) > 1 else ''}"
+        out += [f"On the {grids} placed at x0.7 and x1.4 of each limit, advise's registered call was "
                 f"not the nearest runs' on {n} finished runs; advise was right on {k} ({k / n:.0%} [{lo:.0%}, "
                 f"{hi:.0%}]), the nearest runs on {n - k} (a summary after the fact, not a registered rule).", ""]  # fmt: skip
     for i, reg in drawn:
