@@ -353,3 +353,25 @@ def test_the_nearest_runs_call_is_the_registered_lookup_s():
     for r in runs[::97]:
         q = Query.of(r)
         assert p_trains(fit, None, q, atlas).nearest_call == nearest_runs(runs, q), r.shape()
+
+
+def test_a_grid_drawn_where_the_calls_differ_holds_only_such_runs_as_registered():
+    """Every registered prediction of a grid drawn where the calls differ has advise's call not the
+    nearest runs'; per wrapping at most the design's count, one run per shape; every lr within 2x of
+    its limit to the 3 significant figures the grid file keeps."""
+    from collections import Counter
+
+    from depthlab_lab.calibrate.advise_track import run_field
+    from depthlab_lab.calibrate.heldout_depth import GRIDS_AT_DEPTH
+
+    drawn = [g for g in GRIDS_AT_DEPTH if g.differ]
+    assert drawn
+    for g in drawn:
+        reg = json.loads(Path(lab_file(g.registration)).read_text())
+        assert reg["drawn"] and all(p["advise"] != p["lookups"]["nearest runs"] for p in reg["runs"])
+        wraps = Counter(run_field(p["run"], "wrap") for p in reg["runs"])
+        assert max(wraps.values()) <= g.differ
+        shapes = Counter((run_field(p["run"], "wrap"), run_field(p["run"], "d_model"), run_field(p["run"], "n_layers"))
+                         for p in reg["runs"])  # fmt: skip
+        assert max(shapes.values()) == 1
+        assert all(0.495 <= p["lr_over_limit"] <= 2.01 for p in reg["runs"])

@@ -13,7 +13,10 @@ joined the atlas, places the same seven wrappings the same way at three shapes n
 176 x 14 and 240 x 9. The fourth (``-4``) trains the third's configurations again at another seed: how
 often the seed alone changes a run's outcome bounds what any call can score on such runs. The fifth
 (``-5``), registered once the third's and fourth's runs had joined the atlas, at 104 x 28, 184 x 13 and
-248 x 10; the sixth (``-6``) after the fifth, at 120 x 30, 168 x 18 and 216 x 11.
+248 x 10; the sixth (``-6``) after the fifth, at 120 x 30, 168 x 18 and 216 x 11. The seventh (``-7``)
+is drawn where advise's call is not the nearest runs' (:func:`differing_runs`, from the predictions
+alone): once the atlas surrounded every shape, a grid placed by the limit had almost no such run, and
+only on such runs can advise lead that lookup.
 
 :func:`registration` computes, before any run, every run's prediction: advise's probability (the
 study worker's probe of the run, the shipped atlas and the record's predictor) and each lookup's call
@@ -64,9 +67,8 @@ class DepthGrid:
     warmup_offset: int
     seed: int
     repeats: str | None = None  # a grid whose every run this one trains again at its own seed
-    differ: int = (
-        0  # > 0: drawn where advise's call and the nearest runs' differ, at most this many per wrapping
-    )
+    # > 0: drawn where advise's call and the nearest runs' differ, at most this many runs per wrapping
+    differ: int = 0
 
     @property
     def grid(self) -> str:

@@ -221,8 +221,10 @@ def readme_table(regs: list[dict] | None = None, record: dict | None = None) -> 
         if s["runs"] < s["planned"] or not s["runs"]:
             continue
         lo, hi = _span(reg, "n_layers")
-        name = ORDINALS[i] + (
-            f" (the {ORDINALS[_index(reg['repeats'])]}'s, another seed)" if reg.get("repeats") else ""
+        name = (
+            ORDINALS[i]
+            + (f" (the {ORDINALS[_index(reg['repeats'])]}'s, another seed)" if reg.get("repeats") else "")
+            + (" (where the calls differ)" if reg.get("drawn") else "")
         )
         lines.append(f"| {name} | {s['runs']} | {lo}-{hi} | {_pct(s['by']['advise'])} | "
                      f"{s['by'][s['best_lookup']]['hits']} | {verdict(s).split(':')[0]} |")  # fmt: skip
