@@ -89,9 +89,10 @@ def test_the_hugging_face_set_is_judged_against_always_trains_and_the_lookups_sh
 
 def test_the_readme_quotes_advise_s_registered_held_out_score():
     """README's table is the one the record and the registrations give (every finished grid at depth, the
-    Hugging Face set), and its sentence on the seed the seed agreement's figures."""
+    Hugging Face set), its sentence on the seed the seed agreement's figures, and its sentence on a grid
+    drawn where the calls differ that grid's registered reading, once its runs are done."""
     from depthlab_lab.calibrate.seed_agreement import agreement
-    from depthlab_lab.docgen.advise_page import grid_name, lead_bound, readme_table
+    from depthlab_lab.docgen.advise_page import ORDINALS, differ_reading, grid_name, lead_bound, readme_table
 
     regs = registrations()
     record = json.loads((ROOT / RECORD).read_text())
@@ -117,6 +118,14 @@ def test_the_readme_quotes_advise_s_registered_held_out_score():
             f"{last['differ']['nearest runs']} of {last['runs']} in the {latest}, a {100 * last['most']:.0f}-point "
             "lead at most")  # fmt: skip
     assert last["closest"] == "nearest runs" and said in " ".join(readme.split())
+    for i in (i for i, reg in enumerate(regs) if reg.get("drawn")):
+        r = differ_reading(regs[i], done)
+        if r["runs"] < len(regs[i]["runs"]):
+            continue
+        (lo, hi), k, n = r["interval"], r["advise"], r["runs"]
+        said = (f"In the {ORDINALS[i]} grid, drawn before its runs where the two calls differ, advise was right "
+                f"on {k} of {n} ({k / n:.0%} [{lo:.0%}, {hi:.0%}])")  # fmt: skip
+        assert said in " ".join(readme.split())
 
 
 def test_the_library_ships_the_track_record_the_committed_record_gives():
