@@ -22,7 +22,16 @@ import time
 
 from depthlab.doctor.atlas import ATLAS_PATH, Atlas, MeasuredRun, from_run
 from depthlab.study.worker import probe_at_init
-from depthlab_lab.calibrate.heldout_depth import FIFTH, FIRST, FOURTH, HF_GRIDS, SECOND, SIXTH, THIRD
+from depthlab_lab.calibrate.heldout_depth import (
+    FIFTH,
+    FIRST,
+    FOURTH,
+    HF_GRIDS,
+    SECOND,
+    SEVENTH,
+    SIXTH,
+    THIRD,
+)
 from depthlab_lab.calibrate.heldout_depth import RECORD as ADVISE_RECORD
 from depthlab_lab.docgen.doctor_heldout import HELDOUT_GRIDS
 from depthlab_lab.docgen.doctor_scale import SCALE_TUNING
@@ -67,7 +76,7 @@ def ladder_runs(record: str = LADDER_RECORD, log=sys.stderr) -> list[MeasuredRun
 def advise_grids() -> list[str]:
     """advise's held-out grids whose runs are scored (every run done, the verdict in docs/advise.md): the
     grids at depth and the Hugging Face set."""
-    return [FIRST.grid, SECOND.grid, *HF_GRIDS, THIRD.grid, FOURTH.grid, FIFTH.grid, SIXTH.grid]
+    return [FIRST.grid, SECOND.grid, *HF_GRIDS, THIRD.grid, FOURTH.grid, FIFTH.grid, SIXTH.grid, SEVENTH.grid]
 
 
 def advise_runs(record: str = ADVISE_RECORD, log=sys.stderr) -> list[MeasuredRun]:

@@ -649,7 +649,7 @@ def _shape_fold_lines(regs: list[dict], record: dict, atlas: Atlas) -> list[str]
     lookups, differ = dict.fromkeys(LOOKUP_NAMES, 0), dict.fromkeys(LOOKUP_NAMES, 0)
     for i, reg in enumerate(regs):
         source = _source(reg)
-        if not pred or source not in sources:
+        if not pred or source not in sources or reg.get("drawn"):  # a drawn grid is no sample of such runs
             continue
         s = shape_folds(atlas, rest, source, pred["form"])
         hits, runs = hits + s["hits"], runs + s["runs"]
