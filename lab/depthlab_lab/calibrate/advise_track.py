@@ -21,6 +21,7 @@ import sys
 
 from depthlab.advise.track_record import PATH
 from depthlab.doctor.atlas import Atlas
+from depthlab.intervals import wilson_interval
 from depthlab.paths import replace_file
 from depthlab.report.doctor_score import expected
 from depthlab_lab import REPOSITORY, lab_file
@@ -94,6 +95,27 @@ def every_grid(regs: list[dict], record: dict) -> dict | None:
             "by_wrap": by_wrap}  # fmt: skip
 
 
+def placed(regs: list) -> list:
+    """The registrations (or grids) of ``regs`` placed by the limit: not drawn where the calls differ, so a
+    sample of the runs at depth."""
+    return [r for r in regs if not (r.get("drawn") if isinstance(r, dict) else r.differ)]
+
+
+def differ_reading(reg: dict, done: dict[str, dict]) -> dict:
+    """On a registration's finished runs (``done``: by config hash) where advise's call is not the nearest
+    runs': {"runs", "advise": how many advise called right (the nearest runs the rest), "interval": its
+    95% interval (None without such a run)}."""
+    differ = [
+        p for p in reg["runs"] if p["config_hash"] in done and p["lookups"]["nearest runs"] != p["advise"]
+    ]
+    right = sum(p["advise"] == expected(done[p["config_hash"]]["outcome"]) for p in differ)
+    return {
+        "runs": len(differ),
+        "advise": right,
+        "interval": wilson_interval(right, len(differ)) if differ else None,
+    }
+
+
 def where_calls_differ(regs: list[dict], record: dict) -> dict | None:
     """Every finished grid of ``regs`` (a grid drawn where the calls differ included): on the runs where
     advise's registered call was not the nearest runs', {"grids", "runs", "advise": how many advise called
@@ -102,9 +124,9 @@ def where_calls_differ(regs: list[dict], record: dict) -> dict | None:
     finished = finished_grids(regs, done)
     if not finished:
         return None
-    differ = [p for reg in finished for p in reg["runs"] if p["lookups"]["nearest runs"] != p["advise"]]
-    right = sum(p["advise"] == expected(done[p["config_hash"]]["outcome"]) for p in differ)
-    return {"grids": len(finished), "runs": len(differ), "advise": right}
+    readings = [differ_reading(reg, done) for reg in finished]
+    return {"grids": len(finished), "runs": sum(r["runs"] for r in readings),
+            "advise": sum(r["advise"] for r in readings)}  # fmt: skip
 
 
 def committed(
@@ -122,11 +144,11 @@ def committed(
     for g in grids:
         with open(lab_file(g.registration), encoding="utf-8") as f:
             regs.append((g, json.load(f)))
-    placed = [(g, reg) for g, reg in regs if not g.differ]  # a grid drawn where the calls differ is no sample
-    for g, reg in reversed(placed):
+    sample = [(g, reg) for g, reg in regs if placed([g])]  # a grid drawn where the calls differ is no sample
+    for g, reg in reversed(sample):
         track = build(reg, record, in_fit=g.name in sources)
         if track is not None:
-            return {**track, "every_grid": every_grid([reg for _, reg in placed], record),
+            return {**track, "every_grid": every_grid([reg for _, reg in sample], record),
                     "where_calls_differ": where_calls_differ([reg for _, reg in regs], record)}  # fmt: skip
     return None
 

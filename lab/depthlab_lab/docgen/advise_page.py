@@ -32,7 +32,7 @@ from depthlab.report.doctor_score import expected
 from depthlab.study.store import Store
 from depthlab_lab import REPOSITORY, lab_file
 from depthlab_lab.calibrate.advise_track import build as track_record
-from depthlab_lab.calibrate.advise_track import every_grid, finished_grids, run_field
+from depthlab_lab.calibrate.advise_track import differ_reading, every_grid, finished_grids, placed, run_field
 from depthlab_lab.calibrate.heldout_depth import GRIDS_AT_DEPTH, MARGIN, RECORD, TARGET, digest
 from depthlab_lab.calibrate.lookups import LOOKUPS
 from depthlab_lab.calibrate.predictor_fit import shape_folds
@@ -274,7 +274,7 @@ def committed_reliability() -> list[str]:
     quotes them; docs/advise.md has the same table)."""
     regs, record = registrations(), committed_record()
     done = _done(record)
-    finished = [reg for reg in finished_grids(regs, done) if not reg.get("drawn")]  # placed by the limit
+    finished = placed(finished_grids(regs, done))
     table = [line for line in _reliability_lines(finished, record) if line.startswith("|")]
     if not table:
         return []
@@ -390,7 +390,7 @@ def _pooled_lines(regs: list[dict], record: dict) -> list[str]:
     """Every finished grid at depth together, each run under the predictor registered for it: advise
     against the best lookup over all of them (a summary after the fact, not a registered rule)."""
     done = _done(record)
-    finished = [reg for reg in finished_grids(regs, done) if not reg.get("drawn")]  # placed by the limit
+    finished = placed(finished_grids(regs, done))
     if len(finished) < 2:
         return []
     every = every_grid(finished, record)  # what the screen prints: its lookup is the text's and the table's
@@ -399,8 +399,8 @@ def _pooled_lines(regs: list[dict], record: dict) -> list[str]:
     table = ["| wrapping | runs | advise right | " + best + " right |", "|---|---|---|---|"]
     table += [f"| {w} | {c['runs']} | {c['right']} ({c['right'] / c['runs']:.0%}) | {c['lookup_right']} "
               f"({c['lookup_right'] / c['runs']:.0%}) |" for w, c in every["by_wrap"].items()]  # fmt: skip
-    placed = " placed by the limit" if any(reg.get("drawn") for reg in regs) else ""
-    return [f"The {len(finished)} finished grids at depth{placed} together ({s['runs']} runs, each called by the predictor "
+    which = " placed by the limit" if len(placed(regs)) < len(regs) else ""
+    return [f"The {len(finished)} finished grids at depth{which} together ({s['runs']} runs, each called by the predictor "
             "registered for it; a repeated grid's configurations count at each seed), a summary after the fact "
             f"and not a registered rule: advise {_pct(s['by']['advise'])}, the best lookup ({best}) "
             f"{_pct(s['by'][best])}, a lead of {100 * d[0]:+.1f} points [{100 * d[1]:+.0f}, {100 * d[2]:+.0f}]; "
@@ -479,8 +479,8 @@ def _reliability_lines(regs: list[dict], record: dict) -> list[str]:
     registered for it: per band of P(trains), how many runs, their mean P and how many trained; beside
     it the same for the runs registered with the predictor advise ships now. A grid drawn where the
     calls differ is left out: its runs are no sample of the runs at depth."""
-    drawn = any(reg.get("drawn") for reg in regs)
-    regs = [reg for reg in regs if not reg.get("drawn")]
+    drawn = len(placed(regs)) < len(regs)
+    regs = placed(regs)
     done = _done(record)
     shipped = digest(RECORD_PATH)
     runs = [(p["p_trains"], expected(done[p["config_hash"]]["outcome"]) == "trains", reg["record"]["sha256"] == shipped)
@@ -497,13 +497,13 @@ def _reliability_lines(regs: list[dict], record: dict) -> list[str]:
     head = "| P(trains) | runs | mean P | trained |" + (
         " runs (shipped predictor) | mean P | trained |" if now else ""
     )
-    placed = (
+    which = (
         " placed by the limit (a grid drawn where the calls differ is no sample of such runs)"
         if drawn
         else ""
     )
     out = ["## What its probabilities meant on the runs at depth", "",
-           f"Every finished run ({len(runs)}) of the grids at depth{placed}, each under the predictor registered for it; "
+           f"Every finished run ({len(runs)}) of the grids at depth{which}, each under the predictor registered for it; "
            f"{beside}:", "", head, "|---" * (1 + 3 * len(groups)) + "|"]  # fmt: skip
     banded = [_bands([(q, t) for q, t, _ in group]) for group in groups]
     for i, (lo, hi, _, _) in enumerate(banded[0]):
@@ -649,7 +649,7 @@ def _shape_fold_lines(regs: list[dict], record: dict, atlas: Atlas) -> list[str]
     lookups, differ = dict.fromkeys(LOOKUP_NAMES, 0), dict.fromkeys(LOOKUP_NAMES, 0)
     for i, reg in enumerate(regs):
         source = _source(reg)
-        if not pred or source not in sources or reg.get("drawn"):  # a drawn grid is no sample of such runs
+        if not pred or source not in sources or not placed([reg]):  # a drawn grid is no sample of such runs
             continue
         s = shape_folds(atlas, rest, source, pred["form"])
         hits, runs = hits + s["hits"], runs + s["runs"]
@@ -718,16 +718,6 @@ def _lead_lines(regs: list[dict]) -> list[str]:
     ]
 
 
-def differ_reading(reg: dict, done: dict[str, dict]) -> dict:
-    """On a registration's finished runs where advise's call is not the nearest runs': how many there
-    are and on how many advise was right (the lookup right on the rest), with its 95% interval."""
-    runs = [(p, done[p["config_hash"]]) for p in reg["runs"] if p["config_hash"] in done]
-    differ = [(p, d) for p, d in runs if p["lookups"]["nearest runs"] != p["advise"]]
-    right = sum(p["advise"] == expected(d["outcome"]) for p, d in differ)
-    n = len(differ)
-    return {"runs": n, "advise": right, "interval": wilson_interval(right, n) if n else None}
-
-
 def _differ_lines(regs: list[dict], record: dict) -> list[str]:
     """Which call to trust where advise's and the nearest runs' differ: pooled over the grids placed by
     the limit (after the fact), and the registered reading of a grid drawn where they differ."""
@@ -735,12 +725,12 @@ def _differ_lines(regs: list[dict], record: dict) -> list[str]:
     if not drawn:
         return []
     done = _done(record)
-    placed = [differ_reading(reg, done) for reg in regs if not reg.get("drawn")]
-    n, k = sum(r["runs"] for r in placed), sum(r["advise"] for r in placed)
+    readings = [differ_reading(reg, done) for reg in placed(regs)]
+    n, k = sum(r["runs"] for r in readings), sum(r["advise"] for r in readings)
     out = ["## Where advise's call and the nearest runs' differ", ""]
     if n:
         lo, hi = wilson_interval(k, n)
-        grids = f"{len(placed)} grid{'s' if len(placed) > 1 else ''}"
+        grids = f"{len(readings)} grid{'s' if len(readings) > 1 else ''}"
         out += [f"On the {grids} placed at x0.7 and x1.4 of each limit, advise's registered call was "
                 f"not the nearest runs' on {n} finished runs; advise was right on {k} ({k / n:.0%} [{lo:.0%}, "
                 f"{hi:.0%}]), the nearest runs on {n - k} (a summary after the fact, not a registered rule).", ""]  # fmt: skip
