@@ -364,7 +364,9 @@ def test_the_probe_ends_on_advise_s_call_and_judges_the_budget_by_it(tmp_path, c
     p = post["config"]["probe"]["expected"]["p_trains"]
     assert p == pytest.approx(advised["p_trains"]) and p > 0.1  # a calibrated chance, said as such
     [plateau] = [v for v in post["verdicts"] if v["code"] == "plateau"]
-    assert f"P(trains) = {p:.2f}" in plateau["message"] and "escape fit alone gives" in plateau["detail"]
+    assert (
+        f"P(trains) = {p:.2f}" in plateau["message"] and "of leaving the plateau by then" in plateau["detail"]
+    )
     assert plateau["level"] == ("ok" if p >= 0.9 else "warning")
     capsys.readouterr()
     assert main(["probe", *run.split(), "--compare", "--wrap", "post,pre"]) == 0

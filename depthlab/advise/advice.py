@@ -106,6 +106,7 @@ class Advice:
             "evidence": [dict(dataclasses.asdict(r), distance=d) for d, r in self.evidence],
             "agreeing": self.agreeing(),
             "nearest_runs_call": self.prediction.nearest_call,
+            "nearest_escape": self.prediction.escape.to_dict(),
             "seed_splits": [[dataclasses.asdict(r) for r in runs] for runs in self.seed_splits],
             "outside": list(self.outside),
             "verdicts": [v.to_dict() for v in self.verdicts],
@@ -181,11 +182,12 @@ def judge(result: ProbeResult, prediction: Prediction, steps: int, record: dict)
         "confident": prediction.confident,
         "why_not_confident": prediction.why_not,
         "nearest_runs": len(prediction.neighbours),
+        "nearest_escape": prediction.escape.to_dict(),  # when the nearest runs left the unigram plateau
     }
     verdicts = []
     for v in result.verdicts:
         if v.code == "plateau":
-            v = plateau_verdict(result, record, width(result), calibrated=prediction.p_trains) or v
+            v = plateau_verdict(result, record, width(result), prediction) or v
         verdicts.append(v)
     result.verdicts = sorted(verdicts, key=lambda v: v.severity)
 

@@ -45,7 +45,8 @@ init, a batch of 8 x 64 bytes of the default corpus, LM loss, seed 0 unless a ra
   marked as an extrapolation. The rules and their measurements: :mod:`depthlab.doctor.lr_limit`.
 - ``plateau`` (only with the learning rate): when the run is expected to leave the unigram plateau
   (median and 80% interval of a censored fit of the tuning runs' escape steps on lr, width, depth and
-  warmup) and, given its budget of steps, whether that budget would call it stalled (**warning**) or
+  warmup; where advise's call is made and measured runs lie near, the nearest runs' escape steps) and,
+  given its budget of steps, whether that budget would call it stalled (**warning**) or
   leaves it room (**ok**); never an error, and marked as an extrapolation outside the fit's support.
   The model: :mod:`depthlab.doctor.plateau`.
 - ``non-finite`` (**error**, reported alone): a stream or the loss is inf or nan: float32 overflowed

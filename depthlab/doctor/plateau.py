@@ -12,6 +12,13 @@ below ``SAFE_BUDGET`` = 0.9 ("at a budget of 200 steps this run would likely be 
 **ok**; a run not expected to leave the plateau at all is a warning whatever its budget. It is never an
 error and predicts nothing for the doctor's score: a configuration outside the fit's support (the lrs,
 widths, depths and warmups it was fitted on) is marked as an extrapolation.
+
+Given advise's calibrated call (:class:`~depthlab.doctor.predict.Prediction`) whose nearest measured run
+lies within ``FAR``, the verdict leads with those runs' escape steps instead
+(:class:`~depthlab.doctor.predict.NearestEscape`: their median, a run that never left counted last) and
+judges the budget by the call's P(trains); the fit's step and probability move to the detail. On the
+held-out runs at depth the nearest runs' median was within a factor 2 of the measured step more often
+than the fit's (docs/advise.md).
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import math
 from typing import TYPE_CHECKING
 
 from depthlab.doctor.atlas import renormalises
-from depthlab.doctor.predict import call_words
+from depthlab.doctor.predict import Prediction, call_words
 from depthlab.doctor.record import outside
 from depthlab.doctor.verdict import Verdict
 
@@ -102,15 +109,17 @@ def _fit_text(fit: dict, fam: str) -> str:
 
 
 def plateau_verdict(
-    r: ProbeResult, record: dict, width: int | None, calibrated: float | None = None
+    r: ProbeResult, record: dict, width: int | None, prediction: Prediction | None = None
 ) -> Verdict | None:
     """The ``plateau`` verdict of a probe given a learning rate (None without a fit for its family).
 
-    ``calibrated``: the run's P(trains) at its budget from :mod:`depthlab.doctor.predict` (the probe's
-    limit and the nearest measured runs, calibrated; ``depthlab advise``'s headline), where one was
-    computed. The budget is then judged by it, not by the escape fit's own probability: the two answer
+    ``prediction``: the run's calibrated call at its budget (:func:`depthlab.doctor.predict.p_trains`: the
+    probe's limit and the nearest measured runs; ``depthlab advise``'s headline), where one was made.
+    The budget is then judged by its P(trains), not by the escape fit's own probability: the two answer
     the same question, and on runs neither was fitted on the calibrated call is the better one
-    (docs/advise.md). The escape fit's probability stays in the detail."""
+    (docs/advise.md). Where the nearest measured runs are close (within ``FAR``), the step the verdict
+    leads with is theirs (:class:`~depthlab.doctor.predict.NearestEscape`): on the held-out runs at depth
+    it is nearer the measured step than the escape fit's, which stays in the detail."""
     pr = r.config["probe"]
     fam = family(
         (r.config.get("model") or {}).get("wrap"), r.config["stack"].get("renormalised_share"), r.n_layers
@@ -122,26 +131,31 @@ def plateau_verdict(
     values = {"lr": pr["lr"], "d_model": width, "n_layers": r.n_layers, "warmup": pr.get("warmup") or 0}
     values["step_size"] = step
     pred = predict(fit, values, (record.get("escape") or {}).get("z_interval", Z_INTERVAL))
-    budget, level = pr.get("steps"), "ok"
-    if pred["median"] > NEVER * fit["support"]["steps"][1]:
-        text = f"not expected to leave the unigram plateau at lr {pr['lr']:g}"
-        detail = f"the fit's median escape is {_steps(pred['median'])} steps, beyond {NEVER}x the longest budget fitted"
-        level = "warning"  # whatever the budget: a verdict never says ok to a run it expects to stay stalled
-    else:
-        lead = (
-            "expected to leave the unigram plateau"
-            if calibrated is None
-            else "the escape fit puts its escape"
+    budget = pr.get("steps")
+    never = pred["median"] > NEVER * fit["support"]["steps"][1]
+    detail = []
+    if never:  # a verdict never says ok to a run it expects to stay stalled
+        fitted = f"expects no escape from the unigram plateau at lr {pr['lr']:g}"
+        detail.append(
+            f"its median escape is {_steps(pred['median'])} steps, beyond {NEVER}x the longest budget fitted"
         )
-        text = f"{lead} around step {_steps(pred['median'])} (80% interval {_steps(pred['low'])}-{_steps(pred['high'])})"
-        detail = ""
-    if budget and calibrated is not None:
-        p = calibrated
-        if p < SAFE_BUDGET:
-            level = "warning"
+    else:
+        fitted = f"puts its escape around step {_steps(pred['median'])} (80% interval {_steps(pred['low'])}-{_steps(pred['high'])})"
+    near = prediction.escape if prediction is not None and prediction.close else None
+    if near is not None:  # the nearest runs' steps lead: at depth they were nearer the measured step
+        text = near.text()
+        level = "warning" if near.median is None or (budget and near.median > budget) else "ok"
+        detail.insert(0, f"the escape fit alone {fitted}")
+    else:
+        text = f"the escape fit {fitted}"
+        level = "warning" if never else "ok"
+    if budget and prediction is not None:  # the budget judged by the calibrated call
+        p = prediction.p_trains
+        level = "warning" if p < SAFE_BUDGET else level
         text += f"; at a {budget:,}-step budget P(trains) = {p:.2f}: {call_words(p).lower()}"
-        detail = "; ".join(x for x in (detail, f"the escape fit alone gives {p_within(pred, budget):.2f} of leaving "
-                                       "the plateau by then; P(trains) also weighs the nearest measured runs") if x)  # fmt: skip
+        alone = "it" if near is not None else "the escape fit alone"  # the fit's step is said just before
+        detail.append(f"{alone} gives {p_within(pred, budget):.2f} of leaving the plateau by then; "
+                      "P(trains) also weighs the limit and the nearest measured runs")  # fmt: skip
     elif budget:
         p = p_within(pred, budget)
         if p < SAFE_BUDGET:
@@ -150,7 +164,8 @@ def plateau_verdict(
             text += f"; a {budget:,}-step budget {call} (probability {p:.2f} of leaving it by then)"
         else:
             text += f"; a {budget:,}-step budget leaves it room (probability {p:.2f} of leaving it by then)"
-    detail = "; ".join(x for x in (detail, _fit_text(fit, fam)) if x)
+    detail.append(_fit_text(fit, fam))
+    detail = "; ".join(detail)
     out = outside({"range": fit["support"]}, values, "fitted")
     if out:
         detail += f". Extrapolation: {'; '.join(out)}, so the step is a rough guess"

@@ -98,6 +98,56 @@ def atlas_share(neighbours: list[tuple[float, MeasuredRun]]) -> float | None:
     return (trained + 0.5) / (sum(w) + 1.0)
 
 
+@dataclass(frozen=True)
+class NearestEscape:
+    """When the nearest measured runs left the unigram plateau: the escape steps of those that did
+    (ascending) and how many never did within their budgets (stalled, undertrained or diverged)."""
+
+    steps: tuple[int, ...]
+    never: int
+
+    @property
+    def runs(self) -> int:
+        return len(self.steps) + self.never
+
+    @property
+    def median(self) -> int | None:
+        """The middle run's escape step (the lower middle of an even count), a run that never left
+        counted as leaving after every run that did; None where that middle run never left."""
+        if not self.runs:
+            return None
+        i = (self.runs - 1) // 2
+        return self.steps[i] if i < len(self.steps) else None
+
+    def to_dict(self) -> dict:
+        return {"steps": list(self.steps), "never": self.never, "median": self.median}
+
+    def text(self) -> str:
+        """'the 5 nearest measured runs left the unigram plateau around step 50 (4 of 5 left it, at steps
+        40-80)', or '3 of the 5 nearest measured runs never left the unigram plateau within their budgets
+        (the others at steps 50-60)'."""
+        at = ""
+        if self.steps:
+            lo, hi = self.steps[0], self.steps[-1]
+            at = f"step {lo:,}" if lo == hi else f"steps {lo:,}-{hi:,}"
+        if self.median is not None:
+            left = (
+                f"all {self.runs} left it" if not self.never else f"{len(self.steps)} of {self.runs} left it"
+            )
+            return (f"the {self.runs} nearest measured runs left the unigram plateau around step "
+                    f"{self.median:,} ({left}, at {at})")  # fmt: skip
+        who = "none" if not self.steps else f"{self.never}"
+        others = f" (the others at {at})" if self.steps else ""
+        return (f"{who} of the {self.runs} nearest measured runs {'left' if who == 'none' else 'never left'} "
+                f"the unigram plateau within their budgets{others}")  # fmt: skip
+
+
+def nearest_escape(neighbours) -> NearestEscape:
+    """:class:`NearestEscape` of ``neighbours`` ((distance, run) pairs, as :func:`nearest` returns)."""
+    steps = sorted(r.escape_step for _, r in neighbours if r.escape_step is not None)
+    return NearestEscape(tuple(steps), sum(r.escape_step is None for _, r in neighbours))
+
+
 def features(limit: LrLimit | None, q: Query, share: float | None) -> dict[str, float]:
     """The regressors of :data:`FEATURES` (the atlas's as ln(share / (1 - share)), 0 without neighbours)."""
     margin = 0.0
@@ -136,6 +186,16 @@ class Prediction:
         weighted share that trained (:func:`atlas_share`) is at least one half, or there is none."""
         share = atlas_share(list(self.neighbours))
         return "trains" if share is None or share >= 0.5 else "fails"
+
+    @property
+    def close(self) -> bool:
+        """Whether the nearest measured run lies within ``FAR``: close evidence about this run."""
+        return bool(self.neighbours) and self.neighbours[0][0] <= FAR
+
+    @property
+    def escape(self) -> NearestEscape:
+        """When the nearest measured runs left the unigram plateau (:func:`nearest_escape`)."""
+        return nearest_escape(self.neighbours)
 
     @property
     def said(self) -> str:

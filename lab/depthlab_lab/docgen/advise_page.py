@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import subprocess
 
@@ -24,7 +25,7 @@ from depthlab.doctor.atlas import Atlas
 from depthlab.doctor.plateau import family as plateau_family
 from depthlab.doctor.plateau import p_within
 from depthlab.doctor.plateau import predict as escape_at
-from depthlab.doctor.predict import CLOSE
+from depthlab.doctor.predict import CLOSE, Query, nearest, nearest_escape
 from depthlab.doctor.record import RECORD_PATH, load_record
 from depthlab.intervals import paired_counts, paired_difference_interval, wilson_interval
 from depthlab.paths import replace_file
@@ -409,12 +410,20 @@ def _pooled_lines(regs: list[dict], record: dict) -> list[str]:
 
 
 def plateau_against_call(regs: list[dict], record: dict, atlas: Atlas, fitted: dict) -> dict:
-    """On the finished runs at depth whose at-init probe the atlas holds: the plateau verdict's escape fit
-    alone (its probability of leaving the plateau within the run's budget; 'trains' from 0.5) against the
-    P(trains) registered for the run. {"runs", "escape_right", "escape_brier", "call_right", "call_brier"}."""
+    """On the finished runs at depth whose at-init probe the atlas holds, three forecasts of whether a run
+    trains within its budget ('trains' from 0.5): the plateau verdict's escape fit alone (its probability
+    of leaving the plateau by the budget), the nearest measured runs' median escape step (:class:`depthlab.
+    doctor.predict.NearestEscape`; every atlas run at the run's shape left out, as the shape folds do: the
+    run itself and its twin at another seed are no evidence about it) within the budget, and the P(trains)
+    registered for the run. On the runs that left the plateau, the step each of the first two puts it at
+    against the measured one. {"runs", "escape_right", "escape_brier", "near_right", "call_right",
+    "call_brier", "escaped", "fit_factor", "near_factor", "fit_within_2", "near_within_2", "near_never"}."""
     done, fits = _done(record), (fitted.get("escape") or {}).get("families") or {}
     probed = {r.config_hash: r for r in atlas.runs if r.update_gain}
-    rows = []
+    shapes = {}
+    for r in atlas.runs:
+        shapes.setdefault((r.n_layers, r.d_model), set()).add(r.config_hash)
+    rows, steps = [], []
     for reg in regs:
         for p in reg["runs"]:
             run = probed.get(p["config_hash"])
@@ -426,40 +435,69 @@ def plateau_against_call(regs: list[dict], record: dict, atlas: Atlas, fitted: d
             at = {"lr": run.lr, "d_model": run.d_model, "n_layers": run.n_layers, "warmup": run.warmup,
                   "step_size": run.update_gain * run.lr}  # fmt: skip
             trained = expected(done[p["config_hash"]]["outcome"]) == "trains"
-            rows.append((p_within(escape_at(fit, at), run.steps), p["p_trains"], trained))
+            pred = escape_at(fit, at)
+            near = nearest_escape(nearest(atlas, Query.of(run), exclude=shapes[(run.n_layers, run.d_model)]))
+            within = near.median is not None and near.median <= run.steps
+            rows.append((p_within(pred, run.steps), within, p["p_trains"], trained))
+            if run.escape_step is not None:
+                steps.append(
+                    (pred["median"] / run.escape_step, near.median and near.median / run.escape_step)
+                )
     n = len(rows)
+    fit_f = sorted(max(f, 1 / f) for f, _ in steps)
+    near_f = sorted(max(f, 1 / f) if f else math.inf for _, f in steps)
     return {
         "runs": n,
-        "escape_right": sum((q >= 0.5) == t for q, _, t in rows),
-        "escape_brier": sum((q - t) ** 2 for q, _, t in rows) / n if n else None,
-        "call_right": sum((c >= 0.5) == t for _, c, t in rows),
-        "call_brier": sum((c - t) ** 2 for _, c, t in rows) / n if n else None,
+        "escape_right": sum((q >= 0.5) == t for q, _, _, t in rows),
+        "escape_brier": sum((q - t) ** 2 for q, _, _, t in rows) / n if n else None,
+        "near_right": sum(w == t for _, w, _, t in rows),
+        "call_right": sum((c >= 0.5) == t for _, _, c, t in rows),
+        "call_brier": sum((c - t) ** 2 for _, _, c, t in rows) / n if n else None,
+        "escaped": len(steps),
+        "fit_factor": fit_f[(len(fit_f) - 1) // 2] if steps else None,
+        "near_factor": near_f[(len(near_f) - 1) // 2] if steps else None,
+        "fit_within_2": sum(f <= 2 for f in fit_f),
+        "near_within_2": sum(f <= 2 for f in near_f),
+        "near_never": sum(math.isinf(f) for f in near_f),
     }
 
 
 def _plateau_lines(s: dict) -> list[str]:
-    """Why the probe judges a run's budget by the calibrated call, not by its escape fit alone."""
+    """Why the probe judges a run's budget by the calibrated call, and takes the step from the nearest runs."""
     if not s["runs"]:
         return []
-    n = s["runs"]
+    n, e = s["runs"], s["escaped"]
     return [
-        "## A run's budget: the escape fit against the call",
-        "",
-        f"The probe's plateau verdict has its own forecast of when a run leaves the unigram plateau (a censored "
-        f"fit of the tuning runs' escape steps). On the {n} finished runs at depth whose probe the atlas holds "
-        "(runs neither forecast was fitted on), a forecast is counted right when its probability of training "
-        "within the run's budget is on the side of one half the run ended on:",
+        "## A run's budget and its step off the plateau: the escape fit, the nearest runs and the call",
         "",
         "| forecast | right | Brier |",
         "|---|---|---|",
         f"| the escape fit alone: P(leaving the plateau by the budget) | {s['escape_right']} of {n} "
         f"({s['escape_right'] / n:.0%}) | {s['escape_brier']:.3f} |",
+        f"| the 5 nearest measured runs' median escape step within the budget | {s['near_right']} of {n} "
+        f"({s['near_right'] / n:.0%}) | |",
         f"| advise's P(trains), as registered | {s['call_right']} of {n} ({s['call_right'] / n:.0%}) | "
         f"{s['call_brier']:.3f} |",
         "",
+        f"| the step a run left the plateau, on the {e} of them that did | within a factor 2 | median factor |",
+        "|---|---|---|",
+        f"| the escape fit's median | {s['fit_within_2']} ({s['fit_within_2'] / e:.0%}) | "
+        f"{s['fit_factor']:.2f} |",
+        f"| the 5 nearest measured runs' median | {s['near_within_2']} ({s['near_within_2'] / e:.0%}) | "
+        f"{s['near_factor']:.2f} |",
+        "",
+        f"The runs are the {n} finished runs at depth whose probe the atlas holds. A forecast is counted right "
+        "when it is on the side of one half the run ended on; the nearest runs' forecast, when their median "
+        "escape step is within the run's budget. The escape fit is a censored fit of the tuning runs' escape "
+        "steps, and no run at depth was fitted on. For the nearest runs, every measured run at the run's "
+        "width and depth is left out, its twin at another seed included. Where most of the nearest runs never "
+        f"left the plateau their median is none: {s['near_never']} of the {e} runs that left it had such a "
+        "median, and count as more than a factor 2 off. A comparison after the fact, not a registered rule.",
+        "",
         "So where the probe can make the call (a depthlab decoder given `--lr`), it judges the budget by "
-        "P(trains), the number advise leads with, and keeps the escape fit's median and interval as the step "
-        "it expects, with the fit's own probability in the verdict's detail.",
+        "P(trains), the number advise leads with. Where measured runs of the same stack lie near (the nearest "
+        "within 2 units), its plateau verdict gives the nearest runs' escape steps; the escape fit's median, "
+        "interval and probability stay in the verdict's detail.",
         "",
     ]
 

@@ -301,7 +301,10 @@ def _fits_lines(record: dict, refit: str) -> list[str]:
         "plateau and whether its budget would call it stalled: a warning at most, never an error, marked "
         "as an extrapolation outside the fit's support, and not part of the score above. Runs that never "
         "escaped are censored at their budget (they escape later, if at all), not dropped; diverged runs "
-        "are left out (the learning-rate verdict judges divergence).",
+        "are left out (the learning-rate verdict judges divergence). Where the probe makes advise's call "
+        "and measured runs of the same stack lie near, the verdict gives the nearest runs' escape steps "
+        "instead, and this fit's step in its detail: on the held-out runs at depth theirs was the closer "
+        "step ([advise.md](advise.md)).",
         "",
         *plateau_lines(record),
     ]
