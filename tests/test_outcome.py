@@ -54,6 +54,29 @@ def test_still_falling_above_the_unigram_level_is_undertrained():
     assert v.outcome == "undertrained" and "still falling" in v.reason
 
 
+def test_a_run_too_short_for_three_logs_after_its_stall_point_is_read_over_its_last_three():
+    """20 updates logged at 10 and 20: one log after the stall point. Falling 5.0 -> 4.4 -> 3.5 it is
+    undertrained, not 'stalled ... flat' (the fall a line through too few points was taken to be)."""
+    m = Monitor(steps=20, unigram_loss=3.15)
+    m.log(1, 5.0)
+    m.log(10, 4.4)
+    m.log(20, 3.5)
+    v = m.decide()
+    assert v.outcome == "undertrained" and "still falling" in v.reason and v.step == 1
+    flat = Monitor(steps=20, unigram_loss=3.15)
+    for step in (1, 10, 20):
+        flat.log(step, 4.0)
+    assert flat.decide().outcome == "stalled"  # flat over the last three logs: a stall above the band
+
+
+def test_with_fewer_than_three_logs_in_all_the_trend_is_unknown_and_the_run_undertrained():
+    m = Monitor(steps=4, unigram_loss=3.15)
+    m.log(1, 5.0)
+    m.log(4, 4.9)
+    v = m.decide()
+    assert v.outcome == "undertrained" and "too few to tell" in v.reason and "2 logged losses" in v.reason
+
+
 def test_a_lagging_average_does_not_hide_a_run_below_the_unigram_level():
     """40 updates ending 6% below the unigram level: trained (the final loss decides, not an average
     that still remembers the first updates)."""

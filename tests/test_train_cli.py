@@ -45,14 +45,15 @@ def _cli(capsys, *argv) -> tuple[int, str, str]:
 def test_a_run_writes_its_folder(tmp_path, capsys):
     out = tmp_path / "run"
     code, stdout, err = _cli(capsys, *RUN, "--wrap", "post", "--out", str(out))
-    assert code == 0 and stdout.splitlines()[0].startswith(("trained", "stalled"))
+    # 12 steps: too short to stall; a loss still falling above the band is undertrained, not "flat"
+    assert code == 0 and stdout.splitlines()[0].startswith(("trained", "undertrained"))
     config = json.loads((out / "config.json").read_text())
     assert config["model"]["wrap"] == "post" and config["train"]["steps"] == 12
     assert config["data"]["source"] == "python-stdlib" and config["data"]["files"]
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 5, 10, 12] and len(metrics[0]["layers"]) == 3
     result = json.loads((out / "result.json").read_text())
-    assert result["outcome"] in ("trained", "stalled") and result["val_bpb"] > 0
+    assert result["outcome"] in ("trained", "undertrained") and result["val_bpb"] > 0
     state = load(checkpoint_paths(str(out))[-1])  # weights_only=True inside
     assert state["step"] == 12 and {"model", "optimizer", "scheduler", "rng", "monitor"} <= set(state)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -29,6 +29,8 @@ decides, against the unigram loss U (a model that learned only which tokens are 
   x steps (TrainConfig, default half), the least-squares line through the logged losses drops by more
   than ``FALL_MARGIN`` = 2% of its level (a small learning rate: more steps would help). Runs at the
   plateau wiggle by a few percent from window to window, which is why the trend is read only above it.
+  A trend needs three logged losses: a run with fewer after that point is read over its last three, and
+  one with fewer than three in all is undertrained (too short to tell a slow fall from a stall).
 
 ``outcome.step`` is the update at which the run diverged, or the first update of the window where a
 stall or a fall was judged (None if trained).
@@ -154,7 +156,15 @@ class Monitor:
                 "learned which tokens are common and nothing of the context",
                 start,
             )
-        drop = self._fitted_drop(start)
+        fell = self._fitted_drop(start)
+        if fell is None:
+            return Outcome(
+                "undertrained",
+                f"final loss {final:.3f} above the unigram level {U:.3f}; {len(self.logged)} logged "
+                "losses are too few to tell a slow fall from a stall (a trend needs three): a longer run would tell",
+                start,
+            )
+        drop, start = fell
         trend = f"the fitted loss fell {drop:.1%} over the last {self.steps - start + 1} steps"
         if drop > FALL_MARGIN:
             return Outcome(
@@ -175,16 +185,19 @@ class Monitor:
             return self.logged[-1][1]
         return self.ema
 
-    def _fitted_drop(self, start: int) -> float:
-        """How much the least-squares line through the logged losses from ``start`` on falls over that
-        window, relative to its mean (0 with fewer than three logs)."""
+    def _fitted_drop(self, start: int) -> tuple[float, int] | None:
+        """(how much the least-squares line through the logged losses from ``start`` on falls over that
+        window, relative to its mean; the window's first step). A trend needs three logs: where fewer fall
+        after ``start`` the window reaches back to the last three; None with fewer than three in all."""
         pts = [(s, v) for s, v in self.logged if s >= start]
         if len(pts) < 3:
-            return 0.0
+            pts = list(self.logged[-3:])
+        if len(pts) < 3:
+            return None
         ms, mv = sum(s for s, _ in pts) / len(pts), sum(v for _, v in pts) / len(pts)
         sxx = sum((s - ms) ** 2 for s, _ in pts)
         slope = sum((s - ms) * (v - mv) for s, v in pts) / sxx if sxx else 0.0
-        return -slope * (pts[-1][0] - pts[0][0]) / mv
+        return -slope * (pts[-1][0] - pts[0][0]) / mv, pts[0][0]
 
     def state_dict(self) -> dict:
         d = asdict(self)

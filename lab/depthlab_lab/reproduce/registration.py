@@ -413,6 +413,24 @@ SHARED_REVISIONS += tuple(
     )
 )
 
+# A run too short to read a trend was labelled stalled: with fewer than three logged losses after its
+# stall point the fitted fall was taken as 0 ("flat"), though its loss was falling.
+SHORT_TREND = (
+    "a trend needs three logged losses: a run with fewer after its stall point was read as flat and "
+    "labelled stalled though its loss fell; it is now read over its last three logs, and a run with fewer "
+    "than three in all is undertrained (too short to tell a slow fall from a stall)"
+)
+SHORT_TREND_KNOWN = (
+    "yes: no recorded label changes (every committed run with an outcome logs at least three losses after "
+    "its stall point, where the rule is as before)"
+)
+SHARED_REVISIONS += (
+    Revision("2026-12-07", "code.depthlab.watch.outcome.Monitor.decide", "8a22ca5f1fcf6017",
+             "bb48a795c35d11aa", SHORT_TREND, SHORT_TREND_KNOWN),
+    Revision("2026-12-07", "code.depthlab.watch.outcome.Monitor._fitted_drop", "681e8e8566c48025",
+             "e45fc97efc8777a8", SHORT_TREND, SHORT_TREND_KNOWN),
+)  # fmt: skip
+
 # The revision that moved checks holding by construction (or known before registration) to sanity.
 TO_SANITY = (
     "a check that holds by construction, holds without training, tests a measurement already counted, or "
