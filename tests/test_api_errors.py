@@ -55,6 +55,7 @@ def test_build_model_names_its_argument(bad, error, needle):
         (None, TypeError, "not NoneType"),
         (torch.zeros(2, 8), TypeError, "integer token ids"),
         (torch.zeros(2, 8, dtype=torch.bool), TypeError, "integer token ids"),
+        (torch.zeros(2, 8, dtype=torch.uint8), TypeError, r"torch.long \(or int32\) token ids, not uint8"),
         (torch.zeros(0, 8, dtype=torch.long), ValueError, "tokens is empty"),
     ],
 )
@@ -136,3 +137,33 @@ def test_config_values_beyond_what_torch_takes_are_config_errors():
     with pytest.raises(ConfigError, match="symbols"):
         TrainConfig(task="lm", symbols=8)
     assert TrainConfig(task="copy", symbols=8).symbols == 8
+
+
+def test_watch_and_advise_name_their_arguments(model):
+    import depthlab
+    from depthlab.advise.evidence import load_atlas
+    from depthlab.study.transfer import transfers
+
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module, not NoneType"):
+        depthlab.watch(None)
+    with pytest.raises(TypeError, match="optimizer must be a torch.optim.Optimizer .* not str"):
+        depthlab.watch(model, "adam")
+    w = depthlab.watch(model, echo=None)
+    with pytest.raises(
+        TypeError, match="watcher.step: loss must be a float or a one-element tensor, not str"
+    ):
+        w.step("abc")
+    with pytest.raises(ValueError, match=r"loss must be one number, not a tensor of shape \(2,\)"):
+        w.step(torch.ones(2))
+    w.close()
+    with pytest.raises(TypeError, match="model must be a depthlab.ModelConfig, not NoneType"):
+        depthlab.advise(None, None)
+    with pytest.raises(TypeError, match="train must be a depthlab.TrainConfig, not ModelConfig"):
+        depthlab.advise(CFG, CFG)
+    with pytest.raises(InputError, match="no study store at no-such.sqlite"):
+        load_atlas("no-such.sqlite")  # one path, not its characters
+    with pytest.raises(TypeError, match="a study store's path or a list of them, not int"):
+        load_atlas(5)
+    with pytest.raises(ValueError, match="axis must be 'depth' or 'width', not 'Depth'"):
+        transfers([], axis="Depth")
+    assert repr(load_atlas([])).startswith("<Atlas: ") and len(repr(load_atlas([]))) < 200

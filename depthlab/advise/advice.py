@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 
 from depthlab.advise import track_record
+from depthlab.advise.evidence import load_atlas
 from depthlab.advise.screen import render
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.doctor.atlas import Atlas, MeasuredRun
@@ -223,7 +224,16 @@ def advise(
     alternatives: tuple[str, ...] = ALTERNATIVES,
     record: dict | None = None,
 ) -> Advice:
-    """The advice for training ``model`` under ``train`` (its lr, warmup, steps, batch and seed)."""
+    """The advice for training ``model`` under ``train`` (its lr, warmup, steps, batch and seed).
+    ``atlas``: the measured runs (default the shipped atlas), or a study store's path (or a list of them)
+    whose finished runs join it; ``alternatives``: wrappings, or one comma-separated string of them."""
+    for name, value, cls in (("model", model, ModelConfig), ("train", train, TrainConfig)):
+        if not isinstance(value, cls):
+            raise TypeError(f"{name} must be a depthlab.{cls.__name__}, not {type(value).__name__}")
+    if isinstance(alternatives, str):
+        alternatives = tuple(alternatives.split(",")) if alternatives else ()
+    if atlas is not None and not isinstance(atlas, Atlas):
+        atlas = load_atlas(atlas)  # a store's path, or a list of them: its runs join the shipped ones
     atlas = Atlas.load() if atlas is None else atlas
     record = load_record() if record is None else record
     result = probe_for(model, train)

@@ -3,6 +3,8 @@ stores read the same way (``--atlas my.sqlite``), so that a team's runs become e
 
 from __future__ import annotations
 
+import os
+
 from depthlab.doctor.atlas import Atlas, from_run
 from depthlab.errors import InputError
 from depthlab.study.store import Store
@@ -23,7 +25,12 @@ def atlas_from_store(db: str) -> Atlas:
 
 
 def load_atlas(stores: list[str] = ()) -> Atlas:
-    """The shipped atlas with the finished runs of the study stores ``stores`` added."""
+    """The shipped atlas with the finished runs of the study stores ``stores`` added (a path or a list
+    of them)."""
+    if isinstance(stores, (str, os.PathLike)):
+        stores = [stores]  # one store, not the characters of its path
+    if not isinstance(stores, (list, tuple)):
+        raise TypeError(f"stores must be a study store's path or a list of them, not {type(stores).__name__}")
     atlas = Atlas.load()
     for db in stores:
         atlas = atlas + atlas_from_store(db)

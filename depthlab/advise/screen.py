@@ -101,7 +101,9 @@ def render(a, likely: float) -> str:
     ev = a.evidence
     lines += [
         "",
-        f"evidence: the {len(ev)} nearest measured runs of {m.wrap} ({a.agreeing()} of them went as called)",
+        f"evidence: the {len(ev)} nearest measured runs of {m.wrap} ({a.agreeing()} of them went as called)"
+        if ev
+        else f"evidence: no measured run of {m.wrap} (the call rests on the probe's limit alone)",
     ]
     for d, r in ev:
         loss = "-" if r.val_loss is None else f"{r.val_loss:.2f}"

@@ -69,6 +69,16 @@ def check_flags(args) -> tuple[str, int]:
 
 def run(args) -> int:
     axis, target = check_flags(args)
+    if args.db and not os.path.exists(args.db):  # no study run yet: say which one answers this question
+        fixed, preset = (
+            ("width", "depth-transfer-quick") if axis == "depth" else ("depth", "width-transfer-quick")
+        )
+        mine = getattr(args, fixed)
+        at = f" --{fixed} {mine}" if mine else ""
+        raise InputError(
+            f"no study store at {args.db}: run a transfer study first (depthlab study --preset {preset}{at} "
+            f"--db {args.db})"
+        )
     data = load(args.db, args.study)
     shape = study_shape([r for r in data.runs if r.get("status") == "done"] or data.runs)
     why = mismatch(axis, shape, args.width, args.depth)

@@ -129,6 +129,10 @@ class Atlas:
     def __len__(self) -> int:
         return len(self.runs)
 
+    def __repr__(self) -> str:  # one line: the runs themselves are in .runs and .to_pandas()
+        wraps = sorted({r.wrap for r in self.runs})
+        return f"<Atlas: {len(self.runs):,} measured runs of {len(wraps)} wrappings ({', '.join(wraps)})>"
+
     def seed_split(self, run: MeasuredRun) -> tuple[MeasuredRun, ...]:
         """The runs of ``run``'s setting (itself included, by seed) where they went both ways: the same
         configuration, trained at one seed and failed at another; () where they agree or ``run`` has no

@@ -137,7 +137,8 @@ def _degenerate_loss(r: ProbeResult):
         "degenerate-loss",
         f"loss 'sum' is {pr['loss_value']:.2g}, a constant: the last block ends in a norm whose output "
         "sums to a fixed value per token, so the gradients below the top are rounding noise; probe with "
-        "loss 'lm' (or look at the stream statistics only)",
+        "loss 'lm' where the model has an LM head; of a stack without one that ends in a norm (a post-LN "
+        "torch.nn.TransformerEncoder) only the stream statistics can be read",
     )
 
 

@@ -217,6 +217,9 @@ def check_tokens(tokens, name: str, vocab_size: int, check: bool | None = None) 
         )
     if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
         raise TypeError(f"{name} must hold integer token ids (torch.long), not {str(tokens.dtype)[6:]}")
+    if tokens.dtype not in (torch.long, torch.int32):  # what an embedding indexes with
+        raise TypeError(f"{name} must hold torch.long (or int32) token ids, not {str(tokens.dtype)[6:]}: "
+                        f"convert with {name}.long()")  # fmt: skip
     if tokens.ndim != 2:
         hint = f"; one sequence is {name}[None]" if tokens.ndim == 1 else ""
         raise ValueError(f"{name} must be 2-D (batch, tokens), not of shape {tuple(tokens.shape)}{hint}")

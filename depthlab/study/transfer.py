@@ -197,6 +197,8 @@ def setting_transfer(cs: list[Curve], axis: str, target: int | None = None) -> T
 
 def transfers(runs: list[dict], axis: str = "depth", target: int | None = None) -> list[Transfer]:
     """Per setting with curves at two or more sizes, its :class:`Transfer` (``axis``: depth or width)."""
+    if axis not in ("depth", "width"):
+        raise ValueError(f"axis must be 'depth' or 'width', not {axis!r}")
     size = "n_layers" if axis == "depth" else "d_model"
     by_setting: dict[str, list[Curve]] = {}
     for c in curves(runs, size):

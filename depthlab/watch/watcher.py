@@ -33,6 +33,7 @@ the step's loss, and the step's loss is their sum.
 
 from __future__ import annotations
 
+import numbers
 import sys
 from collections.abc import Callable
 
@@ -96,6 +97,13 @@ class Watcher:
             thresholds=thresholds, unigram_loss=unigram_loss, loss_from_output=loss_from_output,
             on_record=on_record, echo=echo, logits=logits, steps=steps, outcome=outcome,
         )  # fmt: skip
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
+        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(
+                f"optimizer must be a torch.optim.Optimizer (or None: then call watcher.step(loss) after each "
+                f"update), not {type(optimizer).__name__}"
+            )
         inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
         self.stack = with_sublayers(locate_stack(inner) if blocks is None else stack_of(blocks), sublayers)
         self.model, self.optimizer, self.every, self.when = model, optimizer, every, when
@@ -243,7 +251,15 @@ class Watcher:
         if lr is not None:
             self._lr = lr
         if isinstance(loss, torch.Tensor):
+            if loss.numel() != 1:
+                raise ValueError(
+                    f"watcher.step: loss must be one number, not a tensor of shape {tuple(loss.shape)}"
+                )
             loss = loss.detach()
+        elif loss is not None and (isinstance(loss, bool) or not isinstance(loss, numbers.Real)):
+            raise TypeError(
+                f"watcher.step: loss must be a float or a one-element tensor, not {type(loss).__name__}"
+            )
         if self.optimizer is not None and self._forwards == 0 and self._window:
             last = self._window[-1]
             last[1] = loss if loss is not None else last[1]
