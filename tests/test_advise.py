@@ -147,6 +147,11 @@ def test_far_from_every_measured_run_and_outside_the_fit_there_is_no_confident_c
         (["--transfer-study", "x"], "--transfer"),
         (["--to-depth", "8", "--transfer", "missing.sqlite"], "missing.sqlite"),
         (["--to-depth", "8", "--transfer", "other.sqlite", "--transfer-study", "nope"], "nope"),
+        (["--alternatives", "post,,pre"], "an empty item"),  # refused, not read as post,pre
+        (["--alternatives", ","], "an empty item"),
+        (["--hf", ""], "--hf: an empty path"),  # not the default model in its place
+        (["--atlas", "."], "choose another --atlas"),  # the flag it was given as, not --db
+        (["--to-depth", "8", "--transfer", ""], "--transfer: an empty path"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2_before_any_probe(argv, says, capsys, tmp_path, monkeypatch):
@@ -387,3 +392,44 @@ def test_where_advise_and_the_nearest_runs_call_otherwise_the_screen_says_who_wa
     assert track_record.differ_line(held, "trains", "trains") is None  # the calls agree: nothing to say
     assert track_record.differ_line(track_record.for_wrap("admin", {**record, "where_calls_differ": None}),
                                     "fails", "trains") is None  # fmt: skip
+
+
+def test_a_store_s_runs_already_in_the_atlas_are_counted_once(monkeypatch):
+    import depthlab.advise.evidence as evidence
+
+    shipped = Atlas.load()
+    mine = dataclasses.replace(shipped.runs[0], config_hash="f" * 16, source="mine.sqlite:study")
+    store = Atlas((shipped.runs[0], shipped.runs[1], mine))  # two runs the atlas has, one it has not
+    monkeypatch.setattr(evidence, "atlas_from_store", lambda db: store)
+    got = evidence.load_atlas(["mine.sqlite", "mine.sqlite"])  # the same store twice, too
+    assert len(got) == len(shipped) + 1 and got.runs[-1] == mine
+
+
+def test_without_steps_the_probe_judges_the_default_budget_and_says_what_outweighs_the_limit(tmp_path):
+    out = tmp_path / "p.json"
+    # sandwich at lr 0.2: above where such stacks failed, yet its nearest measured runs trained
+    argv = ["probe", "--layers", "24", "--d-model", "64", "--heads", "4", "--wrap", "sandwich", "--lr", "0.2"]
+    assert main([*argv, "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    e = r["config"]["probe"]["expected"]
+    assert e["steps"] == TrainConfig().steps and r["config"]["probe"].get("steps") is None
+    [plateau] = [v for v in r["verdicts"] if v["code"] == "plateau"]
+    assert f"at a {e['steps']:,}-step budget P(trains) = {e['p_trains']:.2f}" in plateau["message"]
+    assert plateau["level"] == ("ok" if e["p_trains"] >= 0.9 else "warning")  # never ok beside a 'fails'
+    [lr] = [v for v in r["verdicts"] if v["code"] == "learning-rate"]
+    assert lr["level"] == "error" and e["call"] == "trains"  # the limit alone says no, the runs say yes
+    assert e["against_limit"].startswith("; above where such stacks failed")
+    assert (
+        f"safe lr <= {e['safe_lr']:.2g}" in lr["message"]
+    )  # the limit the call weighed, as the verdict says
+
+
+def test_the_seeds_of_one_setting_that_ended_alike_share_an_evidence_row(atlas):
+    from depthlab.advise.screen import _settings
+
+    base = atlas.runs[0]
+    a, b = (dataclasses.replace(base, seed=s, outcome="stalled") for s in (0, 1))
+    c = dataclasses.replace(base, seed=2, outcome="trained")  # went the other way: a row of its own
+    other = dataclasses.replace(base, seed=0, lr=base.lr * 2, outcome="stalled")
+    rows = _settings(((1.0, a), (1.0, b), (1.0, c), (1.5, other)))
+    assert [(d, [r.seed for r in runs]) for d, runs in rows] == [(1.0, [0, 1]), (1.0, [2]), (1.5, [0])]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from depthlab.advise import track_record
 from depthlab.advise.evidence import load_atlas
-from depthlab.advise.screen import render
+from depthlab.advise.screen import against_limit, render
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.doctor.atlas import Atlas, MeasuredRun
 from depthlab.doctor.limit import LrLimit
@@ -166,12 +166,14 @@ def expect(
     model, train = run
     atlas = Atlas.load() if atlas is None else atlas
     record = load_record() if record is None else record
-    prediction, _ = predict(result, model, train, atlas, record)
-    judge(result, prediction, train.steps, record)
+    prediction, limit = predict(result, model, train, atlas, record)
+    judge(result, prediction, train.steps, record, limit)
     return prediction
 
 
-def judge(result: ProbeResult, prediction: Prediction, steps: int, record: dict) -> None:
+def judge(
+    result: ProbeResult, prediction: Prediction, steps: int, record: dict, limit: LrLimit | None = None
+) -> None:
     """Write ``prediction`` for a budget of ``steps`` into the probe (``config["probe"]["expected"]``) and
     judge its plateau verdict's budget by it (:func:`depthlab.doctor.plateau.plateau_verdict`): one
     probability of training per run, in the probe, ``--compare`` and advise alike."""
@@ -184,11 +186,13 @@ def judge(result: ProbeResult, prediction: Prediction, steps: int, record: dict)
         "why_not_confident": prediction.why_not,
         "nearest_runs": len(prediction.neighbours),
         "nearest_escape": prediction.escape.to_dict(),  # when the nearest runs left the unigram plateau
+        "against_limit": against_limit(limit, result.config["probe"]["lr"], prediction),
+        "safe_lr": None if limit is None else limit.lr_limit,  # the limit the call weighed
     }
     verdicts = []
     for v in result.verdicts:
         if v.code == "plateau":
-            v = plateau_verdict(result, record, width(result), prediction) or v
+            v = plateau_verdict(result, record, width(result), prediction, steps) or v
         verdicts.append(v)
     result.verdicts = sorted(verdicts, key=lambda v: v.severity)
 
@@ -238,7 +242,7 @@ def advise(
     record = load_record() if record is None else record
     result = probe_for(model, train)
     prediction, limit = predict(result, model, train, atlas, record)
-    judge(result, prediction, train.steps, record)
+    judge(result, prediction, train.steps, record, limit)
     options = [_option(model.wrap, prediction, limit, model, train, atlas, record)]
     for wrap in alternatives:
         if wrap == model.wrap:

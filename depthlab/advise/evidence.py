@@ -14,7 +14,7 @@ def atlas_from_store(db: str) -> Atlas:
     """Every finished run of every study in the study store ``db``, with its at-init probe where the
     study took one (InputError, one line, for a path that is not a readable store)."""
     runs = []
-    with Store(db, create=False) as store:
+    with Store(db, create=False, flag="--atlas") as store:
         for study in store.studies():
             for r in store.runs(study["id"]):
                 if r.get("status") == "done" and r.get("outcome"):
@@ -32,6 +32,9 @@ def load_atlas(stores: list[str] = ()) -> Atlas:
     if not isinstance(stores, (list, tuple)):
         raise TypeError(f"stores must be a study store's path or a list of them, not {type(stores).__name__}")
     atlas = Atlas.load()
-    for db in stores:
-        atlas = atlas + atlas_from_store(db)
+    seen = {r.config_hash for r in atlas.runs}
+    for db in stores:  # a run the atlas holds already (the same configuration and seed) is counted once
+        new = tuple(r for r in atlas_from_store(db).runs if r.config_hash not in seen)
+        seen.update(r.config_hash for r in new)
+        atlas = atlas + Atlas(new)
     return atlas

@@ -57,16 +57,17 @@ def _short(train) -> str:
     return f"; for {train.steps:,} steps, inside the {train.warmup:,}-step warmup: set --steps"
 
 
-def _against_limit(a) -> str:
+def against_limit(limit, lr: float, prediction) -> str:
     """Where the call goes against the probe's limit alone (an lr where such stacks failed called
-    "trains", or one below the safe lr called "fails"), what outweighs it: the nearest measured runs."""
-    lim, lr, call = a.limit, a.train.lr, a.prediction.call
-    n, k = len(a.evidence), a.agreeing()
-    if lim is None or not n:
+    "trains", or one below the safe lr called "fails"), what outweighs it: the nearest measured runs
+    ("" where it does not). One text for advise's screen and the probe's expected line."""
+    call, near = prediction.call, prediction.neighbours
+    n, k = len(near), sum(r.trained == (call == "trains") for _, r in near)
+    if limit is None or not n:
         return ""
-    if call == "trains" and lim.lr_fails and lr >= lim.lr_fails:
-        return f"; above where such stacks failed ({lim.lr_fails:.2g}), but {k} of the {n} nearest measured runs trained"
-    if call == "fails" and lr <= lim.lr_limit:
+    if call == "trains" and limit.lr_fails and lr >= limit.lr_fails:
+        return f"; above where such stacks failed ({limit.lr_fails:.2g}), but {k} of the {n} nearest measured runs trained"
+    if call == "fails" and lr <= limit.lr_limit:
         return f"; below the safe lr, but {k} of the {n} nearest measured runs failed"
     return ""
 
@@ -78,7 +79,7 @@ def render(a, likely: float) -> str:
     head = (f"{m.wrap}, {m.n_layers} layers, d_model {m.d_model}, {m.n_heads} heads; lr {t.lr:g}, warmup "
             f"{t.warmup}, {t.steps:,} steps of {t.batch_size} x {t.seq_len}")  # fmt: skip
     sure = "" if p.confident else f"; not a confident call: {p.why_not}"
-    sure = _against_limit(a) + sure
+    sure = against_limit(a.limit, t.lr, p) + sure
     lines = [
         f"advise: {head}",
         *_fold(f"expected: {p.said} (P(trains) = {p.p_trains:.2f}){_short(t)}{sure}"),
@@ -105,10 +106,13 @@ def render(a, likely: float) -> str:
         if ev
         else f"evidence: no measured run of {m.wrap} (the call rests on the probe's limit alone)",
     ]
-    for d, r in ev:
-        loss = "-" if r.val_loss is None else f"{r.val_loss:.2f}"
+    for d, runs in _settings(ev):  # the seeds of one setting that ended alike share a row
+        r = runs[0]
+        losses = sorted(x.val_loss for x in runs if x.val_loss is not None)
+        loss = "-" if not losses else f"{losses[0]:.2f}" + (f"-{losses[-1]:.2f}" if len(losses) > 1 else "")
+        outcome = r.outcome + (f" x{len(runs)}" if len(runs) > 1 else "")
         lines.append(_cut(f"  {r.shape():<22} lr {r.lr:<8g} warmup {r.warmup:<4} {r.steps:>5} steps  "
-                          f"{r.outcome:<12} val {loss:<5} (distance {d:.2f})"))  # fmt: skip
+                          f"{outcome:<12} val {loss:<5} (distance {d:.2f})"))  # fmt: skip
     if a.seed_splits:
         lines += _fold(seed_text(a.seed_splits))
     lines += ["", _cut(inside_text(a))]
@@ -124,8 +128,23 @@ def render(a, likely: float) -> str:
         for v in why:
             lines += _fold(f"  {v.level.upper():7} {v.code}: {v.message}", most=2)
     if a.transfer:
-        lines += ["", *a.transfer.get("lines", [])]
+        lines.append("")
+        for line in a.transfer.get("lines", []):  # folded at a word like every other line of the screen
+            lines += _fold(line)
     return "\n".join(lines)
+
+
+def _settings(evidence) -> list[tuple[float, list]]:
+    """The evidence rows as (distance, runs): runs of one setting (they differ by seed alone) that ended
+    the same way share a row, in the order they came."""
+    rows = []
+    for d, r in evidence:
+        last = rows[-1][1] if rows else None
+        if last and last[0].setting() == r.setting() and last[0].outcome == r.outcome:
+            last.append(r)
+        else:
+            rows.append((d, [r]))
+    return rows
 
 
 def inside_text(advice) -> str:

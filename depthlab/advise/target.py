@@ -103,7 +103,7 @@ def transfer_advice(
         how = f"depthlab study --preset {axis}-transfer-quick --{fixed} {mine}"
         return {"lines": [f"{head}: no transfer study given; run one at your {fixed} ({how}), "
                           f"then add --transfer runs/depthlab.sqlite"]}  # fmt: skip
-    data = load(db, study)
+    data = load(db, study, flag="--transfer")
     name = data.study["name"]
     shape = study_shape([r for r in data.runs if r.get("status") == "done"] or data.runs)
     why = mismatch(axis, shape, model.d_model, model.n_layers)

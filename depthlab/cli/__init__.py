@@ -110,9 +110,18 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+# Path flags a command reads with "if args.flag:", where '' would be taken as the flag not given
+# (--hf '' probing the default model instead of the one meant): refused for every command up front.
+EMPTY_REFUSED = ("hf", "plot")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
+        for dest in EMPTY_REFUSED:
+            value = getattr(args, dest, None)
+            if isinstance(value, str) and not value.strip():
+                raise InputError(f"--{dest}: an empty path names no file or folder")
         return int(args.run(args) or 0)
     except ConfigError as e:
         sys.stderr.write(f"depthlab {args.command}: error: {printable(as_typed(e, args, args.flags))}\n")

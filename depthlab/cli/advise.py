@@ -17,7 +17,7 @@ from depthlab.cli.common import (
     seed_from_args,
 )
 from depthlab.config import TrainConfig
-from depthlab.errors import ConfigError
+from depthlab.errors import ConfigError, InputError
 from depthlab.model.memory import available_memory, check_memory, estimate_memory
 from depthlab.paths import check_output_file, write_json
 from depthlab.progress import say
@@ -85,6 +85,9 @@ def run(args) -> int:
         raise ConfigError("arch", model.arch, "advise answers for decoder language models (every run it measured "
                           "is one); --arch decoder")  # fmt: skip
     check_task(model, train)  # the probe is of the run's first batch: a vocabulary of bytes, at least
+    if args.alternatives.strip() and any(not w.strip() for w in args.alternatives.split(",")):
+        raise InputError(f"--alternatives {args.alternatives!r}: an empty item in the list; name each wrapping, "
+                         "or give '' for none")  # fmt: skip
     wraps = tuple(w.strip() for w in args.alternatives.split(",") if w.strip())
     for w in wraps:  # every alternative must be a stack this model can be: checked before any probe
         try:
@@ -96,15 +99,15 @@ def run(args) -> int:
     target = args.to_depth if args.to_depth is not None else args.to_width
     if target is not None and target < 1:
         raise ConfigError("to_depth" if args.to_depth is not None else "to_width", target, "an integer >= 1")
-    if args.transfer and target is None:
+    if args.transfer is not None and target is None:
         raise ConfigError("transfer", args.transfer, "unset without --to-depth or --to-width")
-    if args.transfer_study and not args.transfer:
+    if args.transfer_study and args.transfer is None:
         raise ConfigError(
             "transfer_study", args.transfer_study, "unset without --transfer (the store it is in)"
         )
     transfer = None
     if target is not None:  # read (and refused) before any probe: it needs the model, not its probe
-        if args.transfer:
+        if args.transfer is not None:
             check_store_path(args.transfer, "--transfer")
         axis = "depth" if args.to_depth is not None else "width"
         transfer = transfer_advice(model, axis, target, args.transfer, args.transfer_study, train=train)

@@ -53,10 +53,13 @@ def add_parser(sub) -> None:
     g.add_argument(
         "--batch-size",
         type=int,
-        help="sequences in the batch (default 8; with --lr the run's own, 16, as train, study and advise take it)",
+        help=f"sequences in the batch (default 8; with --lr the run's own, {TrainConfig().batch_size}, as train, "
+        "study and advise take it)",
     )
     g.add_argument(
-        "--seq-len", type=int, help="tokens per sequence (default 64; with --lr the run's own, 32)"
+        "--seq-len",
+        type=int,
+        help=f"tokens per sequence (default 64; with --lr the run's own, {TrainConfig().seq_len})",
     )
     g.add_argument(
         "--data",

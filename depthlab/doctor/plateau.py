@@ -109,7 +109,11 @@ def _fit_text(fit: dict, fam: str) -> str:
 
 
 def plateau_verdict(
-    r: ProbeResult, record: dict, width: int | None, prediction: Prediction | None = None
+    r: ProbeResult,
+    record: dict,
+    width: int | None,
+    prediction: Prediction | None = None,
+    budget: int | None = None,
 ) -> Verdict | None:
     """The ``plateau`` verdict of a probe given a learning rate (None without a fit for its family).
 
@@ -119,7 +123,8 @@ def plateau_verdict(
     the same question, and on runs neither was fitted on the calibrated call is the better one
     (docs/advise.md). Where the nearest measured runs are close (within ``FAR``), the step the verdict
     leads with is theirs (:class:`~depthlab.doctor.predict.NearestEscape`): on the held-out runs at depth
-    it is nearer the measured step than the escape fit's, which stays in the detail."""
+    it is nearer the measured step than the escape fit's, which stays in the detail. ``budget``: the steps
+    the call was made for, where the probe was given none (``--steps`` unset: the default budget)."""
     pr = r.config["probe"]
     fam = family(
         (r.config.get("model") or {}).get("wrap"), r.config["stack"].get("renormalised_share"), r.n_layers
@@ -131,7 +136,7 @@ def plateau_verdict(
     values = {"lr": pr["lr"], "d_model": width, "n_layers": r.n_layers, "warmup": pr.get("warmup") or 0}
     values["step_size"] = step
     pred = predict(fit, values, (record.get("escape") or {}).get("z_interval", Z_INTERVAL))
-    budget = pr.get("steps")
+    budget = pr.get("steps") or budget
     never = pred["median"] > NEVER * fit["support"]["steps"][1]
     detail = []
     if never:  # a verdict never says ok to a run it expects to stay stalled

@@ -121,7 +121,9 @@ class ProbeResult:
         e = self.config["probe"].get("expected")
         if not e:
             return None
-        sure = "" if e["confident"] else f"; not confident: {e['why_not_confident']}"
+        sure = e.get("against_limit", "") + (
+            "" if e["confident"] else f"; not confident: {e['why_not_confident']}"
+        )
         return (
             f"expected at {e['steps']:,} steps: {e['said']} (P(trains) = {e['p_trains']:.2f}, from the limit above "
             f"and the {e['nearest_runs']} nearest measured runs; depthlab advise shows them){sure}"

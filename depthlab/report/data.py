@@ -89,12 +89,13 @@ class StudyData:
         return {row: out[row] for row in self.layout.rows if row in out}
 
 
-def load(db: str, which: str | int | None = None, x: str = "auto") -> StudyData:
+def load(db: str, which: str | int | None = None, x: str = "auto", flag: str = "--db") -> StudyData:
     """Read study ``which`` (id, name, or None = the latest) and all its runs' data from ``db``.
 
-    Raises InputError if the file or the study does not exist (a report never creates a store).
+    Raises InputError if the file or the study does not exist (a report never creates a store); ``flag``
+    names the path as the refusal says it.
     """
-    with Store(db, create=False) as store:
+    with Store(db, create=False, flag=flag) as store:
         study = store.find_study(which)
         runs = store.runs(study["id"])
         for r in runs:

@@ -52,15 +52,15 @@ class Store:
     read-only to a writer. A reader of a store it may not write reads it without writing anything.
     """
 
-    def __init__(self, path: str = DEFAULT_DB, create: bool = True):
-        check_store_path(path)
-        if not create and not check_input_file(path, "--db", missing_ok=True):  # a FIFO is named as one
+    def __init__(self, path: str = DEFAULT_DB, create: bool = True, flag: str = "--db"):
+        check_store_path(path, flag)  # flag: how the path was given, as refusals name it
+        if not create and not check_input_file(path, flag, missing_ok=True):  # a FIFO is named as one
             raise InputError(f"no study store at {printable(path)}")
-        check_sqlite_header(path)
+        check_sqlite_header(path, flag)
         why = unwritable(path)
         if create and why:
             raise InputError(
-                f"{why}; a study writes its results there: make it writable, or choose another --db"
+                f"{why}; a study writes its results there: make it writable, or choose another {flag}"
             )
         self.path, self.read_only = path, why is not None
         try:

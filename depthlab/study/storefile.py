@@ -52,16 +52,16 @@ def check_store_path(path, flag: str = "--db") -> None:
     for view in KERNEL_VIEWS:
         if real == view or real.startswith(view + "/"):
             raise InputError(f"{flag} {shown(path)} is in {view}, the kernel's view of the system, not a place "
-                             "for files; choose another --db")  # fmt: skip
+                             f"for files; choose another {flag}")  # fmt: skip
     if os.path.isdir(path):
-        raise InputError(f"{flag} {shown(path)} is a folder, not a study store; choose another --db")
+        raise InputError(f"{flag} {shown(path)} is a folder, not a study store; choose another {flag}")
 
 
-def check_sqlite_header(path: str) -> None:
+def check_sqlite_header(path: str, flag: str = "--db") -> None:
     """Refuse (InputError) an existing, non-empty file that is not a SQLite database (reads 16 bytes),
     and anything that is not a regular file (a FIFO would block the read forever)."""
-    check_store_path(path)
-    check_input_file(path, "--db", missing_ok=True)
+    check_store_path(path, flag)
+    check_input_file(path, flag, missing_ok=True)
     try:
         with open(path, "rb") as f:
             head = f.read(len(SQLITE_MAGIC))
@@ -70,7 +70,9 @@ def check_sqlite_header(path: str) -> None:
     except OSError as e:
         raise InputError(f"cannot open study store {path}: {e.strerror}") from None
     if head and head != SQLITE_MAGIC:
-        raise InputError(f"{path} is not a depthlab store (it is not a SQLite database); choose another --db")
+        raise InputError(
+            f"{path} is not a depthlab store (it is not a SQLite database); choose another {flag}"
+        )
 
 
 def check_is_store(conn: sqlite3.Connection, path: str, create: bool) -> None:
