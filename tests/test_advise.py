@@ -433,3 +433,15 @@ def test_the_seeds_of_one_setting_that_ended_alike_share_an_evidence_row(atlas):
     other = dataclasses.replace(base, seed=0, lr=base.lr * 2, outcome="stalled")
     rows = _settings(((1.0, a), (1.0, b), (1.0, c), (1.5, other)))
     assert [(d, [r.seed for r in runs]) for d, runs in rows] == [(1.0, [0, 1]), (1.0, [2]), (1.5, [0])]
+
+
+def test_a_stack_of_several_streams_is_never_a_confident_call():
+    a = advise(
+        ModelConfig(n_layers=2, d_model=16, n_heads=2, wrap="hc"), TrainConfig(lr=1e-3), alternatives=()
+    )
+    assert (
+        not a.prediction.confident
+        and "4 streams" in a.prediction.why_not
+        and "one stream" in a.prediction.why_not
+    )
+    assert "not a confident call" in a.format()

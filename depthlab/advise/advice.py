@@ -124,11 +124,19 @@ def probe_for(model: ModelConfig, train: TrainConfig, full: bool = True) -> Prob
 def predict(
     result: ProbeResult, model: ModelConfig, train: TrainConfig, atlas: Atlas, record: dict
 ) -> tuple[Prediction, LrLimit | None]:
-    """The prediction for this run from its probe (taken at ``train.lr``) and the atlas."""
+    """The prediction for this run from its probe (taken at ``train.lr``) and the atlas. A stack whose
+    residual is a state of several streams (hyper-connections, mHC) is never a confident call: every
+    measured run, and every limit, is of one stream."""
     found = limit_of(result, record)
     limit = None if found is None else found[0]
     q = Query.for_run(model, train)
-    return p_trains(record["predictor"], limit, q, atlas), limit
+    prediction = p_trains(record["predictor"], limit, q, atlas)
+    state = (result.config.get("stack") or {}).get("state")
+    if state and not any(r.wrap == model.wrap for _, r in prediction.neighbours):
+        why = (f"its residual is {state['design']}'s state ({state['state'].split(',')[0]}), and the limit and "
+               "every measured run are of one stream")  # fmt: skip
+        prediction = dataclasses.replace(prediction, confident=False, why_not=why)
+    return prediction, limit
 
 
 def run_of(result: ProbeResult, model: ModelConfig | None = None) -> tuple[ModelConfig, TrainConfig] | None:
