@@ -163,7 +163,9 @@ class ModelConfig(ConfigBase):
         depth unless encdec."""
         if self.family.d_head is None and self.d_model % self.n_heads:
             raise ConfigError(
-                "d_model", self.d_model, f"a multiple of n_heads={self.n_heads} (or set d_head)"
+                "d_model",
+                self.d_model,
+                f"a multiple of n_heads={self.n_heads} (or set d_head in a config file)",
             )
         if self.n_heads % self.kv_heads:
             raise ConfigError("n_kv_heads", self.n_kv_heads, f"a divisor of n_heads={self.n_heads}")

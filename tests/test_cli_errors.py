@@ -137,6 +137,8 @@ def test_reproduce_checks_its_paths_before_running(tmp_path, capsys):
         (["explain", "--no-residual", "attn,ffn"], ["attn+ffn"]),
         (["explain", "--no-residual", "attn+mlp"], ["--no-residual mlp is not allowed", "joined by +"]),
         (["train", "--no-residual", "cross"], ["--arch decoder has no cross-attention"]),
+        (["explain", "--no-residual", ""], ["--no-residual '' is not allowed", "none empty"]),  # not 'none'
+        (["explain", "--no-residual", "attn+"], ["--no-residual attn+ is not allowed", "none empty"]),
         (["explain", "--arch", "encoder", "--no-residual", "attn+cross"], ["--arch encoder has no cross"]),
         (["train", "--enc-layers", "3"], ["--enc-layers 3 is not allowed", "arch=encdec"]),
         (

@@ -95,7 +95,12 @@ def run(args) -> int:
         except ConfigError as e:
             raise ConfigError("alternatives", w, str(e).split(": ", 1)[-1]) from None
     probe = estimate_memory(model, "probe", train.batch_size, train.seq_len)
-    check_memory(probe, available_memory(), args.force_memory, "fewer --layers or a smaller --d-model")
+    check_memory(
+        probe,
+        available_memory(),
+        args.force_memory,
+        "a smaller --batch-size, fewer --layers or a smaller --d-model",
+    )
     target = args.to_depth if args.to_depth is not None else args.to_width
     if target is not None and target < 1:
         raise ConfigError("to_depth" if args.to_depth is not None else "to_width", target, "an integer >= 1")

@@ -192,8 +192,12 @@ def residual_from_flag(value: str, arch: str = "encdec") -> tuple[str, ...]:
     """
     if "," in value:
         raise ConfigError("no_residual", value, "one value; use attn+ffn to turn off several skips")
-    off = {v.strip() for v in value.split("+") if v.strip()} or {""}
-    if off in ({"none"}, {""}):
+    items = [v.strip() for v in value.split("+")]
+    if not value.strip() or any(not v for v in items):  # '' or 'attn+': refused, not read as none or attn
+        raise ConfigError("no_residual", value, "a sublayer (attn, ffn, cross), several joined by + with none "
+                          "empty (attn+ffn), all, or none")  # fmt: skip
+    off = set(items)
+    if off == {"none"}:
         return SUBLAYERS
     if off == {"all"}:
         return ()
