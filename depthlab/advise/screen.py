@@ -109,7 +109,8 @@ def render(a, likely: float) -> str:
     for d, runs in _settings(ev):  # the seeds of one setting that ended alike share a row
         r = runs[0]
         losses = sorted(x.val_loss for x in runs if x.val_loss is not None)
-        loss = "-" if not losses else f"{losses[0]:.2f}" + (f"-{losses[-1]:.2f}" if len(losses) > 1 else "")
+        lo, hi = (f"{x:.2f}" for x in (losses[0], losses[-1])) if losses else ("-", "-")
+        loss = lo if hi == lo else f"{lo}-{hi}"
         outcome = r.outcome + (f" x{len(runs)}" if len(runs) > 1 else "")
         lines.append(_cut(f"  {r.shape():<22} lr {r.lr:<8g} warmup {r.warmup:<4} {r.steps:>5} steps  "
                           f"{outcome:<12} val {loss:<5} (distance {d:.2f})"))  # fmt: skip
