@@ -138,6 +138,13 @@ def test_train_off_a_terminal_prints_its_plan_and_plain_progress_lines(capsys):
     progress_lines = [line for line in err if line.startswith("train pre x2: ") and "/20 steps" in line]
     assert len(progress_lines) == 10 and progress_lines[-1].startswith("train pre x2: 20/20 steps")
     assert main([*argv, "--quiet"]) == 0 and capsys.readouterr().err == ""
+    assert "warmup" not in err[0]
+    assert main([*argv, "--warmup", "30"]) == 0  # a run that ends before its warmup does, said up front
+    assert (
+        capsys.readouterr()
+        .err.splitlines()[0]
+        .endswith("; it ends inside its 30-step warmup: the run is of a rising lr")
+    )
 
 
 def test_coord_off_a_terminal_prints_its_plan_and_plain_progress_lines(capsys):

@@ -195,8 +195,10 @@ class Trainer:
         seconds = expected[0] * left / self.cfg.steps if expected else None
         guess = f"about {duration(seconds)} (step times measured now)" if seconds is not None else "unknown"
         from_step = f" from step {self.step + 1}" if self.step else ""
+        inside = (f"; it ends inside its {self.cfg.warmup:,}-step warmup: the run is of a rising lr"
+                  if self.cfg.warmup >= self.cfg.steps else "")  # as advise says of such a budget  # fmt: skip
         say(f"{what}: {left:,} steps{from_step} of {self.cfg.batch_size} x {self.cfg.seq_len} tokens; "
-            f"expected time: {guess}")  # fmt: skip
+            f"expected time: {guess}{inside}")  # fmt: skip
         return Progress(left, what, unit="step", expected_s=seconds, plain=True)
 
     def logged(self, t: int) -> bool:
