@@ -167,3 +167,12 @@ def test_watch_and_advise_name_their_arguments(model):
     with pytest.raises(ValueError, match="axis must be 'depth' or 'width', not 'Depth'"):
         transfers([], axis="Depth")
     assert repr(load_atlas([])).startswith("<Atlas: ") and len(repr(load_atlas([]))) < 200
+
+
+def test_open_names_its_argument_in_python_words():
+    import depthlab
+
+    with pytest.raises(TypeError, match="path must be a study store's path"):
+        depthlab.open(3)
+    with pytest.raises(InputError, match="^path: an empty path"):
+        depthlab.open("")

@@ -13,6 +13,7 @@ the study still runs); a StoreView reads the store on every call.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING
 
@@ -44,7 +45,10 @@ class StoreView:
     """A study store: ``studies()`` lists them, ``study(name)`` opens one."""
 
     def __init__(self, path: str = DEFAULT_DB):
-        with Store(path, create=False):  # refuses a missing file or one that is not a store
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a study store's path (str), not {type(path).__name__}")
+        path = os.fspath(path)
+        with Store(path, create=False, flag="path"):  # refuses a missing file or one that is not a store
             pass
         self.path = path
 
