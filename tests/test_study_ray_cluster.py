@@ -167,7 +167,8 @@ def test_a_killed_ray_worker_fails_only_its_own_run(ray_head, tmp_path):
     assert "Ray task of this run failed" in failed[0]["error"], failed[0]["error"]
     assert sum(r["status"] == "done" for r in rows.values()) == 3
     assert (
-        "FAILED" in out and out.count("-> trained") + out.count("-> stalled") + out.count("-> diverged") == 3
+        "FAILED" in out
+        and sum(out.count(f"-> {o}") for o in ("trained", "undertrained", "stalled", "diverged")) == 3
     )
     # the rerun retries the failed run only
     again = _study(address, db)
