@@ -16,6 +16,7 @@ from depthlab.doctor.atlas import COLUMNS, Atlas
 from depthlab.doctor.lr_limit import Stack, limit_from
 from depthlab.doctor.predict import Query, atlas_share, distance, features, nearest, p_trains, wrapping_model
 from depthlab.doctor.record import load_record
+from depthlab.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TINY = ModelConfig(n_layers=3, d_model=32, n_heads=4, wrap="post")
@@ -372,7 +373,7 @@ def test_the_probe_ends_on_advise_s_call_and_judges_the_budget_by_it(tmp_path, c
     assert (
         f"P(trains) = {p:.2f}" in plateau["message"] and "of leaving the plateau by then" in plateau["detail"]
     )
-    assert plateau["level"] == ("ok" if p >= 0.9 else "warning")
+    assert plateau["level"] == ("ok" if p >= 0.8 else "warning")  # ok exactly where the call says TRAINS
     capsys.readouterr()
     assert main(["probe", *run.split(), "--compare", "--wrap", "post,pre"]) == 0
     out = capsys.readouterr().out
@@ -403,6 +404,11 @@ def test_a_store_s_runs_already_in_the_atlas_are_counted_once(monkeypatch):
     monkeypatch.setattr(evidence, "atlas_from_store", lambda db: store)
     got = evidence.load_atlas(["mine.sqlite", "mine.sqlite"])  # the same store twice, too
     assert len(got) == len(shipped) + 1 and got.runs[-1] == mine
+    twice = Atlas((mine, mine))  # one run two studies of one store share
+    monkeypatch.setattr(evidence, "atlas_from_store", lambda db: twice)
+    import pathlib
+
+    assert len(evidence.load_atlas(pathlib.Path("mine.sqlite"))) == len(shipped) + 1  # a Path is one store
 
 
 def test_without_steps_the_probe_judges_the_default_budget_and_says_what_outweighs_the_limit(tmp_path):
@@ -415,7 +421,7 @@ def test_without_steps_the_probe_judges_the_default_budget_and_says_what_outweig
     assert e["steps"] == TrainConfig().steps and r["config"]["probe"].get("steps") is None
     [plateau] = [v for v in r["verdicts"] if v["code"] == "plateau"]
     assert f"at a {e['steps']:,}-step budget P(trains) = {e['p_trains']:.2f}" in plateau["message"]
-    assert plateau["level"] == ("ok" if e["p_trains"] >= 0.9 else "warning")  # never ok beside a 'fails'
+    assert plateau["level"] == ("ok" if e["p_trains"] >= 0.8 else "warning")  # never ok beside a 'fails'
     [lr] = [v for v in r["verdicts"] if v["code"] == "learning-rate"]
     assert lr["level"] == "error" and e["call"] == "trains"  # the limit alone says no, the runs say yes
     assert e["against_limit"].startswith("; above where such stacks failed")
@@ -433,6 +439,17 @@ def test_the_seeds_of_one_setting_that_ended_alike_share_an_evidence_row(atlas):
     other = dataclasses.replace(base, seed=0, lr=base.lr * 2, outcome="stalled")
     rows = _settings(((1.0, a), (1.0, b), (1.0, c), (1.5, other)))
     assert [(d, [r.seed for r in runs]) for d, runs in rows] == [(1.0, [0, 1]), (1.0, [2]), (1.5, [0])]
+    other_b = dataclasses.replace(other, seed=1)  # two settings at one distance interleave by seed
+    rows = _settings(((1.0, a), (1.0, other), (1.0, b), (1.0, other_b)))
+    assert [[r.seed for r in runs] for _, runs in rows] == [[0, 1], [0, 1]]
+
+
+def test_python_alternatives_may_be_one_string_checked_before_any_probe(monkeypatch):
+    monkeypatch.setattr("depthlab.advise.advice.probe_run", lambda *a, **k: pytest.fail("probed"))
+    with pytest.raises(ConfigError, match="bogus"):
+        advise(
+            ModelConfig(n_layers=2, d_model=16, n_heads=2), TrainConfig(lr=1e-3), alternatives="pre, bogus"
+        )
 
 
 def test_a_stack_of_several_streams_is_never_a_confident_call():

@@ -155,6 +155,9 @@ def test_watch_and_advise_name_their_arguments(model):
         w.step("abc")
     with pytest.raises(ValueError, match=r"loss must be one number, not a tensor of shape \(2,\)"):
         w.step(torch.ones(2))
+    import numpy as np
+
+    w.step(np.array(3.0))  # a 0-d array is one number
     w.close()
     with pytest.raises(TypeError, match="model must be a depthlab.ModelConfig, not NoneType"):
         depthlab.advise(None, None)

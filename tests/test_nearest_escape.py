@@ -11,7 +11,7 @@ from depthlab import ModelConfig, build_model
 from depthlab.doctor.atlas import Atlas
 from depthlab.doctor.plateau import p_within, plateau_verdict
 from depthlab.doctor.plateau import predict as escape_at
-from depthlab.doctor.predict import FAR, NearestEscape, Prediction, nearest_escape
+from depthlab.doctor.predict import FAR, NearestEscape, Prediction, call_words, nearest_escape
 from depthlab.doctor.record import load_record
 from depthlab.probe import probe
 
@@ -88,10 +88,16 @@ def test_the_plateau_verdict_leads_with_the_nearest_runs_steps_where_they_are_cl
     assert "at a 200-step budget P(trains) = 0.95: trains" in v.message and v.level == "ok"
     assert f"the escape fit alone puts its escape around step {pred['median']:,.0f}" in v.detail
     assert f"; it gives {p_within(pred, 200):.2f} of leaving the plateau by then" in v.detail
-    late = Prediction(0.95, "renormalising", _near(300, 400, 500, None, None), confident=True)
-    assert plateau_verdict(r, record, 64, late).level == "warning"  # their median is past the budget
-    stalled = Prediction(0.95, "renormalising", _near(None, None, None, 50, 60), confident=True)
-    assert plateau_verdict(r, record, 64, stalled).level == "warning"  # most never left it
+    for p, level in (
+        (0.95, "ok"),
+        (0.8, "ok"),
+        (0.79, "warning"),
+        (0.3, "warning"),
+    ):  # the call's words decide
+        stalled = Prediction(p, "renormalising", _near(None, None, None, 50, 60), confident=True)
+        v = plateau_verdict(r, record, 64, stalled)
+        assert v.level == level and v.message.startswith("3 of the 5 nearest measured runs never left")
+        assert v.message.endswith(f"P(trains) = {p:.2f}: {call_words(p).lower()}")
     far = Prediction(0.95, "renormalising", _near(80, 40, 120, 60, 50, at=FAR + 0.1), confident=True)
     v = plateau_verdict(r, record, 64, far)
     assert v.message.startswith(f"the escape fit puts its escape around step {pred['median']:,.0f}")

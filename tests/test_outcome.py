@@ -69,6 +69,16 @@ def test_a_run_too_short_for_three_logs_after_its_stall_point_is_read_over_its_l
     assert flat.decide().outcome == "stalled"  # flat over the last three logs: a stall above the band
 
 
+def test_where_three_logs_follow_the_stall_point_the_window_and_its_step_are_as_before():
+    """100 updates logged every 20 after step 1: the window starts at step 50 (the rule's own start, not
+    the first log after it), as it did before short runs were read over their last three logs."""
+    m = Monitor(steps=100, unigram_loss=3.0)
+    for step in (1, 20, 40, 60, 80, 100):
+        m.log(step, 5.4)
+    v = m.decide()
+    assert v.outcome == "stalled" and v.step == 50 and "over the last 51 steps" in v.reason
+
+
 def test_with_fewer_than_three_logs_in_all_the_trend_is_unknown_and_the_run_undertrained():
     m = Monitor(steps=4, unigram_loss=3.15)
     m.log(1, 5.0)

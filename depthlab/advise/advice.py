@@ -125,8 +125,9 @@ def predict(
     result: ProbeResult, model: ModelConfig, train: TrainConfig, atlas: Atlas, record: dict
 ) -> tuple[Prediction, LrLimit | None]:
     """The prediction for this run from its probe (taken at ``train.lr``) and the atlas. A stack whose
-    residual is a state of several streams (hyper-connections, mHC) is never a confident call: every
-    measured run, and every limit, is of one stream."""
+    residual is a state of several streams (hyper-connections, mHC) is not a confident call: every
+    measured run, and every limit, is of one stream (unless the atlas holds runs of its wrapping: a user's
+    own, added with ``--atlas``)."""
     found = limit_of(result, record)
     limit = None if found is None else found[0]
     q = Query.for_run(model, train)
@@ -242,8 +243,10 @@ def advise(
     for name, value, cls in (("model", model, ModelConfig), ("train", train, TrainConfig)):
         if not isinstance(value, cls):
             raise TypeError(f"{name} must be a depthlab.{cls.__name__}, not {type(value).__name__}")
-    if isinstance(alternatives, str):
-        alternatives = tuple(alternatives.split(",")) if alternatives else ()
+    if isinstance(alternatives, str):  # "pre, sandwich" as the command line takes it
+        alternatives = tuple(w.strip() for w in alternatives.split(",") if w.strip())
+    for wrap in alternatives:  # each a stack this model can be: refused before any probe
+        dataclasses.replace(model, wrap=wrap)
     if atlas is not None and not isinstance(atlas, Atlas):
         atlas = load_atlas(atlas)  # a store's path, or a list of them: its runs join the shipped ones
     atlas = Atlas.load() if atlas is None else atlas

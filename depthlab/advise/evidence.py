@@ -29,12 +29,19 @@ def load_atlas(stores: list[str] = ()) -> Atlas:
     of them)."""
     if isinstance(stores, (str, os.PathLike)):
         stores = [stores]  # one store, not the characters of its path
-    if not isinstance(stores, (list, tuple)):
-        raise TypeError(f"stores must be a study store's path or a list of them, not {type(stores).__name__}")
+    try:
+        stores = [os.fspath(db) if isinstance(db, os.PathLike) else db for db in stores]
+    except TypeError:
+        raise TypeError(
+            f"stores must be a study store's path or a list of them, not {type(stores).__name__}"
+        ) from None
     atlas = Atlas.load()
     seen = {r.config_hash for r in atlas.runs}
-    for db in stores:  # a run the atlas holds already (the same configuration and seed) is counted once
-        new = tuple(r for r in atlas_from_store(db).runs if r.config_hash not in seen)
-        seen.update(r.config_hash for r in new)
-        atlas = atlas + Atlas(new)
+    for db in stores:  # a run held already (the same configuration and seed, in any study) is counted once
+        new = []
+        for r in atlas_from_store(db).runs:
+            if r.config_hash not in seen:
+                seen.add(r.config_hash)
+                new.append(r)
+        atlas = atlas + Atlas(tuple(new))
     return atlas

@@ -137,13 +137,14 @@ def render(a, likely: float) -> str:
 
 def _settings(evidence) -> list[tuple[float, list]]:
     """The evidence rows as (distance, runs): runs of one setting (they differ by seed alone) that ended
-    the same way share a row, in the order they came."""
-    rows = []
+    the same way share a row, at the place and distance of the nearest of them."""
+    rows, at = [], {}
     for d, r in evidence:
-        last = rows[-1][1] if rows else None
-        if last and last[0].setting() == r.setting() and last[0].outcome == r.outcome:
-            last.append(r)
+        key = (r.setting(), r.outcome)
+        if key in at:
+            rows[at[key]][1].append(r)
         else:
+            at[key] = len(rows)
             rows.append((d, [r]))
     return rows
 

@@ -13,10 +13,11 @@ below ``SAFE_BUDGET`` = 0.9 ("at a budget of 200 steps this run would likely be 
 error and predicts nothing for the doctor's score: a configuration outside the fit's support (the lrs,
 widths, depths and warmups it was fitted on) is marked as an extrapolation.
 
-Given advise's calibrated call (:class:`~depthlab.doctor.predict.Prediction`) whose nearest measured run
-lies within ``FAR``, the verdict leads with those runs' escape steps instead
-(:class:`~depthlab.doctor.predict.NearestEscape`: their median, a run that never left counted last) and
-judges the budget by the call's P(trains); the fit's step and probability move to the detail. On the
+Given advise's calibrated call (:class:`~depthlab.doctor.predict.Prediction`), the verdict judges the
+budget by the call's P(trains): **ok** exactly where the call's words are TRAINS (P >= 0.8), a warning
+otherwise, whatever the escape fit says. Where the call's nearest measured run lies within ``FAR``, the
+verdict leads with those runs' escape steps (:class:`~depthlab.doctor.predict.NearestEscape`: their
+median, a run that never left counted last); the fit's step and probability move to the detail. On the
 held-out runs at depth the nearest runs' median was within a factor 2 of the measured step more often
 than the fit's (docs/advise.md).
 """
@@ -27,7 +28,7 @@ import math
 from typing import TYPE_CHECKING
 
 from depthlab.doctor.atlas import renormalises
-from depthlab.doctor.predict import Prediction, call_words
+from depthlab.doctor.predict import CLOSE, Prediction, call_words
 from depthlab.doctor.record import outside
 from depthlab.doctor.verdict import Verdict
 
@@ -139,7 +140,7 @@ def plateau_verdict(
     budget = pr.get("steps") or budget
     never = pred["median"] > NEVER * fit["support"]["steps"][1]
     detail = []
-    if never:  # a verdict never says ok to a run it expects to stay stalled
+    if never:  # without a call, a verdict never says ok to a run it expects to stay stalled
         fitted = f"expects no escape from the unigram plateau at lr {pr['lr']:g}"
         detail.append(
             f"its median escape is {_steps(pred['median'])} steps, beyond {NEVER}x the longest budget fitted"
@@ -154,9 +155,9 @@ def plateau_verdict(
     else:
         text = f"the escape fit {fitted}"
         level = "warning" if never else "ok"
-    if budget and prediction is not None:  # the budget judged by the calibrated call
+    if budget and prediction is not None:  # the budget judged by the calibrated call: its words, its level
         p = prediction.p_trains
-        level = "warning" if p < SAFE_BUDGET else level
+        level = "ok" if p >= CLOSE[1] else "warning"  # ok exactly where the call says TRAINS
         text += f"; at a {budget:,}-step budget P(trains) = {p:.2f}: {call_words(p).lower()}"
         alone = "it" if near is not None else "the escape fit alone"  # the fit's step is said just before
         detail.append(f"{alone} gives {p_within(pred, budget):.2f} of leaving the plateau by then; "

@@ -101,7 +101,8 @@ def atlas_share(neighbours: list[tuple[float, MeasuredRun]]) -> float | None:
 @dataclass(frozen=True)
 class NearestEscape:
     """When the nearest measured runs left the unigram plateau: the escape steps of those that did
-    (ascending) and how many never did within their budgets (stalled, undertrained or diverged)."""
+    (ascending; a run that trained without a recorded escape, its last training loss still in the band,
+    at its budget) and how many never did within their budgets (stalled, undertrained or diverged)."""
 
     steps: tuple[int, ...]
     never: int
@@ -144,8 +145,9 @@ class NearestEscape:
 
 def nearest_escape(neighbours) -> NearestEscape:
     """:class:`NearestEscape` of ``neighbours`` ((distance, run) pairs, as :func:`nearest` returns)."""
-    steps = sorted(r.escape_step for _, r in neighbours if r.escape_step is not None)
-    return NearestEscape(tuple(steps), sum(r.escape_step is None for _, r in neighbours))
+    left = [r.escape_step if r.escape_step is not None else r.steps for _, r in neighbours
+            if r.escape_step is not None or r.trained]  # fmt: skip
+    return NearestEscape(tuple(sorted(left)), len(neighbours) - len(left))
 
 
 def features(limit: LrLimit | None, q: Query, share: float | None) -> dict[str, float]:

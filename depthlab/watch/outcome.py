@@ -164,7 +164,7 @@ class Monitor:
                 "losses are too few to tell a slow fall from a stall (a trend needs three): a longer run would tell",
                 start,
             )
-        drop, start = fell
+        drop, start = fell[0], min(start, fell[1])  # the window reaches back only where it had to
         trend = f"the fitted loss fell {drop:.1%} over the last {self.steps - start + 1} steps"
         if drop > FALL_MARGIN:
             return Outcome(

@@ -256,7 +256,7 @@ class Watcher:
                     f"watcher.step: loss must be one number, not a tensor of shape {tuple(loss.shape)}"
                 )
             loss = loss.detach()
-        elif loss is not None and (isinstance(loss, bool) or not isinstance(loss, numbers.Real)):
+        elif loss is not None and not _one_number(loss):
             raise TypeError(
                 f"watcher.step: loss must be a float or a one-element tensor, not {type(loss).__name__}"
             )
@@ -437,3 +437,17 @@ class Watcher:
         self.rules.load_state_dict(state["rules"])
         if self.judge is not None and state.get("judge") is not None:  # older states have none
             self.judge.load_state_dict(state["judge"])
+
+
+def _one_number(x) -> bool:
+    """Whether ``x`` is a loss given as one number: a real number or anything of one element that
+    float() reads (a numpy scalar or 0-d array), never text or a bool."""
+    if isinstance(x, (str, bytes, bool)):
+        return False
+    if isinstance(x, numbers.Real):
+        return True
+    try:
+        float(x)
+    except (TypeError, ValueError):
+        return False
+    return getattr(x, "size", 1) == 1

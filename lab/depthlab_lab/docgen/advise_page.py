@@ -467,6 +467,19 @@ def _plateau_lines(s: dict) -> list[str]:
     if not s["runs"]:
         return []
     n, e = s["runs"], s["escaped"]
+    steps = (
+        [
+            f"| the step a run left the plateau, on the {e} of them that did | within a factor 2 | median factor |",
+            "|---|---|---|",
+            f"| the escape fit's median | {s['fit_within_2']} ({s['fit_within_2'] / e:.0%}) | "
+            f"{s['fit_factor']:.2f} |",
+            f"| the 5 nearest measured runs' median | {s['near_within_2']} ({s['near_within_2'] / e:.0%}) | "
+            f"{s['near_factor']:.2f} |",
+            "",
+        ]
+        if e
+        else []
+    )
     return [
         "## A run's budget and its step off the plateau: the escape fit, the nearest runs and the call",
         "",
@@ -479,13 +492,7 @@ def _plateau_lines(s: dict) -> list[str]:
         f"| advise's P(trains), as registered | {s['call_right']} of {n} ({s['call_right'] / n:.0%}) | "
         f"{s['call_brier']:.3f} |",
         "",
-        f"| the step a run left the plateau, on the {e} of them that did | within a factor 2 | median factor |",
-        "|---|---|---|",
-        f"| the escape fit's median | {s['fit_within_2']} ({s['fit_within_2'] / e:.0%}) | "
-        f"{s['fit_factor']:.2f} |",
-        f"| the 5 nearest measured runs' median | {s['near_within_2']} ({s['near_within_2'] / e:.0%}) | "
-        f"{s['near_factor']:.2f} |",
-        "",
+        *steps,
         f"The runs are the {n} finished runs at depth whose probe the atlas holds. A forecast is counted right "
         "when it is on the side of one half the run ended on; the nearest runs' forecast, when their median "
         "escape step is within the run's budget. The escape fit is a censored fit of the tuning runs' escape "

@@ -426,7 +426,7 @@ SHORT_TREND_KNOWN = (
 )
 SHARED_REVISIONS += (
     Revision("2026-12-07", "code.depthlab.watch.outcome.Monitor.decide", "8a22ca5f1fcf6017",
-             "bb48a795c35d11aa", SHORT_TREND, SHORT_TREND_KNOWN),
+             "b4cf3dc0bb82352e", SHORT_TREND, SHORT_TREND_KNOWN),
     Revision("2026-12-07", "code.depthlab.watch.outcome.Monitor._fitted_drop", "681e8e8566c48025",
              "e45fc97efc8777a8", SHORT_TREND, SHORT_TREND_KNOWN),
 )  # fmt: skip
