@@ -148,8 +148,11 @@ def test_far_from_every_measured_run_and_outside_the_fit_there_is_no_confident_c
         (["--transfer-study", "x"], "--transfer"),
         (["--to-depth", "8", "--transfer", "missing.sqlite"], "missing.sqlite"),
         (["--to-depth", "8", "--transfer", "other.sqlite", "--transfer-study", "nope"], "nope"),
-        (["--alternatives", "post,,pre"], "an empty item"),  # refused, not read as post,pre
-        (["--alternatives", ","], "an empty item"),
+        (
+            ["--alternatives", "post,,pre"],
+            "no empty value in the comma list",
+        ),  # refused, not read as post,pre
+        (["--alternatives", ","], "no empty value in the comma list"),
         (["--hf", ""], "--hf: an empty path"),  # not the default model in its place
         (["--atlas", "."], "choose another --atlas"),  # the flag it was given as, not --db
         (["--to-depth", "8", "--transfer", ""], "--transfer: an empty path"),

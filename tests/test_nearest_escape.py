@@ -74,14 +74,9 @@ def test_the_plateau_verdict_leads_with_the_nearest_runs_steps_where_they_are_cl
     record = load_record()
     r = _probe_of_post(steps=200)
     fit = record["escape"]["families"]["renormalising"]
-    values = {
-        "lr": 1e-3,
-        "d_model": 64,
-        "n_layers": 6,
-        "warmup": 0,
-        "step_size": r.config["probe"]["step_size"],
-    }
-    pred = escape_at(fit, values)
+    pred = escape_at(
+        fit, dict(lr=1e-3, d_model=64, n_layers=6, warmup=0, step_size=r.config["probe"]["step_size"])
+    )
     close = Prediction(0.95, "renormalising", _near(80, 40, 120, 60, 50), confident=True)
     v = plateau_verdict(r, record, 64, close)
     assert v.message.startswith("the 5 nearest measured runs left the unigram plateau around step 60")

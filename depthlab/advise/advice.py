@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from depthlab.advise import track_record
 from depthlab.advise.evidence import load_atlas
-from depthlab.advise.screen import against_limit, render
+from depthlab.advise.screen import against_limit, agreeing, render
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.doctor.atlas import Atlas, MeasuredRun
 from depthlab.doctor.limit import LrLimit
@@ -88,7 +88,7 @@ class Advice:
 
     def agreeing(self) -> int:
         """How many of the nearest measured runs went the way the call says."""
-        return sum(r.trained == (self.prediction.call == "trains") for _, r in self.evidence)
+        return agreeing(self.prediction)
 
     def to_dict(self) -> dict:
         """The advice as JSON-able data (``depthlab advise --json``)."""

@@ -57,12 +57,16 @@ def _short(train) -> str:
     return f"; for {train.steps:,} steps, inside the {train.warmup:,}-step warmup: set --steps"
 
 
+def agreeing(prediction) -> int:
+    """How many of the nearest measured runs went the way the call says."""
+    return sum(r.trained == (prediction.call == "trains") for _, r in prediction.neighbours)
+
+
 def against_limit(limit, lr: float, prediction) -> str:
     """Where the call goes against the probe's limit alone (an lr where such stacks failed called
     "trains", or one below the safe lr called "fails"), what outweighs it: the nearest measured runs
     ("" where it does not). One text for advise's screen and the probe's expected line."""
-    call, near = prediction.call, prediction.neighbours
-    n, k = len(near), sum(r.trained == (call == "trains") for _, r in near)
+    call, n, k = prediction.call, len(prediction.neighbours), agreeing(prediction)
     if limit is None or not n:
         return ""
     if call == "trains" and limit.lr_fails and lr >= limit.lr_fails:

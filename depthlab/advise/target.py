@@ -10,7 +10,15 @@ from depthlab.config import ModelConfig, TrainConfig
 from depthlab.report.data import load
 from depthlab.study.runner import plural
 from depthlab.study.transfer import Transfer, reading, runs_at, study_shape, transfers
-from depthlab.study.transfer_text import budget_text, mismatch, no_curves, shape_line, slope_text, target_text
+from depthlab.study.transfer_text import (
+    budget_text,
+    mismatch,
+    no_curves,
+    preset_command,
+    shape_line,
+    slope_text,
+    target_text,
+)
 
 
 def _worst_penalty(t: Transfer) -> float:
@@ -100,7 +108,7 @@ def transfer_advice(
     mine = model.d_model if axis == "depth" else model.n_layers
     head = f"transfer to {axis} {target}"
     if db is None:
-        how = f"depthlab study --preset {axis}-transfer-quick --{fixed} {mine}"
+        how = preset_command(axis, mine)
         return {"lines": [f"{head}: no transfer study given; run one at your {fixed} ({how}), "
                           f"then add --transfer runs/depthlab.sqlite"]}  # fmt: skip
     data = load(db, study, flag="--transfer")

@@ -13,11 +13,12 @@ from depthlab.cli.common import (
     add_json_flag,
     add_memory_flag,
     add_model_flags,
+    comma_list,
     model_config_from_args,
     seed_from_args,
 )
 from depthlab.config import TrainConfig
-from depthlab.errors import ConfigError, InputError
+from depthlab.errors import ConfigError
 from depthlab.model.memory import available_memory, check_memory, estimate_memory
 from depthlab.paths import check_output_file, write_json
 from depthlab.progress import say
@@ -85,10 +86,7 @@ def run(args) -> int:
         raise ConfigError("arch", model.arch, "advise answers for decoder language models (every run it measured "
                           "is one); --arch decoder")  # fmt: skip
     check_task(model, train)  # the probe is of the run's first batch: a vocabulary of bytes, at least
-    if args.alternatives.strip() and any(not w.strip() for w in args.alternatives.split(",")):
-        raise InputError(f"--alternatives {args.alternatives!r}: an empty item in the list; name each wrapping, "
-                         "or give '' for none")  # fmt: skip
-    wraps = tuple(w.strip() for w in args.alternatives.split(",") if w.strip())
+    wraps = tuple(comma_list(args.alternatives, "alternatives")) if args.alternatives.strip() else ()
     for w in wraps:  # every alternative must be a stack this model can be: checked before any probe
         try:
             dataclasses.replace(model, wrap=w)

@@ -321,3 +321,15 @@ def on_off(field: str, value) -> bool:
 
 def add_json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH ('-' for stdout)")
+
+
+def comma_list(value: str, field: str) -> list[str]:
+    """A comma list's values, each once, in the order given (``pre,pre,post`` compares two); a value
+    without a comma is itself (an empty one is the flag's own check). ConfigError where a comma leaves
+    an empty value: a typo, not one model fewer."""
+    if "," not in value:
+        return [value.strip() or value]
+    values = [v.strip() for v in value.split(",")]
+    if not all(values):
+        raise ConfigError(field, value, "no empty value in the comma list")
+    return list(dict.fromkeys(values))

@@ -12,6 +12,7 @@ from depthlab.cli.common import (
     add_json_flag,
     add_memory_flag,
     add_model_flags,
+    comma_list,
     given_model_flags,
     model_config_from_args,
     refuse_flags,
@@ -265,24 +266,12 @@ def configs_from_args(args) -> list[tuple[str, object]]:
 
 
 def comma_lists(args) -> dict[str, list[str]]:
-    """{"wrap", "norm", "no-residual"}: each flag's comma list (:func:`_split`), checked before any
+    """{"wrap", "norm", "no-residual"}: each flag's comma list (:func:`depthlab.cli.common.comma_list`), checked before any
     work; ConfigError for a list with an empty value (``post,,pre``, ``post,``)."""
     return {
-        name: _split(getattr(args, attr), attr)
+        name: comma_list(getattr(args, attr), attr)
         for name, attr in (("wrap", "wrap"), ("norm", "norm"), ("no-residual", "no_residual"))
     }
-
-
-def _split(value: str, field: str) -> list[str]:
-    """A comma list's values, each once, in the order given (``pre,pre,post`` compares two); a value
-    without a comma is itself (an empty one is the flag's own check). ConfigError where a comma leaves
-    an empty value: a typo, not one model fewer."""
-    if "," not in value:
-        return [value.strip() or value]
-    values = [v.strip() for v in value.split(",")]
-    if not all(values):
-        raise ConfigError(field, value, "no empty value in the comma list")
-    return list(dict.fromkeys(values))
 
 
 def _report(args, runs: Comparison, plot_existed: bool) -> None:

@@ -10,7 +10,7 @@ from depthlab.report.data import load
 from depthlab.report.transfer_plots import best_lr_figure, loss_vs_lr_figure
 from depthlab.study.store import DEFAULT_DB
 from depthlab.study.transfer import runs_at, study_shape, transfers
-from depthlab.study.transfer_text import format_transfer, mismatch, no_curves, shape_line
+from depthlab.study.transfer_text import format_transfer, mismatch, no_curves, preset_command, shape_line
 
 
 def add_parser(sub) -> None:
@@ -70,15 +70,9 @@ def check_flags(args) -> tuple[str, int]:
 def run(args) -> int:
     axis, target = check_flags(args)
     if args.db and not os.path.exists(args.db):  # no study run yet: say which one answers this question
-        fixed, preset = (
-            ("width", "depth-transfer-quick") if axis == "depth" else ("depth", "width-transfer-quick")
-        )
-        mine = getattr(args, fixed)
-        at = f" --{fixed} {mine}" if mine else ""
-        raise InputError(
-            f"no study store at {args.db}: run a transfer study first (depthlab study --preset {preset}{at} "
-            f"--db {args.db})"
-        )
+        mine = getattr(args, "width" if axis == "depth" else "depth")
+        raise InputError(f"no study store at {args.db}: run a transfer study first ({preset_command(axis, mine)} "
+                         f"--db {args.db})")  # fmt: skip
     data = load(args.db, args.study)
     shape = study_shape([r for r in data.runs if r.get("status") == "done"] or data.runs)
     why = mismatch(axis, shape, args.width, args.depth)

@@ -25,7 +25,7 @@ def shape_line(name: str, shape: dict) -> str:
             f"depth{'s' if len(d) > 1 else ''} {_span(d)}, {budget_text(shape)}")  # fmt: skip
 
 
-def _preset(axis: str, mine: int | None) -> str:
+def preset_command(axis: str, mine: int | None) -> str:
     """The command that runs a transfer study across ``axis`` at the user's other size."""
     fixed = "width" if axis == "depth" else "depth"
     return f"depthlab study --preset {axis}-transfer-quick --{fixed} {mine if mine is not None else f'<your {fixed}>'}"
@@ -47,7 +47,7 @@ def mismatch(axis: str, shape: dict, width: int | None, depth: int | None) -> st
         swept = fixed if len(shape[f"{fixed}s"]) > 1 else "neither depth nor width"
         held = ", ".join(map(str, shape[f"{axis}s"]))
         return (f"this study sweeps {swept} ({_sizes(fixed, shape[f'{fixed}s'])} at {axis} {held}); "
-                f"--to-{axis} needs a study that sweeps {axis}: {_preset(axis, mine)}")  # fmt: skip
+                f"--to-{axis} needs a study that sweeps {axis}: {preset_command(axis, mine)}")  # fmt: skip
     have = shape[f"{fixed}s"]
     if mine is None or mine in have:
         return None
@@ -57,7 +57,7 @@ def mismatch(axis: str, shape: dict, width: int | None, depth: int | None) -> st
         else "the best lr can move with depth too"
     )
     return (f"the study ran at {fixed} {', '.join(map(str, have))}, not {mine}: its best lr is for that "
-            f"{fixed} ({why}); run the transfer preset at yours ({_preset(axis, mine)})")  # fmt: skip
+            f"{fixed} ({why}); run the transfer preset at yours ({preset_command(axis, mine)})")  # fmt: skip
 
 
 def no_curves(name: str, axis: str) -> str:
