@@ -98,3 +98,16 @@ def test_the_readme_says_what_kind_of_evidence_the_counts_are():
     assert f"{seeds} with seed 0 (or seeds 0-2) of the same runs known" in readme
     assert f"{some} with one result or a few outcomes known" in readme
     assert f"{textbook} are arithmetic on the texts' numbers" in readme
+
+
+def test_the_page_shows_every_revision_of_the_decision_code_all_claims_share():
+    """A change to shared decision code (the outcome classifier, the checks' counting) after results is
+    a revision like any other: the page's revisions table holds each, with its old and new digest."""
+    from depthlab_lab.docgen.reproductions_text import shared_revision_rows
+    from depthlab_lab.reproduce.registration import SHARED_REVISIONS
+
+    rows = shared_revision_rows()
+    changed = [r for r in SHARED_REVISIONS if r.old is not None]
+    assert len(rows) == len(changed) and any("Monitor._fitted_drop" in row for row in rows)
+    page = _page()
+    assert all(row in page for row in rows)

@@ -13,6 +13,7 @@ from depthlab_lab.docgen.reproductions_origin import origin, parts_runs, time_li
 from depthlab_lab.reproduce.check_code import claim_pins
 from depthlab_lab.reproduce.evidence import BLIND, EVIDENCE
 from depthlab_lab.reproduce.lm_runs import BOTH_TRAINED
+from depthlab_lab.reproduce.registration import SHARED_REVISIONS
 from depthlab_lab.reproduce.reproduction import REGISTRATIONS, Reproduction, counts, family_results
 
 
@@ -348,7 +349,18 @@ def revisions(parts: list[Reproduction]) -> list[str]:
             lines.append(
                 f"| {p.name} | {date} | `{r.key}` | {cell(old)} | {cell(new)} | {cell(r.reason)} | {cell(r.results_known)} |"
             )
-    return lines + [""]
+    return lines + shared_revision_rows() + [""]
+
+
+def shared_revision_rows() -> list[str]:
+    """The revisions of decision code every claim shares (the outcome classifier, the checks' counting),
+    as rows of the revisions table; a pin of code unchanged since it was pinned is no revision."""
+    return [
+        f"| every claim (shared code) | {r.date} | `{r.key}` | {cell(_value(r.old))} | {cell(_value(r.new))} | "
+        f"{cell(r.reason)} | {cell(r.results_known)} |"
+        for r in SHARED_REVISIONS
+        if r.old is not None
+    ]
 
 
 def headline(parts: list[Reproduction]) -> list[str]:
