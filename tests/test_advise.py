@@ -269,7 +269,8 @@ def test_advise_says_where_the_seed_alone_decided_a_measured_configuration(atlas
     evidence; twins that share a seed differ in something the atlas does not record and say nothing."""
     plain = advise(TINY, RUN, atlas, alternatives=("pre",))
     near = plain.evidence[0][1]
-    assert not atlas.seed_split(near) and plain.seed_splits == ()
+    splits = [atlas.seed_split(r) for _, r in plain.evidence]
+    assert not atlas.seed_split(near) and plain.seed_splits == tuple(dict.fromkeys(s for s in splits if s))
     flip = "stalled" if near.trained else "trained"
     twin = dataclasses.replace(near, seed=near.seed + 1000, outcome=flip, config_hash="twin")
     both = Atlas(atlas.runs + (twin,))
@@ -279,7 +280,7 @@ def test_advise_says_where_the_seed_alone_decided_a_measured_configuration(atlas
     assert same_seed.seed_split(near) == ()  # a recipe the atlas does not record, not the seed
 
     a = advise(TINY, RUN, both, alternatives=("pre",))
-    assert a.seed_splits == (both.seed_split(near),)
+    assert a.seed_splits == (both.seed_split(near), *plain.seed_splits)
     screen = a.format().splitlines()
     assert len(screen) <= 25
     line = next(ln for ln in screen if "the seed decides here" in ln)
@@ -287,6 +288,7 @@ def test_advise_says_where_the_seed_alone_decided_a_measured_configuration(atlas
     assert screen.index(line) > next(i for i, ln in enumerate(screen) if ln.startswith("evidence:"))
     data = json.loads(json.dumps(a.to_dict()))
     assert [r["seed"] for r in data["seed_splits"][0]] == sorted([near.seed, near.seed + 1000])
+    assert len(data["seed_splits"]) == 1 + len(plain.seed_splits)
 
 
 def test_json_to_stdout_is_the_json_alone(capsys, monkeypatch):

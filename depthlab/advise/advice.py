@@ -209,14 +209,17 @@ def judge(
 def likely_range(
     limit: LrLimit | None, model: ModelConfig, train: TrainConfig, atlas: Atlas, record: dict
 ) -> tuple[float, float] | None:
-    """The widest run of :data:`LR_GRID` where P(trains) >= ``LIKELY`` for this stack, warmup and budget
-    (the probe's quantities scale with lr, so no new probe is needed); None where there is none."""
+    """The widest run of learning rates where P(trains) >= ``LIKELY`` for this stack, warmup and budget
+    (the probe's quantities scale with lr, so no new probe is needed): found on :data:`LR_GRID`, each
+    end then bisected (in ln lr) to where the probability crosses, and given to two significant digits,
+    rounded inward, so that the lr of a run called likely lies in the range said; None where there is none."""
     if limit is None:
         return None
-    hits = []
-    for lr in LR_GRID:
-        q = Query.for_run(model, train, lr)
-        hits.append(p_trains(record["predictor"], limit, q, atlas).p_trains >= LIKELY)
+
+    def likely(lr: float) -> bool:
+        return p_trains(record["predictor"], limit, Query.for_run(model, train, lr), atlas).p_trains >= LIKELY
+
+    hits = [likely(lr) for lr in LR_GRID]
     runs, start = [], None
     for i, hit in enumerate([*hits, False]):
         if hit and start is None:
@@ -227,7 +230,25 @@ def likely_range(
     if not runs:
         return None
     lo, hi = max(runs, key=lambda r: r[1] - r[0])
-    return LR_GRID[lo], LR_GRID[hi]
+    low = LR_GRID[lo] if lo == 0 else _crossing(likely, LR_GRID[lo - 1], LR_GRID[lo])
+    high = LR_GRID[hi] if hi == len(LR_GRID) - 1 else _crossing(likely, LR_GRID[hi + 1], LR_GRID[hi])
+    return _two_digits(low, up=True), _two_digits(high, up=False)
+
+
+def _crossing(likely, miss: float, hit: float, halvings: int = 6) -> float:
+    """The likely lr nearest where ``likely`` turns false, between ``miss`` (not likely) and ``hit``
+    (likely), by bisection in ln lr (6 halvings of a grid step: within 0.5%)."""
+    for _ in range(halvings):
+        mid = math.sqrt(miss * hit)
+        miss, hit = (miss, mid) if likely(mid) else (mid, hit)
+    return hit
+
+
+def _two_digits(x: float, up: bool) -> float:
+    """``x`` to two significant digits, rounded up (``up``) or down: an end of a range, rounded inward."""
+    scale = 10 ** (math.floor(math.log10(x)) - 1)
+    units = math.ceil(x / scale - 1e-9) if up else math.floor(x / scale + 1e-9)  # 1e-9: 71.0000001 is 71
+    return float(f"{units * scale:.2g}")
 
 
 def advise(

@@ -24,7 +24,8 @@ import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from depthlab.config import ModelConfig
+from depthlab.config import ConfigError, ModelConfig
+from depthlab.doctor.recipe import recipe_of
 
 ATLAS_PATH = Path(__file__).resolve().with_name("atlas.csv.gz")
 RENORMALISING = ("post", "deepnorm", "admin", "mix")  # blocks that renormalise the stream, by name
@@ -43,7 +44,8 @@ def renormalises(wrap: str, n_layers: int) -> bool:
 class MeasuredRun:
     """One measured run (see the module docstring). ``source``: the study it ran in (or the store it
     was read from); ``residual``: the sublayers whose skip is on ("attn,cross,ffn" for a full block);
-    ``update_gain`` and ``relative_update_per_lr`` are None where the run was not probed."""
+    ``update_gain`` and ``relative_update_per_lr`` are None where the run was not probed; ``recipe``:
+    what else its configuration sets (:mod:`depthlab.doctor.recipe`)."""
 
     source: str
     wrap: str
@@ -67,6 +69,9 @@ class MeasuredRun:
     relative_update_per_lr: float | None
     renormalised_share: float | None
     config_hash: str
+    # what the configuration sets that the columns above do not hold (depthlab.doctor.recipe: "" for a run
+    # at every default); None in an atlas written before recipes were recorded: unknown, and no bar
+    recipe: str | None = None
 
     @property
     def trained(self) -> bool:
@@ -85,12 +90,14 @@ class MeasuredRun:
     def setting(self) -> tuple:
         """The run's configuration less its seed: runs of one setting differ by their seed alone."""
         return (self.wrap, self.norm, self.residual, self.param, self.n_layers, self.d_model, self.n_heads,
-                self.lr, self.warmup, self.steps, self.batch_size, self.seq_len)  # fmt: skip
+                self.lr, self.warmup, self.steps, self.batch_size, self.seq_len, self.recipe)  # fmt: skip
 
     def shape(self) -> str:
-        """'post 24L d128' (with the skips and parametrization where they differ from a full sp block)."""
+        """'post 24L d128' (with the skips, parametrization and recipe where they differ from a full sp
+        block at depthlab's defaults: 'pre 24L d32 final_norm=off')."""
         extra = "" if {"attn", "ffn"} <= set(self.residual.split(",")) else f" skips={self.residual}"
         extra += "" if self.param == "sp" else f" {self.param}"
+        extra += f" {self.recipe.replace(', ', ' ')}" if self.recipe else ""
         return f"{self.wrap} {self.n_layers}L d{self.d_model}{extra}"
 
 
@@ -99,7 +106,9 @@ INTS = ("n_layers", "d_model", "n_heads", "warmup", "steps", "batch_size", "seq_
 FLOATS = ("lr", "val_loss", "unigram_loss", "update_gain", "relative_update_per_lr", "renormalised_share")
 
 
-def _value(name: str, text: str):
+def _value(name: str, text: str | None):
+    if name == "recipe":
+        return text  # "" is a run at every default; None (no such column) is not known
     if text == "":
         return None if name in INTS or name in FLOATS else ""
     if name in INTS:
@@ -121,7 +130,7 @@ class Atlas:
         """The atlas file at ``path`` (default: the one shipped with depthlab)."""
         with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
             rows = list(csv.DictReader(f))
-        return cls(tuple(MeasuredRun(**{k: _value(k, r[k]) for k in COLUMNS}) for r in rows))
+        return cls(tuple(MeasuredRun(**{k: _value(k, r.get(k)) for k in COLUMNS}) for r in rows))
 
     def __add__(self, other: Atlas) -> Atlas:
         return Atlas(self.runs + other.runs)
@@ -137,7 +146,7 @@ class Atlas:
         """The runs of ``run``'s setting (itself included, by seed) where they went both ways: the same
         configuration, trained at one seed and failed at another; () where they agree or ``run`` has no
         twin. Runs of one setting that share a seed differ in something the atlas does not record (a
-        recipe, say), so such a setting is no evidence of the seed and gives ()."""
+        size or detail the recipe leaves out, say), so such a setting is no evidence of the seed and gives ()."""
         twins = sorted((r for r in self.runs if r.setting() == run.setting()), key=lambda r: r.seed)
         if len({r.seed for r in twins}) < len(twins) or len({r.trained for r in twins}) < 2:
             return ()
@@ -194,7 +203,16 @@ def from_run(source: str, run: dict, probe: dict | None) -> MeasuredRun:
         relative_update_per_lr=None if rho is None or not lr else _finite(rho / lr),
         renormalised_share=stack.get("renormalised_share"),
         config_hash=run.get("config_hash", ""),
+        recipe=_recipe(run["config"]),
     )
+
+
+def _recipe(config: dict) -> str | None:
+    """The stored config's recipe; None (not known) for a config this version cannot read."""
+    try:
+        return recipe_of(config)
+    except (ConfigError, KeyError, TypeError, ValueError):
+        return None
 
 
 def _finite(v) -> float | None:

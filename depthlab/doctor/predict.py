@@ -4,7 +4,7 @@ Two kinds of evidence, each alone weaker than together:
 
 - the **limit** (:mod:`depthlab.doctor.lr_limit`): how far the run's step (s, or rho) lies above or
   below the limit fitted for its family of stacks and its warmup, as ``margin`` = ln(value / limit);
-- the **atlas** (:mod:`depthlab.doctor.atlas`): the measured runs of the same wrapping nearest the run
+- the **atlas** (:mod:`depthlab.doctor.atlas`): the measured runs of the same stack and recipe nearest the run
   (:func:`nearest`, in :data:`SCALES` units: a factor 2 in lr counts as much as a factor 4 in width
   or depth), and the share of them that trained.
 
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from depthlab.doctor.atlas import Atlas, MeasuredRun
 from depthlab.doctor.limit import LrLimit
+from depthlab.doctor.recipe import recipe
 
 # The nearest-run metric: ln-distance per axis divided by these (a factor 2 in lr, 4 in width, depth or
 # steps, 16 in 1 + warmup each count 1). Registered with the held-out grid at depth before its runs.
@@ -47,25 +48,28 @@ class Query:
     residual: str = "attn,cross,ffn"
     norm: str = "layernorm"
     param: str = "sp"
+    recipe: str | None = ""  # depthlab.doctor.recipe; None: not known, no bar
 
     @classmethod
     def for_run(cls, model, train, lr: float | None = None) -> Query:
         """The query a run of ``model`` (a ModelConfig) under ``train`` (a TrainConfig) asks; ``lr``
         in place of the run's own."""
         return cls(model.wrap, model.n_layers, model.d_model, train.lr if lr is None else lr, train.warmup,
-                   train.steps, ",".join(model.residual), model.norm, model.param)  # fmt: skip
+                   train.steps, ",".join(model.residual), model.norm, model.param, recipe(model, train))  # fmt: skip
 
     @classmethod
     def of(cls, run: MeasuredRun) -> Query:
         """The query a measured run answers."""
         return cls(run.wrap, run.n_layers, run.d_model, run.lr, run.warmup, run.steps, run.residual,
-                   run.norm, run.param)  # fmt: skip
+                   run.norm, run.param, run.recipe)  # fmt: skip
 
 
 def distance(q: Query, r: MeasuredRun) -> float:
     """How far run ``r`` lies from query ``q`` (:data:`SCALES` units); inf for another kind of stack
-    (wrapping, norm, skips or parametrization)."""
+    (wrapping, norm, skips or parametrization) or another recipe (where both are known)."""
     if (r.wrap, r.norm, r.residual, r.param) != (q.wrap, q.norm, q.residual, q.param):
+        return math.inf
+    if r.recipe is not None and q.recipe is not None and r.recipe != q.recipe:
         return math.inf
     d = [
         math.log(q.lr / r.lr) / SCALES["lr"],

@@ -90,11 +90,27 @@ def test_the_ladder_runs_of_the_atlas_carry_the_records_outcomes(atlas):
         for r in rs
     }
     ladder = [r for r in atlas.runs if r.source.startswith("ladder-")]
-    assert len(ladder) == len(rows) == 528
+    by_hash = {r.config_hash: r for r in atlas.runs}
+    assert len(by_hash) == len(atlas.runs), "a run two studies share is in the atlas once"
+    assert len(rows) == 528 and len(ladder) == len({h for _, h in rows}) - 3  # 3 are the doctor's runs too
+    for (_, h), row in rows.items():  # every recorded run, under the first study that has it
+        assert (by_hash[h].outcome, by_hash[h].escape_step) == (row["outcome"], row.get("escape_step"))
     for r in ladder:
-        row = rows[(r.source, r.config_hash)]
-        assert (r.outcome, r.escape_step) == (row["outcome"], row.get("escape_step"))
         assert r.update_gain is not None and r.update_gain > 0  # probed again at init
+
+
+def test_each_run_s_recipe_is_what_its_configuration_sets_beyond_the_columns(atlas):
+    """The ladder's ablations and recipes, and the Hugging Face wirings, are no plain runs of their
+    wrapping: each carries its recipe, and a run at every default carries none."""
+    by_source = {}
+    for r in atlas.runs:
+        by_source.setdefault(r.source, set()).add(r.recipe)
+    assert by_source["doctor-tuning"] == {""}
+    assert "final_norm=off" in by_source["ladder-final-norm-d32"]
+    assert by_source["ladder-lr-sensitivity-d64"] == {"schedule=cosine"}
+    assert "beta2=0.999" in by_source["ladder-recipe-d32"]
+    llama = by_source["advise-heldout-hf-llama"]
+    assert all("activation=swiglu" in x and "position=rope" in x for x in llama) and len(llama) == 2
 
 
 @pytest.mark.slow

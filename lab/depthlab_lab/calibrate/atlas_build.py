@@ -121,7 +121,19 @@ def _run(spec, row: dict) -> dict:
 
 def build() -> Atlas:
     """The atlas of every recorded run: the doctor's grids, the ladder, then advise's held-out grids."""
-    return Atlas(tuple(doctor_runs() + ladder_runs() + advise_runs()))
+    return Atlas(once(doctor_runs() + ladder_runs() + advise_runs()))
+
+
+def once(runs: list[MeasuredRun]) -> tuple[MeasuredRun, ...]:
+    """Each run once, where it first appears: two studies can share a run (the ladder's claims share
+    pre-LN runs, some of them the doctor's too), and one run counted twice would be two runs of evidence."""
+    seen: set[str] = set()
+    out = []
+    for r in runs:
+        if r.config_hash not in seen:
+            seen.add(r.config_hash)
+            out.append(r)
+    return tuple(out)
 
 
 def write(atlas: Atlas, path: str = str(ATLAS_PATH)) -> None:

@@ -107,7 +107,8 @@ class Neighbourhood:
 
 
 def _kind(r: MeasuredRun) -> tuple:
-    return (r.wrap, r.norm, r.residual, r.param)
+    """The kind of stack and recipe (an atlas written before recipes: None, one kind as before)."""
+    return (r.wrap, r.norm, r.residual, r.param, r.recipe)
 
 
 def _coords(runs: list[MeasuredRun]) -> np.ndarray:
