@@ -84,7 +84,7 @@ def distance(q: Query, r: MeasuredRun) -> float:
 def nearest(
     atlas: Atlas, q: Query, k: int = K, exclude: set[str] = frozenset()
 ) -> list[tuple[float, MeasuredRun]]:
-    """The ``k`` measured runs of the same kind of stack nearest ``q``, nearest first, as (distance,
+    """The ``k`` measured runs of the same kind of stack and recipe nearest ``q``, nearest first, as (distance,
     run); ``exclude``: config hashes left out (a run is no evidence about itself). Runs equally far (to
     ``TIE`` in distance: the last bits of a sum of logs) go by seed, then in the atlas's order."""
     found = [(distance(q, r), r) for r in atlas.runs if r.config_hash not in exclude]

@@ -303,7 +303,7 @@ RULES = {
         "wrapping x width x lr x warmup": "among the atlas's runs of its wrapping, those at the nearest "
         "width, then the nearest lr among them, then the nearest warmup (ln(1 + warmup)) among those; "
         "majority, ties 'trains'",
-        "nearest runs": "the 5 runs of the same kind of stack nearest in (lr, width, depth, warmup, steps) "
+        "nearest runs": "the 5 runs of the same kind of stack and recipe nearest in (lr, width, depth, warmup, steps) "
         "(a factor 2 in lr, 4 in width, depth or steps, 16 in 1 + warmup each count 1), weighted "
         "1 / (1 + distance); 'trains' where the weighted share, shrunk by one run of each outcome, is >= 0.5",
         "always 'trains'": "'trains' for every run",

@@ -9,7 +9,7 @@ picks; a tie, or no run of that wrapping, answers "trains"):
 - ``wrapping x width x lr x warmup``: among the runs of its wrapping, those at the measured width
   nearest its own, then at the lr nearest its own among them, then at the warmup nearest its own
   (ln(1 + warmup)) among those.
-- ``nearest runs``: the :data:`depthlab.doctor.predict.K` runs of the same kind of stack nearest it
+- ``nearest runs``: the :data:`depthlab.doctor.predict.K` runs of the same kind of stack and recipe nearest it
   in :data:`depthlab.doctor.predict.SCALES` units (lr, width, depth, warmup and budget together), by
   :func:`depthlab.doctor.predict.atlas_share` (each weighted 1 / (1 + distance)).
 
