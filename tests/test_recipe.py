@@ -5,6 +5,7 @@ import csv
 import dataclasses
 import gzip
 import io
+import json
 import math
 from pathlib import Path
 
@@ -147,3 +148,24 @@ def test_the_likely_range_holds_the_lr_of_a_run_called_trains(atlas):
         )
     if a.prediction.p_trains >= LIKELY:
         assert lo <= train.lr <= hi and a.likely == (lo, hi)
+
+
+def test_advise_takes_the_recipe_as_depthlab_train_does_and_its_evidence_sets_the_same(capsys):
+    from depthlab.cli import main
+
+    base = ["advise", "--layers", "24", "--d-model", "32", "--heads", "4", "--lr", "1e-3", "--steps", "150",
+            "--alternatives", ""]  # fmt: skip
+    assert main([*base, "--schedule", "cosine", "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["recipe"] == "schedule=cosine" and data["evidence"]
+    assert all(r["recipe"] == "schedule=cosine" for r in data["evidence"])
+    assert main([*base, "--clip", "1", "--weight-decay", "0.1", "--optimizer", "adamw"]) == 0
+    screen = capsys.readouterr().out.splitlines()
+    assert any("clip=1, optimizer=adamw, weight_decay=0.1" in line for line in screen[:2])
+    assert (
+        "evidence: no measured run of pre that set the same (the call rests on the probe's limit alone)"
+        in screen
+    )
+    assert main([*base, "--json", "-"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["recipe"] == "" and all(r["recipe"] == "" for r in plain["evidence"])

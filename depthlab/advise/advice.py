@@ -25,6 +25,7 @@ from depthlab.doctor.limit import LrLimit
 from depthlab.doctor.lr_limit import limit_of, width
 from depthlab.doctor.plateau import plateau_verdict
 from depthlab.doctor.predict import Prediction, Query, p_trains
+from depthlab.doctor.recipe import recipe
 from depthlab.doctor.record import load_record
 from depthlab.doctor.verdict import Verdict
 from depthlab.errors import ConfigError
@@ -97,6 +98,7 @@ class Advice:
             "train": {
                 k: getattr(self.train, k) for k in ("lr", "warmup", "steps", "batch_size", "seq_len", "seed")
             },
+            "recipe": recipe(self.model, self.train),  # what else the run sets; its evidence sets the same
             "p_trains": self.prediction.p_trains,
             "call": self.prediction.call,
             "confident": self.prediction.confident,

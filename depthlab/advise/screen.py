@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from depthlab.advise import track_record
 from depthlab.doctor.predict import FAR
+from depthlab.doctor.recipe import recipe
 
 WIDTH = 110
 
@@ -82,10 +83,12 @@ def render(a, likely: float) -> str:
     m, t, p = a.model, a.train, a.prediction
     head = (f"{m.wrap}, {m.n_layers} layers, d_model {m.d_model}, {m.n_heads} heads; lr {t.lr:g}, warmup "
             f"{t.warmup}, {t.steps:,} steps of {t.batch_size} x {t.seq_len}")  # fmt: skip
+    sets = recipe(m, t)  # what else the run sets: its evidence is runs that set the same
+    head += f"; {sets}" if sets else ""
     sure = "" if p.confident else f"; not a confident call: {p.why_not}"
     sure = against_limit(a.limit, t.lr, p) + sure
     lines = [
-        f"advise: {head}",
+        *_fold(f"advise: {head}"),
         *_fold(f"expected: {p.said} (P(trains) = {p.p_trains:.2f}){_short(t)}{sure}"),
     ]
     if a.limit is not None:
@@ -104,11 +107,12 @@ def render(a, likely: float) -> str:
             f"  {o.wrap + mark:<26}{o.p_trains:>10.2f}{_lr(o.safe_lr):>10}   {_range(o.likely)}{sure}"
         )
     ev = a.evidence
+    kind = f"{m.wrap} that set the same" if sets else m.wrap
     lines += [
         "",
-        f"evidence: the {len(ev)} nearest measured runs of {m.wrap} ({a.agreeing()} of them went as called)"
+        f"evidence: the {len(ev)} nearest measured runs of {kind} ({a.agreeing()} of them went as called)"
         if ev
-        else f"evidence: no measured run of {m.wrap} (the call rests on the probe's limit alone)",
+        else f"evidence: no measured run of {kind} (the call rests on the probe's limit alone)",
     ]
     for d, runs in _settings(ev):  # the seeds of one setting that ended alike share a row
         r = runs[0]
@@ -116,7 +120,7 @@ def render(a, likely: float) -> str:
         lo, hi = (f"{x:.2f}" for x in (losses[0], losses[-1])) if losses else ("-", "-")
         loss = lo if hi == lo else f"{lo}-{hi}"
         outcome = r.outcome + (f" x{len(runs)}" if len(runs) > 1 else "")
-        lines.append(_cut(f"  {r.shape():<22} lr {r.lr:<8g} warmup {r.warmup:<4} {r.steps:>5} steps  "
+        lines.append(_cut(f"  {r.shape(recipe=False):<22} lr {r.lr:<8g} warmup {r.warmup:<4} {r.steps:>5} steps  "
                           f"{outcome:<12} val {loss:<5} (distance {d:.2f})"))  # fmt: skip
     if a.seed_splits:
         lines += _fold(seed_text(a.seed_splits))
@@ -157,7 +161,8 @@ def inside_text(advice) -> str:
     """Whether the question lies inside what was measured, in one line."""
     near = advice.evidence
     if not near:
-        return "outside what was measured: no run of this kind of stack in the atlas"
+        sets = recipe(advice.model, advice.train)
+        return f"outside what was measured: no run of this kind of stack{' that sets the same' if sets else ''} in the atlas"
     d = near[0][0]
     where = (
         "inside what was measured"
@@ -173,7 +178,10 @@ def seed_text(splits) -> str:
     """The first evidence setting that went both ways by seed, in one line (how many more did)."""
     runs = splits[0]
     first = runs[0]
-    ways = ", ".join(f"{r.outcome} at seed {r.seed}" for r in runs)
+    seeds: dict[str, list[str]] = {}  # outcome -> its seeds, in the order of the first seed of each
+    for r in runs:
+        seeds.setdefault(r.outcome, []).append(str(r.seed))
+    ways = "; ".join(f"{o} at seed{'s' if len(s) > 1 else ''} {', '.join(s)}" for o, s in seeds.items())
     more = f"; {len(splits) - 1} more of the nearest settings too" if len(splits) > 1 else ""
-    return (f"  the seed decides here: {first.shape()} lr {first.lr:g} warmup {first.warmup} {ways}"
+    return (f"  the seed decides here: {first.shape(recipe=False)} lr {first.lr:g} warmup {first.warmup} {ways}"
             f"{more}")  # fmt: skip

@@ -17,6 +17,7 @@ from depthlab.cli.common import (
     model_config_from_args,
     seed_from_args,
 )
+from depthlab.cli.train import add_recipe_flags, recipe_from_args
 from depthlab.config import TrainConfig
 from depthlab.errors import ConfigError
 from depthlab.model.memory import available_memory, check_memory, estimate_memory
@@ -49,6 +50,7 @@ def add_parser(sub) -> None:
     g.add_argument(
         "--seq-len", type=int, default=d.seq_len, help=f"tokens per sequence (default {d.seq_len})"
     )
+    add_recipe_flags(g, d)  # a measured run is evidence only for a run of the same recipe
     p.add_argument(
         "--alternatives",
         default=",".join(ALTERNATIVES),
@@ -80,7 +82,7 @@ def run(args) -> int:
     check_output_file(args.json, "--json", ("json",))
     model = model_config_from_args(args)
     train = TrainConfig(lr=args.lr, warmup=args.warmup, steps=args.steps, batch_size=args.batch_size,
-                        seq_len=args.seq_len, seed=seed_from_args(args))  # fmt: skip
+                        seq_len=args.seq_len, seed=seed_from_args(args), **recipe_from_args(args))  # fmt: skip
     model.check_length(train.seq_len + 1, "seq_len", train.seq_len)
     if model.arch != "decoder":
         raise ConfigError("arch", model.arch, "advise answers for decoder language models (every run it measured "

@@ -25,14 +25,6 @@ TRAIN_FLAGS = {
     "seq_len": "seq_len",
     "lr": "lr",
     "warmup": "warmup",
-    "schedule": "schedule",
-    "optimizer": "optimizer",
-    "beta1": "beta1",
-    "beta2": "beta2",
-    "eps": "eps",
-    "weight_decay": "weight_decay",
-    "clip": "clip",
-    "min_lr_ratio": "min_lr_ratio",
     "log_every": "log_every",
     "eval_every": "eval_every",
     "eval_batches": "eval_batches",
@@ -40,7 +32,6 @@ TRAIN_FLAGS = {
     "spike_factor": "spike_factor",
     "stall_share": "stall_share",
     "symbols": "symbols",
-    "z_loss": "z_loss",
     "device": "device",
 }
 
@@ -79,6 +70,20 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--lr", type=float, default=d.lr, help=f"peak learning rate (default {d.lr:g})")
     g.add_argument("--warmup", type=int, default=d.warmup, help=f"warmup steps (default {d.warmup})")
+    add_recipe_flags(g, d)
+    g.add_argument(
+        "--symbols", type=int, default=d.symbols, help=f"copy/reverse/sort alphabet (default {d.symbols})"
+    )
+    add_run_flags(g, d)
+
+
+# flag -> TrainConfig field: the optimiser and schedule beyond lr and warmup (a run's recipe, with the model's)
+RECIPE_FLAGS = ("schedule", "optimizer", "beta1", "beta2", "eps", "weight_decay", "clip", "min_lr_ratio", "z_loss",
+                "independent_wd")  # fmt: skip
+
+
+def add_recipe_flags(g, d: TrainConfig) -> None:
+    """The flags of :data:`RECIPE_FLAGS` (``depthlab train`` and ``depthlab advise`` take them alike)."""
     g.add_argument("--schedule", default=d.schedule, help=f"{'|'.join(SCHEDULES)} (default {d.schedule})")
     g.add_argument("--optimizer", default=d.optimizer, help=f"{'|'.join(OPTIMIZERS)} (default {d.optimizer})")
     g.add_argument("--beta1", type=float, default=d.beta1, help=f"Adam beta1 (default {d.beta1})")
@@ -100,10 +105,6 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --optimizer adamw: weight decay independent of the learning rate (Wortsman et al. 2023)",
     )
-    g.add_argument(
-        "--symbols", type=int, default=d.symbols, help=f"copy/reverse/sort alphabet (default {d.symbols})"
-    )
-    add_run_flags(g, d)
 
 
 def add_run_flags(g, d: TrainConfig) -> None:
@@ -156,14 +157,19 @@ def add_run_flags(g, d: TrainConfig) -> None:
     g.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def recipe_from_args(args: argparse.Namespace) -> dict:
+    """The TrainConfig fields of :data:`RECIPE_FLAGS` as the flags give them."""
+    return {name: getattr(args, name) for name in RECIPE_FLAGS}
+
+
 def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
     values = {field: getattr(args, flag) for flag, field in TRAIN_FLAGS.items()}
+    values.update(recipe_from_args(args))
     values.update(
         seed=seed_from_args(args),
         telemetry=not args.no_telemetry,
         compile=args.compile,
         bf16=args.bf16,
-        independent_wd=args.independent_wd,
     )
     if values["checkpoint_every"] is None:
         values["checkpoint_every"] = TrainConfig().checkpoint_every

@@ -92,12 +92,12 @@ class MeasuredRun:
         return (self.wrap, self.norm, self.residual, self.param, self.n_layers, self.d_model, self.n_heads,
                 self.lr, self.warmup, self.steps, self.batch_size, self.seq_len, self.recipe)  # fmt: skip
 
-    def shape(self) -> str:
-        """'post 24L d128' (with the skips, parametrization and recipe where they differ from a full sp
-        block at depthlab's defaults: 'pre 24L d32 final_norm=off')."""
+    def shape(self, recipe: bool = True) -> str:
+        """'post 24L d128' (with the skips, parametrization and, with ``recipe``, the recipe where they
+        differ from a full sp block at depthlab's defaults: 'pre 24L d32 final_norm=off')."""
         extra = "" if {"attn", "ffn"} <= set(self.residual.split(",")) else f" skips={self.residual}"
         extra += "" if self.param == "sp" else f" {self.param}"
-        extra += f" {self.recipe.replace(', ', ' ')}" if self.recipe else ""
+        extra += f" {self.recipe.replace(', ', ' ')}" if recipe and self.recipe else ""
         return f"{self.wrap} {self.n_layers}L d{self.d_model}{extra}"
 
 
