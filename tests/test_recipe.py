@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from depthlab import ModelConfig, TrainConfig
-from depthlab.advise.advice import LIKELY, advise, likely_range
+from depthlab.advise.advice import LIKELY, advise, likely_range, rewired
 from depthlab.doctor.atlas import COLUMNS, Atlas
 from depthlab.doctor.predict import Query, distance, nearest, p_trains
-from depthlab.doctor.recipe import HELD, recipe, recipe_of
+from depthlab.doctor.recipe import HELD, UNREADABLE, recipe, recipe_of
 from depthlab.doctor.record import load_record
 from depthlab.interop.hf import imported_config
 from depthlab.study.grid import RunSpec
@@ -67,14 +67,54 @@ def test_sizes_budgets_numerical_details_and_bookkeeping_are_no_recipe(
     assert recipe(model, dataclasses.replace(train, weight_decay=0.1)) == "weight_decay=0.1"
 
 
+# Every field the recipe reads, with a stack that reads it and a value away from its default. A field added
+# to a config must be named here or in HELD: a new knob is never silently left out of the evidence.
+READ = {
+    "activation": ({}, "swiglu"), "attn_softcap": ({}, 50.0), "dropout": ({}, 0.1), "embed_norm": ({}, True),
+    "embed_scale": ({}, False), "gain_offset": ({"norm": "rmsnorm"}, True), "head_scale": ({}, True),
+    "init": ({}, "normal"), "logit_softcap": ({}, 30.0), "position": ({}, "rope"), "qk_norm": ({}, True),
+    "sliding_window": ({}, 8), "tie_embeddings": ({}, False), "dyt_alpha": ({"norm": "dyt"}, 1.0),
+    "mix_ratio": ({"wrap": "mix"}, 0.5), "base_width": ({"param": "mup"}, 32),
+    "base_depth": ({"param": "completep"}, 3), "streams": ({"wrap": "hc"}, 2),
+    "sinkhorn_iters": ({"wrap": "mhc"}, 5), "sinkhorn_tol": ({"wrap": "mhc"}, 0.01),
+    "attnres_blocks": ({"wrap": "attnres_block"}, 2), "dwa_dilation": ({"wrap": "denseformer"}, 2),
+    "dwa_period": ({"wrap": "denseformer"}, 2),
+}  # fmt: skip
+READ_TRAIN = {"beta1": 0.8, "beta2": 0.999, "clip": 1.0, "schedule": "cosine", "task": "copy", "z_loss": 1e-4}
+
+
 def test_every_field_is_held_or_part_of_the_recipe():
-    """A field added to a config is part of the recipe unless named as held: a new knob is never silently
-    ignored by the evidence."""
-    names = set(ModelConfig().flat_dict()) | set(TrainConfig().flat_dict())
-    assert HELD <= names
-    assert {"schedule", "beta2", "clip", "weight_decay", "activation", "position", "init", "dropout"} <= (
-        names - HELD
+    """A field away from its default, on a stack that reads it, is named in the recipe; and the table above
+    names every field HELD does not (``optimizer``, ``weight_decay`` and ``independent_wd`` read together)."""
+    together = {"optimizer", "weight_decay", "independent_wd"}
+    assert set(ModelConfig().flat_dict()) - HELD == set(READ)
+    assert set(TrainConfig().flat_dict()) - HELD == set(READ_TRAIN) | together
+    for name, (stack, value) in READ.items():
+        base = ModelConfig.from_dict(dict(n_layers=6, d_model=64, n_heads=4, **stack))
+        model = ModelConfig.from_dict({**base.flat_dict(), name: value})
+        assert name in recipe(model, TrainConfig(seq_len=16)) and name not in recipe(
+            base, TrainConfig(seq_len=16)
+        )
+    for name, value in READ_TRAIN.items():
+        assert recipe(PLAIN, TrainConfig(**{name: value})).startswith(f"{name}=")
+    adamw = TrainConfig(optimizer="adamw", weight_decay=0.1, independent_wd=True)
+    assert recipe(PLAIN, adamw) == "independent_wd=true, optimizer=adamw, weight_decay=0.1"
+
+
+def test_a_setting_that_changes_nothing_is_no_recipe():
+    assert recipe(PLAIN, TrainConfig(schedule="constant")) == ""  # the linear schedule without warmup
+    assert recipe(PLAIN, TrainConfig(optimizer="adamw")) == ""  # AdamW without weight decay is Adam
+    every = ModelConfig.from_dict({**PLAIN.flat_dict(), "biases": ["qkv", "out", "ffn"]})
+    assert recipe(every, TrainConfig()) == ""  # the biases bias=true gives
+    assert (
+        recipe(ModelConfig.from_dict({**PLAIN.flat_dict(), "biases": ["qkv"]}), TrainConfig()) == "biases=qkv"
     )
+    assert recipe(dataclasses.replace(PLAIN, bias=False), TrainConfig()) == "bias=false"
+    mup = dataclasses.replace(PLAIN, param="mup", base_width=PLAIN.d_model)
+    assert recipe(mup, TrainConfig()) == ""
+    window = ModelConfig.from_dict({**PLAIN.flat_dict(), "sliding_window": 4096})
+    assert recipe(window, TrainConfig(seq_len=64)) == ""  # no shorter than the sequence: no window
+    assert recipe(PLAIN, TrainConfig(beta2=0.9999999)) == "beta2=0.9999999"  # no digit lost
 
 
 def test_a_stored_config_has_the_recipe_of_its_configs():
@@ -126,28 +166,48 @@ def test_an_atlas_file_without_the_recipe_column_reads_as_not_known(tmp_path, at
         f.write(out.getvalue())
     (old,) = Atlas.load(path).runs
     assert old.recipe is None and dataclasses.replace(old, recipe=atlas.runs[0].recipe) == atlas.runs[0]
+    written = tmp_path / "again.csv.gz"  # written again, unknown stays unknown (not "", every default)
+    with gzip.open(written, "wt", encoding="utf-8") as f:
+        f.write(Atlas((old, atlas.runs[0])).to_csv())
+    assert [r.recipe for r in Atlas.load(written).runs] == [None, ""]
 
 
-def test_the_likely_range_holds_the_lr_of_a_run_called_trains(atlas):
-    """The acceptance run (post-LN 6 x 512, warmup 50, 200 steps of 16 x 32) at lr 7e-4 is called TRAINS;
-    its lr lies inside the range said for P >= 0.8, and each end, given to two digits, is inward of where
-    the probability crosses."""
+def test_a_stored_config_this_version_cannot_read_is_evidence_for_no_question(atlas):
+    run = next(r for r in atlas.runs if r.recipe == "")
+    stored = RunSpec(PLAIN, TrainConfig()).config_dict()
+    stored["model"]["no_such_field"] = 1
+    assert recipe_of(stored) == UNREADABLE
+    assert distance(Query.of(run), dataclasses.replace(run, recipe=UNREADABLE)) == math.inf
+
+
+@pytest.mark.parametrize("lr", [7e-4, 7.3e-4])
+def test_the_likely_range_holds_the_lr_of_a_run_called_trains(atlas, lr):
+    """The acceptance run (post-LN 6 x 512, warmup 50, 200 steps of 16 x 32) is called TRAINS at lr 7e-4
+    and at 7.3e-4, just inside where P(trains) crosses 0.8: its lr lies inside the range said for
+    P >= 0.8, every lr inside is likely, and past an end by more than the bisection's 0.5% it is not."""
     model = ModelConfig(n_layers=6, d_model=512, n_heads=8, wrap="post")
-    train = TrainConfig(lr=7e-4, warmup=50, steps=200, batch_size=16, seq_len=32)
+    train = TrainConfig(lr=lr, warmup=50, steps=200, batch_size=16, seq_len=32)
     a = advise(model, train, atlas, alternatives=())
     record = load_record()
-    lo, hi = likely_range(a.limit, model, train, atlas, record)
-    assert float(f"{lo:.2g}") == lo and float(f"{hi:.2g}") == hi
-    for lr in (lo, hi, math.sqrt(lo * hi)):
-        assert (
-            p_trains(record["predictor"], a.limit, Query.for_run(model, train, lr), atlas).p_trains >= LIKELY
-        )
-    for lr in (hi * 1.02, lo / 1.02):  # past an end by more than its rounding and the bisection's 0.5%
-        assert (
-            p_trains(record["predictor"], a.limit, Query.for_run(model, train, lr), atlas).p_trains < LIKELY
-        )
-    if a.prediction.p_trains >= LIKELY:
-        assert lo <= train.lr <= hi and a.likely == (lo, hi)
+
+    def p(at: float) -> float:
+        return p_trains(record["predictor"], a.limit, Query.for_run(model, train, at), atlas).p_trains
+
+    lo, hi = a.likely
+    assert a.prediction.p_trains >= LIKELY and lo <= lr <= hi
+    assert a.likely == likely_range(a.limit, model, train, atlas, record)
+    assert all(p(x) >= LIKELY for x in (lo, hi, math.sqrt(lo * hi), lr))
+    assert p(hi * 1.02) < LIKELY and p(lo / 1.02) < LIKELY
+    assert float(f"{lo:.2g}") == lo  # an end the run's lr did not move is given to two digits
+
+
+def test_an_explicit_final_norm_that_restates_the_wrapping_s_own_leaves_the_alternatives_plain(atlas):
+    model = ModelConfig(n_layers=6, d_model=128, n_heads=4, wrap="pre")
+    train = TrainConfig(lr=3e-3, warmup=50, steps=200)
+    plain = {o.wrap: o.p_trains for o in advise(model, train, atlas, alternatives=("post",)).options}
+    said = advise(dataclasses.replace(model, final_norm="on"), train, atlas, alternatives=("post",))
+    assert {o.wrap: o.p_trains for o in said.options} == plain
+    assert rewired(dataclasses.replace(model, final_norm="off"), "post").final_norm == "off"  # a choice: kept
 
 
 def test_advise_takes_the_recipe_as_depthlab_train_does_and_its_evidence_sets_the_same(capsys):
@@ -169,3 +229,20 @@ def test_advise_takes_the_recipe_as_depthlab_train_does_and_its_evidence_sets_th
     assert main([*base, "--json", "-"]) == 0
     plain = json.loads(capsys.readouterr().out)
     assert plain["recipe"] == "" and all(r["recipe"] == "" for r in plain["evidence"])
+    assert main([*base, "--schedule", "cosine"]) == 0
+    screen = capsys.readouterr().out.splitlines()
+    assert screen[0].endswith(
+        "; schedule=cosine"
+    ) and "evidence: the 5 nearest measured runs of pre that set the same" in "\n".join(screen)
+    rows = [line for line in screen if line.startswith("  pre 24L")]
+    assert rows and not any("schedule" in line for line in rows)  # the first line names it once
+
+
+def test_the_probe_s_call_without_measured_runs_of_its_recipe_says_so(capsys):
+    from depthlab.cli import main
+
+    assert main(["probe", "--layers", "3", "--d-model", "32", "--heads", "4", "--activation", "swiglu",
+                 "--lr", "1e-3"]) == 0  # fmt: skip
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("expected at"))
+    assert "from the limit above alone: no measured run of this stack sets the same" in line
+    assert "not confident: no measured run of this stack sets what this run sets (activation=swiglu)" in line

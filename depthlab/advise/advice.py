@@ -29,6 +29,7 @@ from depthlab.doctor.recipe import recipe
 from depthlab.doctor.record import load_record
 from depthlab.doctor.verdict import Verdict
 from depthlab.errors import ConfigError
+from depthlab.model.stack import uses_final_norm
 from depthlab.probe.result import ProbeResult
 from depthlab.study.grid import RunSpec
 from depthlab.study.worker import probe_run
@@ -213,8 +214,9 @@ def likely_range(
 ) -> tuple[float, float] | None:
     """The widest run of learning rates where P(trains) >= ``LIKELY`` for this stack, warmup and budget
     (the probe's quantities scale with lr, so no new probe is needed): found on :data:`LR_GRID`, each
-    end then bisected (in ln lr) to where the probability crosses, and given to two significant digits,
-    rounded inward, so that the lr of a run called likely lies in the range said; None where there is none."""
+    end then bisected (in ln lr) to where the probability crosses and given to two significant digits,
+    rounded inward; the run's own lr, where it is likely and next to the range, widens it (so a run
+    called likely has its lr inside the range said). None where there is none."""
     if limit is None:
         return None
 
@@ -234,7 +236,13 @@ def likely_range(
     lo, hi = max(runs, key=lambda r: r[1] - r[0])
     low = LR_GRID[lo] if lo == 0 else _crossing(likely, LR_GRID[lo - 1], LR_GRID[lo])
     high = LR_GRID[hi] if hi == len(LR_GRID) - 1 else _crossing(likely, LR_GRID[hi + 1], LR_GRID[hi])
-    return _two_digits(low, up=True), _two_digits(high, up=False)
+    ends = _two_digits(low, up=True), _two_digits(high, up=False)
+    if ends[0] > ends[1]:  # too narrow to say in two digits
+        ends = low, high
+    near = LR_GRID[max(lo - 1, 0)] <= train.lr <= LR_GRID[min(hi + 1, len(LR_GRID) - 1)]
+    if near and likely(train.lr):  # the run's own lr, between an end and where its digits cut it off
+        ends = min(ends[0], train.lr), max(ends[1], train.lr)
+    return ends
 
 
 def _crossing(likely, miss: float, hit: float, halvings: int = 6) -> float:
@@ -253,6 +261,15 @@ def _two_digits(x: float, up: bool) -> float:
     return float(f"{units * scale:.2g}")
 
 
+def rewired(model: ModelConfig, wrap: str) -> ModelConfig:
+    """``model`` as an alternative wrapping ``wrap``: a final-norm setting that only says what the model's
+    own wrapping does anyway (``on`` for pre-LN) is left to ``wrap``'s own, so that the alternative is
+    the plain stack of that wrapping, not one with a final norm it does not have."""
+    if uses_final_norm(model) == uses_final_norm(dataclasses.replace(model, final_norm="auto")):
+        model = dataclasses.replace(model, final_norm="auto")
+    return dataclasses.replace(model, wrap=wrap)
+
+
 def advise(
     model: ModelConfig,
     train: TrainConfig,
@@ -269,7 +286,7 @@ def advise(
     if isinstance(alternatives, str):  # "pre, sandwich" as the command line takes it
         alternatives = tuple(w.strip() for w in alternatives.split(",") if w.strip())
     for wrap in alternatives:  # each a stack this model can be: refused before any probe
-        dataclasses.replace(model, wrap=wrap)
+        rewired(model, wrap)
     if atlas is not None and not isinstance(atlas, Atlas):
         atlas = load_atlas(atlas)  # a store's path, or a list of them: its runs join the shipped ones
     atlas = Atlas.load() if atlas is None else atlas
@@ -281,7 +298,7 @@ def advise(
     for wrap in alternatives:
         if wrap == model.wrap:
             continue
-        other = dataclasses.replace(model, wrap=wrap)
+        other = rewired(model, wrap)
         p, lim = predict(probe_for(other, train, full=False), other, train, atlas, record)
         options.append(_option(wrap, p, lim, other, train, atlas, record))
     options.sort(key=lambda o: (-o.p_trains, o.wrap))

@@ -94,8 +94,9 @@ def render(a, likely: float) -> str:
     if a.limit is not None:
         lim = a.limit
         fails = f", failed from {lim.lr_fails:.2g}" if lim.lr_fails else ""
+        span = _range(a.likely) if a.likely or a.evidence else "none without measured runs that set the same"
         lines += _fold(f"safe lr ({m.wrap}, warmup {t.warmup}): <= {lim.lr_limit:.2g} (trained to "
-                       f"{_lr(lim.lr_trained)}{fails}); P >= {likely} for lr {_range(a.likely)}")  # fmt: skip
+                       f"{_lr(lim.lr_trained)}{fails}); P >= {likely} for lr {span}")  # fmt: skip
     lines += [
         "",
         f"{'wrapping at lr ' + format(t.lr, 'g'):<28}{'P(trains)':>10}{'safe lr':>10}   P >= {likely} for lr",

@@ -7,6 +7,7 @@ import dataclasses
 import os
 
 from depthlab.advise import ALTERNATIVES, advise
+from depthlab.advise.advice import rewired
 from depthlab.advise.evidence import load_atlas
 from depthlab.advise.target import transfer_advice
 from depthlab.cli.common import (
@@ -91,7 +92,7 @@ def run(args) -> int:
     wraps = tuple(comma_list(args.alternatives, "alternatives")) if args.alternatives.strip() else ()
     for w in wraps:  # every alternative must be a stack this model can be: checked before any probe
         try:
-            dataclasses.replace(model, wrap=w)
+            rewired(model, w)
         except ConfigError as e:
             raise ConfigError("alternatives", w, str(e).split(": ", 1)[-1]) from None
     probe = estimate_memory(model, "probe", train.batch_size, train.seq_len)

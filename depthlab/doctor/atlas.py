@@ -24,11 +24,12 @@ import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from depthlab.config import ConfigError, ModelConfig
+from depthlab.config import ModelConfig
 from depthlab.doctor.recipe import recipe_of
 
 ATLAS_PATH = Path(__file__).resolve().with_name("atlas.csv.gz")
 RENORMALISING = ("post", "deepnorm", "admin", "mix")  # blocks that renormalise the stream, by name
+UNKNOWN = "?"  # an unknown recipe (an atlas row written before recipes), as the CSV file holds it
 
 
 def renormalises(wrap: str, n_layers: int) -> bool:
@@ -107,8 +108,8 @@ FLOATS = ("lr", "val_loss", "unigram_loss", "update_gain", "relative_update_per_
 
 
 def _value(name: str, text: str | None):
-    if name == "recipe":
-        return text  # "" is a run at every default; None (no such column) is not known
+    if name == "recipe":  # "" is a run at every default; no such column, or "?", is not known
+        return None if text in (None, UNKNOWN) else text
     if text == "":
         return None if name in INTS or name in FLOATS else ""
     if name in INTS:
@@ -158,7 +159,7 @@ class Atlas:
         w = csv.DictWriter(out, COLUMNS, lineterminator="\n")
         w.writeheader()
         for r in self.runs:
-            w.writerow({k: "" if getattr(r, k) is None else _text(getattr(r, k)) for k in COLUMNS})
+            w.writerow({k: _cell(k, getattr(r, k)) for k in COLUMNS})
         return out.getvalue()
 
     def to_pandas(self):
@@ -166,6 +167,13 @@ class Atlas:
         import pandas as pd
 
         return pd.DataFrame([{k: getattr(r, k) for k in COLUMNS} for r in self.runs], columns=list(COLUMNS))
+
+
+def _cell(name: str, v) -> str:
+    """A field's CSV text: "" for None, but an unknown recipe is "?" ("" is a run at every default)."""
+    if v is None:
+        return UNKNOWN if name == "recipe" else ""
+    return _text(v)
 
 
 def _text(v) -> str:
@@ -203,16 +211,8 @@ def from_run(source: str, run: dict, probe: dict | None) -> MeasuredRun:
         relative_update_per_lr=None if rho is None or not lr else _finite(rho / lr),
         renormalised_share=stack.get("renormalised_share"),
         config_hash=run.get("config_hash", ""),
-        recipe=_recipe(run["config"]),
+        recipe=recipe_of(run["config"]),
     )
-
-
-def _recipe(config: dict) -> str | None:
-    """The stored config's recipe; None (not known) for a config this version cannot read."""
-    try:
-        return recipe_of(config)
-    except (ConfigError, KeyError, TypeError, ValueError):
-        return None
 
 
 def _finite(v) -> float | None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from depthlab.doctor.atlas import Atlas, MeasuredRun
 from depthlab.doctor.limit import LrLimit
-from depthlab.doctor.recipe import recipe
+from depthlab.doctor.recipe import recipe, same_recipe
 
 # The nearest-run metric: ln-distance per axis divided by these (a factor 2 in lr, 4 in width, depth or
 # steps, 16 in 1 + warmup each count 1). Registered with the held-out grid at depth before its runs.
@@ -69,7 +69,7 @@ def distance(q: Query, r: MeasuredRun) -> float:
     (wrapping, norm, skips or parametrization) or another recipe (where both are known)."""
     if (r.wrap, r.norm, r.residual, r.param) != (q.wrap, q.norm, q.residual, q.param):
         return math.inf
-    if r.recipe is not None and q.recipe is not None and r.recipe != q.recipe:
+    if not same_recipe(q.recipe, r.recipe):
         return math.inf
     d = [
         math.log(q.lr / r.lr) / SCALES["lr"],
@@ -246,15 +246,20 @@ def p_trains(
     )
     z = sum(model["coef"].get(name, 0.0) * x[name] for name in FEATURES)
     p = 1 / (1 + math.exp(-max(min(z, 40.0), -40.0)))
-    why = _why_not(model, x, near)
+    why = _why_not(model, x, near, q.recipe)
     return Prediction(p, family, tuple(near), confident=not why, why_not=why)
 
 
-def _why_not(model: dict, x: dict[str, float], near: list) -> str:
+def _why_not(model: dict, x: dict[str, float], near: list, recipe: str | None = "") -> str:
     """Why a prediction is not confident: no measured run within ``FAR`` and a feature outside the range
-    the fit saw ("" when either holds)."""
+    the fit saw ("" when either holds); or, for a run of a recipe (:mod:`depthlab.doctor.recipe`), no
+    measured run of it at all (the fit never saw a call without the atlas's evidence)."""
     if near and near[0][0] <= FAR:
         return ""
+    if not near and recipe:
+        return (
+            f"no measured run of this stack sets what this run sets ({recipe}); the call rests on the limit"
+        )
     out = [name for name, (lo, hi) in model.get("support", {}).items() if not lo <= x[name] <= hi]
     if not out:
         return ""

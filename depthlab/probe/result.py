@@ -124,9 +124,14 @@ class ProbeResult:
         sure = e.get("against_limit", "") + (
             "" if e["confident"] else f"; not confident: {e['why_not_confident']}"
         )
+        runs = (
+            f"and the {e['nearest_runs']} nearest measured runs; depthlab advise shows them"
+            if e["nearest_runs"]
+            else "alone: no measured run of this stack sets the same"
+        )
         return (
             f"expected at {e['steps']:,} steps: {e['said']} (P(trains) = {e['p_trains']:.2f}, from the limit above "
-            f"and the {e['nearest_runs']} nearest measured runs; depthlab advise shows them){sure}"
+            f"{runs}){sure}"
         )
 
     def to_pandas(self, table: str = "layers"):

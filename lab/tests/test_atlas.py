@@ -5,6 +5,7 @@ shipped predictor makes the latest grid's registered predictions until its runs 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -145,6 +146,23 @@ def test_the_library_s_probability_is_the_fit_s_on_the_atlas_runs(atlas):
         != pytest.approx(p, rel=1e-9, abs=1e-12)
     ]
     assert len(rows) > 1500 and not apart, apart[:5]
+
+
+def test_the_lab_s_neighbourhood_matches_recipes_as_the_library_does(atlas):
+    """In an atlas that mixes known recipes, another recipe and unknown ones (an old file's runs, None),
+    the lab's array form and depthlab.doctor.predict.nearest give one share for every run."""
+    from depthlab.doctor.predict import Query, atlas_share, nearest
+    from depthlab_lab.calibrate.predictor_fit import Neighbourhood
+
+    runs = [r for r in atlas.runs if r.wrap == "post" and r.d_model == 32][:200]
+    mixed = Atlas(tuple(
+        dataclasses.replace(r, recipe=(None, "schedule=cosine", r.recipe)[i % 3]) for i, r in enumerate(runs)
+    ))  # fmt: skip
+    hood = Neighbourhood(mixed)
+    for r in mixed.runs:
+        lib = atlas_share(nearest(mixed, Query.of(r), exclude={r.config_hash}))
+        lab = hood.share(r, set())
+        assert (lib is None and lab is None) or lib == pytest.approx(lab, rel=1e-12), r
 
 
 def test_the_shipped_predictor_still_makes_the_latest_grid_s_registered_predictions(atlas):

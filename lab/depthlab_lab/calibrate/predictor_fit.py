@@ -31,6 +31,7 @@ from depthlab.doctor.limit import LrLimit
 from depthlab.doctor.lr_limit import Stack, limit_from
 from depthlab.doctor.predict import FEATURES, SCALES, TIE, K, Query, features
 from depthlab.doctor.predict import wrapping_model as chosen
+from depthlab.doctor.recipe import same_recipe
 from depthlab_lab.calibrate.lookups import LOOKUPS
 
 SHAPE = ("ln_steps", "ln_depth", "ln_width", "ln_1_warmup")
@@ -88,15 +89,18 @@ class Neighbourhood:
                 np.array([r.trained for r in runs], dtype=float),
                 [r.config_hash for r in runs],
                 np.array([r.seed for r in runs]),
+                [r.recipe for r in runs],
             )
 
     def share(self, run: MeasuredRun, exclude: set[str]) -> float | None:
-        """The atlas share of the runs nearest ``run`` (itself and ``exclude`` left out)."""
+        """The atlas share of the runs nearest ``run`` (itself and ``exclude`` left out; a run of
+        another recipe too, where both are known, as :func:`depthlab.doctor.predict.distance` has it)."""
         found = self.kinds.get(_kind(run))
         if found is None:
             return None
-        coords, trained, hashes, seeds = found
-        keep = np.array([h not in exclude and h != run.config_hash for h in hashes])
+        coords, trained, hashes, seeds, recipes = found
+        keep = np.array([h not in exclude and h != run.config_hash and same_recipe(run.recipe, r)
+                         for h, r in zip(hashes, recipes)])  # fmt: skip
         if not keep.any():
             return None
         d = np.sqrt(((coords[keep] - _coords([run])[0]) ** 2).sum(axis=1))
@@ -107,8 +111,7 @@ class Neighbourhood:
 
 
 def _kind(r: MeasuredRun) -> tuple:
-    """The kind of stack and recipe (an atlas written before recipes: None, one kind as before)."""
-    return (r.wrap, r.norm, r.residual, r.param, r.recipe)
+    return (r.wrap, r.norm, r.residual, r.param)
 
 
 def _coords(runs: list[MeasuredRun]) -> np.ndarray:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 
-from depthlab.doctor.atlas import Atlas, MeasuredRun
+from depthlab.doctor.atlas import Atlas
 from depthlab.doctor.predict import Query
 from depthlab.intervals import paired_counts, paired_difference_interval, wilson_interval
 from depthlab.report.doctor_score import expected
@@ -35,11 +35,6 @@ POOLS = {
     "doctor-scale-heldout": ("doctor-tuning", "doctor-scale-tuning", "doctor-scale-tuning-wide"),
     "doctor-heldout": ("doctor-tuning",),
 }
-
-
-def _query(r: MeasuredRun) -> Query:
-    return Query(wrap=r.wrap, n_layers=r.n_layers, d_model=r.d_model, lr=r.lr, warmup=r.warmup,
-                 steps=r.steps, residual=r.residual, norm=r.norm, param=r.param)  # fmt: skip
 
 
 def _label(rows: list[dict]) -> str:
@@ -63,7 +58,7 @@ def scores(atlas: Atlas, record: dict) -> list[dict]:
         truth = [expected(r["outcome"]) == "trains" for r in rows]
         right = {"doctor": [(r["predicted"] == "trains") == t for r, t in zip(rows, truth)]}
         for name, lookup in LOOKUPS.items():
-            calls = [lookup(pool, _query(by_hash[r["config_hash"]])) == "trains" for r in rows]
+            calls = [lookup(pool, Query.of(by_hash[r["config_hash"]])) == "trains" for r in rows]
             right[name] = [c == t for c, t in zip(calls, truth)]
         best = max(LOOKUPS, key=lambda k: sum(right[k]))
         counts = paired_counts(right["doctor"], right[best])
