@@ -29,10 +29,17 @@ _ACTIVE: list[Progress] = []  # the bar drawn now (innermost last), for say()
 
 
 def duration(seconds: float) -> str:
-    """'45 s', '7 min', '1.5 h'."""
+    """'45 s', '7 min', '1.5 h', '12 days', '2,740 years', '4.4e+16 years'."""
     if seconds < 90:
         return f"{seconds:.0f} s"
-    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 3 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    days, years = seconds / 86400, seconds / (365.25 * 86400)
+    if days < 1000:
+        return f"{days:.0f} days"
+    return f"{years:,.0f} years" if years < 10_000 else f"{years:.1e} years"
 
 
 class TimeLeft:

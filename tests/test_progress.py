@@ -73,3 +73,16 @@ def test_a_reproduction_announces_its_runs_then_counts_them_down(monkeypatch):
     lm_runs._advance(m, t)
     lm_runs._advance(m, t)
     assert lm_runs._PROGRESS == [] and "reproduce demo: 2/2 runs" in tty.getvalue()
+
+
+def test_a_duration_is_said_in_a_unit_a_person_reads():
+    from depthlab.progress import duration
+
+    assert [duration(s) for s in (45, 7 * 60, 1.5 * 3600, 12 * 86400)] == [
+        "45 s",
+        "7 min",
+        "1.5 h",
+        "12 days",
+    ]
+    assert duration(2740 * 365.25 * 86400) == "2,740 years"
+    assert duration(1.379e21 * 3600) == "1.6e+17 years"  # 1e23 steps: no 20-digit count of hours
