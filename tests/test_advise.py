@@ -470,3 +470,17 @@ def test_a_stack_of_several_streams_is_never_a_confident_call():
         and "one stream" in a.prediction.why_not
     )
     assert "not a confident call" in a.format()
+
+
+def test_the_calibrated_range_line_says_each_quantity_in_a_few_words():
+    from depthlab.advise.screen import _short_outside
+    from depthlab.doctor.record import outside
+
+    record = {"range": {"n_layers": [2, 24], "warmup": [0, 300], "lr": [1e-5, 0.01]}}
+    said = [_short_outside(x) for x in outside(record, {"n_layers": 48, "warmup": 2000, "lr": 1e-6})]
+    assert said == [
+        "depth 48 (calibrated 2-24)",
+        "warmup 2000 (calibrated 0-300)",
+        "lr 1e-06 (calibrated 1e-05-0.01)",
+    ]
+    assert _short_outside("something else") == "something else"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from depthlab.advise import track_record
 from depthlab.doctor.predict import FAR
 from depthlab.doctor.recipe import recipe
@@ -94,9 +96,12 @@ def render(a, likely: float) -> str:
     if a.limit is not None:
         lim = a.limit
         fails = f", failed from {lim.lr_fails:.2g}" if lim.lr_fails else ""
-        span = _range(a.likely) if a.likely or a.evidence else "none without measured runs that set the same"
+        span = (
+            f"for lr {_range(a.likely)}" if a.likely
+            else "at no lr" if a.evidence else "at no lr without measured runs that set the same"
+        )  # fmt: skip
         lines += _fold(f"safe lr ({m.wrap}, warmup {t.warmup}): <= {lim.lr_limit:.2g} (trained to "
-                       f"{_lr(lim.lr_trained)}{fails}); P >= {likely} for lr {span}")  # fmt: skip
+                       f"{_lr(lim.lr_trained)}{fails}); P >= {likely} {span}")  # fmt: skip
     lines += [
         "",
         f"{'wrapping at lr ' + format(t.lr, 'g'):<28}{'P(trains)':>10}{'safe lr':>10}   P >= {likely} for lr",
@@ -131,7 +136,8 @@ def render(a, likely: float) -> str:
         differ = track_record.differ_line(a.held_out, p.call, p.nearest_call)
         lines += _fold(differ) if differ else []
     if a.outside:
-        lines += _fold(f"outside the limit's calibrated range: {'; '.join(a.outside)}", most=2)
+        said = "; ".join(_short_outside(x) for x in a.outside)
+        lines += _fold(f"outside the limit's calibrated range: {said}", most=2)
     why = [v for v in a.verdicts if v.code != "learning-rate"][:4]  # the safe lr line says that one
     if why:
         lines.append("why (what the probe sees at init; the call above also weighs the measured runs):")
@@ -142,6 +148,13 @@ def render(a, likely: float) -> str:
         for line in a.transfer.get("lines", []):  # folded at a word like every other line of the screen
             lines += _fold(line)
     return "\n".join(lines)
+
+
+def _short_outside(text: str) -> str:
+    """'depth 48 (calibrated 2-24)' for 'depth 48 is above the calibrated depths 2-24' (the record's
+    phrase, :func:`depthlab.doctor.record.outside`); any other text as it is."""
+    found = re.fullmatch(r"(.+?) (\S+) is (?:above|below) the calibrated .+ (\S+-\S+)", text)
+    return f"{found[1]} {found[2]} (calibrated {found[3]})" if found else text
 
 
 def _settings(evidence) -> list[tuple[float, list]]:
