@@ -246,3 +246,19 @@ def test_the_probe_s_call_without_measured_runs_of_its_recipe_says_so(capsys):
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("expected at"))
     assert "from the limit above alone: no measured run of this stack sets the same" in line
     assert "not confident: no measured run of this stack sets what this run sets (activation=swiglu)" in line
+
+
+def test_the_probe_makes_advise_s_call_on_a_run_of_a_recipe(capsys):
+    """probe --lr with --schedule cosine names the recipe and gives advise's probability; without --lr the
+    recipe flags are refused, as the probe would make no call for them to weigh in."""
+    from depthlab.cli import main
+
+    shape = ["--layers", "24", "--d-model", "32", "--heads", "4", "--lr", "1e-3", "--steps", "150"]
+    assert main(["probe", *shape, "--schedule", "cosine"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("expected at"))
+    assert main(["advise", *shape, "--schedule", "cosine", "--alternatives", "", "--json", "-"]) == 0
+    p = json.loads(capsys.readouterr().out)["p_trains"]
+    assert line.startswith("expected at 150 steps (schedule=cosine): ") and f"(P(trains) = {p:.2f}," in line
+    assert main(["probe", "--layers", "2", "--d-model", "32", "--heads", "4", "--schedule", "cosine"]) == 2
+    assert capsys.readouterr().err.strip().endswith("--schedule needs --lr: the run's optimiser and schedule weigh "
+                                                    "only in the call on a run at a learning rate")  # fmt: skip

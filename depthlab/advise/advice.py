@@ -143,11 +143,15 @@ def predict(
     return prediction, limit
 
 
-def run_of(result: ProbeResult, model: ModelConfig | None = None) -> tuple[ModelConfig, TrainConfig] | None:
+def run_of(
+    result: ProbeResult, model: ModelConfig | None = None, optimiser: dict | None = None
+) -> tuple[ModelConfig, TrainConfig] | None:
     """The run a probe was given (its model, lr, warmup, batch and budget; without ``--steps`` the default
     budget), where advise can make a call on it; None where it cannot: no lr, or not a depthlab decoder
     language model of one stream (every measured run is one). ``model``: the depthlab config of a model
-    the probe took as transformers built it (``probe --hf``), in place of the one the result names."""
+    the probe took as transformers built it (``probe --hf``), in place of the one the result names;
+    ``optimiser``: the run's optimiser and schedule (TrainConfig fields: ``{"schedule": "cosine"}``), which
+    the probe's first update does not read but the call does (default: depthlab train's)."""
     pr = result.config["probe"]
     m = model.to_dict() if model is not None else result.config.get("model") or {}
     if pr.get("lr") is None or m.get("arch") != "decoder" or result.config["stack"].get("state"):
@@ -159,7 +163,12 @@ def run_of(result: ProbeResult, model: ModelConfig | None = None) -> tuple[Model
     batch, seq = pr["batch_shape"][:2]
     steps = pr.get("steps") or TrainConfig().steps
     return model, TrainConfig(
-        lr=pr["lr"], warmup=pr.get("warmup") or 0, steps=steps, batch_size=batch, seq_len=seq
+        lr=pr["lr"],
+        warmup=pr.get("warmup") or 0,
+        steps=steps,
+        batch_size=batch,
+        seq_len=seq,
+        **(optimiser or {}),
     )
 
 
@@ -168,28 +177,36 @@ def expect(
     atlas: Atlas | None = None,
     record: dict | None = None,
     model: ModelConfig | None = None,
+    optimiser: dict | None = None,
 ) -> Prediction | None:
-    """The calibrated call on the run a probe was given (:func:`run_of`, ``model`` as there), as
-    :func:`advise` makes it: written into the probe as ``config["probe"]["expected"]`` and its plateau
-    verdict judged by it (:func:`judge`). None, with the probe unchanged, where no call is made."""
-    run = run_of(result, model)
+    """The calibrated call on the run a probe was given (:func:`run_of`, ``model`` and ``optimiser`` as
+    there), as :func:`advise` makes it: written into the probe as ``config["probe"]["expected"]`` and its
+    plateau verdict judged by it (:func:`judge`). None, with the probe unchanged, where no call is made."""
+    run = run_of(result, model, optimiser)
     if run is None:
         return None
     model, train = run
     atlas = Atlas.load() if atlas is None else atlas
     record = load_record() if record is None else record
     prediction, limit = predict(result, model, train, atlas, record)
-    judge(result, prediction, train.steps, record, limit)
+    judge(result, prediction, train.steps, record, limit, recipe(model, train))
     return prediction
 
 
 def judge(
-    result: ProbeResult, prediction: Prediction, steps: int, record: dict, limit: LrLimit | None = None
+    result: ProbeResult,
+    prediction: Prediction,
+    steps: int,
+    record: dict,
+    limit: LrLimit | None = None,
+    sets: str = "",
 ) -> None:
-    """Write ``prediction`` for a budget of ``steps`` into the probe (``config["probe"]["expected"]``) and
-    judge its plateau verdict's budget by it (:func:`depthlab.doctor.plateau.plateau_verdict`): one
-    probability of training per run, in the probe, ``--compare`` and advise alike."""
+    """Write ``prediction`` for a budget of ``steps`` (and what the run ``sets``: its recipe,
+    :mod:`depthlab.doctor.recipe`) into the probe (``config["probe"]["expected"]``) and judge its plateau
+    verdict's budget by it (:func:`depthlab.doctor.plateau.plateau_verdict`): one probability of training
+    per run, in the probe, ``--compare`` and advise alike."""
     result.config["probe"]["expected"] = {
+        "recipe": sets,
         "p_trains": prediction.p_trains,
         "call": prediction.call,
         "said": prediction.said,
@@ -293,7 +310,7 @@ def advise(
     record = load_record() if record is None else record
     result = probe_for(model, train)
     prediction, limit = predict(result, model, train, atlas, record)
-    judge(result, prediction, train.steps, record, limit)
+    judge(result, prediction, train.steps, record, limit, recipe(model, train))
     options = [_option(model.wrap, prediction, limit, model, train, atlas, record)]
     for wrap in alternatives:
         if wrap == model.wrap:

@@ -18,6 +18,7 @@ from depthlab.cli.common import (
     refuse_flags,
     seed_from_args,
 )
+from depthlab.cli.train import add_recipe_flags, recipe_from_args
 from depthlab.config import TrainConfig
 from depthlab.doctor.atlas import Atlas
 from depthlab.errors import ConfigError, InputError
@@ -90,6 +91,7 @@ def add_parser(sub) -> None:
         help="with --lr: the run's budget of training steps; the doctor says whether that budget would "
         "call the run stalled before it is expected to leave the unigram plateau",
     )
+    add_recipe_flags(g, TrainConfig())  # with --lr: the run's optimiser and schedule, for the call on it
     g.add_argument(
         "--perturbation",
         type=float,
@@ -158,8 +160,16 @@ def run(args) -> int:
         "needs --lr: the budget is judged with the learning rate",
         steps=args.steps is not None and args.lr is None,
     )
+    optimiser = recipe_from_args(args)
+    refuse_flags(
+        args,
+        "needs --lr: the run's optimiser and schedule weigh only in the call on a run at a learning rate",
+        **{k: args.lr is None and v != getattr(TrainConfig(), k) for k, v in optimiser.items()},
+    )
     if args.steps is not None and args.steps < 1:
         raise ConfigError("--steps", args.steps, "an integer >= 1 (the run's budget of training steps)")
+    if args.lr is not None:  # the run the call is on, checked before any probe (a beta2 of 2 is no run)
+        TrainConfig(lr=args.lr, warmup=args.warmup, steps=args.steps or TrainConfig().steps, **optimiser)
     refuse_flags(
         args,
         "does nothing in probe: it runs the model in eval mode, and only training recomputes blocks",
@@ -201,11 +211,11 @@ def run(args) -> int:
         if args.hf:
             for label, r in runs.runs:
                 r.config["probe"]["source"] = f"the config at {args.hf}, re-wired: {label}"
-    asked = [r for _, r in runs.runs if run_of(r, imported) is not None]
+    asked = [r for _, r in runs.runs if run_of(r, imported, optimiser) is not None]
     if asked:  # the calibrated call on each run, as advise makes it (the atlas read once, only if needed)
         atlas = Atlas.load()
         for r in asked:
-            expect(r, atlas, model=imported)
+            expect(r, atlas, model=imported, optimiser=optimiser)
     _report(args, runs, existed)
     return 0
 

@@ -129,9 +129,10 @@ class ProbeResult:
             if e["nearest_runs"]
             else "alone: no measured run of this stack sets the same"
         )
+        sets = f" ({e['recipe']})" if e.get("recipe") else ""
         return (
-            f"expected at {e['steps']:,} steps: {e['said']} (P(trains) = {e['p_trains']:.2f}, from the limit above "
-            f"{runs}){sure}"
+            f"expected at {e['steps']:,} steps{sets}: {e['said']} (P(trains) = {e['p_trains']:.2f}, from the limit "
+            f"above {runs}){sure}"
         )
 
     def to_pandas(self, table: str = "layers"):
