@@ -22,6 +22,7 @@ count of done items is then no measure of the time, and the bar reads the clock 
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 
@@ -29,17 +30,22 @@ _ACTIVE: list[Progress] = []  # the bar drawn now (innermost last), for say()
 
 
 def duration(seconds: float) -> str:
-    """'45 s', '7 min', '1.5 h', '12 days', '2,740 years', '4.4e+16 years'."""
+    """'45 s', '7 min', '1.5 h', '12 days', '2.7 years', '2,740 years', '4.4e+16 years' (hours up to 72,
+    days up to two years; each count below where its rounding would reach the next unit's)."""
+    if not math.isfinite(seconds):
+        return "unknown"
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 5400:
         return f"{seconds / 60:.0f} min"
-    if seconds < 3 * 86400:
+    if seconds < 71.95 * 3600:
         return f"{seconds / 3600:.1f} h"
     days, years = seconds / 86400, seconds / (365.25 * 86400)
-    if days < 1000:
+    if days < 729.5:
         return f"{days:.0f} days"
-    return f"{years:,.0f} years" if years < 10_000 else f"{years:.1e} years"
+    if years < 9.95:
+        return f"{years:.1f} years"
+    return f"{years:,.0f} years" if years < 9999.5 else f"{years:.1e} years"
 
 
 class TimeLeft:

@@ -86,3 +86,7 @@ def test_a_duration_is_said_in_a_unit_a_person_reads():
     ]
     assert duration(2740 * 365.25 * 86400) == "2,740 years"
     assert duration(1.379e21 * 3600) == "1.6e+17 years"  # 1e23 steps: no 20-digit count of hours
+    year = 365.25 * 86400  # at each edge, the rounded count never names the next unit's first value
+    assert [duration(x) for x in (71.9 * 3600, 72 * 3600, 729.4 * 86400, 2.74 * year, 9.96 * year)] == [
+        "71.9 h", "3 days", "729 days", "2.7 years", "10 years"]  # fmt: skip
+    assert duration(9999.6 * year) == "1.0e+04 years" and duration(float("inf")) == "unknown"

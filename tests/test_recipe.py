@@ -249,8 +249,10 @@ def test_the_probe_s_call_without_measured_runs_of_its_recipe_says_so(capsys):
 
 
 def test_the_probe_makes_advise_s_call_on_a_run_of_a_recipe(capsys):
-    """probe --lr with --schedule cosine names the recipe and gives advise's probability; without --lr the
-    recipe flags are refused, as the probe would make no call for them to weigh in."""
+    """probe --lr with --schedule cosine names the recipe and gives advise's probability (and its JSON
+    carries the recipe); a recipe flag set away from its default is refused, before any probe, without
+    --lr, where the probe makes no call (an encoder-decoder), for a value no run has, and for noam, whose
+    --lr is no peak rate."""
     from depthlab.cli import main
 
     shape = ["--layers", "24", "--d-model", "32", "--heads", "4", "--lr", "1e-3", "--steps", "150"]
@@ -262,3 +264,30 @@ def test_the_probe_makes_advise_s_call_on_a_run_of_a_recipe(capsys):
     assert main(["probe", "--layers", "2", "--d-model", "32", "--heads", "4", "--schedule", "cosine"]) == 2
     assert capsys.readouterr().err.strip().endswith("--schedule needs --lr: the run's optimiser and schedule weigh "
                                                     "only in the call on a run at a learning rate")  # fmt: skip
+    encdec = ["probe", "--arch", "encdec", "--layers", "2", "--d-model", "32", "--heads", "4", "--lr", "1e-3"]
+    for argv in ([*encdec, "--schedule", "cosine"], ["probe", *shape, "--beta2", "2"],
+                 ["probe", *shape, "--schedule", "noam", "--warmup", "100"]):  # fmt: skip
+        assert main(argv) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.strip().splitlines()) == 1  # one line, and no probe ran
+    assert "(here 0.018 x lr); ask about that peak with --schedule linear" in err  # (32 x 100)^-0.5
+    assert main(["probe", *shape, "--schedule", "cosine", "--json", "-"]) == 0
+    expected = json.loads(capsys.readouterr().out)["config"]["probe"]["expected"]
+    assert expected["recipe"] == "schedule=cosine" and expected["p_trains"] == pytest.approx(p, abs=5e-3)
+
+
+def test_a_stack_with_no_likely_lr_says_so_on_the_safe_lr_line(atlas):
+    """48 post-LN layers at warmup 2000: no lr is likely (P >= 0.8), said on the safe-lr line in few words;
+    the calibrated-range line names each quantity with its range."""
+    from depthlab.advise.screen import render
+
+    model = ModelConfig(n_layers=48, d_model=64, n_heads=4, wrap="post")
+    a = advise(model, TrainConfig(lr=1e-3, warmup=2000, steps=20_000), atlas, alternatives=())
+    screen = render(a, LIKELY).splitlines()
+    assert a.likely is None and a.evidence
+    assert any(
+        line.startswith("safe lr (post, warmup 2000)") and line.endswith("; P >= 0.8 at no lr")
+        for line in screen
+    )
+    line = next(line for line in screen if line.startswith("outside the limit's calibrated range:"))
+    assert "depth 48 (calibrated 2-24)" in line and "warmup 2000 (calibrated 0-300)" in line

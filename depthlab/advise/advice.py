@@ -278,6 +278,15 @@ def _two_digits(x: float, up: bool) -> float:
     return float(f"{units * scale:.2g}")
 
 
+def check_schedule(train: TrainConfig, d_model: int | None = None) -> None:
+    """ConfigError for a schedule the call cannot read its learning rate from: Noam's ``lr`` multiplies
+    (d_model warmup)^-0.5, where the probe's first update and the limit read ``lr`` as the peak rate."""
+    if train.schedule == "noam":
+        peak = "" if d_model is None else f" (here {(d_model * train.warmup) ** -0.5:.2g} x lr)"
+        raise ConfigError("schedule", "noam", f"a schedule whose lr is the peak rate: noam's peak is lr x (d_model x "
+                          f"warmup)^-0.5{peak}; ask about that peak with --schedule linear")  # fmt: skip
+
+
 def rewired(model: ModelConfig, wrap: str) -> ModelConfig:
     """``model`` as an alternative wrapping ``wrap``: a final-norm setting that only says what the model's
     own wrapping does anyway (``on`` for pre-LN) is left to ``wrap``'s own, so that the alternative is
@@ -300,6 +309,7 @@ def advise(
     for name, value, cls in (("model", model, ModelConfig), ("train", train, TrainConfig)):
         if not isinstance(value, cls):
             raise TypeError(f"{name} must be a depthlab.{cls.__name__}, not {type(value).__name__}")
+    check_schedule(train, model.d_model)
     if isinstance(alternatives, str):  # "pre, sandwich" as the command line takes it
         alternatives = tuple(w.strip() for w in alternatives.split(",") if w.strip())
     for wrap in alternatives:  # each a stack this model can be: refused before any probe

@@ -7,7 +7,7 @@ import dataclasses
 import os
 
 from depthlab.advise import ALTERNATIVES, advise
-from depthlab.advise.advice import rewired
+from depthlab.advise.advice import check_schedule, rewired
 from depthlab.advise.evidence import load_atlas
 from depthlab.advise.target import transfer_advice
 from depthlab.cli.common import (
@@ -85,6 +85,7 @@ def run(args) -> int:
     train = TrainConfig(lr=args.lr, warmup=args.warmup, steps=args.steps, batch_size=args.batch_size,
                         seq_len=args.seq_len, seed=seed_from_args(args), **recipe_from_args(args))  # fmt: skip
     model.check_length(train.seq_len + 1, "seq_len", train.seq_len)
+    check_schedule(train, model.d_model)
     if model.arch != "decoder":
         raise ConfigError("arch", model.arch, "advise answers for decoder language models (every run it measured "
                           "is one); --arch decoder")  # fmt: skip

@@ -7,7 +7,7 @@ import itertools
 import math
 import sys
 
-from depthlab.advise.advice import expect, run_of
+from depthlab.advise.advice import check_schedule, expect, run_of
 from depthlab.cli.common import (
     add_json_flag,
     add_memory_flag,
@@ -169,13 +169,26 @@ def run(args) -> int:
     if args.steps is not None and args.steps < 1:
         raise ConfigError("--steps", args.steps, "an integer >= 1 (the run's budget of training steps)")
     if args.lr is not None:  # the run the call is on, checked before any probe (a beta2 of 2 is no run)
-        TrainConfig(lr=args.lr, warmup=args.warmup, steps=args.steps or TrainConfig().steps, **optimiser)
+        run = TrainConfig(
+            lr=args.lr, warmup=args.warmup, steps=args.steps or TrainConfig().steps, **optimiser
+        )
+        check_schedule(run, args.d_model if isinstance(args.d_model, int) and not args.hf else None)
     refuse_flags(
         args,
         "does nothing in probe: it runs the model in eval mode, and only training recomputes blocks",
         checkpoint_activations=args.checkpoint_activations,
     )
     configs = [] if as_built else configs_from_args(args)
+    away = [k for k, v in optimiser.items() if v != getattr(TrainConfig(), k)]
+    if away and args.lr is not None:  # a recipe flag where no call is made would do nothing: refused
+        no_call = as_built and (args.hf_weights or _family(args.hf)[1] is None)
+        no_call = no_call or (bool(configs) and all(c.arch != "decoder" for _, c in configs))
+        refuse_flags(
+            args,
+            "weighs only in the calibrated call, made on a depthlab decoder language model (or a Hugging "
+            "Face family depthlab imports, at init): this probe makes none",
+            **dict.fromkeys(away, no_call),
+        )
     check_output_file(args.json, "--json")  # before the probe: a bad path must not cost its run
     existed = check_output_file(args.plot, "--plot", PLOT_FORMATS)
     run = TrainConfig()  # with --lr the probe is of that run: its first batch, of the run's shape
