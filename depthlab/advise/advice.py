@@ -237,8 +237,11 @@ def likely_range(
     if limit is None:
         return None
 
+    asked = Query.for_run(model, train)  # its recipe read once; only the lr moves below
+
     def likely(lr: float) -> bool:
-        return p_trains(record["predictor"], limit, Query.for_run(model, train, lr), atlas).p_trains >= LIKELY
+        q = dataclasses.replace(asked, lr=lr)
+        return p_trains(record["predictor"], limit, q, atlas).p_trains >= LIKELY
 
     hits = [likely(lr) for lr in LR_GRID]
     runs, start = [], None

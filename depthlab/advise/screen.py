@@ -130,7 +130,7 @@ def render(a, likely: float) -> str:
                           f"{outcome:<12} val {loss:<5} (distance {d:.2f})"))  # fmt: skip
     if a.seed_splits:
         lines += _fold(seed_text(a.seed_splits))
-    lines += ["", _cut(inside_text(a))]
+    lines += ["", _cut(inside_text(a, sets))]
     if a.held_out:
         lines += _fold(track_record.line(a.held_out))
         differ = track_record.differ_line(a.held_out, p.call, p.nearest_call)
@@ -171,11 +171,10 @@ def _settings(evidence) -> list[tuple[float, list]]:
     return rows
 
 
-def inside_text(advice) -> str:
-    """Whether the question lies inside what was measured, in one line."""
+def inside_text(advice, sets: str = "") -> str:
+    """Whether the question lies inside what was measured, in one line (``sets``: the run's recipe)."""
     near = advice.evidence
     if not near:
-        sets = recipe(advice.model, advice.train)
         return f"outside what was measured: no run of this kind of stack{' that sets the same' if sets else ''} in the atlas"
     d = near[0][0]
     where = (
