@@ -14,7 +14,16 @@ from depthlab.advise import advise
 from depthlab.cli import main
 from depthlab.doctor.atlas import COLUMNS, Atlas
 from depthlab.doctor.lr_limit import Stack, limit_from
-from depthlab.doctor.predict import Query, atlas_share, distance, features, nearest, p_trains, wrapping_model
+from depthlab.doctor.predict import (
+    Query,
+    atlas_share,
+    distance,
+    features,
+    nearest,
+    p_trains,
+    trained_by,
+    wrapping_model,
+)
 from depthlab.doctor.record import load_record
 from depthlab.errors import ConfigError
 
@@ -57,6 +66,36 @@ def test_the_atlas_share_is_shrunk_toward_one_half(atlas):
     assert atlas_share([]) is None
     x = features(None, Query("pre", 2, 32, 1e-3, 0, 150), 0.5)
     assert x["atlas"] == 0 and x["margin"] == 0 and x["margin_sq"] == 0
+
+
+def test_a_longer_measured_run_counts_as_trained_only_if_it_left_the_plateau_within_the_budget(atlas):
+    run = next(r for r in atlas.runs if r.trained and r.escape_step and 50 < r.escape_step < r.steps)
+    esc = run.escape_step
+    assert trained_by(run, None) and trained_by(run, run.steps) and trained_by(run, esc)
+    assert not trained_by(run, esc - 1)  # still on the plateau then: no evidence that a shorter run trains
+    no_escape = dataclasses.replace(run, escape_step=None)  # trained at its budget, the band left only then
+    assert trained_by(no_escape, run.steps) and not trained_by(no_escape, run.steps - 1)
+    stalled = dataclasses.replace(run, outcome="stalled", escape_step=None)
+    assert not trained_by(stalled, 10 * run.steps)  # a run is read as it ended: more steps are not known
+    assert atlas_share([(0.0, run)] * 3, esc - 1) == pytest.approx(0.5 / 4)
+    assert atlas_share([(0.0, run)] * 3, esc) == pytest.approx(3.5 / 4)
+
+
+def test_a_budget_shorter_than_the_nearest_runs_escape_is_not_called_trains(capsys):
+    """The nearest runs of 2 x 32 pre-LN at lr 1e-3 trained in 150 steps, leaving the plateau at steps
+    90-110: a 40-step run of it ends above the band (trained: undertrained at val 3.42, unigram 3.15)."""
+    args = ["advise", "--layers", "2", "--d-model", "32", "--heads", "4", "--lr", "1e-3", "--json", "-"]
+    assert main([*args, "--steps", "40"]) == 0
+    short = json.loads(capsys.readouterr().out)
+    assert short["call"] == "fails" and short["trained_after_budget"] == len(short["evidence"]) == 5
+    assert short["nearest_runs_call"] == "trains"  # the registered lookup reads each run as it ended
+    assert main([*args, "--steps", "150"]) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert full["call"] == "trains" and full["trained_after_budget"] == 0
+    assert main(["advise", *args[1:-2], "--steps", "40"]) == 0
+    screen = capsys.readouterr().out
+    assert "(5 of them went as called; 5 trained only after step 40)" in screen
+    assert "below the safe lr, but 5 of the 5 nearest measured runs had not trained by step 40" in screen
 
 
 def test_the_record_holds_the_predictor_chosen_by_cross_validation():

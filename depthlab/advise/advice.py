@@ -109,6 +109,7 @@ class Advice:
             "alternatives": [o.to_dict() for o in self.options],
             "evidence": [dict(dataclasses.asdict(r), distance=d) for d, r in self.evidence],
             "agreeing": self.agreeing(),
+            "trained_after_budget": self.prediction.later,  # of the evidence: left the plateau after the steps
             "nearest_runs_call": self.prediction.nearest_call,
             "nearest_escape": self.prediction.escape.to_dict(),
             "seed_splits": [[dataclasses.asdict(r) for r in runs] for runs in self.seed_splits],

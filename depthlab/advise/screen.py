@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from depthlab.advise import track_record
-from depthlab.doctor.predict import FAR
+from depthlab.doctor.predict import FAR, trained_by
 from depthlab.doctor.recipe import recipe
 
 WIDTH = 110
@@ -61,8 +61,18 @@ def _short(train) -> str:
 
 
 def agreeing(prediction) -> int:
-    """How many of the nearest measured runs went the way the call says."""
-    return sum(r.trained == (prediction.call == "trains") for _, r in prediction.neighbours)
+    """How many of the nearest measured runs went the way the call says, by the call's budget (a longer
+    run that left the plateau only after it went as "fails" there: :func:`~depthlab.doctor.predict.trained_by`)."""
+    return sum(
+        trained_by(r, prediction.budget) == (prediction.call == "trains") for _, r in prediction.neighbours
+    )
+
+
+def later_text(prediction) -> str:
+    """'; 5 trained only after step 40' where some of the nearest runs had longer budgets and left the
+    unigram plateau after the call's ("" otherwise)."""
+    n = prediction.later
+    return f"; {n} trained only after step {prediction.budget:,}" if n else ""
 
 
 def against_limit(limit, lr: float, prediction) -> str:
@@ -75,7 +85,8 @@ def against_limit(limit, lr: float, prediction) -> str:
     if call == "trains" and limit.lr_fails and lr >= limit.lr_fails:
         return f"; above where such stacks failed ({limit.lr_fails:.2g}), but {k} of the {n} nearest measured runs trained"
     if call == "fails" and lr <= limit.lr_limit:
-        return f"; below the safe lr, but {k} of the {n} nearest measured runs failed"
+        failed = f"had not trained by step {prediction.budget:,}" if prediction.later else "failed"
+        return f"; below the safe lr, but {k} of the {n} nearest measured runs {failed}"
     return ""
 
 
@@ -116,7 +127,8 @@ def render(a, likely: float) -> str:
     kind = f"{m.wrap} that set the same" if sets else m.wrap
     lines += [
         "",
-        f"evidence: the {len(ev)} nearest measured runs of {kind} ({a.agreeing()} of them went as called)"
+        f"evidence: the {len(ev)} nearest measured runs of {kind} ({a.agreeing()} of them went as called"
+        f"{later_text(p)})"
         if ev
         else f"evidence: no measured run of {kind} (the call rests on the probe's limit alone)",
     ]

@@ -6,7 +6,8 @@ Two kinds of evidence, each alone weaker than together:
   below the limit fitted for its family of stacks and its warmup, as ``margin`` = ln(value / limit);
 - the **atlas** (:mod:`depthlab.doctor.atlas`): the measured runs of the same stack and recipe nearest the run
   (:func:`nearest`, in :data:`SCALES` units: a factor 2 in lr counts as much as a factor 4 in width
-  or depth), and the share of them that trained.
+  or depth), and the share of them that trained by the run's budget (:func:`trained_by`: a run of 150
+  steps that left the unigram plateau at step 110 is no evidence that a 40-step run trains).
 
 The record's "predictor" section (fitted by the lab's ``depthlab_lab.calibrate.predictor_fit``, its
 form chosen by cross-validation that leaves out one width and one depth at a time) holds, per family
@@ -92,13 +93,24 @@ def nearest(
     return sorted(found, key=lambda x: (round(x[0] / TIE), x[1].seed))[:k]
 
 
-def atlas_share(neighbours: list[tuple[float, MeasuredRun]]) -> float | None:
-    """The share of the neighbours that trained, each weighted 1 / (1 + distance), shrunk toward one half
-    by one pseudo-run of each outcome (None without neighbours)."""
+def trained_by(r: MeasuredRun, steps: int | None) -> bool:
+    """Whether measured run ``r`` had trained by step ``steps``: a run of a longer budget only where it
+    left the unigram plateau by then (its escape step; one that trained without a recorded escape left it
+    at its budget), since its loss stayed below the band from that step on; a run of a budget no longer
+    than ``steps`` (or ``steps`` None) as it ended, what it would have done with more steps not known."""
+    if steps is None or r.steps <= steps or not r.trained:
+        return r.trained
+    return r.escape_step is not None and r.escape_step <= steps
+
+
+def atlas_share(neighbours: list[tuple[float, MeasuredRun]], steps: int | None = None) -> float | None:
+    """The share of the neighbours that trained (by step ``steps``: :func:`trained_by`), each weighted
+    1 / (1 + distance), shrunk toward one half by one pseudo-run of each outcome (None without
+    neighbours)."""
     if not neighbours:
         return None
     w = [1 / (1 + d) for d, _ in neighbours]
-    trained = sum(wi for wi, (_, r) in zip(w, neighbours) if r.trained)
+    trained = sum(wi for wi, (_, r) in zip(w, neighbours) if trained_by(r, steps))
     return (trained + 0.5) / (sum(w) + 1.0)
 
 
@@ -180,6 +192,12 @@ class Prediction:
     neighbours: tuple[tuple[float, MeasuredRun], ...]
     confident: bool
     why_not: str = ""  # why the call is not confident ("" when it is)
+    budget: int | None = None  # the steps it was made for: a longer measured run counts as trained by then
+
+    @property
+    def later(self) -> int:
+        """How many of the nearest runs trained only after the budget (their budgets were longer)."""
+        return sum(r.trained and not trained_by(r, self.budget) for _, r in self.neighbours)
 
     @property
     def call(self) -> str:
@@ -188,8 +206,9 @@ class Prediction:
 
     @property
     def nearest_call(self) -> str:
-        """The call of the nearest runs alone (the lookup advise is scored against): "trains" where their
-        weighted share that trained (:func:`atlas_share`) is at least one half, or there is none."""
+        """The call of the nearest runs alone (the lookup advise is scored against, as registered): "trains"
+        where their weighted share that trained at their own budgets (:func:`atlas_share`) is at least one
+        half, or there is none."""
         share = atlas_share(list(self.neighbours))
         return "trains" if share is None or share >= 0.5 else "fails"
 
@@ -238,7 +257,7 @@ def p_trains(
     """The prediction for ``q`` under the record's fitted predictor ``fit`` (its "predictor" section)."""
     family = limit.family if limit is not None else "free"
     near = nearest(atlas, q, exclude=exclude)
-    x = features(limit, q, atlas_share(near))
+    x = features(limit, q, atlas_share(near, q.steps))
     model = (
         wrapping_model(fit.get("wraps", {}), q.wrap, limit.family if limit is not None else None)
         or fit["families"].get(family)
@@ -247,7 +266,7 @@ def p_trains(
     z = sum(model["coef"].get(name, 0.0) * x[name] for name in FEATURES)
     p = 1 / (1 + math.exp(-max(min(z, 40.0), -40.0)))
     why = _why_not(model, x, near, q.recipe)
-    return Prediction(p, family, tuple(near), confident=not why, why_not=why)
+    return Prediction(p, family, tuple(near), confident=not why, why_not=why, budget=q.steps)
 
 
 def _why_not(model: dict, x: dict[str, float], near: list, recipe: str | None = "") -> str:

@@ -160,7 +160,7 @@ def test_the_lab_s_neighbourhood_matches_recipes_as_the_library_does(atlas):
     ))  # fmt: skip
     hood = Neighbourhood(mixed)
     for r in mixed.runs:
-        lib = atlas_share(nearest(mixed, Query.of(r), exclude={r.config_hash}))
+        lib = atlas_share(nearest(mixed, Query.of(r), exclude={r.config_hash}), r.steps)
         lab = hood.share(r, set())
         assert (lib is None and lab is None) or lib == pytest.approx(lab, rel=1e-12), r
 

@@ -79,7 +79,7 @@ class Neighbourhood:
     numbers as :func:`depthlab.doctor.predict.nearest` and :func:`~depthlab.doctor.predict.atlas_share`)."""
 
     def __init__(self, atlas: Atlas):
-        self.kinds: dict[tuple, tuple[np.ndarray, np.ndarray, list[str]]] = {}
+        self.kinds: dict[tuple, tuple] = {}
         groups: dict[tuple, list[MeasuredRun]] = {}
         for r in atlas.runs:
             groups.setdefault(_kind(r), []).append(r)
@@ -90,15 +90,27 @@ class Neighbourhood:
                 [r.config_hash for r in runs],
                 np.array([r.seed for r in runs]),
                 [r.recipe for r in runs],
+                np.array([r.steps for r in runs], dtype=float),
+                # when each left the plateau for good: its escape step, its budget for one that trained
+                # without a recorded escape, never (inf) for one that did not train
+                np.array(
+                    [
+                        (r.escape_step if r.escape_step is not None else r.steps) if r.trained else math.inf
+                        for r in runs
+                    ],
+                    dtype=float,
+                ),  # fmt: skip
             )
 
     def share(self, run: MeasuredRun, exclude: set[str]) -> float | None:
         """The atlas share of the runs nearest ``run`` (itself and ``exclude`` left out; a run of
-        another recipe too, where both are known, as :func:`depthlab.doctor.predict.distance` has it)."""
+        another recipe too, where both are known, as :func:`depthlab.doctor.predict.distance` has it),
+        each counted as trained by ``run``'s budget (:func:`depthlab.doctor.predict.trained_by`)."""
         found = self.kinds.get(_kind(run))
         if found is None:
             return None
-        coords, trained, hashes, seeds, recipes = found
+        coords, trained, hashes, seeds, recipes, steps, left = found
+        trained = trained * ((steps <= run.steps) | (left <= run.steps))
         keep = np.array([h not in exclude and h != run.config_hash and same_recipe(run.recipe, r)
                          for h, r in zip(hashes, recipes)])  # fmt: skip
         if not keep.any():

@@ -658,7 +658,10 @@ def _cv_lines(pred: dict) -> list[str]:
     lines = ["## How the predictor was chosen", "",
              f"By cross-validation on {pred['examples']:,} measured runs (the atlas's probed runs of full-skip stacks), "
              f"leaving out one width, then one depth, at a time; kept: **{pred['form']}** (lowest log loss among the "
-             "forms at least as accurate as every lookup on both).", "",
+             "forms at least as accurate as every lookup on both). A form's atlas feature is the weighted share of the "
+             "run's 5 nearest measured runs of the same stack and recipe that had trained by the run's own budget: a "
+             "longer run counts as trained only where it left the unigram plateau by then (the lookups read each run "
+             "as it ended, as registered).", "",
              "| candidate | leaving out a width: right | Brier | leaving out a depth: right | Brier |", "|---|---|---|---|---|"]  # fmt: skip
     w, d = pred["cv"]["d_model"], pred["cv"]["n_layers"]
     for name in w:
