@@ -71,7 +71,10 @@ def test_a_best_at_the_edge_of_the_sweep_makes_the_slope_a_bound():
         f"log depth: {t.slope[0]:+.2f} or less: a bound, not an estimate (the best lr at depth 2 is the "
         "largest lr swept, 0.1: the true best may lie beyond)" in text
     )
-    assert f"best lr at depth 64: {t.target_lr[0]:.3g} or less, a bound, not an estimate" in text
+    assert (
+        f"best lr at depth 64 on the fitted line: {t.target_lr[0]:.3g} or less, a bound, not an estimate"
+        in text
+    )
     assert "would halve" not in text and "an estimate needs lrs swept beyond that edge" in text
 
 
@@ -116,7 +119,7 @@ def test_a_best_at_every_edge_shows_no_interval_and_no_seeds_advice():
         "log depth: unknown, not even a bound (the best lr at depth 2, 8, 32 is the largest lr swept, 0.1"
         in text
     )
-    assert "best lr at depth 64: unknown, not even a bound" in text
+    assert "best lr at depth 64 on the fitted line: unknown, not even a bound" in text
 
 
 def test_a_study_cut_short_leaves_out_what_it_cannot_say():

@@ -28,12 +28,12 @@ def _worst_penalty(t: Transfer) -> float:
 
 def recommend(results: list[Transfer]) -> Transfer | None:
     """The setting to use among those whose slope is an estimate: one whose best lr transfers (its
-    interval holding 0), the smallest worst penalty among those; else the smallest |slope|. None when
-    no slope is an estimate (none fitted, or each a bound from a best lr at the sweep's edge)."""
+    interval inside the flat band), the smallest worst penalty among those; else the smallest |slope|.
+    None when no slope is an estimate (none fitted, or each a bound from a best lr at the sweep's edge)."""
     flat = [t for t in results if reading(t) == "flat"]
     if flat:
         return min(flat, key=_worst_penalty)
-    moving = [t for t in results if reading(t) == "moves"]
+    moving = [t for t in results if reading(t) in ("moves", "not decided")]
     return min(moving, key=lambda t: abs(t.slope[0])) if moving else None
 
 

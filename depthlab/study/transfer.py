@@ -250,14 +250,23 @@ def bound_side(t: Transfer, at: int | None = None) -> int | None:
     return 0 if len(moves) == 2 else (1 if moves.pop() else -1)
 
 
+# A slope of log best lr against log size inside +-BAND is flat: the best lr holds to within the sweep's
+# resolution (the transfer claims' registered band; docs/transfer.md reads its tables by the same band).
+BAND = 0.25
+
+
 def reading(t: Transfer) -> str:
     """The one judgement of a setting's slope that ``depthlab transfer`` and ``advise`` both print:
     "no slope" (no seed with a run at every size); "at least" or "at most" (a best lr at the sweep's
     edge makes the slope a bound, not an estimate); "unknown" (edges that move it both ways: not even a
-    bound); else "flat" (its interval holds 0: the proxy's best lr holds) or "moves"."""
+    bound); else, from its interval against +-:data:`BAND`: "flat" (wholly inside: the proxy's best lr
+    holds), "moves" (wholly outside) or "not decided" (across an edge of the band)."""
     if t.slope is None:
         return "no slope"
     side = bound_side(t)
     if side is not None:
         return {1: "at least", -1: "at most", 0: "unknown"}[side]
-    return "flat" if t.slope[1] <= 0 <= t.slope[2] else "moves"
+    _, lo, hi = t.slope
+    if -BAND <= lo and hi <= BAND:
+        return "flat"
+    return "moves" if hi < -BAND or lo > BAND else "not decided"

@@ -6,7 +6,7 @@ not) are :func:`depthlab.study.transfer.reading`'s; this module only renders the
 from __future__ import annotations
 
 from depthlab.study.runner import plural
-from depthlab.study.transfer import Transfer, bound_side, reading, spacing
+from depthlab.study.transfer import BAND, Transfer, bound_side, reading, spacing
 
 
 def _span(v: list) -> str:
@@ -89,8 +89,9 @@ def edge_text(t: Transfer) -> str:
 
 
 def slope_text(t: Transfer) -> str:
-    """The slope of log best lr against log size as its :func:`reading` says: '-0.03 [-0.29, +0.23],
-    flat (its interval holds 0)'; '-1.17 or less: a bound, not an estimate (...)'; 'unknown, ...'."""
+    """The slope of log best lr against log size as its :func:`reading` says: '-0.03 [-0.20, +0.14], flat
+    (its interval lies inside +-0.25)'; '-0.07 [-0.76, +0.62], not decided (...)'; '-1.17 or less: a
+    bound, not an estimate (...)'; 'unknown, ...'."""
     code = reading(t)
     if code == "no slope":
         return "none (needs a seed with a run at every size)"
@@ -100,7 +101,10 @@ def slope_text(t: Transfer) -> str:
     if code == "unknown":
         return f"unknown, not even a bound ({edge_text(t)}, which can move the slope either way)"
     iv = _signed(t.slope, "+.2f")
-    return f"{iv}, flat (its interval holds 0)" if code == "flat" else iv
+    said = {"flat": f"flat (its interval lies inside +-{BAND:g})",
+            "moves": f"moves (its interval lies outside +-{BAND:g})",
+            "not decided": f"not decided (its interval reaches past +-{BAND:g})"}  # fmt: skip
+    return f"{iv}, {said[code]}"
 
 
 def target_text(t: Transfer) -> str:
@@ -135,7 +139,9 @@ def format_transfer(t: Transfer) -> str:
     if t.target_lr is not None:
         sizes = [r.size for r in t.rows]
         where = "within" if min(sizes) <= t.target <= max(sizes) else "extrapolated beyond"
-        lines.append(f"  best lr at {t.axis} {t.target}: {target_text(t)} ({where} the sizes swept)")
+        swept = " (the row above is that size's own measured best)" if t.target in sizes else ""
+        lines.append(f"  best lr at {t.axis} {t.target} on the fitted line: {target_text(t)} ({where} the sizes "
+                     f"swept){swept}")  # fmt: skip
     if reading(t) in ("at least", "at most", "unknown"):
         lines.append("  an estimate needs lrs swept beyond that edge; more seeds or sizes would not give one")
     if t.seeds_to_halve is not None:
