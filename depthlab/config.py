@@ -139,8 +139,9 @@ class ModelConfig(ConfigBase):
             ("init", INITS),
         ):
             self._check_choice(name, allowed)
-        for name in ("n_layers", "d_model", "n_heads", "vocab_size", "max_len"):
+        for name in ("n_layers", "d_model", "n_heads", "max_len"):
             self._check_int(name)
+        self._check_int("vocab_size", 2)  # one token leaves nothing to predict: every loss and gradient is 0
         for name in ("enc_layers", "dec_layers", "n_kv_heads", "d_ff"):
             self._check_int(name, optional=True)
         for name in ("bias", "qk_norm", "tie_embeddings", "embed_scale", "activation_checkpointing"):

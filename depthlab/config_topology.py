@@ -37,14 +37,20 @@ class TopologyOptions(ConfigBase):
         self._check_int("dwa_dilation", low=1)
         self._check_int("dwa_period", low=1)
 
-    def check_for(self, wrap: str, wrappings: dict) -> None:
+    def check_for(self, wrap: str, wrappings: dict, names: tuple[str, ...] | None = None) -> None:
         """ConfigError for an option set away from its default that ``wrap`` does not read (each class
-        of ``wrappings``, the registry, lists the options it reads in ``OPTIONS``)."""
+        of ``wrappings``, the registry, lists the options it reads in ``OPTIONS``); ``names``: these
+        options whatever their values (flags the user gave)."""
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name not in wrappings[wrap].OPTIONS and not _same(value, f.default):
+            given = names is not None and f.name in names
+            if names is not None and not given:
+                continue
+            if f.name not in wrappings[wrap].OPTIONS and (given or not _same(value, f.default)):
                 who = ", ".join(n for n, c in wrappings.items() if f.name in c.OPTIONS)
-                raise ConfigError(f.name, value, f"left at {f.default} with wrap={wrap} (read by {who})")
+                raise ConfigError(
+                    f.name, value, f"not set with wrap={wrap}, which does not read it (read by {who})"
+                )
 
 
 def _same(a, b) -> bool:

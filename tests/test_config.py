@@ -127,6 +127,7 @@ def test_heads_must_divide_width(d, h):
         ({"init_std": 0.0}, "init_std"),
         ({"activation": "reglu"}, "activation"),
         ({"position": "alibi"}, "position"),
+        ({"vocab_size": 1}, "vocab_size"),  # one token: nothing to predict, every loss and gradient 0
     ],
 )
 def test_bad_model_configs_name_the_field(kwargs, field):

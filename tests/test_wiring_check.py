@@ -167,3 +167,14 @@ def test_the_check_command(capsys):
     assert "missing-final-norm" in capsys.readouterr().out
     assert main(["check", "--claims", "nonsense"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_the_check_counts_hyper_connections_and_says_when_nothing_is_claimed(capsys):
+    """mHC at 2 blocks has 4 hyper-connections, one per sublayer; a stack that claims no design says so."""
+    assert main(["check", "--layers", "2", "--d-model", "16", "--heads", "2", "--wrap", "mhc"]) == 0
+    out = capsys.readouterr().out
+    assert "H_res applied (4 hyper-connections); Sinkhorn-Knopp converged (4 hyper-connections)" in out
+    assert main(["check", "--layers", "2", "--d-model", "16", "--heads", "2", "--wrap", "post"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("wiring check: nothing to check: the model claims none of the designs check tests")
+    assert "wiring check of :" not in out

@@ -13,6 +13,7 @@ from depthlab.config import (
     PARAMS,
     POSITIONS,
     SUBLAYERS,
+    WRAPPINGS,
     ModelConfig,
     wrap_names,
 )
@@ -293,10 +294,16 @@ def model_config_from_args(args: argparse.Namespace, **overrides) -> ModelConfig
 
 
 def _std_applies(args: argparse.Namespace, cfg: ModelConfig) -> ModelConfig:
-    """``cfg``, unless --init-std was given for an init that reads no std (xavier: from each shape)."""
-    if "init_std" in given_model_flags(args) and cfg.init == "xavier":
+    """``cfg``, unless --init-std was given for an init that reads no std (xavier: from each shape), or
+    a topology flag for a wrapping that does not read it (given at its default value too: the config
+    alone refuses only a value away from the default)."""
+    given = given_model_flags(args)
+    if "init_std" in given and cfg.init == "xavier":
         raise InputError("--init-std does nothing with --init xavier (its scale comes from each layer's shape); "
                          "use --init normal or gpt2")  # fmt: skip
+    for name, _ in TOPOLOGY_FLAGS:
+        if name in given:
+            cfg.topology.check_for(cfg.wrap, WRAPPINGS, names=(name,))
     return cfg
 
 

@@ -62,6 +62,9 @@ class WiringReport:
                 "findings": [f.__dict__ for f in self.findings]}  # fmt: skip
 
     def format(self) -> str:
+        if not self.claims:
+            return (f"wiring check: nothing to check: the model claims none of the designs check tests "
+                    f"({', '.join(CLAIMS)}); name one with --claims")  # fmt: skip
         lines = [f"wiring check of {', '.join(self.claims)}: {len(self.findings)} finding(s)"]
         lines += [f"  checked: {c}" for c in self.checked]
         lines += [f"FOUND {f.code} at {f.where}: {f.message}" for f in self.findings]
@@ -126,7 +129,7 @@ def _mixing(layers, claim, gen) -> tuple[str, list[Finding]]:
                 Finding("h-res-other", where, f"the streams came out mixed by {_mat(M)}, not P = {_mat(P)}")
             )
     note = f", {skipped} whose H_res cannot be set" if skipped else ""
-    return f"H_res applied ({len(layers) - skipped} layers{note})", out
+    return f"H_res applied ({len(layers) - skipped} hyper-connections{note})", out
 
 
 def _sinkhorn(layers, claim, gen) -> tuple[str, list[Finding]]:
@@ -138,7 +141,7 @@ def _sinkhorn(layers, claim, gen) -> tuple[str, list[Finding]]:
         if max(rows, cols) > TOL:
             msg = f"H_res rows off 1 by {rows:.2g}, columns by {cols:.2g} (doubly stochastic within {TOL:g} expected)"
             out.append(Finding("sinkhorn-not-converged", f"hyper-connection layer {i}", msg))
-    return f"Sinkhorn-Knopp converged ({len(layers)} layers)", out
+    return f"Sinkhorn-Knopp converged ({len(layers)} hyper-connections)", out
 
 
 def _recovered(layer, gen, B=2, T=3) -> torch.Tensor:
@@ -169,7 +172,7 @@ def _pre_ln_init(layers, claim, gen) -> tuple[str, list[Finding]]:
         why = f"F(x) enters with weight {_vec(c)}, not 1 (H_post starts away from 1)" if left < 1e-3 else (
             f"the branch reads another input than x ({left:.2g} of F(x) unexplained)")  # fmt: skip
         out.append(Finding("init-not-pre-ln", f"hyper-connection layer {i}", f"identical streams x: {why}"))
-    return f"init reproduces pre-LN ({len(layers)} layers)", out
+    return f"init reproduces pre-LN ({len(layers)} hyper-connections)", out
 
 
 def _hyper(model, claim, gen):
