@@ -98,6 +98,7 @@ def test_explain_text_groups_identical_layers(capsys):
         ("explain --no-residual mlp", "--no-residual mlp is not allowed"),
         ("explain --layers seven", "invalid int value"),
         ("reproduce no-such-claim", "NAME='no-such-claim'"),
+        ("reproduce no-such-claim", "list, all, tour, doctor, ladder"),  # every name it takes, the ladder too
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, needle):

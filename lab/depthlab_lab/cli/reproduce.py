@@ -146,7 +146,7 @@ def run(args) -> int:
     _refuse_ladder_flags(args)
     if args.name not in REPRODUCTIONS and args.name not in DOCUMENTS:
         raise ConfigError(
-            "NAME", args.name, f"one of {', '.join(sorted(REPRODUCTIONS))}, list, all, tour, doctor"
+            "NAME", args.name, f"one of {', '.join(sorted(REPRODUCTIONS))}, list, {', '.join(DOCUMENTS)}"
         )
     if args.doc is not None and args.name not in ("all", "doctor", "ladder"):
         raise InputError(f"--doc applies to 'all', 'doctor' and 'ladder' only, not to {args.name}")
