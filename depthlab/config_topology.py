@@ -49,7 +49,9 @@ class TopologyOptions(ConfigBase):
             if f.name not in wrappings[wrap].OPTIONS and (given or not _same(value, f.default)):
                 who = ", ".join(n for n, c in wrappings.items() if f.name in c.OPTIONS)
                 raise ConfigError(
-                    f.name, value, f"not set with wrap={wrap}, which does not read it (read by {who})"
+                    f.name,
+                    value,
+                    f"to be left unset with wrap={wrap}, which does not read it (read by {who})",
                 )
 
 

@@ -50,7 +50,7 @@ def by_param(spec) -> float:
     """completep's best lr holds across depth (a per-seed tilt around 0); sp's falls as depth^-1."""
     if spec.model.param == "sp":
         return falling(spec)
-    return 1e-2 * (2 / spec.model.n_layers) ** (0.1 * (spec.train.seed - 1))
+    return 1e-2 * (2 / spec.model.n_layers) ** (0.05 * (spec.train.seed - 1))
 
 
 def above_the_sweep(spec) -> float:
@@ -72,7 +72,7 @@ def test_the_first_line_states_the_studys_shape_and_budget_and_says_when_yours_d
     same = transfer_advice(pre(), "depth", 32, db, train=TrainConfig(steps=20, batch_size=2, seq_len=16))
     assert not any("your run is" in line for line in same["lines"])
     assert out["recommended"] == "pre param=sp" and out["lines"][2].startswith(
-        "  use pre param=sp: lr at depth 32 "
+        "  use pre param=sp: fitted lr at depth 32 "
     )
 
 

@@ -65,11 +65,11 @@ def test_train_and_a_study_take_a_topology(tmp_path, capsys):
     [
         (
             ["--wrap", "pre", "--streams", "8"],
-            "--streams 8 is not allowed: not set with wrap=pre, which does not read it (read by hc",
+            "--streams 8 is not allowed: to be left unset with wrap=pre, which does not read it (read by hc",
         ),
         (
             ["--wrap", "pre", "--streams", "4"],  # given at its default value: still a flag that does nothing
-            "--streams 4 is not allowed: not set with wrap=pre, which does not read it (read by hc",
+            "--streams 4 is not allowed: to be left unset with wrap=pre, which does not read it (read by hc",
         ),
         (["--wrap", "frac", "--streams", "3"], "--streams 3 is not allowed: a divisor of d_model=16"),
         (["--wrap", "hc", "--sinkhorn-tol", "0.5"], "--sinkhorn-tol 0.5 is not allowed"),

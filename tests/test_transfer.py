@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import textwrap
@@ -12,7 +13,7 @@ from depthlab.cli import main
 from depthlab.errors import ConfigError
 from depthlab.study.presets import preset
 from depthlab.study.transfer import bound_side, reading, runs_at, seeds_to_halve, sizes_to_halve, transfers
-from depthlab.study.transfer_text import format_transfer, mismatch
+from depthlab.study.transfer_text import format_transfer, mismatch, slope_text
 
 SWEEP = [10 ** (-4 + k / 2) for k in range(7)]  # 1e-4 .. 1e-1 in half decades
 
@@ -294,3 +295,21 @@ def test_a_flag_the_question_ignores_or_cannot_use_is_refused_before_reading_the
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0] and "Traceback" not in err[0]
     assert not (tmp_path / "out.txt").exists()
+
+
+@pytest.mark.parametrize(
+    "slope, code, words",
+    [
+        ((-0.03, -0.20, +0.14), "flat", "flat (its interval lies inside +-0.25)"),
+        ((0.0, -0.25, +0.25), "flat", "flat"),  # the band's edges are inside it
+        ((-0.07, -0.76, +0.62), "not decided", "not decided (its interval reaches past +-0.25)"),
+        ((-0.2, -0.30, -0.10), "not decided", "not decided"),  # excludes 0, but crosses the band's edge
+        ((-0.94, -1.21, -0.68), "moves", "moves (its interval lies outside +-0.25)"),
+        ((+0.5, +0.26, +0.74), "moves", "moves"),
+    ],
+)
+def test_a_slope_is_read_against_the_flat_band(slope, code, words):
+    """flat inside +-0.25 (edges included), moves wholly outside, not decided across an edge."""
+    (t,) = transfers(fake_runs(lambda L: -2.5), "depth", 64)
+    t = dataclasses.replace(t, slope=slope)
+    assert reading(t) == code and words in slope_text(t) and t.to_dict()["reading"] == code

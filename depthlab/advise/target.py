@@ -63,7 +63,7 @@ def _budget_line(shape: dict, train: TrainConfig | None) -> list[str]:
 
 
 def _setting_line(t: Transfer, use: bool) -> str:
-    """'  use pre: lr at depth 32 0.0187 [0.0093, 0.0375]; slope ...; proxy lr costs ... at depth 8'."""
+    """'  use pre: fitted lr at depth 32 0.0187 [0.0093, 0.0375]; slope ...; proxy lr costs ... at depth 8'."""
     last = next((r for r in reversed(t.rows) if r.penalty is not None), None)
     pen = ""
     if last is not None:
@@ -71,7 +71,7 @@ def _setting_line(t: Transfer, use: bool) -> str:
         cost = f"{m:+.2f}" if lo == hi else f"{m:+.2f} [{lo:+.2f}, {hi:+.2f}]"
         pen = f"; proxy lr costs {cost} nats at {t.axis} {last.size}"
     lr = "unknown" if reading(t) == "unknown" else target_text(t)  # the slope's text says why
-    return (f"  {'use' if use else '   '} {t.setting}: lr at {t.axis} {t.target} {lr}; "
+    return (f"  {'use' if use else '   '} {t.setting}: fitted lr at {t.axis} {t.target} {lr}; "
             f"slope {slope_text(t)}{pen}")  # fmt: skip
 
 

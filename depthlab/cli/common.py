@@ -284,16 +284,16 @@ def model_config_from_args(args: argparse.Namespace, **overrides) -> ModelConfig
     family's own per-stack depths unless --enc-layers / --dec-layers are given)."""
     if not getattr(args, "hf", None):
         values = {field: flag_value(args, flag, args.arch) for flag, field in FIELD_OF_FLAG.items()}
-        return _std_applies(args, ModelConfig.from_dict({**values, **overrides}))  # family options named flat
+        return _flags_apply(args, ModelConfig.from_dict({**values, **overrides}))  # family options named flat
     base, _ = imported_config(args.hf)
     arch = args.arch if "arch" in given_model_flags(args) else base.arch
     changes = {FIELD_OF_FLAG[f]: flag_value(args, f, arch) for f in given_model_flags(args)}
     if changes.get("bias") is False:
         changes["biases"] = None  # --no-bias: none anywhere, whatever sites the family had
-    return _std_applies(args, rewired_config(args.hf, {**changes, **overrides}))
+    return _flags_apply(args, rewired_config(args.hf, {**changes, **overrides}))
 
 
-def _std_applies(args: argparse.Namespace, cfg: ModelConfig) -> ModelConfig:
+def _flags_apply(args: argparse.Namespace, cfg: ModelConfig) -> ModelConfig:
     """``cfg``, unless --init-std was given for an init that reads no std (xavier: from each shape), or
     a topology flag for a wrapping that does not read it (given at its default value too: the config
     alone refuses only a value away from the default)."""

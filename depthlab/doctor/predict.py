@@ -97,7 +97,10 @@ def trained_by(r: MeasuredRun, steps: int | None) -> bool:
     """Whether measured run ``r`` had trained by step ``steps``: a run of a longer budget only where it
     left the unigram plateau by then (its escape step; one that trained without a recorded escape left it
     at its budget), since its loss stayed below the band from that step on; a run of a budget no longer
-    than ``steps`` (or ``steps`` None) as it ended, what it would have done with more steps not known."""
+    than ``steps`` (or ``steps`` None) as it ended, what it would have done with more steps not known.
+    The longer run's first ``steps`` stand for the shorter run: exact under a constant rate after
+    warmup (depthlab's default), an approximation for a schedule that decays over the budget (cosine: the
+    shorter run decays sooner; such runs are evidence only for runs of the same recipe)."""
     if steps is None or r.steps <= steps or not r.trained:
         return r.trained
     return r.escape_step is not None and r.escape_step <= steps

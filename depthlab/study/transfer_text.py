@@ -139,7 +139,9 @@ def format_transfer(t: Transfer) -> str:
     if t.target_lr is not None:
         sizes = [r.size for r in t.rows]
         where = "within" if min(sizes) <= t.target <= max(sizes) else "extrapolated beyond"
-        swept = " (the row above is that size's own measured best)" if t.target in sizes else ""
+        swept = (
+            f" (the {t.axis} {t.target} row is that size's own measured best)" if t.target in sizes else ""
+        )
         lines.append(f"  best lr at {t.axis} {t.target} on the fitted line: {target_text(t)} ({where} the sizes "
                      f"swept){swept}")  # fmt: skip
     if reading(t) in ("at least", "at most", "unknown"):

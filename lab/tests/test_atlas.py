@@ -156,8 +156,14 @@ def test_the_lab_s_neighbourhood_matches_recipes_as_the_library_does(atlas):
 
     runs = [r for r in atlas.runs if r.wrap == "post" and r.d_model == 32][:200]
     mixed = Atlas(tuple(
-        dataclasses.replace(r, recipe=(None, "schedule=cosine", r.recipe)[i % 3]) for i, r in enumerate(runs)
+        dataclasses.replace(r, recipe=(None, "schedule=cosine", r.recipe)[i % 3],
+                            escape_step=None if i % 7 == 0 else r.escape_step)  # trained, no escape recorded
+        for i, r in enumerate(runs)
     ))  # fmt: skip
+    steps = {r.steps for r in mixed.runs}
+    assert len(steps) > 1 and any(
+        r.trained and r.escape_step is None for r in mixed.runs
+    )  # budgets to read at
     hood = Neighbourhood(mixed)
     for r in mixed.runs:
         lib = atlas_share(nearest(mixed, Query.of(r), exclude={r.config_hash}), r.steps)

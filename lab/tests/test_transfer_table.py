@@ -71,3 +71,21 @@ def test_the_readme_quotes_the_registered_records():
         i = transfer_table.mean_interval(coord["slope_last_per_seed"][f"pre {param}"]["stream@L rms"])
         assert _interval((i.mean, i.low, i.high)) in readme, param
     assert "-1.05 [-1.17, -0.93]" not in readme and "-0.09 [-0.20, +0.02]" not in readme
+
+
+@pytest.mark.parametrize("slope", [(0, -0.2, 0.14), (0, -0.25, 0.25), (0, -0.76, 0.62), (0, -0.3, -0.1),
+                                   (0, -1.21, -0.68), (0, 0.26, 0.74)])  # fmt: skip
+def test_depthlab_transfer_reads_a_slope_as_this_page_does(slope):
+    """The library's reading (what `depthlab transfer` and advise print) and this table's verdict are one
+    rule over one band: the transfer claims' registered band."""
+    import dataclasses
+
+    from depthlab.study.transfer import BAND, reading, transfers
+    from depthlab_lab.reproduce import REGISTRATIONS
+    from tests.test_transfer import fake_runs
+
+    assert {REGISTRATIONS[n].expectation["band"] for n in ("lr-transfer-depth", "width-transfer")} == {BAND}
+    (t,) = transfers(fake_runs(lambda L: -2.5), "depth", 64)  # a sweep with no best at its edge
+    t = dataclasses.replace(t, slope=slope)
+    words = {"flat": "yes", "moves": "no", "not decided": "not decided"}[reading(t)]
+    assert transfer_table.verdict(slope, BAND).startswith(words)
