@@ -42,11 +42,10 @@ class TopologyOptions(ConfigBase):
         of ``wrappings``, the registry, lists the options it reads in ``OPTIONS``); ``names``: these
         options whatever their values (flags the user gave)."""
         for f in fields(self):
-            value = getattr(self, f.name)
-            given = names is not None and f.name in names
-            if names is not None and not given:
+            if names is not None and f.name not in names:
                 continue
-            if f.name not in wrappings[wrap].OPTIONS and (given or not _same(value, f.default)):
+            value = getattr(self, f.name)
+            if f.name not in wrappings[wrap].OPTIONS and (names is not None or not _same(value, f.default)):
                 who = ", ".join(n for n, c in wrappings.items() if f.name in c.OPTIONS)
                 raise ConfigError(
                     f.name,

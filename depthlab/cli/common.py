@@ -301,9 +301,9 @@ def _flags_apply(args: argparse.Namespace, cfg: ModelConfig) -> ModelConfig:
     if "init_std" in given and cfg.init == "xavier":
         raise InputError("--init-std does nothing with --init xavier (its scale comes from each layer's shape); "
                          "use --init normal or gpt2")  # fmt: skip
-    for name, _ in TOPOLOGY_FLAGS:
-        if name in given:
-            cfg.topology.check_for(cfg.wrap, WRAPPINGS, names=(name,))
+    topology = tuple(name for name, _ in TOPOLOGY_FLAGS if name in given)
+    if topology:
+        cfg.topology.check_for(cfg.wrap, WRAPPINGS, names=topology)
     return cfg
 
 
