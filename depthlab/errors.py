@@ -2,6 +2,9 @@
 value of a named field or option, ``InputError`` for any other bad input (a file, a folder, a batch).
 Both are ValueErrors; the CLI prints either as one line on stderr and exits with code 2."""
 
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 
 class ConfigError(ValueError):
     """A bad value for a named field; the CLI turns it into one line on stderr and exit code 2."""
@@ -13,3 +16,42 @@ class ConfigError(ValueError):
 
 class InputError(ValueError):
     """Bad input that is not a config field (a missing data file, an existing output folder, ...)."""
+
+
+# How a message names the options a user can pass both as a Python keyword and as a command-line flag:
+# (the Python spelling, the flag). The CLI speaks in flags (``spoken_as_flags``); a library caller
+# reads the keyword it passed.
+OPTIONS = {
+    "out": ("out_dir", "--out"),
+    "resume": ("resume=True", "--resume"),
+    "force": ("force=True", "--force"),
+    "force_memory": ("force_memory=True", "--force-memory"),
+    "layers": ("n_layers", "--layers"),
+    "d_model": ("d_model", "--d-model"),
+    "batch_size": ("batch_size", "--batch-size"),
+    "seq_len": ("seq_len", "--seq-len"),
+    "checkpoint_activations": ("activation_checkpointing=True", "--checkpoint-activations"),
+}
+_AS_FLAGS: ContextVar[bool] = ContextVar("depthlab_as_flags", default=False)
+
+
+def option(name: str) -> str:
+    """How an error message names option ``name`` (a key of OPTIONS) to whoever called: ``--resume`` on
+    the command line, ``resume=True`` from Python."""
+    return OPTIONS[name][_AS_FLAGS.get()]
+
+
+def option_list(*names: str) -> str:
+    """Options ``names`` in a list that reads: '--layers, --d-model or --seq-len'."""
+    said = [option(n) for n in names]
+    return said[0] if len(said) == 1 else f"{', '.join(said[:-1])} or {said[-1]}"
+
+
+@contextmanager
+def spoken_as_flags():
+    """Within this block, error messages name options as the command line's flags."""
+    token = _AS_FLAGS.set(True)
+    try:
+        yield
+    finally:
+        _AS_FLAGS.reset(token)

@@ -257,12 +257,12 @@ def test_the_screen_says_how_advise_did_on_held_out_runs_of_the_same_wrapping():
              "by_wrap": {"admin": {"runs": 18, "right": 14, "lookup_right": 11}}}  # fmt: skip
     held = track_record.for_wrap("admin", {**record, "every_grid": every})
     assert track_record.line(held) == (
-        "held out at depth (3 grids, 8-32 layers): 14 of 18 admin right, nearest runs 11; 110 of 130 (85%) in all"
+        "held out near the limit (3 grids, 8-32 layers): 14 of 18 admin right, nearest runs 11; 110 of 130 (85%) in all"
     )
     # a wrapping the latest grid did not hold out, which earlier grids did: the line over every grid
     every["by_wrap"]["mix"] = {"runs": 6, "right": 5, "lookup_right": 4}
     assert track_record.line(track_record.for_wrap("mix", {**record, "every_grid": every})).startswith(
-        "held out at depth (3 grids, 8-32 layers): 5 of 6 mix right, nearest runs 4;"
+        "held out near the limit (3 grids, 8-32 layers): 5 of 6 mix right, nearest runs 4;"
     )
     # the shipped record: every wrapping of the grid, its counts adding up to the grid's (and over every grid)
     shipped = track_record.load()

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from depthlab import ConfigError, InputError, ModelConfig, TrainConfig, build_model
+from depthlab.errors import option, spoken_as_flags
 from depthlab.model.explain import explain
 from depthlab.model.stack import check_tokens
 from depthlab.probe import probe
@@ -123,10 +124,26 @@ def test_train_names_its_arguments():
         train(None, None)
     with pytest.raises(TypeError, match="train_cfg must be a depthlab.TrainConfig, not dict"):
         train(CFG, {"steps": 2})
-    with pytest.raises(InputError, match="--force needs --out"):
+    with pytest.raises(InputError, match=r"^force=True needs out_dir"):
         train(CFG, TrainConfig(steps=1), force=True)
     with pytest.raises(TypeError, match="study must be a depthlab.study.StudyConfig"):
         run_study(None)
+
+
+def test_a_run_folder_error_names_the_keywords_a_python_caller_passed(tmp_path):
+    """The library names train's keywords (out_dir, resume=True, force=True); the command line, within
+    spoken_as_flags, its flags: the same check, in the words of whoever called."""
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(InputError) as e:
+        train(CFG, TrainConfig(steps=1), str(tmp_path))
+    assert "out_dir" in str(e.value) and "resume=True continues" in str(e.value) and "--" not in str(e.value)
+    with pytest.raises(InputError, match="^resume=True and force=True contradict"):
+        train(CFG, TrainConfig(steps=1), str(tmp_path), resume=True, force=True)
+    with spoken_as_flags(), pytest.raises(InputError) as e:
+        train(CFG, TrainConfig(steps=1), str(tmp_path))
+    assert str(e.value).startswith("--out ") and "--resume continues" in str(e.value)
+    assert option("resume") == "resume=True"  # the block ended: Python's words again
+    assert (tmp_path / "notes.txt").read_text() == "mine" and len(list(tmp_path.iterdir())) == 1
 
 
 def test_config_values_beyond_what_torch_takes_are_config_errors():

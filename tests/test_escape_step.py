@@ -39,7 +39,7 @@ def test_the_monitor_and_the_result_line_give_it():
     assert r.summary().endswith("training loss below the unigram band from step 20")
     assert RunResult.from_dict({"outcome": "stalled", "unigram_loss": U}).escape_step is None
     assert (
-        "never left the unigram band"
+        "never stayed below the unigram band"
         in RunResult.from_dict({"outcome": "stalled", "unigram_loss": U}).summary()
     )
 

@@ -57,7 +57,8 @@ def for_wrap(wrap: str, record: dict | None = None) -> dict | None:
 
 
 def line(held: dict | None) -> str | None:
-    """One line for the screen. Over every finished grid at depth: 'held out at depth (6 grids, 8-32
+    """One line for the screen. Over every finished grid at depth placed by the limit (a grid drawn where
+    the calls differ is counted by ``differ_line`` only): 'held out near the limit (6 grids, 8-32
     layers): 23 of 38 rezero right, nearest runs 25; 220 of 266 (83%) in all'. Else the latest grid's:
     'held out (8-32 layers, registered): 4 of 8 admin right (8 stalled); 40 of 56 (71%) in all', with 'an
     earlier fit' for 'registered' where the grid's runs have since joined the predictor's fit (its calls
@@ -69,7 +70,7 @@ def line(held: dict | None) -> str | None:
         lo, hi = every["layers"]
         grids = f"{every['grids']} grid{'s' if every['grids'] > 1 else ''}"
         return (
-            f"held out at depth ({grids}, {lo}-{hi} layers): {every['mine']['right']} of {every['mine']['runs']} "
+            f"held out near the limit ({grids}, {lo}-{hi} layers): {every['mine']['right']} of {every['mine']['runs']} "
             f"{held['wrap']} right, {every['lookup']} {every['mine']['lookup_right']}; {every['right']} of "
             f"{every['runs']} ({every['right'] / every['runs']:.0%}) in all"
         )

@@ -15,7 +15,7 @@ from importlib.metadata import entry_points
 
 from depthlab.cli import advise, check, coord, explain, probe, report, study, train, transfer
 from depthlab.cli.common import as_typed
-from depthlab.errors import ConfigError, InputError
+from depthlab.errors import ConfigError, InputError, spoken_as_flags
 from depthlab.paths import printable
 
 # What ``depthlab --help`` says (the module docstring above is for developers).
@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             value = getattr(args, dest, None)
             if isinstance(value, str) and not value.strip():
                 raise InputError(f"--{dest}: an empty path names no file or folder")
-        return int(args.run(args) or 0)
+        with spoken_as_flags():  # the library's messages name the flags the user typed
+            return int(args.run(args) or 0)
     except ConfigError as e:
         sys.stderr.write(f"depthlab {args.command}: error: {printable(as_typed(e, args, args.flags))}\n")
         return 2

@@ -12,6 +12,7 @@ import re
 
 from depthlab.config import WRAPPINGS, ModelConfig, TrainConfig
 from depthlab.display import LEVEL_COLOURS, badge, block, esc, para, table
+from depthlab.errors import option_list
 from depthlab.frames import to_frame
 from depthlab.model import parametrization
 from depthlab.model.layers import Attention, FeedForward
@@ -104,7 +105,7 @@ def explain(cfg: ModelConfig, *, force_memory: bool = False) -> Wiring:
     branch multiplier where a parametrization makes it other than 1 (the formula then shows m).
     """
     check_config(cfg)
-    hint = "a smaller --layers or --d-model"
+    hint = f"a smaller {option_list('layers', 'd_model')}"
     estimate, free = estimate_memory(cfg, "build"), available_memory()
     check_memory(estimate, free, force_memory, hint)
     model = build_model(cfg)

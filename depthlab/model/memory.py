@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import torch
 
 from depthlab.config import WRAPPINGS, ModelConfig
-from depthlab.errors import InputError
+from depthlab.errors import InputError, option
 
 try:
     import resource  # POSIX only
@@ -235,7 +235,7 @@ def check_memory(
     what = {"build": "building the model", "probe": "the probe", "train": "training"}[estimate.mode]
     raise InputError(
         f"{what} needs {estimate.describe()} with {estimate.params:,} parameters, more than "
-        f"{USABLE:.0%} of the {gb(available)} free: use {hint + ', or ' if hint else ''}--force-memory "
+        f"{USABLE:.0%} of the {gb(available)} free: use {hint + ', or ' if hint else ''}{option('force_memory')} "
         "to try anyway"
     )
 

@@ -14,6 +14,7 @@ import torch
 from depthlab.config import ModelConfig, check_int
 from depthlab.corpus import describe_batch, load_corpus, text_batch, train_windows
 from depthlab.doctor.verdict import Verdict
+from depthlab.errors import option_list
 from depthlab.model import build_model
 from depthlab.model.explain import init_summary, param_summary, wiring_summary
 from depthlab.model.memory import available_memory, check_memory, estimate_memory
@@ -56,7 +57,7 @@ def probe_config(
     keys = ("loss", "perturbation", "jacobian_probes")
     check_options(**{k: options[k] for k in keys if k in options}, seed=seed)
     cfg.check_length(seq_len)
-    hint = "a smaller --layers, --d-model, --batch-size or --seq-len"
+    hint = f"a smaller {option_list('layers', 'd_model', 'batch_size', 'seq_len')}"
     check_memory(estimate_memory(cfg, "probe", batch_size, seq_len), available_memory(), force_memory, hint)
     result = _probe_built(cfg, batch_size, seq_len, seed, options, data)
     if attribute:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from depthlab.errors import InputError
+from depthlab.errors import InputError, option
 from depthlab.paths import disk_full, free_bytes, replace_file
 
 SUBDIR = "checkpoints"
@@ -176,8 +176,8 @@ def newest_intact(out_dir: str, use: Callable[[dict], None], note: Callable[[str
         return path
     if paths:
         raise InputError(
-            f"--resume: none of the {len(paths)} checkpoints in {Path(out_dir) / SUBDIR} is intact "
-            f"({'; '.join(f'{p.name}: {why}' for p, why in passed)}); --force starts the run over"
+            f"{option('resume')}: none of the {len(paths)} checkpoints in {Path(out_dir) / SUBDIR} is intact "
+            f"({'; '.join(f'{p.name}: {why}' for p, why in passed)}); {option('force')} starts the run over"
         )
     return None
 

@@ -28,7 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from depthlab.config import ModelConfig, TrainConfig
-from depthlab.errors import ConfigError, InputError
+from depthlab.errors import ConfigError, InputError, option
 from depthlab.model import build_model
 from depthlab.progress import Progress, duration, say
 from depthlab.train import checkpoint
@@ -67,9 +67,9 @@ def train(
         if not isinstance(value, cls):
             raise TypeError(f"{name} must be a depthlab.{cls.__name__}, not {type(value).__name__}")
     if (resume or force) and out_dir is None:
-        flag = "--resume" if resume else "--force"
+        flag = option("resume" if resume else "force")
         raise InputError(
-            f"{flag} needs --out DIR (the run folder to {'continue' if resume else 'start over'})"
+            f"{flag} needs {option('out')} (the run folder to {'continue' if resume else 'start over'})"
         )
     if out_dir is not None:
         RunDir(out_dir).check(resume, force)  # before the data is read and the model built

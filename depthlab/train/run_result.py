@@ -125,7 +125,7 @@ class RunResult:
         parts.append(f"{self.tokens_per_s:,.0f} tokens/s")
         if self.unigram_loss is not None:
             parts.append(
-                "training loss never left the unigram band"
+                "training loss never stayed below the unigram band"
                 if self.escape_step is None
                 else f"training loss below the unigram band from step {self.escape_step}"
             )

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from depthlab.config import ModelConfig, TrainConfig
-from depthlab.errors import InputError
+from depthlab.errors import InputError, option
 from depthlab.jsonable import finite_or_none
 from depthlab.paths import check_folder, check_input_file, check_path, printable, replace_file
 from depthlab.train import checkpoint
@@ -41,7 +41,7 @@ class RunDir:
     """One run's folder. ``check`` is read-only (every process may call it); the rest is rank 0's."""
 
     def __init__(self, path: str):
-        check_path(path, "--out")  # before Path(''), which is the current folder
+        check_path(path, option("out"))  # before Path(''), which is the current folder
         self.path = Path(path)
 
     def own_files(self) -> list[Path]:
@@ -54,9 +54,11 @@ class RunDir:
     def check(self, resume: bool, force: bool) -> None:
         """Refuse a folder that holds anything, unless resuming or forcing; refuse to resume nothing;
         refuse a folder whose run files are not regular files (a FIFO would block the read forever)."""
-        where = check_folder(self.path, "--out")
+        where = check_folder(self.path, option("out"))
         if resume and force:
-            raise InputError("--resume and --force contradict each other: continue the run, or start over")
+            raise InputError(
+                f"{option('resume')} and {option('force')} contradict each other: continue the run, or start over"
+            )
         self.check_regular()
         if resume and not (self.path / CONFIG).is_file():
             # a typo in the folder name must not start a fresh run unnoticed; every run writes CONFIG first
@@ -64,16 +66,16 @@ class RunDir:
                 why = "no such folder"
             else:
                 why = f"no {CONFIG}" if any(self.path.iterdir()) else "the folder is empty"
-            raise InputError(f"--resume: nothing to resume in {self.path} ({why})")
+            raise InputError(f"{option('resume')}: nothing to resume in {self.path} ({why})")
         if force and (self.path / CONFIG).is_file() and not self._is_run_config():
             raise InputError(
-                f"--force: {self.path / CONFIG} is not a depthlab run's config; it is not replaced "
-                "(choose another --out)"
+                f"{option('force')}: {self.path / CONFIG} is not a depthlab run's config; it is not replaced "
+                f"(choose another {option('out')})"
             )
         if self.path.is_dir() and any(self.path.iterdir()) and not (resume or force):
             raise InputError(
-                f"--out {self.path} already exists and is not empty; --resume continues that run, "
-                "--force deletes its results and starts over"
+                f"{option('out')} {self.path} already exists and is not empty; {option('resume')} continues that run, "
+                f"{option('force')} deletes its results and starts over"
             )
 
     def check_regular(self) -> None:
@@ -82,20 +84,20 @@ class RunDir:
         folder = self.path / checkpoint.SUBDIR
         if os.path.lexists(folder) and not folder.is_dir():
             raise InputError(
-                f"--out {printable(folder)} is not a folder: a run keeps its checkpoints there; move it away"
+                f"{option('out')} {printable(folder)} is not a folder: a run keeps its checkpoints there; move it away"
             )
         names = [self.path / n for n in (CONFIG, METRICS, RESULT)] + sorted(self.path.glob(EVENTS_GLOB))
         if folder.is_dir():
             names += [p for p in folder.iterdir() if checkpoint.is_checkpoint_name(p.name)]
         for p in names:
-            check_input_file(p, "--out: the run file", missing_ok=True)
+            check_input_file(p, f"{option('out')}: the run file", missing_ok=True)
 
     def make(self) -> None:
         """Create the folder; a path that cannot be one is the user's input (InputError), a full disk is not."""
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except (FileNotFoundError, FileExistsError, NotADirectoryError, PermissionError) as e:
-            raise InputError(f"--out {self.path}: cannot create the folder: {e.strerror}") from None
+            raise InputError(f"{option('out')} {self.path}: cannot create the folder: {e.strerror}") from None
 
     def _is_run_config(self) -> bool:
         """Whether DIR/config.json is one that a depthlab run wrote (model and train sections)."""
@@ -105,7 +107,7 @@ class RunDir:
             return False
 
     def clear(self) -> None:
-        """Delete the files a run writes (``--force``); checkpoints/ goes too if nothing else is in it."""
+        """Delete the files a run writes (``force``); checkpoints/ goes too if nothing else is in it."""
         for p in self.own_files():
             p.unlink()
         folder = self.path / checkpoint.SUBDIR
@@ -114,13 +116,13 @@ class RunDir:
 
     def write_json(self, name: str, obj: dict) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        replace_file(self.path / name, json.dumps(finite_or_none(obj), indent=2) + "\n", "--out")
+        replace_file(self.path / name, json.dumps(finite_or_none(obj), indent=2) + "\n", option("out"))
 
     def read_json(self, name: str) -> dict | None:
         """The JSON object in DIR/``name`` (None when there is none); InputError when it is not a
         regular file, not JSON, or not a JSON object."""
         p = self.path / name
-        if not check_input_file(p, "--out: the run file", missing_ok=True):
+        if not check_input_file(p, f"{option('out')}: the run file", missing_ok=True):
             return None
         try:
             value = json.loads(p.read_text())
@@ -128,7 +130,7 @@ class RunDir:
             raise InputError(f"cannot read {printable(p)}: {e}") from None
         if not isinstance(value, dict):
             raise InputError(
-                f"{printable(p)} holds a JSON {type(value).__name__}, not a run's object; --force starts over"
+                f"{printable(p)} holds a JSON {type(value).__name__}, not a run's object; {option('force')} starts over"
             )
         return value
 
@@ -136,7 +138,7 @@ class RunDir:
         """The metrics records of steps <= ``upto_step`` (lines cut short by a kill are skipped)."""
         p = self.path / METRICS
         kept = []
-        if check_input_file(p, "--out: the run file", missing_ok=True):
+        if check_input_file(p, f"{option('out')}: the run file", missing_ok=True):
             for line in p.read_text(errors="replace").splitlines():
                 try:
                     record = json.loads(line)
@@ -151,7 +153,7 @@ class RunDir:
         """Replace metrics.jsonl by ``records`` (a resumed run re-logs the steps after its checkpoint)."""
         self.path.mkdir(parents=True, exist_ok=True)
         text = "".join(json.dumps(finite_or_none(r)) + "\n" for r in records)
-        replace_file(self.path / METRICS, text, "--out")
+        replace_file(self.path / METRICS, text, option("out"))
 
     def append_metrics(self, record: dict) -> None:
         with open(self.path / METRICS, "a") as f:
@@ -191,8 +193,8 @@ class RunOutput:
             stored = d.read_json(CONFIG) or {}
             if not is_run_config(stored):  # the same-settings check needs both sections
                 raise InputError(
-                    f"--resume: {printable(d.path / CONFIG)} is not a depthlab run's config (no model and "
-                    "train sections); --force starts the run over"
+                    f"{option('resume')}: {printable(d.path / CONFIG)} is not a depthlab run's config (no model and "
+                    f"train sections); {option('force')} starts the run over"
                 )
             self.same_run(stored)
             result = d.read_json(RESULT)
@@ -200,7 +202,7 @@ class RunOutput:
                 return _stored_result(d, result, stored)
             if checkpoint.newest_intact(str(d.path), t.load_state_dict, self.note) is None:
                 self.note(
-                    f"--resume: {printable(d.path)} holds no checkpoint yet (the run stopped before its first, "
+                    f"{option('resume')}: {printable(d.path)} holds no checkpoint yet (the run stopped before its first, "
                     f"due at step {min(t.cfg.checkpoint_every, t.cfg.steps)}); it starts over from step 0"
                 )
         t.metrics = d.read_metrics(upto_step=t.step) if resume else []
@@ -229,13 +231,15 @@ class RunOutput:
             ]
         if diffs:
             raise InputError(
-                f"--resume: {self.dir.path} was started with other settings ({'; '.join(diffs[:4])}); "
-                "pass the same flags, or --force to start over"
+                f"{option('resume')}: {self.dir.path} was started with other settings ({'; '.join(diffs[:4])}); "
+                f"pass the same settings, or {option('force')} to start over"
             )
         data = stored.get("data")
         old_hash = data.get("sha256") if isinstance(data, dict) else None
         if old_hash is not None and old_hash != mine["data"].get("sha256"):
-            raise InputError(f"--resume: the data changed since {self.dir.path} was started (sha256 differs)")
+            raise InputError(
+                f"{option('resume')}: the data changed since {self.dir.path} was started (sha256 differs)"
+            )
 
     def note(self, line: str) -> None:
         """A line on stderr, from rank 0 (every rank reads the same checkpoints)."""
@@ -275,12 +279,12 @@ def _stored_result(d: RunDir, result: dict, stored: dict) -> RunResult:
         kinds = (str,) if key in ("outcome", "reason") else (int, float)
         if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
             raise InputError(
-                f"--resume: {printable(d.path / RESULT)} is not a run's result ({key} is {value!r}); "
-                "--force starts the run over"
+                f"{option('resume')}: {printable(d.path / RESULT)} is not a run's result ({key} is {value!r}); "
+                f"{option('force')} starts the run over"
             )
     if not isinstance(result.get("outcome"), str):
         raise InputError(
-            f"--resume: {printable(d.path / RESULT)} names no outcome; --force starts the run over"
+            f"{option('resume')}: {printable(d.path / RESULT)} names no outcome; {option('force')} starts the run over"
         )
     return RunResult.from_dict(result, d.read_metrics(), data)
 

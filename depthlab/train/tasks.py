@@ -15,7 +15,7 @@ import torch
 
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.corpus import load_corpus, train_windows, unigram_entropy
-from depthlab.errors import ConfigError
+from depthlab.errors import ConfigError, option, option_list
 from depthlab.model.memory import MemoryEstimate, available_memory, check_memory, estimate_memory
 from depthlab.train.batch import Batch
 from depthlab.train.synthetic import LAYOUT_TOKENS, SyntheticTask, check_synthetic
@@ -110,8 +110,8 @@ def check_train_memory(
     ``force`` skips the check."""
     free = available_memory(device)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world)) if device.type == "cpu" else 1
-    hint = "a smaller --layers, --d-model, --batch-size or --seq-len"
+    hint = f"a smaller {option_list('layers', 'd_model', 'batch_size', 'seq_len')}"
     if not model_cfg.activation_checkpointing:
-        hint += ", --checkpoint-activations"
+        hint += f", or {option('checkpoint_activations')}"
     estimate = train_memory(model_cfg, cfg, world)
     check_memory(estimate, None if free is None else free // max(1, local), force, hint)
