@@ -381,11 +381,8 @@ class TrainConfig(ConfigBase):
         self._check_int("warmup", low=0)
         check_seed(self.seed)
         self._check_float("lr", 0.0, 10.0, strict_low=True)
-        self._check_float("beta1", 0.0, 1.0)
-        self._check_float("beta2", 0.0, 1.0)
-        if self.beta2 >= 1.0 or self.beta1 >= 1.0:
-            bad = "beta1" if self.beta1 >= 1.0 else "beta2"
-            raise ConfigError(bad, getattr(self, bad), "a number in [0, 1)")
+        self._check_float("beta1", 0.0, 1.0, strict_high=True)
+        self._check_float("beta2", 0.0, 1.0, strict_high=True)
         self._check_float("eps", 0.0, 1.0, strict_low=True)
         self._check_float("weight_decay", 0.0)
         self._check_float("clip", 0.0)

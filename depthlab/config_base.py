@@ -136,18 +136,24 @@ class ConfigBase:
         check_int(name, value, low, high)
 
     def _check_float(
-        self, name: str, low: float = 0.0, high: float = math.inf, strict_low=False, optional=False
+        self,
+        name: str,
+        low: float = 0.0,
+        high: float = math.inf,
+        strict_low=False,
+        optional=False,
+        strict_high=False,
     ) -> None:
         value = getattr(self, name)
         if value is None and optional:
             return
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value)
-        ok = ok and (value > low if strict_low else value >= low) and value <= high
+        ok = ok and (value > low if strict_low else value >= low)
+        ok = ok and (value < high if strict_high else value <= high)
         if not ok:
             bound = f"> {low}" if strict_low else f">= {low}"
-            raise ConfigError(
-                name, value, f"a finite number {bound}" + (f" and <= {high}" if high < math.inf else "")
-            )
+            top = f" and {'<' if strict_high else '<='} {high}" if high < math.inf else ""
+            raise ConfigError(name, value, f"a finite number {bound}{top}")
 
     def _check_bool(self, name: str) -> None:
         if not isinstance(getattr(self, name), bool):

@@ -83,6 +83,11 @@ def load_corpus(path: str | None, seq_len: int) -> Corpus:
         info = dict(info)
     else:
         data = read_data_file(path)
+        if data.count(data[:1]) == len(data):  # one byte value: its loss is 0 from the first step
+            raise InputError(
+                f"data file {path} holds one byte value only ({data[:1]!r} x {len(data):,}): there is "
+                "nothing to predict; pass a text"
+            )
         info = {
             "source": "file",
             "root": os.path.dirname(os.path.abspath(path)),

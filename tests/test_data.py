@@ -58,7 +58,8 @@ def _file(path: Path, content: bytes) -> Path:
         (lambda p: p / "missing.txt", "does not exist"),
         (lambda p: p, "is a directory"),
         (lambda p: _file(p / "empty.txt", b""), "is empty"),
-        (lambda p: _file(p / "short.txt", b"x" * 100), "too short"),
+        (lambda p: _file(p / "short.txt", b"xy" * 50), "too short"),
+        (lambda p: _file(p / "one.txt", b"a" * 10_000), r"one byte value only \(b'a' x 10,000\)"),
     ],
 )
 def test_bad_data_files_are_input_errors(tmp_path, make, message):

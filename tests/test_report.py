@@ -70,6 +70,33 @@ def test_a_wrapping_axis_names_the_wrapping_first():
     assert layout([run], ["wrapping", "n_layers"]).row(run) == "pre qk_norm=True"
 
 
+def test_a_run_table_names_the_lr_where_the_map_puts_it_in_columns():
+    """With the learning rate on the map's x axis, a table of runs (every run, the verdict beside the
+    outcome) still tells the runs at each lr apart: their setting names it."""
+    runs = [
+        {
+            "config": {"model": {"wrap": wrap, "n_layers": n}, "train": {"seed": 0, "lr": lr}},
+            "axes": {"wrap": wrap, "n_layers": n, "lr": lr},
+            "status": "done",
+            "outcome": "trained",
+            "val_loss": 2.5,
+        }
+        for wrap in ("post", "pre")
+        for n in (2, 4)
+        for lr in (1e-3, 1e-2, 1.0)
+    ]
+    lay = layout(runs, ["wrap", "n_layers", "lr"])
+    assert lay.x == "lr" and lay.panel(runs[0]) == "n_layers=2"
+    assert [lay.setting(r) for r in runs[:3]] == [
+        "n_layers=2 lr=0.001",
+        "n_layers=2 lr=0.01",
+        "n_layers=2 lr=1",
+    ]
+    assert len({(lay.row(r), lay.setting(r)) for r in runs}) == len(runs)
+    by_depth = layout(runs, ["wrap", "n_layers", "lr"], x="n_layers")
+    assert by_depth.setting(runs[0]) == by_depth.panel(runs[0]) == "lr=0.001"
+
+
 def test_verdict_prediction_rule():
     run = lambda warmup: {"config": {"train": {"warmup": warmup}}}  # noqa: E731
     warm = {"verdicts": [{"level": "warning", "code": "warmup-required"}]}

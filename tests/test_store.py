@@ -123,8 +123,27 @@ def test_study_runs_are_shared_by_hash_not_duplicated(tmp_path):
         assert [r["config_hash"] for r in s.runs(sid)] == [x.hash for x in specs]  # grid order kept
         assert all(r["status"] == "queued" for r in s.runs(sid2))
         assert s.find_study()["id"] == sid2 and s.find_study("fake")["id"] == sid2
-        with pytest.raises(InputError, match="no study 'other'"):
-            s.find_study("other")
+        with pytest.raises(InputError, match=r"no study 'other' .* \(studies: fake \(id 1, 2\)\)$"):
+            s.find_study("other")  # both grids named 'fake' are listed, each by the id that reaches it
+
+
+def test_a_grid_edited_under_its_old_name_is_said_to_be_a_new_study(tmp_path):
+    import io
+
+    from test_study_fakes import fake_task
+
+    from depthlab.study import run_study
+
+    db = str(tmp_path / "s.sqlite")
+    said = io.StringIO()
+    run_study(fake_study(depths=(2,)), db=db, task=fake_task, progress=False, out=said)
+    assert "note:" not in said.getvalue()
+    said = io.StringIO()
+    run_study(fake_study(depths=(2, 4)), db=db, task=fake_task, progress=False, out=said)
+    assert (
+        "note: " + db + " also holds a study named 'fake' with another grid (id 1); this grid is study 2,"
+        in said.getvalue()
+    )
 
 
 def test_claim_finish_release_lifecycle(tmp_path):

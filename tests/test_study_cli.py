@@ -162,6 +162,19 @@ def test_dry_run_refuses_a_folder_as_the_store_like_the_real_run(tmp_path, capsy
     assert code == 2 and "is a folder, not a study store" in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_store_under_a_file_is_refused_as_the_store_not_as_its_report(tmp_path, capsys):
+    """--db afile/x.sqlite: the store's path is wrong, whether or not a report would go beside it."""
+    (tmp_path / "afile").write_text("mine")
+    for extra in ([], ["--no-report"], ["--dry-run"]):
+        code = main(
+            ["study", "--preset", "smoke", "--db", str(tmp_path / "afile" / "deep" / "x.sqlite"), *extra]
+        )
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "--report" not in err
+        assert err.rstrip().endswith("afile is a file, not a folder; choose another --db")
+    assert (tmp_path / "afile").read_text() == "mine" and len(list(tmp_path.iterdir())) == 1
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
 def test_sigterm_stops_the_study_like_ctrl_c(tmp_path):
     """`kill PID`: exit 1 soon, the workers stopped, the run put back in the queue (not left running)."""

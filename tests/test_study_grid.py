@@ -160,7 +160,7 @@ def test_two_axes_setting_one_field_are_refused(axes):
 
 def test_a_data_file_too_short_for_the_longest_run_is_refused_before_any_run(tmp_path):
     data = tmp_path / "short.txt"
-    data.write_text("x" * 400)
+    data.write_text("xy" * 200)
     grid = {"name": "d", "train": {"data": str(data)}, "axes": {"seq_len": [8, 64]}}
     with pytest.raises(InputError, match="train.data: data .* is too short"):
         StudyConfig.from_dict(grid)

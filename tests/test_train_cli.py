@@ -87,11 +87,15 @@ def test_force_deletes_only_what_a_run_wrote(tmp_path, capsys):
     (out / "config.json").write_text('{"mine": 1}')
     code, _, err = _cli(capsys, *RUN, "--out", str(out), "--force")  # not a run's config.json: refused
     assert code == 2 and "is not a depthlab run's config" in err
+    code, _, err = _cli(capsys, *RUN, "--out", str(out), "--resume")  # nor resumed: no way on but elsewhere
+    assert code == 2 and "choose another --out" in err and "--force" not in err
     assert (out / "config.json").read_text() == '{"mine": 1}'
     (out / "config.json").unlink()
+    (out / "watch.json").write_text('{"stack": "a watched loop"}')  # a watched loop's record in the folder
     assert _cli(capsys, *RUN, "--out", str(out), "--force", "--checkpoint-every", "5")[0] == 0
     assert _cli(capsys, *RUN, "--out", str(out), "--force", "--checkpoint-every", "5")[0] == 0  # over a run
     assert (out / "checkpoints" / "my_model.bin").read_text() == "mine"  # only step-N.pt files go
+    assert not (out / "watch.json").exists()  # a run page would have read it as this run's
     assert [p.name for p in checkpoint_paths(str(out))] == ["step-000010.pt", "step-000012.pt"]
 
 

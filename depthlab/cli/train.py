@@ -1,4 +1,4 @@
-"""depthlab train: one training run with per-layer telemetry; says whether it trained, stalled or diverged."""
+"""depthlab train: one training run with per-layer telemetry; says whether it trained, undertrained, stalled or diverged."""
 
 from __future__ import annotations
 
@@ -39,11 +39,12 @@ TRAIN_FLAGS = {
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "train",
-        help="train a stack with per-layer telemetry; trained, stalled or diverged",
+        help="train a stack with per-layer telemetry; trained, undertrained, stalled or diverged",
         description="Train one model on a task (byte-level lm on the Python standard library by default) "
         "and record, every --log-every steps, the loss and per-layer gradient, stream and update "
-        "statistics. The run ends 'trained', 'stalled' (still at the unigram loss) or 'diverged' "
-        "(rules: depthlab.watch.outcome); all three exit 0. Under torchrun it trains with DDP.",
+        "statistics. The run ends 'trained', 'undertrained' (above the unigram band and still falling), "
+        "'stalled' (still at the unigram loss) or 'diverged' (rules: depthlab.watch.outcome); all four "
+        "exit 0. Under torchrun it trains with DDP.",
     )
     add_model_flags(p)
     add_train_flags(p)

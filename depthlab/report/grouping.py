@@ -116,6 +116,15 @@ class Layout:
         train = run["config"]["train"]
         return " ".join(f"{f}={train[f]}" for f in self.panel_fields) or "all runs"
 
+    def setting(self, run: dict) -> str:
+        """A per-run table's setting: the panel's label, and the learning rate where it is the x axis
+        (the map shows it as a column; a table of runs must show it in the row)."""
+        panel = self.panel(run)
+        if self.x != "lr":
+            return panel
+        lr = f"lr={column_of(run, 'lr'):g}"
+        return lr if panel == "all runs" else f"{panel} {lr}"
+
 
 def _sets_model(axis: str, runs: list[dict]) -> bool:
     """Whether an axis chooses the model (a model field, or mappings holding one): such axes make rows."""

@@ -65,7 +65,7 @@ def _verdict_row(data: StudyData, r: dict, pred: str | None, actual: str) -> lis
     return [
         esc(lay.row(r)),
         str(depth(r)),
-        esc(lay.panel(r)),
+        esc(lay.setting(r)),
         verdict,
         esc(pred or "-"),
         _state(actual),
@@ -118,7 +118,7 @@ def runs_section(data: StudyData) -> str:
                 str(i),
                 esc(lay.row(r)),
                 str(depth(r)),
-                esc(lay.panel(r)),
+                esc(lay.setting(r)),
                 esc(r["config"]["train"].get("seed")),
                 _state(state(r)),
                 esc(reason),

@@ -80,6 +80,16 @@ def run_study(
         if note:
             print(note, file=out, flush=True)
         sid = store.add_study(study.name, study.to_dict(), study.config_hash(specs), specs)
+        namesakes = [str(s["id"]) for s in store.studies() if s["name"] == study.name and s["id"] != sid]
+        if namesakes:  # a grid edited under the same name is a new study, not a change to the old one
+            print(
+                f"note: {printable(db)} also holds {'a study' if len(namesakes) == 1 else 'studies'} named "
+                f"{study.name!r} with another grid (id {', '.join(namesakes)}); this grid is study {sid}, "
+                f"sharing the runs they have in common; --study {study.name} reads the one run last, "
+                "--study ID either",
+                file=out,
+                flush=True,
+            )
         status = {r["config_hash"]: r for r in store.runs(sid)}
         todo = [(status[s.hash]["id"], s) for s in specs if status[s.hash]["status"] != "done"]
         todo = deque(sorted(todo, key=lambda t: -run_cost(t[1])))  # longest first: a shorter makespan

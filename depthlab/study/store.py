@@ -248,7 +248,10 @@ class Store:
         for s in studies:
             if str(s["id"]) == str(which) or s["name"] == which:
                 return s
-        names = ", ".join(sorted({s["name"] for s in studies}))
+        ids: dict[str, list[str]] = {}
+        for s in sorted(studies, key=lambda s: s["id"]):
+            ids.setdefault(s["name"], []).append(str(s["id"]))
+        names = ", ".join(f"{n} (id {', '.join(i)})" for n, i in sorted(ids.items()))
         raise InputError(f"no study {which!r} in {self.path} (studies: {names})")
 
     @reads

@@ -35,7 +35,8 @@ def check_store_path(path, flag: str = "--db") -> None:
     """Refuse (InputError, one line with the reason) a store path that SQLite would accept but where no
     result could be kept, before any work: an empty path and ``:memory:`` (SQLite's temporary and
     in-memory databases: everything is lost on exit), a URI, a folder, a dangling symbolic link, a
-    path in /proc, /sys or /dev, and anything :func:`depthlab.paths.check_path` refuses."""
+    path in /proc, /sys or /dev, a path under a file, and anything :func:`depthlab.paths.check_path`
+    refuses."""
     if not isinstance(path, str) or not path.strip():
         raise InputError(f"{flag}: an empty path names no file (SQLite would keep the store in a temporary file, "
                          "lost on exit); name the store's file")  # fmt: skip
@@ -55,6 +56,13 @@ def check_store_path(path, flag: str = "--db") -> None:
                              f"for files; choose another {flag}")  # fmt: skip
     if os.path.isdir(path):
         raise InputError(f"{flag} {shown(path)} is a folder, not a study store; choose another {flag}")
+    parent = os.path.dirname(path)
+    while parent and not os.path.exists(parent):  # the nearest existing folder on the way is where it goes
+        parent = os.path.dirname(parent)
+    if parent and not os.path.isdir(parent):
+        raise InputError(
+            f"{flag} {shown(path)}: {shown(parent)} is a file, not a folder; choose another {flag}"
+        )
 
 
 def check_sqlite_header(path: str, flag: str = "--db") -> None:

@@ -7,7 +7,7 @@
     DIR/checkpoints/step-NNNNNN.pt   state_dict checkpoints (depthlab.train.checkpoint)
 
 An existing, non-empty DIR is refused unless ``resume`` (continue it) or ``force`` (delete the files
-above and start over; other files in DIR are left alone); ``resume`` of a DIR without config.json
+above, and a watched loop's watch.json, and start over; other files in DIR are left alone); ``resume`` of a DIR without config.json
 (missing, empty, or not a run) is refused too, and so is a folder whose run files are not regular files
 (a FIFO would block the read forever) or hold JSON of another shape. Files are strict JSON: a non-finite number
 (the loss of a diverged run) is written as null.
@@ -32,6 +32,7 @@ from depthlab.train import checkpoint
 from depthlab.train.run_result import RESULT_KEYS, RunResult
 from depthlab.version import __version__
 from depthlab.watch.events import Events
+from depthlab.watch.output import SUMMARY as WATCH_SUMMARY
 
 CONFIG, METRICS, RESULT = "config.json", "metrics.jsonl", "result.json"
 EVENTS_GLOB = "events.out.tfevents.*"
@@ -46,8 +47,9 @@ class RunDir:
 
     def own_files(self) -> list[Path]:
         """The files a run writes: its JSON files, its checkpoints (step-N.pt only: anything else in
-        checkpoints/ is the user's) and its TensorBoard event files."""
-        fixed = [self.path / n for n in (CONFIG, METRICS, RESULT)]
+        checkpoints/ is the user's) and its TensorBoard event files; and a watched loop's watch.json
+        (depthlab.watch's, beside the same metrics.jsonl), which a run page would read as this run's."""
+        fixed = [self.path / n for n in (CONFIG, METRICS, RESULT, WATCH_SUMMARY)]
         ckpts = checkpoint.checkpoint_paths(str(self.path)) + checkpoint.checksum_paths(str(self.path))
         return [p for p in fixed if p.is_file()] + ckpts + sorted(self.path.glob(EVENTS_GLOB))
 
@@ -194,7 +196,7 @@ class RunOutput:
             if not is_run_config(stored):  # the same-settings check needs both sections
                 raise InputError(
                     f"{option('resume')}: {printable(d.path / CONFIG)} is not a depthlab run's config (no model and "
-                    f"train sections); {option('force')} starts the run over"
+                    f"train sections); it is not replaced: choose another {option('out')}"
                 )
             self.same_run(stored)
             result = d.read_json(RESULT)
