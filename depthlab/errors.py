@@ -23,6 +23,7 @@ class InputError(ValueError):
 # reads the keyword it passed.
 OPTIONS = {
     "out": ("out_dir", "--out"),
+    "db": ("db", "--db"),
     "resume": ("resume=True", "--resume"),
     "force": ("force=True", "--force"),
     "force_memory": ("force_memory=True", "--force-memory"),

@@ -14,7 +14,8 @@ from depthlab.model.stack import check_tokens
 from depthlab.probe import probe
 from depthlab.probe.compare import compare
 from depthlab.probe.from_config import probe_config
-from depthlab.study import run_study
+from depthlab.report.data import load
+from depthlab.study import StudyConfig, run_study
 from depthlab.train import train
 
 CFG = ModelConfig(n_layers=2, d_model=16, n_heads=2, max_len=16)
@@ -196,3 +197,7 @@ def test_open_names_its_argument_in_python_words():
         depthlab.open(3)
     with pytest.raises(InputError, match="^path: an empty path"):
         depthlab.open("")
+    with pytest.raises(InputError, match="^db: an empty path"):
+        run_study(StudyConfig.from_dict({"name": "s", "axes": {"seed": [0]}}), db="")
+    with pytest.raises(InputError, match="^db: an empty path"):
+        load("")

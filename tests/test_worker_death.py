@@ -128,3 +128,21 @@ def test_two_drivers_share_a_store_and_leave_live_runs_alone(tmp_path):
     assert sorted(_metric_counts(db).values()) == sorted(
         len(fake_records(s)) for s in fake_study(depths=(2, 3), warmups=(0, 5)).expand()
     )
+
+
+def test_a_script_without_the_main_guard_is_told_so_by_its_workers(tmp_path):
+    """A script that calls run_study at its top level: each spawned worker imports it again, and there
+    run_study refuses in one line naming the guard, before it touches the store."""
+    script = tmp_path / "mystudy.py"
+    script.write_text(
+        DRIVER.format(tests=TESTS, db=str(tmp_path / "s.sqlite"))
+        .replace("(2, 3)", "(2,)")
+        .replace("(0, 5)", "(0,)")
+    )
+    ran = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert ran.returncode == 0 and "RESULT 2 0 2" in ran.stdout, ran.stderr[-2000:]  # both runs failed
+    said = [line for line in ran.stderr.splitlines() if line.startswith("depthlab.errors.InputError")]
+    assert said and all('call it under `if __name__ == "__main__":`' in line for line in said)
+    assert [r["status"] for r in _store_rows(str(tmp_path / "s.sqlite"))] == ["failed", "failed"]

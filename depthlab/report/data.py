@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+from depthlab.errors import option
 from depthlab.report.grouping import Layout, depth, layout, state
 from depthlab.study.sensitivity import Curve, curves
 from depthlab.study.store import Store
@@ -89,12 +90,13 @@ class StudyData:
         return {row: out[row] for row in self.layout.rows if row in out}
 
 
-def load(db: str, which: str | int | None = None, x: str = "auto", flag: str = "--db") -> StudyData:
+def load(db: str, which: str | int | None = None, x: str = "auto", flag: str | None = None) -> StudyData:
     """Read study ``which`` (id, name, or None = the latest) and all its runs' data from ``db``.
 
     Raises InputError if the file or the study does not exist (a report never creates a store); ``flag``
     names the path as the refusal says it.
     """
+    flag = flag or option("db")  # --db on the command line, db from Python
     with Store(db, create=False, flag=flag) as store:
         study = store.find_study(which)
         runs = store.runs(study["id"])

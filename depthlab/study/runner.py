@@ -10,6 +10,7 @@ run either complete or absent, never doubled.
 from __future__ import annotations
 
 import io
+import multiprocessing
 import os
 import sys
 import time
@@ -72,6 +73,13 @@ def run_study(
     ``force_memory``; not checked for a Ray cluster, whose memory is its own).
     """
     out = out or sys.stdout
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        # a worker process importing the script that started the study (the flag multiprocessing's own
+        # check reads): without the guard each worker would start the study again, then die
+        raise InputError(
+            "run_study was called while a worker process imported the script that runs the study: "
+            'call it under `if __name__ == "__main__":`'
+        )
     check_store_path(db)  # a path where no result could be kept is refused before any run
     specs = _checked(study, workers, executor, ray_address, max_runs, force_memory)
     threads = threads_per_worker(workers)

@@ -14,7 +14,7 @@ import os
 import sqlite3
 import time
 
-from depthlab.errors import InputError
+from depthlab.errors import InputError, option
 from depthlab.paths import check_input_file, printable
 from depthlab.study.backfill import fill_escape_steps
 from depthlab.study.owner import owner_id, owner_is_gone  # noqa: F401 (the runner and tests read them here)
@@ -52,7 +52,8 @@ class Store:
     read-only to a writer. A reader of a store it may not write reads it without writing anything.
     """
 
-    def __init__(self, path: str = DEFAULT_DB, create: bool = True, flag: str = "--db"):
+    def __init__(self, path: str = DEFAULT_DB, create: bool = True, flag: str | None = None):
+        flag = flag or option("db")  # --db on the command line, db from Python
         check_store_path(path, flag)  # flag: how the path was given, as refusals name it
         if not create and not check_input_file(path, flag, missing_ok=True):  # a FIFO is named as one
             raise InputError(f"no study store at {printable(path)}")

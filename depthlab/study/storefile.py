@@ -16,7 +16,7 @@ import os
 import sqlite3
 import urllib.parse
 
-from depthlab.errors import InputError
+from depthlab.errors import InputError, option
 from depthlab.paths import broken_link, check_input_file, check_path
 from depthlab.paths import printable as shown
 
@@ -31,12 +31,13 @@ BUSY_TIMEOUT_S = 60.0
 KERNEL_VIEWS = ("/proc", "/sys", "/dev")
 
 
-def check_store_path(path, flag: str = "--db") -> None:
+def check_store_path(path, flag: str | None = None) -> None:
     """Refuse (InputError, one line with the reason) a store path that SQLite would accept but where no
     result could be kept, before any work: an empty path and ``:memory:`` (SQLite's temporary and
     in-memory databases: everything is lost on exit), a URI, a folder, a dangling symbolic link, a
     path in /proc, /sys or /dev, a path under a file, and anything :func:`depthlab.paths.check_path`
     refuses."""
+    flag = flag or option("db")  # --db on the command line, db from Python
     if not isinstance(path, str) or not path.strip():
         raise InputError(f"{flag}: an empty path names no file (SQLite would keep the store in a temporary file, "
                          "lost on exit); name the store's file")  # fmt: skip
@@ -65,9 +66,10 @@ def check_store_path(path, flag: str = "--db") -> None:
         )
 
 
-def check_sqlite_header(path: str, flag: str = "--db") -> None:
+def check_sqlite_header(path: str, flag: str | None = None) -> None:
     """Refuse (InputError) an existing, non-empty file that is not a SQLite database (reads 16 bytes),
     and anything that is not a regular file (a FIFO would block the read forever)."""
+    flag = flag or option("db")  # --db on the command line, db from Python
     check_store_path(path, flag)
     check_input_file(path, flag, missing_ok=True)
     try:
