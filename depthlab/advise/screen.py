@@ -45,11 +45,21 @@ def _fold(text: str, width: int = WIDTH, most: int | None = None, indent: str | 
 
 
 def _cut_at_word(text: str, width: int) -> str:
-    """``text`` cut to ``width`` at its last space, with "..." (at ``width`` where it has no space)."""
+    """``text`` cut to ``width`` at its last space, with "..." (at ``width`` where it has no space); a
+    parenthesis the cut would leave open goes, with what follows it, so the line ends on a whole clause."""
     if len(text) <= width:
         return text
     at = text.rfind(" ", 0, width - 3)
-    return (text[:at] if at > len(text) - len(text.lstrip()) else text[: width - 3]) + "..."
+    kept = text[:at] if at > len(text) - len(text.lstrip()) else text[: width - 3]
+    open_at: list[int] = []
+    for i, c in enumerate(kept):
+        if c == "(":
+            open_at.append(i)
+        elif c == ")" and open_at:
+            open_at.pop()
+    if open_at and kept[: open_at[0]].strip():
+        kept = kept[: open_at[0]].rstrip(" ,;:")
+    return kept + "..."
 
 
 def _short(train) -> str:
