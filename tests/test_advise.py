@@ -383,7 +383,9 @@ def test_long_why_lines_fold_at_a_word_and_end_cut_at_one():
     assert out[1].startswith("    word") and out[1].endswith("...")
     assert out[1][:-3].split()[-1].startswith("word") and out[1][:-3].split()[-1] in words.split()
     assert words.startswith(out[0]) and out[0].split()[-1] in words.split()  # broken between words
-    clause = "  ERROR   vanishing-gradient: the bottom 14 of 48 layers get less than 0.01 of it " + "(plain " * 20
+    clause = (
+        "  ERROR   vanishing-gradient: the bottom 14 of 48 layers get less than 0.01 of it " + "(plain " * 20
+    )
     (cut,) = _fold(clause, most=1)
     assert cut == "  ERROR   vanishing-gradient: the bottom 14 of 48 layers get less than 0.01 of it..."
 
