@@ -30,6 +30,18 @@ def test_the_run_page_header_says_lr_steps_final_loss_and_outcome(tmp_path, caps
     assert facts["outcome"].startswith(w.outcome()["outcome"])
 
 
+def test_a_run_that_stopped_short_says_how_far_it_got_of_its_budget(tmp_path):
+    from depthlab.report.run_page import run_facts
+
+    recs = [{"step": 1, "loss": 5.5, "lr": 1.0}, {"step": 2, "loss": float("nan"), "lr": 1.0}]
+    diverged = {"records": recs, "summary": None, "result": {"outcome": "diverged", "step": 2},
+                "config": {"model": {}, "train": {"steps": 100}}}  # fmt: skip
+    assert run_facts(diverged)["steps"] == "2 of 100"
+    finished = {**diverged, "records": [{**recs[0], "step": 100}]}
+    assert run_facts(finished)["steps"] == "100"
+    assert run_facts({**diverged, "config": None})["steps"] == "2"  # a watched loop: no budget known
+
+
 def test_report_run_overlays_several_runs(tmp_path, capsys):
     a, b = _watched(tmp_path / "sane", 3e-3), _watched(tmp_path / "hot", 0.5)
     out = tmp_path / "both"

@@ -211,7 +211,8 @@ def warnings_of(run: dict) -> list[dict]:
 
 def run_facts(run: dict) -> dict:
     """{"lr", "steps", "final_loss", "outcome"} of a run folder: the learning rate (its first and last
-    logged values, one when equal), the updates run, the final loss (validation, else the last logged
+    logged values, one when equal), the updates run ("2 of 100" where a trained run stopped short of its
+    budget: diverged, or still running), the final loss (validation, else the last logged
     training loss) and the outcome line (result.json's for a trained run, watch.json's for a watched one)."""
     recs, res, summ = run["records"], run["result"] or {}, run["summary"] or {}
     lrs = [r["lr"] for r in recs if isinstance(r.get("lr"), (int, float))]
@@ -221,9 +222,12 @@ def run_facts(run: dict) -> dict:
     final = val if isinstance(val, (int, float)) and math.isfinite(val) else (losses[-1] if losses else None)
     which = "validation" if final is not None and final is val else "training"
     outcome = {k: res.get(k) for k in ("outcome", "reason", "step")} if res else summ.get("outcome")
+    done = summ.get("steps") or recs[-1]["step"]
+    planned = ((run.get("config") or {}).get("train") or {}).get("steps")  # a trained run's budget
+    ran = f"{done:,} of {planned:,}" if isinstance(planned, int) and planned != done else f"{done:,}"
     return {
         "lr": lr,
-        "steps": summ.get("steps") or recs[-1]["step"],
+        "steps": ran,
         "final_loss": None if final is None else f"{final:.4g} ({which})",
         "outcome": outcome_line(outcome) if outcome else None,
     }
