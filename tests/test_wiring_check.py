@@ -94,6 +94,60 @@ def test_deepnorm_bugs_are_found():
     assert [f.code for f in check_wiring(swapped).findings] == ["deepnorm-alpha-on-branch"]
 
 
+@pytest.mark.parametrize("alpha", [1.0, 3.0])
+def test_deepnorm_constants_are_checked_against_the_paper_not_against_themselves(alpha):
+    """An alpha of another value, applied on the skip as the module says: the wiring is consistent
+    with itself, and only Wang et al.'s (2N)^(1/4) shows it wrong; so does a tripled beta."""
+    model = tiny(wrap="deepnorm")  # 3 layers: alpha = 6^(1/4) = 1.57, beta = 24^(-1/4) = 0.45
+    for layer in model.stack.layers:
+        for w in layer.sublayers().values():
+            w.alpha = alpha
+    (found,) = check_wiring(model).findings
+    assert found.code == "deepnorm-alpha-wrong" and found.where == "sublayer 0"
+    assert (
+        found.message
+        == f"alpha = {alpha:.3g}, not (2N)^(1/4) = 1.57 for N = 3 layers (and in 5 more of 6 sublayers)"
+    )
+    doubled = tiny(wrap="deepnorm")
+    with torch.no_grad():
+        for layer in doubled.stack.layers:
+            for w in layer.sublayers().values():
+                dl_init.scale_deepnorm_branch(w.f, 3.0)
+    assert [f.code for f in check_wiring(doubled).findings] == ["deepnorm-beta-wrong"]
+
+
+def test_a_claimed_design_the_model_does_not_hold_is_a_finding(capsys):
+    for wrap, claim in (("pre", "mhc"), ("post", "deepnorm"), ("pre", "qk_norm")):
+        report = check_wiring(tiny(wrap=wrap), claim)
+        assert claim == "qk_norm" or [f.code for f in report.findings] == ["not-found"], report.format()
+    assert (
+        main(
+            ["check", "--layers", "2", "--d-model", "16", "--heads", "2", "--wrap", "pre", "--claims", "mhc"]
+        )
+        == 1
+    )
+    assert "FOUND not-found at the model: the model claims mhc" in capsys.readouterr().out
+
+
+def test_a_model_check_cannot_run_is_refused_in_one_line(capsys):
+    args = [
+        "check",
+        "--layers",
+        "2",
+        "--d-model",
+        "16",
+        "--heads",
+        "2",
+        "--arch",
+        "encdec",
+        "--claims",
+        "pre",
+    ]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot be run as model(token ids)" in err and "encoder-decoder" in err
+
+
 def test_a_no_op_qk_norm_and_a_missing_final_norm_are_found():
     model = tiny(qk_norm=True, norm="rmsnorm")
     assert check_wiring(model, ("pre", "qk_norm")).clean
@@ -178,3 +232,30 @@ def test_the_check_counts_hyper_connections_and_says_when_nothing_is_claimed(cap
     out = capsys.readouterr().out
     assert out.startswith("wiring check: nothing to check: the model claims none of the designs check tests")
     assert "wiring check of :" not in out
+
+
+def test_a_module_in_the_current_folder_is_checked_and_a_bad_one_refused(tmp_path, monkeypatch, capsys):
+    """--module mypkg.model:build from the folder holding mypkg imports it, as `python -m` would; a
+    builder that is not a function, or returns no torch module, is refused in one line (exit 2)."""
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "model.py").write_text(
+        "import depthlab\n"
+        "def build():\n"
+        "    return depthlab.build_model(depthlab.ModelConfig(n_layers=2, d_model=16, n_heads=2, wrap='mhc'))\n"
+        "def nothing():\n"
+        "    return None\n"
+        "FN = 3\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", str(tmp_path))])
+    assert main(["check", "--module", "mypkg.model:build", "--claims", "mhc,mhc"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("wiring check of mhc: 0 finding(s)") and out.count("checked:") == 1
+    for fn, said in (("nothing", "nothing() returned a NoneType, not a torch module"),
+                     ("FN", "FN is not a function (its type is int)")):  # fmt: skip
+        assert main(["check", "--module", f"mypkg.model:{fn}", "--claims", "mhc"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.rstrip().endswith(said)
+    assert main(["check", "--claims", " , "]) == 2
+    assert "names no design" in capsys.readouterr().err

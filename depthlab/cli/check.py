@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 
 import torch
 
@@ -36,7 +38,13 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    claims = None if args.claims is None else tuple(c.strip() for c in args.claims.split(",") if c.strip())
+    claims = (
+        None
+        if args.claims is None
+        else tuple(dict.fromkeys(c.strip() for c in args.claims.split(",") if c.strip()))
+    )
+    if claims == ():
+        raise InputError(f"--claims {args.claims!r} names no design: one or more of {', '.join(CLAIMS)}")
     for c in claims or ():
         if c not in CLAIMS:
             raise ConfigError("claims", c, f"one of {', '.join(CLAIMS)}")
@@ -58,10 +66,22 @@ def run(args) -> int:
 def _model(args):
     if args.module:
         mod, _, fn = args.module.partition(":")
+        if os.getcwd() not in sys.path:  # as `python -m` does: a package in the current folder imports
+            sys.path.insert(0, os.getcwd())
         try:
-            return getattr(importlib.import_module(mod), fn or "build")()
+            build = getattr(importlib.import_module(mod), fn or "build")
         except (ImportError, AttributeError) as e:
             raise InputError(f"--module {args.module}: {e}") from None
+        if not callable(build):
+            raise InputError(
+                f"--module {args.module}: {fn or 'build'} is not a function (its type is {type(build).__name__})"
+            )
+        model = build()
+        if not isinstance(model, torch.nn.Module):
+            raise InputError(
+                f"--module {args.module}: {fn or 'build'}() returned a {type(model).__name__}, not a torch module"
+            )
+        return model
     if args.hf and not given_model_flags(args):
         return load_hf_model(args.hf, model_class(transformers_module(), read_config(args.hf), True))
     return build_model(model_config_from_args(args))

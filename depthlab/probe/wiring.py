@@ -8,9 +8,13 @@ names what differs. Weights it moves to make a bug visible are restored bit for 
 | hc, dhc, mhc, frac | with the branch at 0 and H_res set to a known matrix P, the layer leaves P H | h-res-not-applied (I H), h-res-transposed (P^T H), h-res-other |
 | mhc        | H_res from spread logits is doubly stochastic (rows and columns within 1e-4 of 1) | sinkhorn-not-converged |
 | hc, dhc, frac | identical streams x and a normalised branch F: every stream is x + F(x), pre-LN (Zhu et al. 2024 sec. 3.3) | init-not-pre-ln |
-| deepnorm   | v's init is beta x q's (Wang et al. 2022); the norm reads alpha x + F(x), not x + alpha F(x) | deepnorm-beta-missing, deepnorm-alpha-on-branch, deepnorm-alpha-wrong |
-| qk_norm    | queries and keys scaled 8x leave the output unchanged | qk-norm-no-op                                 |
+| deepnorm   | alpha = (2N)^(1/4) and v's init beta = (8N)^(-1/4) x q's for N layers (Wang et al. 2022); the norm reads alpha x + F(x), not x + alpha F(x) | deepnorm-beta-missing, deepnorm-beta-wrong, deepnorm-alpha-on-branch, deepnorm-alpha-wrong |
+| qk_norm    | queries and keys scaled 2x leave the output unchanged | qk-norm-no-op                                      |
 | pre        | a norm reads the last stream before the head | missing-final-norm                              |
+| any        | the claimed design is in the model at all  | not-found                                          |
+
+A model that cannot be run as ``model(token ids)`` (an encoder-decoder, a module of another kind) is
+refused (InputError).
 
 Hyper-connection layers are found by :func:`depthlab.probe.wiring_layers.hyper_layers` (depthlab's,
 hyper-connections', x-transformers', or yours through its protocol); DeepNorm sublayers are modules with
@@ -178,7 +182,9 @@ def _pre_ln_init(layers, claim, gen) -> tuple[str, list[Finding]]:
 def _hyper(model, claim, gen):
     layers = hyper_layers(model)
     if not layers:
-        return f"{claim}: no hyper-connection layer found (give them the step/set_res protocol)", []
+        why = (f"the model claims {claim} but holds no hyper-connection layer the check knows (depthlab's, "
+               "hyper-connections', x-transformers', or one with the step/set_res protocol)")  # fmt: skip
+        return f"{claim}: no hyper-connection layer found", [Finding("not-found", "the model", why)]
     parts = [] if claim == "mhc" else [_pre_ln_init(layers, claim, gen)]  # at init, before any map moves
     parts.append(_mixing(layers, claim, gen))
     if claim == "mhc":
@@ -189,16 +195,36 @@ def _hyper(model, claim, gen):
 def _deepnorm(model, claim, gen):
     subs = [m for m in model.modules() if all(hasattr(m, a) for a in ("f", "norm", "alpha", "beta"))]
     if not subs:
-        return "deepnorm: no DeepNorm sublayer found (modules with f, norm, alpha, beta)", []
+        why = "the model claims deepnorm but holds no DeepNorm sublayer (a module with f, norm, alpha, beta)"
+        return "deepnorm: no DeepNorm sublayer found", [Finding("not-found", "the model", why)]
+    # Wang et al. (2022), a decoder of N layers (an attention and a feed-forward sublayer each):
+    # alpha = (2N)^(1/4) on the skip, beta = (8N)^(-1/4) on the init of v, the output and the FFN
+    N = max(1, len(subs) // 2)
+    alpha, beta = (2 * N) ** 0.25, (8 * N) ** -0.25
+    wrong_alpha = [
+        (i, float(w.alpha)) for i, w in enumerate(subs) if abs(float(w.alpha) - alpha) > 1e-3 * alpha
+    ]
+    ratios = [(i, _v_over_q(w.f)) for i, w in enumerate(subs)]  # beta: v's init against q's, left alone
+    wrong_beta = [(i, r) for i, r in ratios if r is not None and abs(r - beta) > 0.25 * beta]
     out = []
-    for i, w in enumerate(subs):  # beta: v's init, against q's (which DeepNorm leaves alone)
-        ratio = _v_over_q(w.f)
-        if ratio is not None and abs(ratio - w.beta) > 0.25 * w.beta and abs(ratio - 1) < 0.25:
-            why = f"v's init is {ratio:.3g} x q's, not beta = {w.beta:.3g}"
-            out.append(Finding("deepnorm-beta-missing", f"sublayer {i}", why))
-    return f"DeepNorm beta init ({len(subs)} sublayers) and alpha on the skip", out + _alpha(
-        model, subs[0], gen
-    )
+    if wrong_alpha:
+        i, got = wrong_alpha[0]
+        why = f"alpha = {got:.3g}, not (2N)^(1/4) = {alpha:.3g} for N = {N} layers{_more(wrong_alpha, subs)}"
+        out.append(Finding("deepnorm-alpha-wrong", f"sublayer {i}", why))
+    if wrong_beta:
+        i, got = wrong_beta[0]
+        code = "deepnorm-beta-missing" if abs(got - 1) < 0.1 else "deepnorm-beta-wrong"  # as xavier drew it
+        why = f"v's init is {got:.3g} x q's, not beta = (8N)^(-1/4) = {beta:.3g} for N = {N} layers"
+        out.append(
+            Finding(code, f"sublayer {i}", why + _more(wrong_beta, [r for r in ratios if r[1] is not None]))
+        )
+    what = f"DeepNorm's alpha and beta for {N} layers ({len(subs)} sublayers) and alpha on the skip"
+    return what, out + _alpha(model, subs[0], gen)
+
+
+def _more(wrong: list, of: list) -> str:
+    """' (and in 7 more of 8 sublayers)' where more than the first is wrong."""
+    return f" (and in {len(wrong) - 1} more of {len(of)} sublayers)" if len(wrong) > 1 else ""
 
 
 def _alpha(model, w, gen) -> list[Finding]:
@@ -208,7 +234,7 @@ def _alpha(model, w, gen) -> list[Finding]:
              w.f.register_forward_hook(lambda m, a, o: _note(rec, "F", o)),
              w.norm.register_forward_pre_hook(lambda m, a: _note(rec, "z", a[0]))]  # fmt: skip
     try:
-        model(_tokens(model, gen))
+        _run(model, _tokens(model, gen))
     finally:
         for h in hooks:
             h.remove()
@@ -247,7 +273,10 @@ def _qk_norm(model, claim, gen):
     stack = locate_stack(model)
     attns = [m for b in stack.blocks for m in b.modules() if qk_projections(m)]
     if not attns:
-        return "qk_norm: no query/key projection found", []
+        why = (
+            "the model claims qk_norm but holds no attention whose query and key projections the check knows"
+        )
+        return "qk_norm: no query/key projection found", [Finding("not-found", "the model", why)]
     tokens, out = _tokens(model, gen), []
     for i, attn in enumerate(attns):
         projections = qk_projections(attn)
@@ -280,7 +309,7 @@ def _rms_of(model, tokens, projections) -> list[float]:
         for k, (lin, rows) in enumerate(projections)
     ]
     try:
-        model(tokens)
+        _run(model, tokens)
     finally:
         for h in hooks:
             h.remove()
@@ -290,7 +319,7 @@ def _rms_of(model, tokens, projections) -> list[float]:
 def _final_norm(model, claim, gen):
     stack = locate_stack(model)
     with StreamCapture(model, stack, make_leaf=False) as cap:
-        model(_tokens(model, gen))
+        _run(model, _tokens(model, gen))
     if len(cap.states) < 2:
         return f"a final norm: not checkable ({stack.path}'s blocks are not called as modules)", []
     if cap.final_norm or any(cap.normalised):
@@ -309,14 +338,28 @@ CHECKS = {"pre": _final_norm, "qk_norm": _qk_norm, "deepnorm": _deepnorm, **dict
 
 def _tokens(model: nn.Module, gen) -> torch.Tensor:
     """A batch of token ids the model reads: below its vocabulary (depthlab's cfg, HF's config,
-    x-transformers' num_tokens) and 256."""
+    x-transformers' num_tokens) and 256, 12 long (at most a depthlab model's max_len)."""
     sizes = (getattr(getattr(model, k, None), "vocab_size", None) for k in ("cfg", "config"))
     vocab = next((v for v in (*sizes, getattr(model, "num_tokens", None)) if v), 256)
-    return torch.randint(0, min(vocab, 256), (2, 12), generator=gen)
+    longest = getattr(getattr(model, "cfg", None), "max_len", None) or 12  # a position table's rows
+    return torch.randint(0, min(vocab, 256), (2, min(12, longest)), generator=gen)
+
+
+def _run(model: nn.Module, tokens: torch.Tensor):
+    """``model(tokens)``; InputError, in one line, for a model that is not called that way (an
+    encoder-decoder needs its decoder's input too; a module of another kind fails in its own words)."""
+    try:
+        return model(tokens)
+    except (TypeError, ValueError, RuntimeError, AttributeError, IndexError) as e:
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise InputError(
+            f"the model cannot be run as model(token ids) ({type(e).__name__}: {first}); check runs a "
+            "decoder called on a batch of token ids (an encoder-decoder is not checked)"
+        ) from None
 
 
 def _logits(model, tokens) -> torch.Tensor:
-    out = model(tokens)
+    out = _run(model, tokens)
     return (getattr(out, "logits", None) if not isinstance(out, torch.Tensor) else out).float()
 
 
