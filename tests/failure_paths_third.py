@@ -16,7 +16,7 @@ from pathlib import Path
 
 TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--max-len", "16"]
 TRAIN = ["train", *TINY, "--steps", "2", "--batch-size", "2", "--seq-len", "8", "--threads", "1", "--quiet"]
-COORD = ["coord", "--width", "16", "--heads", "2", "--steps", "1", "--seeds", "1", "--batch-size", "2",
+COORD = ["coord", "--width", "16", "--heads", "2", "--steps", "1", "--seeds", "2", "--batch-size", "2",
          "--seq-len", "8"]  # fmt: skip
 WATCHED = """
 import torch, torch.nn.functional as F, depthlab
@@ -48,7 +48,7 @@ def coord_sizes(t, tmp: Path, cli, refused) -> None:
     # past the estimate: 250 layers of width 512 (3.1 GB of weights) need about 16 GB to train: over the
     # rerun's 8 GB address-space limit (measured: the Adam step's allocation fails after about 35 s). Its
     # plan and progress lines come first on stderr, then the refusal.
-    argv = ["coord", "--depths", "2,250", "--width", "512", "--steps", "1", "--seeds", "1", "--force-memory"]
+    argv = ["coord", "--depths", "2,250", "--width", "512", "--steps", "1", "--seeds", "2", "--force-memory"]
     code, out, err, secs = cli(argv, tmp, timeout=180)
     last = (err.strip().splitlines() or [""])[-1]
     ok = code == 2 and "Traceback" not in err and ("out of memory" in last or "needs" in last)

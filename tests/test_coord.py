@@ -91,6 +91,10 @@ def test_bad_specs_are_input_errors(kw):
         ["--depths", "2,4", "--param", "mu"],
         ["--depths", "2,4", "--lr", "-1"],
         ["--depths", "2,4", "--seq-len", "1000"],
+        ["--depths", "2,4", "--depth", "3"],  # the swept axis's fixed size does nothing
+        ["--widths", "32,64", "--width", "32"],
+        ["--depths", "2,4", "--seeds", "1"],  # no interval over one seed
+        ["--depths", "2,4", "--width", "0"],
     ],
 )
 def test_bad_input_is_one_line_exit_2(argv, capsys):

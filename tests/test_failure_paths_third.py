@@ -16,7 +16,7 @@ from depthlab.cli import build_parser, main
 from depthlab.probe import coord as coord_module
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-COORD = ["coord", "--depths", "2,3", "--width", "16", "--heads", "2", "--steps", "1", "--seeds", "1"]
+COORD = ["coord", "--depths", "2,3", "--width", "16", "--heads", "2", "--steps", "1", "--seeds", "2"]
 COORD += ["--batch-size", "2", "--seq-len", "8"]
 
 

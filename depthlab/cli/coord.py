@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from depthlab.cli.common import add_memory_flag
+from depthlab.cli.common import add_memory_flag, refuse_flags
 from depthlab.config import PARAMS, TrainConfig, wrap_names
 from depthlab.errors import InputError
 from depthlab.paths import check_folder, check_output_file, printable, safe_name, save_figure, write_json
@@ -15,6 +15,8 @@ from depthlab.probe.coord import BAND, CoordSpec, check_steps, coord_check, form
 from depthlab.probe.coord_plot import coord_figure, coord_vs_size_figure
 from depthlab.progress import Progress, TimeLeft, duration, say
 from depthlab.train.cost import estimate
+
+WIDTH, DEPTH = 128, 4  # the size a sweep over the other axis holds fixed
 
 
 def add_parser(sub) -> None:
@@ -28,13 +30,15 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--depths", help="comma-separated depths, e.g. 2,4,8,16 (a sweep over depth)")
     p.add_argument("--widths", help="comma-separated widths (d_model), e.g. 64,128,256 (a sweep over width)")
-    p.add_argument("--width", type=int, default=128, help="d_model of a depth sweep (default 128)")
-    p.add_argument("--depth", type=int, default=4, help="layers of a width sweep (default 4)")
+    p.add_argument("--width", type=int, help=f"d_model of a depth sweep (default {WIDTH})")
+    p.add_argument("--depth", type=int, help=f"layers of a width sweep (default {DEPTH})")
     p.add_argument("--wrap", default="pre", help=f"comma-separated wrappings: {'|'.join(wrap_names())}")
     p.add_argument("--param", default="sp,completep", help=f"comma-separated: {'|'.join(PARAMS)}")
     p.add_argument("--steps", type=int, default=10, help="Adam steps (default 10)")
     p.add_argument("--lr", type=float, default=1e-2, help="Adam learning rate (default 1e-2)")
-    p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (default 3)")
+    p.add_argument(
+        "--seeds", type=int, default=3, help="seeds 0..N-1, at least 2 for an interval (default 3)"
+    )
     p.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
     p.add_argument("--batch-size", type=int, default=8, help="sequences per step (default 8)")
     p.add_argument("--seq-len", type=int, default=32, help="tokens per sequence (default 32)")
@@ -70,16 +74,27 @@ def _names(text: str, allowed, flag: str) -> tuple[str, ...]:
     return names
 
 
+def _or(value, default):
+    return default if value is None else value
+
+
 def spec_from_args(args) -> CoordSpec:
     """The CoordSpec of the flags (InputError, one line, for a bad one)."""
     if (args.depths is None) == (args.widths is None):
         raise InputError("give --depths (a sweep over depth) or --widths (over width), not both or neither")
     axis = "depth" if args.depths is not None else "width"
+    refuse_flags(
+        args,
+        f"does nothing in a sweep over {axis} (--{axis}s sets it)",
+        **{axis: getattr(args, axis) is not None},
+    )
     sizes = _ints(args.depths if axis == "depth" else args.widths, f"--{axis}s")
     for flag, value, low in (
         ("--steps", args.steps, 1),
-        ("--seeds", args.seeds, 1),
+        ("--seeds", args.seeds, 2),  # the slopes' intervals are over seeds
         ("--heads", args.heads, 1),
+        ("--width", _or(args.width, WIDTH), 1),
+        ("--depth", _or(args.depth, DEPTH), 1),
     ):
         if value < low:
             raise InputError(f"{flag} {value}: at least {low}")
@@ -90,7 +105,7 @@ def spec_from_args(args) -> CoordSpec:
     return CoordSpec(
         axis=axis,
         sizes=sizes,
-        fixed=args.width if axis == "depth" else args.depth,
+        fixed=_or(args.width, WIDTH) if axis == "depth" else _or(args.depth, DEPTH),
         wraps=wraps,
         params=params,
         steps=args.steps,

@@ -344,7 +344,7 @@ def _group_lines(groups: list[dict]) -> list[str]:
     """One line per optimizer group: its lr and eps at the default lr and eps, its weight decay as a
     multiple of --weight-decay."""
     t = TrainConfig()
-    lines = [f"optimizer groups at --lr {t.lr:g} --eps {t.eps:g} (each scales with them):"]
+    lines = [f"optimizer groups at training's default lr {t.lr:g} and eps {t.eps:g} (each scales with them):"]
     for g in groups:
         lines.append(
             f"  {g['name']:22} {g['tensors']:>4} tensors  lr {g['lr']:.4g}  eps {g['eps']:.3g}  "
