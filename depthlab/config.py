@@ -121,6 +121,8 @@ class ModelConfig(ConfigBase):
     topology: TopologyOptions = TopologyOptions()
 
     def __post_init__(self):
+        if isinstance(self.residual, list):  # a list, as JSON gives it, is the same as the tuple
+            object.__setattr__(self, "residual", tuple(self.residual))
         self._check_values()
         self._check_shape()
         self._check_wiring()
@@ -155,7 +157,7 @@ class ModelConfig(ConfigBase):
         if not isinstance(self.topology, TopologyOptions):
             raise ConfigError("topology", self.topology, "a TopologyOptions (or its fields, named flat)")
         if not isinstance(self.residual, tuple) or any(r not in SUBLAYERS for r in self.residual):
-            raise ConfigError("residual", self.residual, f"a list drawn from {', '.join(SUBLAYERS)}")
+            raise ConfigError("residual", self.residual, f"a tuple or list drawn from {', '.join(SUBLAYERS)}")
         if len(set(self.residual)) != len(self.residual):
             raise ConfigError("residual", self.residual, "each sublayer kind at most once")
 

@@ -169,3 +169,9 @@ def test_bad_train_configs_name_the_field(kwargs, field):
 def test_train_config_round_trip():
     cfg = TrainConfig(lr=3e-3, warmup=75, schedule="cosine", data="x.txt")
     assert TrainConfig.from_json(cfg.to_json()) == cfg
+
+
+def test_a_list_of_skips_is_the_tuple():
+    """residual=["attn", "ffn"] (as JSON or a hand gives it) is the same config as the tuple."""
+    listed, tupled = ModelConfig(residual=["attn", "ffn"]), ModelConfig(residual=("attn", "ffn"))
+    assert listed == tupled and listed.residual == ("attn", "ffn") and listed.to_json() == tupled.to_json()
