@@ -9,7 +9,7 @@ import torch
 
 from depthlab.cli.common import add_memory_flag, refuse_flags
 from depthlab.config import PARAMS, TrainConfig, wrap_names
-from depthlab.errors import InputError
+from depthlab.errors import ConfigError, InputError
 from depthlab.paths import check_folder, check_output_file, printable, safe_name, save_figure, write_json
 from depthlab.probe.coord import BAND, CoordSpec, check_steps, coord_check, format_coord
 from depthlab.probe.coord_plot import coord_figure, coord_vs_size_figure
@@ -17,6 +17,10 @@ from depthlab.progress import Progress, TimeLeft, duration, say
 from depthlab.train.cost import estimate
 
 WIDTH, DEPTH = 128, 4  # the size a sweep over the other axis holds fixed
+# (model field, swept axis) -> the coord flag that set it
+_FLAG_OF_FIELD = {("d_model", "depth"): "--width", ("d_model", "width"): "--widths",
+                  ("n_layers", "depth"): "--depths", ("n_layers", "width"): "--depth",
+                  ("n_heads", "depth"): "--heads", ("n_heads", "width"): "--heads"}  # fmt: skip
 
 
 def add_parser(sub) -> None:
@@ -148,7 +152,13 @@ def coord_progress(spec: CoordSpec) -> tuple[Progress, Callable]:
 
 def run(args) -> int:
     spec = spec_from_args(args)
-    spec.configs()  # every combination validated: a refused one is one line before any run
+    try:
+        spec.configs()  # every combination validated: a refused one is one line before any run
+    except ConfigError as e:  # a model field that one of coord's own flags sets: named as that flag
+        flag = _FLAG_OF_FIELD.get((e.field, spec.axis))
+        if flag is None:
+            raise
+        raise InputError(f"{flag} {e.value} is not allowed: {e.allowed}") from None
     check_output_file(args.json, "--json")
     if args.plot is not None:  # --plot '' is refused, not read as no --plot
         check_folder(args.plot, "--plot")
