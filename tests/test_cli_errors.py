@@ -210,3 +210,9 @@ def test_a_field_the_family_set_keeps_its_name(tmp_path, capsys):
     path = tmp_path / "gpt2.json"
     path.write_text(json.dumps({"model_type": "gpt2", "n_embd": 30, "n_head": 4, "n_layer": 2}))
     _refused(capsys, ["explain", "--hf", path, "--layers", "3"], "d_model=30 is not allowed", "GPT-2 config")
+
+
+def test_a_refused_skip_is_named_by_the_flag_that_turned_it_off(capsys):
+    assert main(["explain", "--no-residual", "attn", "--wrap", "hc", "--layers", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("depthlab explain: error: --no-residual attn is not allowed: every skip on with wrap=hc")

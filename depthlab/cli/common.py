@@ -255,6 +255,8 @@ def as_typed(error: ConfigError, args: argparse.Namespace, flags: dict) -> str:
     """The error's line in the words the user typed: ``--layers 0 is not allowed: ...`` where a flag of
     this command (``flags``: dest -> its argparse action) set the field, else the error as it is (a
     field no flag sets, or one an imported --hf family set and no flag given changed)."""
+    if error.field == "residual" and "no_residual" in (getattr(args, "given_flags", None) or ()):
+        return f"--no-residual {args.no_residual} is not allowed: {error.allowed}"  # the skips it left on
     dest = DEST_OF_FIELD.get(error.field, error.field)
     action = flags.get(dest)
     from_family = getattr(args, "hf", None) and dest in FIELD_OF_FLAG and dest not in given_model_flags(args)
