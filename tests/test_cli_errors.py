@@ -215,4 +215,6 @@ def test_a_field_the_family_set_keeps_its_name(tmp_path, capsys):
 def test_a_refused_skip_is_named_by_the_flag_that_turned_it_off(capsys):
     assert main(["explain", "--no-residual", "attn", "--wrap", "hc", "--layers", "2"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("depthlab explain: error: --no-residual attn is not allowed: every skip on with wrap=hc")
+    assert err.startswith(
+        "depthlab explain: error: --no-residual attn is not allowed: every skip on with wrap=hc"
+    )

@@ -125,6 +125,8 @@ def test_cli_writes_json_and_figures(tmp_path, capsys):
 
 def test_a_refused_size_is_named_by_the_flag_that_set_it(capsys):
     assert main(["coord", "--depths", "2,4", "--width", "30"]) == 2
-    assert capsys.readouterr().err.startswith("depthlab coord: error: --width 30 is not allowed: a multiple of")
+    assert capsys.readouterr().err.startswith(
+        "depthlab coord: error: --width 30 is not allowed: a multiple of"
+    )
     assert main(["coord", "--widths", "30,64"]) == 2
     assert capsys.readouterr().err.startswith("depthlab coord: error: --widths 30 is not allowed")
