@@ -177,6 +177,14 @@ def test_an_option_the_wrapping_does_not_read_is_refused(field, value, wrap):
         ModelConfig.from_dict({"wrap": wrap, field: value})
 
 
+@pytest.mark.parametrize("field", ["dwa_period", "dwa_dilation"])
+def test_a_denseformer_period_or_dilation_past_the_depth_is_refused(field):
+    """Past the depth no block averages earlier outputs: the stack would be pre-LN under another name."""
+    with pytest.raises(ConfigError, match=rf"^{field}=5 is not allowed: at most the depth \(4 layers\)"):
+        ModelConfig.from_dict({"wrap": "denseformer", "n_layers": 4, field: 5})
+    assert getattr(ModelConfig.from_dict({"wrap": "denseformer", "n_layers": 4, field: 4}).topology, field) == 4
+
+
 def test_topologies_refuse_what_their_state_cannot_carry():
     with pytest.raises(ConfigError, match="residual"):
         ModelConfig(wrap="hc", residual=("ffn",))

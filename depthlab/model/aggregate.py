@@ -24,6 +24,7 @@ import math
 import torch
 from torch import nn
 
+from depthlab.errors import ConfigError
 from depthlab.model.state import Dense, DenseHistory, Depth, DepthAttention, DepthHistory
 from depthlab.model.topology_base import Topology
 from depthlab.model.wrapping_base import register
@@ -53,6 +54,17 @@ class DenseFormer(Topology):
             self.alpha = nn.Parameter(torch.zeros(len(self.sources)))
             with torch.no_grad():
                 self.alpha[-1] = 1.0  # alpha_ii = 1: Y_i = X_i at init
+
+    @classmethod
+    def check_config(cls, cfg):
+        """A period or a dilation past the depth leaves no average: the stack would be pre-LN unsaid."""
+        super().check_config(cfg)
+        depth = max(cfg.enc_depth, cfg.dec_depth)
+        for name in ("dwa_period", "dwa_dilation"):
+            value = getattr(cfg.topology, name)
+            if value > depth:
+                why = f"at most the depth ({depth} layers): beyond it no block averages earlier outputs (pre-LN)"
+                raise ConfigError(name, value, why)
 
     @classmethod
     def extra_parameters(cls, cfg, n_layers, sublayers):
