@@ -182,7 +182,9 @@ def test_a_denseformer_period_or_dilation_past_the_depth_is_refused(field):
     """Past the depth no block averages earlier outputs: the stack would be pre-LN under another name."""
     with pytest.raises(ConfigError, match=rf"^{field}=5 is not allowed: at most the depth \(4 layers\)"):
         ModelConfig.from_dict({"wrap": "denseformer", "n_layers": 4, field: 5})
-    assert getattr(ModelConfig.from_dict({"wrap": "denseformer", "n_layers": 4, field: 4}).topology, field) == 4
+    assert (
+        getattr(ModelConfig.from_dict({"wrap": "denseformer", "n_layers": 4, field: 4}).topology, field) == 4
+    )
 
 
 def test_topologies_refuse_what_their_state_cannot_carry():
