@@ -259,3 +259,8 @@ def test_a_module_in_the_current_folder_is_checked_and_a_bad_one_refused(tmp_pat
         assert err.count("\n") == 1 and err.rstrip().endswith(said)
     assert main(["check", "--claims", " , "]) == 2
     assert "names no design" in capsys.readouterr().err
+
+
+def test_a_flag_check_cannot_use_is_refused(capsys):
+    assert main(["check", "--wrap", "mhc", "--layers", "2", "--checkpoint-activations"]) == 2
+    assert "--checkpoint-activations does nothing in check" in capsys.readouterr().err

@@ -8,7 +8,13 @@ import sys
 
 import torch
 
-from depthlab.cli.common import add_json_flag, add_model_flags, given_model_flags, model_config_from_args
+from depthlab.cli.common import (
+    add_json_flag,
+    add_model_flags,
+    given_model_flags,
+    model_config_from_args,
+    refuse_flags,
+)
 from depthlab.errors import ConfigError, InputError
 from depthlab.interop.hf import read_config
 from depthlab.interop.hf.load import transformers_module
@@ -50,6 +56,11 @@ def run(args) -> int:
             raise ConfigError("claims", c, f"one of {', '.join(CLAIMS)}")
     if (args.module or args.hf) and not claims:
         raise InputError("--claims is needed with --module or --hf: name the design the model claims")
+    refuse_flags(
+        args,
+        "does nothing in check: it runs the model in eval mode, and only training recomputes blocks",
+        checkpoint_activations=args.checkpoint_activations,
+    )
     if args.module and (args.hf or given_model_flags(args)):
         raise InputError("--module checks your model as it is: give no model flags or --hf with it")
     check_output_file(args.json, "--json")
