@@ -164,3 +164,16 @@ def test_every_init_runs_its_parents():
 
 def _is_super(node: ast.expr) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
+
+
+def test_deepnorm_under_gpt2_init_scales_by_beta_once():
+    """GPT-2's 0.02/sqrt(2L) and DeepNorm's beta both shrink the residual outputs with depth: beta
+    replaces GPT-2's factor (as LayerNorm Scaling's 1/sqrt(l) does), it is not applied on top of it."""
+    from depthlab import ModelConfig, build_model
+
+    torch.manual_seed(0)
+    L = 16
+    model = build_model(ModelConfig(wrap="deepnorm", init="gpt2", n_layers=L, d_model=128, n_heads=4))
+    beta = (8 * L) ** -0.25
+    fc2 = torch.cat([layer.sublayers()["ffn"].f.fc2.weight.flatten() for layer in model.stack.layers])
+    assert abs(fc2.std().item() / (0.02 * beta) - 1) < 0.02

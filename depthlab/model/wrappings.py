@@ -164,6 +164,7 @@ class DeepNorm(Wrapping):
     )
     CONSTANTS = ("alpha", "beta")
     CONSTANTS_AT = staticmethod(deepnorm_site_constants)
+    SCALED_RESIDUAL_INIT = False  # beta is DeepNorm's depth-scaled init: GPT-2's is not applied on top
 
     def __init__(self, f, make_norm, residual=True, d_model=None, **constants):
         super().__init__(f, make_norm, residual, d_model, **constants)
