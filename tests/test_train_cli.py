@@ -192,3 +192,25 @@ def _tensors(obj):
     elif isinstance(obj, (list, tuple)):
         for v in obj:
             yield from _tensors(v)
+
+
+def test_a_force_that_cannot_remove_a_file_removes_none(tmp_path, capsys, monkeypatch):
+    """--force removes a run's files all or none: where one cannot be removed (a file locked by its
+    owner), the others are put back, the run folder is as it was, and the refusal is one line, exit 2."""
+    import depthlab.train.rundir as rundir
+
+    out = tmp_path / "run"
+    assert _cli(capsys, *RUN, "--out", str(out))[0] == 0
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    real = os.rename
+
+    def locked(src, dst):
+        if Path(src).name == "result.json":
+            raise PermissionError(1, "Operation not permitted")
+        real(src, dst)
+
+    monkeypatch.setattr(rundir.os, "rename", locked)
+    code, _, err = _cli(capsys, *RUN, "--out", str(out), "--force")
+    assert code == 2 and err.count("\n") == 1 and "nothing was removed" in err
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in out.iterdir()) == sorted({p.parts[0] for p in before})

@@ -19,7 +19,9 @@ import json
 import math
 import os
 import platform
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -109,9 +111,23 @@ class RunDir:
             return False
 
     def clear(self) -> None:
-        """Delete the files a run writes (``force``); checkpoints/ goes too if nothing else is in it."""
-        for p in self.own_files():
-            p.unlink()
+        """Delete the files a run writes (``force``), all or none: each is first moved aside, and where one
+        cannot be (a file its owner locked), every one moved goes back and nothing is deleted
+        (InputError); checkpoints/ goes too if nothing else is in it."""
+        aside = Path(tempfile.mkdtemp(prefix=".depthlab-force-", dir=self.path))
+        moved: list[tuple[Path, Path]] = []
+        try:
+            for k, p in enumerate(self.own_files()):
+                os.rename(p, aside / str(k))
+                moved.append((p, aside / str(k)))
+        except OSError as e:
+            for p, there in reversed(moved):
+                os.rename(there, p)
+            aside.rmdir()
+            raise InputError(
+                f"{option('force')}: {printable(p)} cannot be removed ({e.strerror}); nothing was removed"
+            ) from None
+        shutil.rmtree(aside)
         folder = self.path / checkpoint.SUBDIR
         if folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()
