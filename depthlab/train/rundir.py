@@ -114,7 +114,10 @@ class RunDir:
         """Delete the files a run writes (``force``), all or none: each is first moved aside, and where one
         cannot be (a file its owner locked), every one moved goes back and nothing is deleted
         (InputError); checkpoints/ goes too if nothing else is in it."""
-        aside = Path(tempfile.mkdtemp(prefix=".depthlab-force-", dir=self.path))
+        try:
+            aside = Path(tempfile.mkdtemp(prefix=".depthlab-force-", dir=self.path))
+        except OSError as e:
+            raise InputError(f"{option('out')} {self.path}: cannot write there ({e.strerror})") from None
         moved: list[tuple[Path, Path]] = []
         try:
             for k, p in enumerate(self.own_files()):
