@@ -19,9 +19,7 @@ import json
 import math
 import os
 import platform
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -111,26 +109,24 @@ class RunDir:
             return False
 
     def clear(self) -> None:
-        """Delete the files a run writes (``force``), all or none: each is first moved aside, and where one
-        cannot be (a file its owner locked), every one moved goes back and nothing is deleted
-        (InputError); checkpoints/ goes too if nothing else is in it."""
-        try:
-            aside = Path(tempfile.mkdtemp(prefix=".depthlab-force-", dir=self.path))
-        except OSError as e:
-            raise InputError(f"{option('out')} {self.path}: cannot write there ({e.strerror})") from None
+        """Delete the files a run writes (``force``), all or none: each is first renamed aside in its own
+        folder (so a checkpoints/ on another disk is no obstacle), and where one cannot be (a file its
+        owner locked), every one renamed goes back and nothing is deleted (InputError); checkpoints/
+        goes too if nothing else is in it."""
         moved: list[tuple[Path, Path]] = []
-        try:
-            for k, p in enumerate(self.own_files()):
-                os.rename(p, aside / str(k))
-                moved.append((p, aside / str(k)))
-        except OSError as e:
-            for p, there in reversed(moved):
-                os.rename(there, p)
-            aside.rmdir()
-            raise InputError(
-                f"{option('force')}: {printable(p)} cannot be removed ({e.strerror}); nothing was removed"
-            ) from None
-        shutil.rmtree(aside)
+        for p in self.own_files():
+            aside = p.with_name(f".depthlab-force-{os.getpid()}-{p.name}")
+            try:
+                os.rename(p, aside)
+            except OSError as e:
+                for back, there in reversed(moved):
+                    os.rename(there, back)
+                raise InputError(
+                    f"{option('force')}: {printable(p)} cannot be removed ({e.strerror}); nothing was removed"
+                ) from None
+            moved.append((p, aside))
+        for _, there in moved:
+            there.unlink()
         folder = self.path / checkpoint.SUBDIR
         if folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()
