@@ -73,6 +73,11 @@ def read_data_file(path: str) -> bytes:
         raise InputError(f"cannot read data file {path}: {e.strerror or e}") from None
     if not data:
         raise InputError(f"data file {path} is empty")
+    if data.count(data[:1]) == len(data):  # one byte value: its loss is 0 from the first step
+        raise InputError(
+            f"data file {path} holds one byte value only ({data[:1]!r} x {len(data):,}): there is "
+            "nothing to predict; pass a text"
+        )
     return data
 
 
@@ -83,11 +88,6 @@ def load_corpus(path: str | None, seq_len: int) -> Corpus:
         info = dict(info)
     else:
         data = read_data_file(path)
-        if data.count(data[:1]) == len(data):  # one byte value: its loss is 0 from the first step
-            raise InputError(
-                f"data file {path} holds one byte value only ({data[:1]!r} x {len(data):,}): there is "
-                "nothing to predict; pass a text"
-            )
         info = {
             "source": "file",
             "root": os.path.dirname(os.path.abspath(path)),

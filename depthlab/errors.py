@@ -24,6 +24,8 @@ class InputError(ValueError):
 OPTIONS = {
     "out": ("out_dir", "--out"),
     "db": ("db", "--db"),
+    "workers": ("workers", "--workers"),
+    "study": ("depthlab.open(db).study(name)", "--study"),
     "resume": ("resume=True", "--resume"),
     "force": ("force=True", "--force"),
     "force_memory": ("force_memory=True", "--force-memory"),
@@ -46,6 +48,11 @@ def option_list(*names: str) -> str:
     """Options ``names`` in a list that reads: '--layers, --d-model or --seq-len'."""
     said = [option(n) for n in names]
     return said[0] if len(said) == 1 else f"{', '.join(said[:-1])} or {said[-1]}"
+
+
+def as_flags() -> bool:
+    """Whether messages name options as the command line's flags here (a study passes it to its workers)."""
+    return _AS_FLAGS.get()
 
 
 @contextmanager

@@ -16,8 +16,7 @@ from pathlib import Path
 
 TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--max-len", "16"]
 TRAIN = ["train", *TINY, "--steps", "2", "--batch-size", "2", "--seq-len", "8", "--threads", "1", "--quiet"]
-COORD = ["coord", "--width", "16", "--heads", "2", "--steps", "1", "--seeds", "2", "--batch-size", "2",
-         "--seq-len", "8"]  # fmt: skip
+COORD = ["coord", "--heads", "2", "--steps", "1", "--seeds", "2", "--batch-size", "2", "--seq-len", "8"]
 WATCHED = """
 import torch, torch.nn.functional as F, depthlab
 from depthlab import ModelConfig, build_model
@@ -34,13 +33,16 @@ with depthlab.watch(m, opt, every=2, out="watched", echo=None) as w:
 def coord_sizes(t, tmp: Path, cli, refused) -> None:
     """Sizes beyond memory, empty list items and a cost beyond the cap: refused before any model."""
     for extra, needle in [
-        (["--depths", "2,99999999999999999999"], "training needs about"),
-        (["--depths", "2,100000000"], "training needs about"),
+        (["--depths", "2,99999999999999999999", "--width", "16"], "training needs about"),
+        (["--depths", "2,100000000", "--width", "16"], "training needs about"),
         (["--widths", "16,1000000000", "--depth", "2"], "training needs about"),
-        (["--depths", "2,,3"], "an empty value between commas"),
-        (["--depths", "2,3,"], "an empty value between commas"),
-        (["--depths", "2,3", "--seeds", "1000000", "--steps", "1000000"], "the limit is 1,000,000"),
-        (["--depths", "2,3", "--seeds", "100000000000000000000"], "the limit is 1,000,000"),
+        (["--depths", "2,,3", "--width", "16"], "an empty value between commas"),
+        (["--depths", "2,3,", "--width", "16"], "an empty value between commas"),
+        (
+            ["--depths", "2,3", "--width", "16", "--seeds", "1000000", "--steps", "1000000"],
+            "the limit is 1,000,000",
+        ),
+        (["--depths", "2,3", "--width", "16", "--seeds", "100000000000000000000"], "the limit is 1,000,000"),
     ]:
         t.add(
             "coord: sizes and cost", " ".join(extra), *refused(*cli([*COORD, *extra], tmp), needle, within=15)

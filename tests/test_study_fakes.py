@@ -180,3 +180,10 @@ def lr_task(spec: RunSpec) -> dict:
     result = {"outcome": outcome, "reason": None, "step": None, "final_train_loss": loss, "val_loss": loss,
               "val_bpb": None, "unigram_loss": UNIGRAM, "accuracy": None, "tokens_per_s": 1.0}  # fmt: skip
     return {"result": result, "metrics": records, "probe": fake_probe(spec), "data_info": {"fake": True}}
+
+
+def speaking_task(spec: RunSpec) -> dict:
+    """A run that fails at once, naming an option as its process names it (the driver's words)."""
+    from depthlab.errors import option
+
+    return {"error": f"InputError: use {option('force_memory')}"}

@@ -158,6 +158,13 @@ def test_two_axes_setting_one_field_are_refused(axes):
         StudyConfig.from_dict({"name": "clash", "axes": axes})
 
 
+def test_a_data_file_of_one_byte_value_is_refused_by_the_grid(tmp_path):
+    data = tmp_path / "a.txt"
+    data.write_text("a" * 1000)
+    with pytest.raises(InputError, match="train.data: data file .* holds one byte value only"):
+        StudyConfig.from_dict({"name": "d", "train": {"data": str(data)}, "axes": {"seed": [0]}})
+
+
 def test_a_data_file_too_short_for_the_longest_run_is_refused_before_any_run(tmp_path):
     data = tmp_path / "short.txt"
     data.write_text("xy" * 200)

@@ -187,6 +187,14 @@ def test_a_denseformer_period_or_dilation_past_the_depth_is_refused(field):
     )
 
 
+def test_a_denseformer_whose_dilation_passes_its_last_averaging_block_is_refused():
+    """Period 3 at 4 layers averages after block 3 only; a dilation of 4 leaves it X_3 alone."""
+    grid = {"wrap": "denseformer", "n_layers": 4, "dwa_period": 3}
+    with pytest.raises(ConfigError, match=r"^dwa_dilation=4 is not allowed: at most 3, the last block"):
+        ModelConfig.from_dict({**grid, "dwa_dilation": 4})
+    assert ModelConfig.from_dict({**grid, "dwa_dilation": 3}).topology.dwa_dilation == 3
+
+
 def test_topologies_refuse_what_their_state_cannot_carry():
     with pytest.raises(ConfigError, match="residual"):
         ModelConfig(wrap="hc", residual=("ffn",))

@@ -211,6 +211,11 @@ def test_a_force_that_cannot_remove_a_file_removes_none(tmp_path, capsys, monkey
 
     monkeypatch.setattr(rundir.os, "rename", locked)
     code, _, err = _cli(capsys, *RUN, "--out", str(out), "--force")
-    assert code == 2 and err.count("\n") == 1 and "result.json cannot be removed" in err and "nothing was removed" in err
+    assert (
+        code == 2
+        and err.count("\n") == 1
+        and "result.json cannot be removed" in err
+        and "nothing was removed" in err
+    )
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in out.iterdir()) == sorted({p.parts[0] for p in before})

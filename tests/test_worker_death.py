@@ -132,7 +132,8 @@ def test_two_drivers_share_a_store_and_leave_live_runs_alone(tmp_path):
 
 def test_a_script_without_the_main_guard_is_told_so_by_its_workers(tmp_path):
     """A script that calls run_study at its top level: each spawned worker imports it again, and there
-    run_study refuses in one line naming the guard, before it touches the store."""
+    run_study refuses in one line naming the guard, before it touches the store; the driver stops at
+    the first worker that failed as it started, and puts its runs back in the queue (none failed)."""
     script = tmp_path / "mystudy.py"
     script.write_text(
         DRIVER.format(tests=TESTS, db=str(tmp_path / "s.sqlite"))
@@ -142,7 +143,32 @@ def test_a_script_without_the_main_guard_is_told_so_by_its_workers(tmp_path):
     ran = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path
     )
-    assert ran.returncode == 0 and "RESULT 2 0 2" in ran.stdout, ran.stderr[-2000:]  # both runs failed
+    assert ran.returncode == 1 and "RESULT" not in ran.stdout, ran.stderr[-2000:]
     said = [line for line in ran.stderr.splitlines() if line.startswith("depthlab.errors.InputError")]
-    assert said and all('call it under `if __name__ == "__main__":`' in line for line in said)
-    assert [r["status"] for r in _store_rows(str(tmp_path / "s.sqlite"))] == ["failed", "failed"]
+    assert said and all('`if __name__ == "__main__":`' in line for line in said)
+    assert any(line.endswith("its error is on stderr): where a script runs the study, call run_study "
+                             'under `if __name__ == "__main__":`') for line in said)  # fmt: skip
+    assert [r["status"] for r in _store_rows(str(tmp_path / "s.sqlite"))] == ["queued", "queued"]
+
+
+@pytest.mark.parametrize("flags, said", [(False, "force_memory=True"), (True, "--force-memory")])
+def test_workers_name_options_in_their_driver_s_words(tmp_path, flags, said):
+    """A worker's refusal names an option as its driver does: the flag under the command line, the
+    keyword from Python."""
+    import contextlib
+
+    from test_study_fakes import speaking_task
+
+    from depthlab.errors import spoken_as_flags
+
+    db = str(tmp_path / "s.sqlite")
+    with spoken_as_flags() if flags else contextlib.nullcontext():
+        run_study(
+            fake_study(depths=(2,), warmups=(0,)),
+            db=db,
+            task=speaking_task,
+            progress=False,
+            out=io.StringIO(),
+        )
+    errors = {r["error"] for r in _store_rows(db)}
+    assert errors == {f"InputError: use {said}"}, errors

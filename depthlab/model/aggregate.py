@@ -59,12 +59,17 @@ class DenseFormer(Topology):
     def check_config(cls, cfg):
         """A period or a dilation past the depth leaves no average: the stack would be pre-LN unsaid."""
         super().check_config(cfg)
-        depth = max(cfg.enc_depth, cfg.dec_depth)
+        depth, k, p = max(cfg.enc_depth, cfg.dec_depth), cfg.topology.dwa_dilation, cfg.topology.dwa_period
         for name in ("dwa_period", "dwa_dilation"):
             value = getattr(cfg.topology, name)
             if value > depth:
                 why = f"at most the depth ({depth} layers): beyond it no block averages earlier outputs (pre-LN)"
                 raise ConfigError(name, value, why)
+        last = depth // p * p  # the last block that averages; block i reads X_i, X_(i-k), ..: two if i >= k
+        if k > last:
+            why = (f"at most {last}, the last block that averages with dwa_period={p} at {depth} layers: "
+                   "beyond it no block averages earlier outputs (pre-LN)")  # fmt: skip
+            raise ConfigError("dwa_dilation", k, why)
 
     @classmethod
     def extra_parameters(cls, cfg, n_layers, sublayers):

@@ -13,7 +13,7 @@ names what differs. Weights it moves to make a bug visible are restored bit for 
 | pre        | a norm reads the last stream before the head | missing-final-norm                              |
 | any        | the claimed design is in the model at all  | not-found                                          |
 
-A model that cannot be run as ``model(token ids)`` (an encoder-decoder, a module of another kind) is
+A model that fails when run as ``model(token ids)`` (an encoder-decoder, a module of another kind) is
 refused (InputError).
 
 Hyper-connection layers are found by :func:`depthlab.probe.wiring_layers.hyper_layers` (depthlab's,
@@ -204,7 +204,10 @@ def _deepnorm(model, claim, gen):
     wrong_alpha = [
         (i, float(w.alpha)) for i, w in enumerate(subs) if abs(float(w.alpha) - alpha) > 1e-3 * alpha
     ]
-    ratios = [(i, _v_over_q(w.f)) for i, w in enumerate(subs)]  # beta: v's init against q's, left alone
+    init = getattr(
+        getattr(model, "cfg", None), "init", None
+    )  # xavier's std depends on the fans; normal's not
+    ratios = [(i, _v_over_q(w.f, init)) for i, w in enumerate(subs)]  # beta: v's init against q's
     wrong_beta = [(i, r) for i, r in ratios if r is not None and abs(r - beta) > 0.25 * beta]
     out = []
     if wrong_alpha:
@@ -255,15 +258,16 @@ def _note(rec: dict, name: str, value) -> None:
     rec.setdefault(name, value)
 
 
-def _v_over_q(f: nn.Module) -> float | None:
-    """std(v rows) / std(q rows) of a fused attention projection, relative to xavier's ratio for their
-    fans (q and k are left alone by DeepNorm); None for a sublayer without one."""
+def _v_over_q(f: nn.Module, init: str | None = "xavier") -> float | None:
+    """std(v rows) / std(q rows) of a fused attention projection (q and k are left alone by DeepNorm),
+    relative to what the init draws for them: under xavier their fans differ where v has fewer heads
+    (grouped queries), under normal or gpt2 one std serves both; None for a sublayer without one."""
     qkv = getattr(f, "qkv", None)
     if not isinstance(qkv, nn.Linear):
         return None
     kv, d = f.n_kv_heads * f.head_dim, qkv.in_features
     q, v = qkv.weight[: f.n_heads * f.head_dim], qkv.weight[-kv:]
-    xavier = ((f.n_heads * f.head_dim + d) / (kv + d)) ** 0.5
+    xavier = ((f.n_heads * f.head_dim + d) / (kv + d)) ** 0.5 if init in (None, "xavier") else 1.0
     return float(v.std() / q.std()) / xavier
 
 
@@ -353,7 +357,7 @@ def _run(model: nn.Module, tokens: torch.Tensor):
     except (TypeError, ValueError, RuntimeError, AttributeError, IndexError) as e:
         first = (str(e).strip().splitlines() or [""])[0][:200]
         raise InputError(
-            f"the model cannot be run as model(token ids) ({type(e).__name__}: {first}); check runs a "
+            f"the model failed when run as model(token ids) ({type(e).__name__}: {first}); check runs a "
             "decoder called on a batch of token ids (an encoder-decoder is not checked)"
         ) from None
 

@@ -18,7 +18,7 @@ import os
 import signal
 
 from depthlab.config import check_int
-from depthlab.errors import ConfigError, InputError
+from depthlab.errors import ConfigError, InputError, as_flags
 from depthlab.study.grid import RunSpec
 from depthlab.study.ray_auth import connect, use_token_if_found
 from depthlab.study.worker import Task, execute, serve
@@ -84,7 +84,7 @@ class LocalExecutor:
                         key, payload = w.conn.recv()
                     except (EOFError, OSError):  # it died while sending
                         return self._died(w)
-                    w.key = None
+                    w.key, w.served = None, w.served + 1
                     return key, payload
             for w in busy:
                 if w.proc.sentinel in ready:
@@ -94,6 +94,11 @@ class LocalExecutor:
         key = worker.key
         worker.proc.join(5)
         self._drop(worker)
+        if worker.served == 0 and worker.proc.exitcode == 1:  # a Python error as it started, not in a run
+            raise InputError(
+                "a worker process failed as it started (exit code 1; its error is on stderr): where a "
+                'script runs the study, call run_study under `if __name__ == "__main__":`'
+            )
         return key, {
             "error": f"the worker process (pid {worker.proc.pid}) died during this run ({worker.how()})"
         }
@@ -121,10 +126,12 @@ class Worker:
 
     def __init__(self, ctx, threads: int, task: Task | None):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=serve, args=(child, threads, os.getpid(), task), daemon=True)
+        self.proc = ctx.Process(
+            target=serve, args=(child, threads, os.getpid(), task, as_flags()), daemon=True
+        )
         self.proc.start()
         child.close()
-        self.key = None
+        self.key, self.served = None, 0  # served: runs it sent back
 
     def how(self) -> str:
         """How the process ended, in words."""

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from depthlab.errors import InputError
+from depthlab.errors import InputError, option
 from depthlab.model.memory import USABLE, available_memory, gb
 from depthlab.paths import printable
 from depthlab.progress import Progress, TimeLeft, duration, say
@@ -93,8 +93,8 @@ def run_study(
             print(
                 f"note: {printable(db)} also holds {'a study' if len(namesakes) == 1 else 'studies'} named "
                 f"{study.name!r} with another grid (id {', '.join(namesakes)}); this grid is study {sid}, "
-                f"sharing the runs they have in common; --study {study.name} reads the one run last, "
-                "--study ID either",
+                f"sharing the runs they have in common; {_study_by(study.name)} reads the one run last, "
+                f"{_study_by('ID', quoted=False)} either",
                 file=out,
                 flush=True,
             )
@@ -177,6 +177,14 @@ def store_note(db: str) -> str | None:
     return None
 
 
+def _study_by(name: str, quoted: bool = True) -> str:
+    """How the caller reads a study by name or id: ``--study smoke``, or ``depthlab.open(db).study('smoke')``."""
+    said = option("study")
+    if said.startswith("--"):
+        return f"{said} {name}"
+    return said.replace("(name)", f"({name!r})" if quoted else f"({name})")
+
+
 def check_study_memory(specs: list[RunSpec], workers: int) -> None:
     """InputError when the ``workers`` largest runs, trained at once, would not fit in free memory."""
     free = available_memory()
@@ -190,7 +198,7 @@ def check_study_memory(specs: list[RunSpec], workers: int) -> None:
         raise InputError(
             f"{plural(n, 'run')} at once ({plural(workers, 'worker')}) need about {gb(need)}, the largest "
             f"{estimates[0].describe()}, more than {USABLE:.0%} of the {gb(free)} free: use fewer "
-            "--workers or smaller runs, or --force-memory to try anyway"
+            f"{option('workers')} or smaller runs, or {option('force_memory')} to try anyway"
         )
 
 

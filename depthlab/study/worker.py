@@ -10,6 +10,7 @@ JSON) or ``probe_error``, ``host``, ``pid``, ``seconds``, and ``error`` (a trace
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -19,6 +20,7 @@ from collections.abc import Callable
 
 import torch
 
+from depthlab.errors import spoken_as_flags
 from depthlab.jsonable import finite_or_none
 from depthlab.model import build_model
 from depthlab.probe import ProbeResult, probe
@@ -53,10 +55,17 @@ def limit_worker_threads(threads: int) -> None:
         pass
 
 
-def serve(conn, threads: int, driver_pid: int, task: Task | None) -> None:
+def serve(conn, threads: int, driver_pid: int, task: Task | None, flags: bool = False) -> None:
     """A local worker process: take ``(key, spec)`` from the driver's pipe, run it, send back ``(key,
-    payload)``, until the driver sends None or goes away."""
+    payload)``, until the driver sends None or goes away. ``flags``: the driver is the command line, and
+    a run's refusal names its flags."""
     start_worker(threads, driver_pid)
+    with spoken_as_flags() if flags else contextlib.nullcontext():
+        _serve(conn, task, threads)
+
+
+def _serve(conn, task: Task | None, threads: int) -> None:
+    """The worker's loop: each run the driver sends, until it sends None or goes away."""
     while True:
         try:
             message = conn.recv()
