@@ -25,7 +25,6 @@ OPTIONS = {
     "out": ("out_dir", "--out"),
     "db": ("db", "--db"),
     "workers": ("workers", "--workers"),
-    "study": ("depthlab.open(db).study(name)", "--study"),
     "resume": ("resume=True", "--resume"),
     "force": ("force=True", "--force"),
     "force_memory": ("force_memory=True", "--force-memory"),

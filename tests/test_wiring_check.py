@@ -142,19 +142,7 @@ def test_a_claimed_design_the_model_does_not_hold_is_a_finding(capsys):
 
 
 def test_a_model_check_cannot_run_is_refused_in_one_line(capsys):
-    args = [
-        "check",
-        "--layers",
-        "2",
-        "--d-model",
-        "16",
-        "--heads",
-        "2",
-        "--arch",
-        "encdec",
-        "--claims",
-        "pre",
-    ]
+    args = "check --layers 2 --d-model 16 --heads 2 --arch encdec --claims pre".split()
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "failed when run as model(token ids)" in err and "encoder-decoder" in err

@@ -78,10 +78,6 @@ def _names(text: str, allowed, flag: str) -> tuple[str, ...]:
     return names
 
 
-def _or(value, default):
-    return default if value is None else value
-
-
 def spec_from_args(args) -> CoordSpec:
     """The CoordSpec of the flags (InputError, one line, for a bad one)."""
     if (args.depths is None) == (args.widths is None):
@@ -93,12 +89,14 @@ def spec_from_args(args) -> CoordSpec:
         **{axis: getattr(args, axis) is not None},
     )
     sizes = _ints(args.depths if axis == "depth" else args.widths, f"--{axis}s")
+    width = WIDTH if args.width is None else args.width  # the fixed size of the other axis
+    depth = DEPTH if args.depth is None else args.depth
     for flag, value, low in (
         ("--steps", args.steps, 1),
         ("--seeds", args.seeds, 2),  # the slopes' intervals are over seeds
         ("--heads", args.heads, 1),
-        ("--width", _or(args.width, WIDTH), 1),
-        ("--depth", _or(args.depth, DEPTH), 1),
+        ("--width", width, 1),
+        ("--depth", depth, 1),
     ):
         if value < low:
             raise InputError(f"{flag} {value}: at least {low}")
@@ -109,7 +107,7 @@ def spec_from_args(args) -> CoordSpec:
     return CoordSpec(
         axis=axis,
         sizes=sizes,
-        fixed=_or(args.width, WIDTH) if axis == "depth" else _or(args.depth, DEPTH),
+        fixed=width if axis == "depth" else depth,
         wraps=wraps,
         params=params,
         steps=args.steps,

@@ -204,9 +204,7 @@ def _deepnorm(model, claim, gen):
     wrong_alpha = [
         (i, float(w.alpha)) for i, w in enumerate(subs) if abs(float(w.alpha) - alpha) > 1e-3 * alpha
     ]
-    init = getattr(
-        getattr(model, "cfg", None), "init", None
-    )  # xavier's std depends on the fans; normal's not
+    init = getattr(getattr(model, "cfg", None), "init", None)  # xavier's std depends on the fans
     ratios = [(i, _v_over_q(w.f, init)) for i, w in enumerate(subs)]  # beta: v's init against q's
     wrong_beta = [(i, r) for i, r in ratios if r is not None and abs(r - beta) > 0.25 * beta]
     out = []

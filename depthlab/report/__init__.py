@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 from depthlab.errors import InputError
-from depthlab.paths import replace_file, safe_name
+from depthlab.paths import existing_ancestor, replace_file, safe_name
 from depthlab.report.data import StudyData, load
 from depthlab.report.figures import FIGURES, save_figures
 from depthlab.report.html import page
@@ -50,9 +50,7 @@ def check_report_dir(out_dir: str) -> None:
         raise InputError(
             f"report folder {out_dir} exists and is not a depthlab report folder; choose another report folder"
         )
-    parent = os.path.abspath(out_dir)
-    while not os.path.exists(parent):  # the nearest existing folder is where the report's folders go
-        parent = os.path.dirname(parent)
+    parent = existing_ancestor(out_dir)  # the nearest existing folder is where the report's folders go
     if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
         raise InputError(f"cannot write the report to {out_dir} ({parent} is not a writable folder)")
 

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from depthlab.errors import InputError, option
+from depthlab.errors import InputError, as_flags, option
 from depthlab.model.memory import USABLE, available_memory, gb
 from depthlab.paths import printable
 from depthlab.progress import Progress, TimeLeft, duration, say
@@ -90,11 +90,15 @@ def run_study(
         sid = store.add_study(study.name, study.to_dict(), study.config_hash(specs), specs)
         namesakes = [str(s["id"]) for s in store.studies() if s["name"] == study.name and s["id"] != sid]
         if namesakes:  # a grid edited under the same name is a new study, not a change to the old one
+            by_name, by_id = (
+                (f"--study {study.name}", "--study ID")
+                if as_flags()
+                else (f"depthlab.open(db).study({study.name!r})", "depthlab.open(db).study(ID)")
+            )
             print(
                 f"note: {printable(db)} also holds {'a study' if len(namesakes) == 1 else 'studies'} named "
                 f"{study.name!r} with another grid (id {', '.join(namesakes)}); this grid is study {sid}, "
-                f"sharing the runs they have in common; {_study_by(study.name)} reads the one run last, "
-                f"{_study_by('ID', quoted=False)} either",
+                f"sharing the runs they have in common; {by_name} reads the one run last, {by_id} either",
                 file=out,
                 flush=True,
             )
@@ -175,14 +179,6 @@ def store_note(db: str) -> str | None:
     if os.path.isfile(db) and os.path.getsize(db) == 0:
         return f"{printable(db)} is an empty file: it becomes a new study store"
     return None
-
-
-def _study_by(name: str, quoted: bool = True) -> str:
-    """How the caller reads a study by name or id: ``--study smoke``, or ``depthlab.open(db).study('smoke')``."""
-    said = option("study")
-    if said.startswith("--"):
-        return f"{said} {name}"
-    return said.replace("(name)", f"({name!r})" if quoted else f"({name})")
 
 
 def check_study_memory(specs: list[RunSpec], workers: int) -> None:

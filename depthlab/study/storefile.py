@@ -17,7 +17,7 @@ import sqlite3
 import urllib.parse
 
 from depthlab.errors import InputError, option
-from depthlab.paths import broken_link, check_input_file, check_path
+from depthlab.paths import broken_link, check_input_file, check_path, existing_ancestor
 from depthlab.paths import printable as shown
 
 STORE_TABLES = {"studies", "runs", "study_runs", "metrics", "layer_metrics", "probes", "probe_layers"}
@@ -57,10 +57,8 @@ def check_store_path(path, flag: str | None = None) -> None:
                              f"for files; choose another {flag}")  # fmt: skip
     if os.path.isdir(path):
         raise InputError(f"{flag} {shown(path)} is a folder, not a study store; choose another {flag}")
-    parent = os.path.dirname(path)
-    while parent and not os.path.exists(parent):  # the nearest existing folder on the way is where it goes
-        parent = os.path.dirname(parent)
-    if parent and not os.path.isdir(parent):
+    parent = existing_ancestor(os.path.dirname(path) or ".")  # where the store's file would go
+    if not parent.is_dir():
         raise InputError(
             f"{flag} {shown(path)}: {shown(parent)} is a file, not a folder; choose another {flag}"
         )
