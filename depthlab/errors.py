@@ -33,6 +33,12 @@ OPTIONS = {
     "batch_size": ("batch_size", "--batch-size"),
     "seq_len": ("seq_len", "--seq-len"),
     "checkpoint_activations": ("activation_checkpointing=True", "--checkpoint-activations"),
+    "steps": ("steps", "--steps"),
+    "lr": ("lr", "--lr"),
+    "heads": ("heads", "--heads"),
+    "seeds": ("seeds", "--seeds"),
+    "wrap": ("wraps", "--wrap"),
+    "param": ("params", "--param"),
 }
 _AS_FLAGS: ContextVar[bool] = ContextVar("depthlab_as_flags", default=False)
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from depthlab.cli import main
-from depthlab.errors import ConfigError, InputError
+from depthlab.errors import ConfigError, InputError, spoken_as_flags
 from depthlab.intervals import mean_interval
 from depthlab.probe.coord import CoordResult, CoordSpec, coord_check, format_coord
 from depthlab.probe.coord_plot import coord_figure, coord_vs_size_figure
@@ -69,6 +69,8 @@ def test_json_table_and_figures(result):
         dict(sizes=(4, 4)),
         dict(steps=0),
         dict(seeds=()),
+        dict(seeds=(0,)),  # no interval over one seed
+        dict(seeds=(3, 3)),
         dict(axis="height"),
         dict(lr=0.0),
         dict(lr=float("nan")),
@@ -78,6 +80,15 @@ def test_json_table_and_figures(result):
 def test_bad_specs_are_input_errors(kw):
     with pytest.raises((InputError, ConfigError)):
         tiny(**kw)
+
+
+def test_python_callers_read_their_keywords():
+    with pytest.raises(InputError, match=r"^seeds \(0,\): at least 2 different seeds"):
+        tiny(seeds=(0,))
+    with pytest.raises(InputError, match=r"^batch_size 0: at least 1"):
+        tiny(batch_size=0)
+    with spoken_as_flags(), pytest.raises(InputError, match=r"^--steps 0: at least 1"):
+        tiny(steps=0)
 
 
 @pytest.mark.parametrize(

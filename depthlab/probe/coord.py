@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.corpus import text_batch
-from depthlab.errors import InputError
+from depthlab.errors import InputError, as_flags, option
 from depthlab.fit import loglog_slope
 from depthlab.intervals import mean_interval
 from depthlab.model import build_model
@@ -74,20 +74,17 @@ class CoordSpec:
         if len(set(self.sizes)) < 2:
             raise InputError(f"a coordinate check over {self.axis} needs at least two different {self.axis}s")
         if self.steps < 1:
-            raise InputError(f"--steps must be at least 1 (got {self.steps}): the check records each step")
-        if not self.seeds:
-            raise InputError("--seeds must be at least 1")
+            raise InputError(f"{option('steps')} {self.steps}: at least 1 (the check records each step)")
+        if len(set(self.seeds)) < 2:  # the slopes' intervals are over seeds
+            said = len(self.seeds) if as_flags() else tuple(self.seeds)
+            raise InputError(f"{option('seeds')} {said}: at least 2 different seeds (an interval over seeds)")
         if not self.wraps or not self.params:
-            raise InputError("give at least one --wrap and one --param")
+            raise InputError(f"give at least one {option('wrap')} and one {option('param')}")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise InputError(f"--lr {self.lr}: a finite number > 0")
-        for flag, value in (
-            ("--batch-size", self.batch_size),
-            ("--seq-len", self.seq_len),
-            ("--heads", self.heads),
-        ):
-            if value < 1:
-                raise InputError(f"{flag} {value}: at least 1")
+            raise InputError(f"{option('lr')} {self.lr}: a finite number > 0")
+        for name in ("batch_size", "seq_len", "heads"):
+            if (value := getattr(self, name)) < 1:
+                raise InputError(f"{option(name)} {value}: at least 1")
         ModelConfig().check_length(self.seq_len, "seq_len")  # the position table's rows
         check_steps(len(self.wraps) * len(self.params) * len(self.sizes) * len(self.seeds), self.steps)
 
