@@ -153,6 +153,9 @@ def test_hf_trainer_under_gradient_accumulation_records_the_loss_the_trainer_log
     assert [x["depthlab/loss"] for x in steps] == pytest.approx([x["loss"] for x in steps], rel=1e-5)
     by_step = {r["step"]: r for r in cb.watcher.records}
     assert [x["depthlab/grad_norm"] for x in steps] == [by_step[x["step"]]["grad_norm"] for x in steps]
+    # the closing summary at the last step (train_loss, the mean over the run) gets no step's numbers
+    (closing,) = [x for x in logs.seen if "train_loss" in x]
+    assert not [k for k in closing if k.startswith("depthlab/")]
 
 
 def test_hf_callback_every_from_a_fractional_logging_steps_and_resume(tmp_path):

@@ -14,11 +14,12 @@ Without ``every`` (or ``when``) the logged steps are the ones the Trainer logs i
 ``state.logging_steps``-th (``args.logging_steps``, or that share of ``max_steps`` when it is below 1),
 and step 1 only with ``args.logging_first_step``, so each record's loss covers the steps the Trainer's
 logged loss covers (a step-1 record the Trainer does not log would cut steps 2-5 off from 1-5). A given
-``every`` is the watcher's own rule: step 1 and every ``every``-th. At ``on_step_end`` the step's record is finished,
-so ``on_log`` at the same step adds that step's headline numbers to the Trainer's logs
-(``depthlab/...``); ``on_train_end`` closes the watcher, removing every hook. Under DDP every process
-watches and rank 0 writes ``out``: its loss is its own micro-batches' (with the Trainer's
-``average_tokens_across_devices``, their share of the loss over all processes' tokens).
+``every`` is the watcher's own rule: step 1 and every ``every``-th. At ``on_step_end`` the step's
+record is finished, so ``on_log`` at the same step adds that step's headline numbers to the Trainer's
+loss log (``depthlab/...``; not to an evaluation's log or the closing summary); ``on_train_end`` closes
+the watcher, removing every hook. Under DDP every process watches and rank 0 writes ``out``: its loss
+is its own micro-batches' (with the Trainer's ``average_tokens_across_devices``, their share of the
+loss over all processes' tokens).
 
 Trackers: by default the watcher's per-layer scalars, warnings and outcome go to the Trainer's own
 ``report_to`` loggers (depthlab.watch.trackers): wandb's and MLflow's runs the Trainer started, and
@@ -83,6 +84,8 @@ class DepthlabCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         w = self.watcher
         if w is None or logs is None or not w.records or w.records[-1]["step"] != state.global_step:
+            return
+        if "loss" not in logs:  # an evaluation's log or the closing summary at that step
             return
         last = w.records[-1]
         for key in ("loss", "grad_norm", "logit_lse"):
