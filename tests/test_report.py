@@ -124,6 +124,27 @@ def test_report_page_has_every_part(db, tmp_path):
     assert not re.search(r'(src|href)="(https?:)?//', html)  # nothing from the network
 
 
+def test_the_page_answers_first_with_the_outcome_per_cell(db, tmp_path):
+    """Before any explanation or figure: per setting, each wrapping's outcome and final validation loss at
+    each depth, the store's runs (seeds pooled) as the terminal's summary gives them."""
+    html = open(write_report(db, str(tmp_path / "rep")), encoding="utf-8").read()
+    top = html[: html.index("<h2>How to read this report</h2>")]
+    assert "<img " not in top and "<h2>Outcome per cell (final validation loss)</h2>" in top
+    data = load(db)
+    found = cells(data.runs, data.layout)
+    for panel in data.layout.panels:
+        part = top[top.index(f"<b>{panel}</b>") :]
+        part = part[: part.index("</table>")]
+        rows = [re.sub(r"<[^>]+>", " ", tr).split() for tr in part.split("<tr>")[2:]]
+        want = [
+            [row, *(w for d in data.layout.depths for w in (found[(panel, row, d)].state,
+                                                          f"{found[(panel, row, d)].val_loss:.2f}"))]
+            for row in data.layout.rows
+        ]  # fmt: skip
+        assert rows == want
+    assert rows[0] == ["post", "trained", "2.57", "trained", "2.59"]  # warmup=5: post trains at both depths
+
+
 def test_config_strings_are_escaped(tmp_path):
     data = [tmp_path / f"{EVIL}.txt", tmp_path / "$y.txt"]  # a grid's data files must exist
     for path in data:
