@@ -212,6 +212,29 @@ def test_report_cli(db, tmp_path, capsys):
     assert main(["report", "--db", db, "--study", "nope"]) == 2
 
 
+def test_a_report_folder_refused_on_the_command_line_names_the_flag(db, tmp_path, capsys):
+    """A file given as --out, or a default folder holding someone's files: one line naming --out, exit 2,
+    the file untouched; from Python the message names the folder alone."""
+    target = tmp_path / "report.html"
+    target.write_text("<p>mine</p>")
+    assert main(["report", "--db", db, "--out", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"error: --out: report folder {target} exists and is not a folder" in err
+    assert target.read_text() == "<p>mine</p>"
+    run = tmp_path / "run"
+    (run / "report").mkdir(parents=True)
+    (run / "report" / "notes.txt").write_text("precious")
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 3.0, "layers": [], "warnings": []}\n')
+    assert main(["report", "--run", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.count("\n") == 1
+        and "is not a depthlab report folder; choose another report folder with --out" in err
+    )
+    with pytest.raises(InputError, match=r"^report folder .* choose another report folder$"):
+        write_report(db, str(target))
+
+
 def test_every_report_figure_is_a_function_returning_a_figure(db):
     data = load(db)
     assert [f.name for f in FIGURES] == [

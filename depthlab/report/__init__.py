@@ -37,22 +37,29 @@ def default_report_dir(db: str, study_name: str) -> str:
     return os.path.join(os.path.dirname(db) or ".", "report", safe_name(study_name, keep="-_."))
 
 
+class ReportFolderError(InputError):
+    """A report folder that cannot be (re)written; the command line names the flag that chose it."""
+
+
 def check_report_dir(out_dir: str) -> None:
-    """Refuse (InputError) a report folder that cannot be (re)written: a file, a non-empty folder that is
-    not an earlier depthlab report, or a place where no folder can be made. Creates nothing."""
+    """Refuse (ReportFolderError, an InputError) a report folder that cannot be (re)written: a file, a
+    non-empty folder that is not an earlier depthlab report, or a place where no folder can be made.
+    Creates nothing."""
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise InputError(f"report folder {out_dir} exists and is not a folder; choose another report folder")
+        raise ReportFolderError(
+            f"report folder {out_dir} exists and is not a folder; choose another report folder"
+        )
     try:
         used = os.path.isdir(out_dir) and os.listdir(out_dir)
     except OSError as e:
-        raise InputError(f"cannot read the report folder {out_dir}: {e.strerror}") from None
+        raise ReportFolderError(f"cannot read the report folder {out_dir}: {e.strerror}") from None
     if used and not os.path.exists(os.path.join(out_dir, MARKER)):
-        raise InputError(
+        raise ReportFolderError(
             f"report folder {out_dir} exists and is not a depthlab report folder; choose another report folder"
         )
     parent = existing_ancestor(out_dir)  # the nearest existing folder is where the report's folders go
     if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"cannot write the report to {out_dir} ({parent} is not a writable folder)")
+        raise ReportFolderError(f"cannot write the report to {out_dir} ({parent} is not a writable folder)")
 
 
 def _prepare(out_dir: str, figure_files: tuple[str, ...] = FIGURE_FILES) -> None:
@@ -63,7 +70,7 @@ def _prepare(out_dir: str, figure_files: tuple[str, ...] = FIGURE_FILES) -> None
         with open(os.path.join(out_dir, MARKER), "w") as f:
             f.write("written by depthlab report; the folder is rewritten by the next report\n")
     except OSError as e:
-        raise InputError(f"cannot write the report to {out_dir}: {e.strerror}") from None
+        raise ReportFolderError(f"cannot write the report to {out_dir}: {e.strerror}") from None
     for name in figure_files:  # a figure the new report does not draw must not linger from the old one
         path = os.path.join(out_dir, name)
         if os.path.exists(path):
