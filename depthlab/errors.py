@@ -33,6 +33,8 @@ OPTIONS = {
     "batch_size": ("batch_size", "--batch-size"),
     "seq_len": ("seq_len", "--seq-len"),
     "checkpoint_activations": ("activation_checkpointing=True", "--checkpoint-activations"),
+    "run": ("folder", "--run"),  # write_run_report(folder)
+    "runs": ("folders", "--run"),  # write_runs_report(folders)
 }
 _AS_FLAGS: ContextVar[bool] = ContextVar("depthlab_as_flags", default=False)
 
