@@ -275,3 +275,16 @@ def test_report_figures_draw_into_the_callers_axes(db, name, panels):
 def test_unknown_figure_name_is_refused(db):
     with pytest.raises(InputError, match="no figure .nope.: one of outcome_map, lr_curves, transfer_best_lr"):
         depthlab.open(db).study().figure("nope")
+
+
+def test_a_page_that_cannot_be_replaced_is_named_in_the_callers_words(db, tmp_path, capsys):
+    """index.html a FIFO in an earlier report folder: from Python the refusal names out_dir, on the
+    command line --out."""
+    rep = tmp_path / "rep"
+    rep.mkdir()
+    (rep / MARKER).write_text("")
+    os.mkfifo(rep / "index.html")
+    with pytest.raises(InputError, match=r"^out_dir .*index\.html is a named pipe"):
+        write_report(db, str(rep))
+    assert main(["report", "--db", db, "--out", str(rep)]) == 2
+    assert "error: --out " in capsys.readouterr().err

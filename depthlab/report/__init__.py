@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from depthlab.errors import InputError
+from depthlab.errors import InputError, option
 from depthlab.paths import existing_ancestor, replace_file, safe_name
 from depthlab.report.data import StudyData, load
 from depthlab.report.figures import FIGURES, save_figures
@@ -82,7 +82,7 @@ def render(data: StudyData, out_dir: str) -> str:
     _prepare(out_dir)
     figures = save_figures(data, out_dir)
     path = os.path.join(out_dir, "index.html")
-    replace_file(path, page(data, figures), "--out")  # a reader never sees half a page
+    replace_file(path, page(data, figures), option("out"))  # a reader never sees half a page
     return path
 
 

@@ -281,5 +281,5 @@ def render_run(run: dict, folder: str, out_dir: str, prepare) -> str:
             fig.savefig(os.path.join(out_dir, name), dpi=DPI, bbox_inches="tight")
             figures.append(PageFigure(name, title_of(fig), caption))
     path = os.path.join(out_dir, "index.html")
-    replace_file(path, run_page(run, folder, figures), "--out")
+    replace_file(path, run_page(run, folder, figures), option("out"))
     return path
