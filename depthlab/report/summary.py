@@ -1,5 +1,4 @@
-"""The summary of a study: per train setting, a wrapping x depth table of outcomes, as text (the terminal)
-and as HTML (the report page's first table, the notebook's view)."""
+"""A study's summary: per train setting, a wrapping x depth table of outcomes, as text and as HTML."""
 
 from __future__ import annotations
 
