@@ -39,6 +39,8 @@ OPTIONS = {
     "seeds": ("seeds", "--seeds"),
     "wrap": ("wraps", "--wrap"),
     "param": ("params", "--param"),
+    "run": ("folder", "--run"),  # write_run_report(folder)
+    "runs": ("folders", "--run"),  # write_runs_report(folders)
 }
 _AS_FLAGS: ContextVar[bool] = ContextVar("depthlab_as_flags", default=False)
 

@@ -21,7 +21,9 @@ def main() -> None:
     p.add_argument("--out", default="runs/examples/hf")
     args = p.parse_args()
     torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=6, n_embd=64, n_head=4, vocab_size=256, n_positions=64)
+    config = transformers.GPT2Config(
+        n_layer=6, n_embd=64, n_head=4, vocab_size=256, n_positions=64, bos_token_id=0, eos_token_id=0
+    )  # token ids inside the 256-byte vocabulary (GPT-2's 50256 is outside it)
     model = transformers.GPT2LMHeadModel(config)
     rows = text_batch(8 * args.steps, 64, 256, seed=0)
     data = [{"input_ids": r, "labels": r} for r in rows]

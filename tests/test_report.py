@@ -124,6 +124,27 @@ def test_report_page_has_every_part(db, tmp_path):
     assert not re.search(r'(src|href)="(https?:)?//', html)  # nothing from the network
 
 
+def test_the_page_answers_first_with_the_outcome_per_cell(db, tmp_path):
+    """Before any explanation or figure: per setting, each wrapping's outcome and final validation loss at
+    each depth, the store's runs (seeds pooled) as the terminal's summary gives them."""
+    html = open(write_report(db, str(tmp_path / "rep")), encoding="utf-8").read()
+    top = html[: html.index("<h2>How to read this report</h2>")]
+    assert "<img " not in top and "<h2>Outcome per cell (final validation loss)</h2>" in top
+    data = load(db)
+    found = cells(data.runs, data.layout)
+    for panel in data.layout.panels:
+        part = top[top.index(f"<b>{panel}</b>") :]
+        part = part[: part.index("</table>")]
+        rows = [re.sub(r"<[^>]+>", " ", tr).split() for tr in part.split("<tr>")[2:]]
+        want = [
+            [row, *(w for d in data.layout.depths for w in (found[(panel, row, d)].state,
+                                                          f"{found[(panel, row, d)].val_loss:.2f}"))]
+            for row in data.layout.rows
+        ]  # fmt: skip
+        assert rows == want
+    assert rows[0] == ["post", "trained", "2.57", "trained", "2.59"]  # warmup=5: post trains at both depths
+
+
 def test_config_strings_are_escaped(tmp_path):
     data = [tmp_path / f"{EVIL}.txt", tmp_path / "$y.txt"]  # a grid's data files must exist
     for path in data:
@@ -191,6 +212,29 @@ def test_report_cli(db, tmp_path, capsys):
     assert main(["report", "--db", db, "--study", "nope"]) == 2
 
 
+def test_a_report_folder_refused_on_the_command_line_names_the_flag(db, tmp_path, capsys):
+    """A file given as --out, or a default folder holding someone's files: one line naming --out, exit 2,
+    the file untouched; from Python the message names the folder alone."""
+    target = tmp_path / "report.html"
+    target.write_text("<p>mine</p>")
+    assert main(["report", "--db", db, "--out", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"error: --out: report folder {target} exists and is not a folder" in err
+    assert target.read_text() == "<p>mine</p>"
+    run = tmp_path / "run"
+    (run / "report").mkdir(parents=True)
+    (run / "report" / "notes.txt").write_text("precious")
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 3.0, "layers": [], "warnings": []}\n')
+    assert main(["report", "--run", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.count("\n") == 1
+        and "is not a depthlab report folder; choose another report folder with --out" in err
+    )
+    with pytest.raises(InputError, match=r"^report folder .* choose another report folder$"):
+        write_report(db, str(target))
+
+
 def test_every_report_figure_is_a_function_returning_a_figure(db):
     data = load(db)
     assert [f.name for f in FIGURES] == [
@@ -231,3 +275,16 @@ def test_report_figures_draw_into_the_callers_axes(db, name, panels):
 def test_unknown_figure_name_is_refused(db):
     with pytest.raises(InputError, match="no figure .nope.: one of outcome_map, lr_curves, transfer_best_lr"):
         depthlab.open(db).study().figure("nope")
+
+
+def test_a_page_that_cannot_be_replaced_is_named_in_the_callers_words(db, tmp_path, capsys):
+    """index.html a FIFO in an earlier report folder: from Python the refusal names out_dir, on the
+    command line --out."""
+    rep = tmp_path / "rep"
+    rep.mkdir()
+    (rep / MARKER).write_text("")
+    os.mkfifo(rep / "index.html")
+    with pytest.raises(InputError, match=r"^out_dir .*index\.html is a named pipe"):
+        write_report(db, str(rep))
+    assert main(["report", "--db", db, "--out", str(rep)]) == 2
+    assert "error: --out " in capsys.readouterr().err

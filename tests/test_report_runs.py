@@ -54,3 +54,31 @@ def test_report_run_overlays_several_runs(tmp_path, capsys):
     assert cells[cells.index("sane") + 4].startswith(a.outcome()["outcome"])
     assert main(["report", "--run", str(tmp_path / "sane"), str(tmp_path / "nothing")]) == 2
     assert "nothing" in capsys.readouterr().err
+
+
+def test_the_run_report_writers_refuse_in_the_callers_words(tmp_path, capsys):
+    """From Python the refusals name the argument (folder, folders, out_dir) before any work; the command
+    line names --run, as before."""
+    from depthlab import InputError
+    from depthlab.report import write_report, write_run_report, write_runs_report
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match=r"^folder .*empty: no metrics\.jsonl"):
+        write_run_report(str(tmp_path / "empty"))
+    with pytest.raises(InputError, match=r"^folder: an empty path"):
+        write_run_report("")
+    with pytest.raises(TypeError, match=r"^folder must be a run folder's path .*not NoneType"):
+        write_run_report(None)
+    with pytest.raises(TypeError, match=r"^folders must be a list of run folders' paths, not str"):
+        write_runs_report(str(tmp_path / "empty"))  # not read as a list of one-letter folders
+    with pytest.raises(InputError, match=r"^folders: an empty list names no run"):
+        write_runs_report([])
+    with pytest.raises(InputError, match=r"^folders holds the folder .* twice"):
+        write_runs_report([str(tmp_path / "empty"), str(tmp_path / "empty")])
+    with pytest.raises(TypeError, match=r"^out_dir must be the report folder's path .*not int"):
+        write_report(str(tmp_path / "s.sqlite"), 5)
+    assert main(["report", "--run", str(tmp_path / "empty")]) == 2
+    assert "error: --run " in capsys.readouterr().err
+    assert main(["report", "--run", str(tmp_path / "empty"), str(tmp_path / "empty")]) == 2
+    assert "error: --run names the folder" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]  # nothing written

@@ -219,3 +219,20 @@ def test_a_force_that_cannot_remove_a_file_removes_none(tmp_path, capsys, monkey
     )
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in out.iterdir()) == sorted({p.parts[0] for p in before})
+
+
+def test_the_help_says_every_way_a_run_stalls(capsys):
+    """A loss flat above the unigram band ends stalled (depthlab.watch.outcome), not undertrained: the
+    help's account of the outcomes says so, not only 'at the unigram loss'."""
+    from depthlab.watch.outcome import Monitor
+
+    monitor = Monitor(40, 3.0, 3.0, 0.5)
+    for step in range(1, 41):
+        monitor.update(step, 4.0, 1.0)
+        if step % 5 == 0:
+            monitor.log(step, 4.0)
+    assert monitor.decide().outcome == "stalled"
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "'stalled' (at the unigram plateau, or above it and flat)" in text

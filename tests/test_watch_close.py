@@ -172,3 +172,9 @@ def test_callbacks_check_their_arguments_when_made(framework, kwargs):
     module = pytest.importorskip(f"depthlab.integrations.{framework}")
     with pytest.raises(ValueError):
         module.DepthlabCallback(**kwargs)
+
+
+def test_the_lightning_callback_checks_its_model_when_made():
+    module = pytest.importorskip("depthlab.integrations.lightning")
+    with pytest.raises(depthlab.ConfigError, match=r"^model=3 is not allowed: the torch.nn.Module to watch"):
+        module.DepthlabCallback(model=3)

@@ -98,12 +98,41 @@ def test_hf_trainer_callback(tmp_path):
     before = {k: dict(m._forward_hooks) for k, m in model.named_modules()}
     trainer.train()
     w = cb.watcher
-    assert [r["step"] for r in w.records] == [1, 2, 4, 6] and w.closed
+    assert [r["step"] for r in w.records] == [2, 4, 6] and w.closed  # the steps the Trainer logs
     assert all(len(r["layers"]) == 4 and r["layers"][3]["attn_grad_norm"] > 0 for r in w.records)
     logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    assert w.records[2]["loss"] == pytest.approx(logged[1], rel=1e-3)  # steps 3-4, as the Trainer logs them
-    assert (tmp_path / "watched" / "metrics.jsonl").read_text().count("\n") == 4
+    assert [r["loss"] for r in w.records] == pytest.approx(logged, rel=1e-5)
+    assert (tmp_path / "watched" / "metrics.jsonl").read_text().count("\n") == 3
     assert {k: dict(m._forward_hooks) for k, m in model.named_modules()} == before
+
+
+@pytest.mark.parametrize("first", [False, True])
+def test_hf_callback_records_the_loss_windows_the_trainer_logs(tmp_path, first):
+    """logging_steps 5 of 10: the Trainer logs steps 1-5 and 6-10 (with logging_first_step: 1, 2-5 and
+    6-10); each record is at a step the Trainer logs and holds its logged loss, the first window too."""
+    from depthlab.integrations.hf_trainer import DepthlabCallback
+
+    cb = DepthlabCallback(echo=None)
+    trainer = _hf_trainer(tmp_path, [cb], max_steps=10, logging_steps=5, logging_first_step=first)
+    trainer.train()
+    logged = {h["step"]: h["loss"] for h in trainer.state.log_history if "loss" in h}
+    assert sorted(logged) == ([1, 5, 10] if first else [5, 10])
+    steps = sorted(logged)
+    assert [r["step"] for r in cb.watcher.records] == steps
+    assert [r["loss"] for r in cb.watcher.records] == pytest.approx([logged[t] for t in steps], rel=1e-5)
+
+
+def test_hf_callback_measures_step_1_where_the_trainer_logs_no_loss_window(tmp_path):
+    """logging_steps 10 of a 4-step run: the Trainer logs no loss, so step 1 is measured (it cuts no
+    window), not nothing; with epoch logging likewise."""
+    from depthlab.integrations.hf_trainer import DepthlabCallback
+
+    for kw in (dict(logging_steps=10), dict(logging_strategy="epoch", logging_steps=500)):
+        cb = DepthlabCallback(echo=None)
+        trainer = _hf_trainer(tmp_path, [cb], max_steps=4, **kw)
+        trainer.train()
+        assert [r["step"] for r in cb.watcher.records] == [1] and cb.watcher.records[0]["loss"] > 3
+        assert not [h for h in trainer.state.log_history if "loss" in h and h["step"] < 4]
 
 
 class _Logs(transformers.TrainerCallback):
@@ -137,6 +166,9 @@ def test_hf_trainer_under_gradient_accumulation_records_the_loss_the_trainer_log
     assert [x["depthlab/loss"] for x in steps] == pytest.approx([x["loss"] for x in steps], rel=1e-5)
     by_step = {r["step"]: r for r in cb.watcher.records}
     assert [x["depthlab/grad_norm"] for x in steps] == [by_step[x["step"]]["grad_norm"] for x in steps]
+    # the closing summary at the last step (train_loss, the mean over the run) gets no step's numbers
+    (closing,) = [x for x in logs.seen if "train_loss" in x]
+    assert not [k for k in closing if k.startswith("depthlab/")]
 
 
 def test_hf_callback_every_from_a_fractional_logging_steps_and_resume(tmp_path):
@@ -145,7 +177,7 @@ def test_hf_callback_every_from_a_fractional_logging_steps_and_resume(tmp_path):
 
     cb = DepthlabCallback(echo=None)
     _hf_trainer(tmp_path, [cb], max_steps=4, logging_steps=0.5).train()
-    assert cb.watcher.every == 2 and [r["step"] for r in cb.watcher.records] == [1, 2, 4]
+    assert cb.watcher.every == 2 and [r["step"] for r in cb.watcher.records] == [2, 4]
 
     first = DepthlabCallback(every=1, echo=None)
     _hf_trainer(tmp_path / "a", [first], max_steps=4, save_strategy="steps", save_steps=2).train()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from depthlab.cli.common import check_given_paths, refuse_flags
 from depthlab.paths import printable
 from depthlab.report import (
+    ReportFolderError,
     default_report_dir,
     load,
     render,
@@ -47,6 +48,13 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    try:
+        return _run(args)
+    except ReportFolderError as e:  # the folder --out names, or its default
+        raise ReportFolderError(f"--out: {e}" if args.out is not None else f"{e} with --out") from None
+
+
+def _run(args) -> int:
     check_given_paths(args, "out")
     if args.run_dir is not None:
         refuse_flags(

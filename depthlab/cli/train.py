@@ -43,7 +43,8 @@ def add_parser(sub) -> None:
         description="Train one model on a task (byte-level lm on the Python standard library by default) "
         "and record, every --log-every steps, the loss and per-layer gradient, stream and update "
         "statistics. The run ends 'trained', 'undertrained' (above the unigram band and still falling), "
-        "'stalled' (still at the unigram loss) or 'diverged' (rules: depthlab.watch.outcome); all four "
+        "'stalled' (at the unigram plateau, or above it and flat) or 'diverged' (rules: "
+        "depthlab.watch.outcome); all four "
         "exit 0. Under torchrun it trains with DDP.",
     )
     add_model_flags(p)

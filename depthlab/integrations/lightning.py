@@ -29,6 +29,7 @@ except ImportError:  # the standalone package of the same library
 import torch
 from torch import nn
 
+from depthlab.errors import ConfigError
 from depthlab.watch import Watcher
 from depthlab.watch.options import check_callback
 from depthlab.watch.trackers import tracker_of
@@ -47,6 +48,12 @@ class DepthlabCallback(Callback):
         **options,
     ):
         check_callback(every, out, trackers, options)  # now, not when fitting starts
+        if model is not None and not isinstance(model, nn.Module):
+            raise ConfigError(
+                "model",
+                model,
+                "the torch.nn.Module to watch, or None (the LightningModule's model, else itself)",
+            )
         self.every, self.out, self.model, self.trackers, self.options = every, out, model, trackers, options
         self.watcher: Watcher | None = None
         self._micro: list[torch.Tensor] = []  # the optimizer step in progress: its micro-batches' losses

@@ -32,7 +32,6 @@ parameter against ``mup.set_base_shapes`` and ``MuAdam``'s rule.
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from depthlab.model import parametrization
@@ -118,10 +117,3 @@ def group_table(model: nn.Module, lr: float, weight_decay: float = 0.0, eps: flo
             }
         )
     return out
-
-
-def make_adam(
-    model: nn.Module, lr: float, *, weight_decay: float = 0.0, eps: float = 1e-8, betas=(0.9, 0.98)
-):
-    """Adam over :func:`param_groups` (the coordinate check's optimizer)."""
-    return torch.optim.Adam(param_groups(model, lr, weight_decay, eps), lr=lr, betas=betas, eps=eps)

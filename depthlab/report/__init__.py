@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from depthlab.errors import InputError
+from depthlab.errors import InputError, option
 from depthlab.paths import existing_ancestor, replace_file, safe_name
 from depthlab.report.data import StudyData, load
 from depthlab.report.figures import FIGURES, save_figures
@@ -37,22 +37,29 @@ def default_report_dir(db: str, study_name: str) -> str:
     return os.path.join(os.path.dirname(db) or ".", "report", safe_name(study_name, keep="-_."))
 
 
+class ReportFolderError(InputError):
+    """A report folder that cannot be (re)written; the command line names the flag that chose it."""
+
+
 def check_report_dir(out_dir: str) -> None:
-    """Refuse (InputError) a report folder that cannot be (re)written: a file, a non-empty folder that is
-    not an earlier depthlab report, or a place where no folder can be made. Creates nothing."""
+    """Refuse (ReportFolderError, an InputError) a report folder that cannot be (re)written: a file, a
+    non-empty folder that is not an earlier depthlab report, or a place where no folder can be made.
+    Creates nothing."""
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise InputError(f"report folder {out_dir} exists and is not a folder; choose another report folder")
+        raise ReportFolderError(
+            f"report folder {out_dir} exists and is not a folder; choose another report folder"
+        )
     try:
         used = os.path.isdir(out_dir) and os.listdir(out_dir)
     except OSError as e:
-        raise InputError(f"cannot read the report folder {out_dir}: {e.strerror}") from None
+        raise ReportFolderError(f"cannot read the report folder {out_dir}: {e.strerror}") from None
     if used and not os.path.exists(os.path.join(out_dir, MARKER)):
-        raise InputError(
+        raise ReportFolderError(
             f"report folder {out_dir} exists and is not a depthlab report folder; choose another report folder"
         )
     parent = existing_ancestor(out_dir)  # the nearest existing folder is where the report's folders go
     if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"cannot write the report to {out_dir} ({parent} is not a writable folder)")
+        raise ReportFolderError(f"cannot write the report to {out_dir} ({parent} is not a writable folder)")
 
 
 def _prepare(out_dir: str, figure_files: tuple[str, ...] = FIGURE_FILES) -> None:
@@ -63,7 +70,7 @@ def _prepare(out_dir: str, figure_files: tuple[str, ...] = FIGURE_FILES) -> None
         with open(os.path.join(out_dir, MARKER), "w") as f:
             f.write("written by depthlab report; the folder is rewritten by the next report\n")
     except OSError as e:
-        raise InputError(f"cannot write the report to {out_dir}: {e.strerror}") from None
+        raise ReportFolderError(f"cannot write the report to {out_dir}: {e.strerror}") from None
     for name in figure_files:  # a figure the new report does not draw must not linger from the old one
         path = os.path.join(out_dir, name)
         if os.path.exists(path):
@@ -75,18 +82,30 @@ def render(data: StudyData, out_dir: str) -> str:
     _prepare(out_dir)
     figures = save_figures(data, out_dir)
     path = os.path.join(out_dir, "index.html")
-    replace_file(path, page(data, figures), "--out")  # a reader never sees half a page
+    replace_file(path, page(data, figures), option("out"))  # a reader never sees half a page
     return path
+
+
+def _a_path(value, name: str, what: str, none_ok: bool = False) -> None:
+    """TypeError naming argument ``name`` unless ``value`` is a path (str or os.PathLike; None too where
+    ``none_ok``): a number or None would fail deep in os.path with no argument named."""
+    if (value is None and none_ok) or isinstance(value, (str, os.PathLike)):
+        return
+    raise TypeError(f"{name} must be {what} (str or pathlib.Path), not {type(value).__name__}")
 
 
 def write_report(db: str, out_dir: str, study: str | int | None = None) -> str:
     """Read study ``study`` (id, name, or None = the latest) from ``db`` and render it; returns index.html's path."""
+    _a_path(db, "db", "the study store's path")
+    _a_path(out_dir, "out_dir", "the report folder's path")
     return render(load(db, study), out_dir)
 
 
 def write_run_report(folder: str, out_dir: str | None = None) -> str:
     """The page of one run folder (depthlab.report.run_page) in ``out_dir`` (default ``folder/report``);
     returns index.html's path."""
+    _a_path(folder, "folder", "a run folder's path")
+    _a_path(out_dir, "out_dir", "the report folder's path", none_ok=True)
     out_dir = os.path.join(folder, "report") if out_dir is None else out_dir
     return render_run(load_run(folder), folder, out_dir, _prepare)
 
@@ -94,6 +113,16 @@ def write_run_report(folder: str, out_dir: str | None = None) -> str:
 def write_runs_report(folders: list[str], out_dir: str | None = None) -> str:
     """One page overlaying several run folders (depthlab.report.runs) in ``out_dir`` (default
     ``runs-report`` beside the first folder); returns index.html's path."""
+    if not isinstance(folders, (list, tuple)):
+        raise TypeError(
+            f"folders must be a list of run folders' paths, not {type(folders).__name__} (one folder's page: "
+            "write_run_report)"
+        )
+    if not folders:
+        raise InputError("folders: an empty list names no run; give one run folder or more")
+    for f in folders:
+        _a_path(f, "folders", "a list of run folders' paths")
+    _a_path(out_dir, "out_dir", "the report folder's path", none_ok=True)
     first = os.path.abspath(folders[0])
     out_dir = os.path.join(os.path.dirname(first), "runs-report") if out_dir is None else out_dir
     return render_runs(folders, out_dir, _prepare)

@@ -16,6 +16,7 @@ from depthlab.report.doctor_score import PREDICTIONS, doctor_pairs, expected, sc
 from depthlab.report.figures import PageFigure
 from depthlab.report.grouping import depth, predicted, state
 from depthlab.report.lr_tables import lr_section
+from depthlab.report.summary import outcome_tables
 from depthlab.watch.outcome import OUTCOMES
 
 CSS = """
@@ -30,13 +31,13 @@ pre { background: #f7f7f7; padding: 1em; overflow-x: auto; }
 """
 
 READING = (
-    "Start with the outcome map: each cell is a wrapping at a depth (or a learning rate), green where the run "
-    "trained, light green where it was still falling when it ended (undertrained), orange where it stalled "
-    "at the unigram level (predicting only common bytes), red where it diverged. With a learning-rate axis, "
-    "the learning-rate curves and their table show how forgiving each wrapping is. The loss "
-    "curves show how each run got there. The per-layer figures explain why: a gradient that vanishes toward "
-    "the bottom layers, or a stream whose scale grows with depth. The verdict table asks whether the "
-    "doctor's one-batch probe at init predicted the outcome before any training."
+    "The table above and the outcome map below it: each cell is a wrapping at a depth (or a learning rate), "
+    "green where the run trained, light green where it was still falling when it ended (undertrained), "
+    "orange where it stalled (at the unigram level, predicting only common bytes, or flat above it), red "
+    "where it diverged. With a learning-rate axis, the learning-rate curves and their table show how "
+    "forgiving each wrapping is. The loss curves show how each run got there. The per-layer figures explain "
+    "why: a gradient that vanishes toward the bottom layers, or a stream whose scale grows with depth. The "
+    "verdict table asks whether the doctor's one-batch probe at init predicted the outcome before any training."
 )
 
 
@@ -164,6 +165,8 @@ def page(data: StudyData, figures: list[PageFigure]) -> str:
         f"<p>{esc(data.study['config'].get('description', ''))}</p>",
         f'<p class="muted">{len(data.runs)} runs ({counts}); store {esc(data.db)}; '
         f"report written {esc(time.strftime('%Y-%m-%d %H:%M:%S'))}.</p>",
+        "<h2>Outcome per cell (final validation loss)</h2>",  # the answer first: as the terminal's summary
+        *outcome_tables(data),
         f"<h2>How to read this report</h2><p>{esc(READING)}</p>",
         *[figure_html(f) for f in figures],
         lr_section(data),

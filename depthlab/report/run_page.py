@@ -22,7 +22,7 @@ import numpy as np
 
 from depthlab.display import esc
 from depthlab.display import table as _table
-from depthlab.errors import InputError
+from depthlab.errors import InputError, option
 from depthlab.paths import check_path, printable, replace_file
 from depthlab.report.figures import DPI, PageFigure
 from depthlab.report.html import CSS
@@ -36,15 +36,16 @@ if TYPE_CHECKING:
 
 def load_run(folder: str) -> dict:
     """{"records", "summary", "result", "config"} of a run folder (InputError without metrics.jsonl)."""
-    check_path(folder, "--run")
+    who = option("run")  # --run on the command line, folder from Python
+    check_path(folder, who)
     path = Path(folder)
     metrics = path / "metrics.jsonl"
     try:
         text = metrics.read_text(errors="replace") if metrics.is_file() else None
     except OSError as e:
-        raise InputError(f"--run {folder}: metrics.jsonl cannot be read ({e.strerror or e})") from None
+        raise InputError(f"{who} {folder}: metrics.jsonl cannot be read ({e.strerror or e})") from None
     if text is None:
-        raise InputError(f"--run {folder}: no metrics.jsonl (not a depthlab train or watch folder)")
+        raise InputError(f"{who} {folder}: no metrics.jsonl (not a depthlab train or watch folder)")
     records = []
     for line in text.splitlines():
         try:
@@ -52,7 +53,7 @@ def load_run(folder: str) -> dict:
         except json.JSONDecodeError:  # a line cut short by a kill
             continue
     if not records:
-        raise InputError(f"--run {folder}: metrics.jsonl holds no record yet")
+        raise InputError(f"{who} {folder}: metrics.jsonl holds no record yet")
 
     def read(name):
         """The JSON object in ``name``, None where there is none; a damaged one is refused (its
@@ -63,10 +64,10 @@ def load_run(folder: str) -> dict:
             obj = json.loads((path / name).read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             why = getattr(e, "strerror", None) or str(e).split(":")[0]
-            raise InputError(f"--run {printable(folder)}: {name} is damaged ({why}); restore it, or move it "
+            raise InputError(f"{who} {printable(folder)}: {name} is damaged ({why}); restore it, or move it "
                              "away to draw the page without it") from None  # fmt: skip
         if not isinstance(obj, dict):
-            raise InputError(f"--run {printable(folder)}: {name} is damaged (a JSON {type(obj).__name__}, "
+            raise InputError(f"{who} {printable(folder)}: {name} is damaged (a JSON {type(obj).__name__}, "
                              "not an object); restore it, or move it away to draw the page without it")  # fmt: skip
         return obj
 
@@ -280,5 +281,5 @@ def render_run(run: dict, folder: str, out_dir: str, prepare) -> str:
             fig.savefig(os.path.join(out_dir, name), dpi=DPI, bbox_inches="tight")
             figures.append(PageFigure(name, title_of(fig), caption))
     path = os.path.join(out_dir, "index.html")
-    replace_file(path, run_page(run, folder, figures), "--out")
+    replace_file(path, run_page(run, folder, figures), option("out"))
     return path

@@ -19,7 +19,7 @@ import numpy as np
 
 from depthlab.display import esc
 from depthlab.display import table as _table
-from depthlab.errors import InputError
+from depthlab.errors import InputError, as_flags, option
 from depthlab.paths import printable
 from depthlab.report.figures import DPI, PageFigure
 from depthlab.report.html import CSS
@@ -125,7 +125,10 @@ def check_distinct(folders: list[str]) -> None:
         real = os.path.realpath(f)
         if real in seen:
             same = "twice" if seen[real] == f else f"twice ({printable(seen[real])} and {printable(f)})"
-            raise InputError(f"--run names the folder {printable(seen[real])} {same}; name each run once")
+            verb = "names" if as_flags() else "holds"  # --run names it twice; folders holds it twice
+            raise InputError(
+                f"{option('runs')} {verb} the folder {printable(seen[real])} {same}; name each run once"
+            )
         seen[real] = f
 
 

@@ -1,9 +1,10 @@
-"""The terminal summary of a study: per train setting, a wrapping x depth table of outcomes."""
+"""A study's summary: per train setting, a wrapping x depth table of outcomes, as text and as HTML."""
 
 from __future__ import annotations
 
+from depthlab.display import esc, table, text_colour
 from depthlab.report.data import StudyData
-from depthlab.report.grouping import cells, column_text
+from depthlab.report.grouping import COLOURS, cells, column_text
 
 
 def summary_table(data: StudyData) -> str:
@@ -30,3 +31,30 @@ def summary_table(data: StudyData) -> str:
             lines.append(f"  {row:<{first}}{vals}".rstrip())
         lines.append("")
     return "\n".join(lines).rstrip()
+
+
+def outcome_tables(data: StudyData) -> list[str]:
+    """The outcome map in HTML: per setting, wrappings down, depths (or learning rates) across, each cell coloured by
+    its state and labelled with its final validation loss (and "k/n state" when seeds disagree)."""
+    lay, found = data.layout, cells(data.runs, data.layout)
+    out = []
+    for panel in lay.panels:
+        rows = []
+        for row in lay.rows:
+            line = [esc(row)]
+            for col in lay.columns:
+                cell = found.get((panel, row, col))
+                if cell is None:
+                    line.append("")
+                    continue
+                colour = COLOURS.get(cell.state, "#ffffff")
+                text = esc(f"{cell.state} {cell.label()}").replace("\n", "<br>")
+                line.append(
+                    f'<span style="display:block;background:{colour};color:{text_colour(colour)};padding:0 0.3em">{text}</span>'
+                )
+            rows.append(line)
+        out.append(
+            f"<p><b>{esc(panel)}</b></p>"
+            + table(["wrapping", *(column_text(lay, c) for c in lay.columns)], rows)
+        )
+    return out

@@ -17,13 +17,13 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from depthlab.display import block, esc, para, state_badge, table, text_colour
+from depthlab.display import block, esc, para, state_badge, table
 from depthlab.frames import to_frame
 from depthlab.report import default_report_dir, render
 from depthlab.report.data import StudyData, load
 from depthlab.report.figures import FIGURES, report_figure
-from depthlab.report.grouping import COLOURS, cells, column_text, state
-from depthlab.report.summary import summary_table
+from depthlab.report.grouping import state
+from depthlab.report.summary import outcome_tables, summary_table
 from depthlab.report.tables import study_frame
 from depthlab.study.store import DEFAULT_DB, Store
 
@@ -162,30 +162,3 @@ class StudyView:
         parts.append(para(f"store {self.data.db}; frames: .runs() .metrics() .layer_metrics() "
                           f".probe_layers(); figures: {', '.join(f.name for f in FIGURES)}", muted=True))  # fmt: skip
         return block(f"depthlab study {self.name}", *parts)
-
-
-def outcome_tables(data: StudyData) -> list[str]:
-    """The outcome map in HTML: per setting, wrappings down, depths (or learning rates) across, each cell coloured by
-    its state and labelled with its final validation loss (and "k/n state" when seeds disagree)."""
-    lay, found = data.layout, cells(data.runs, data.layout)
-    out = []
-    for panel in lay.panels:
-        rows = []
-        for row in lay.rows:
-            line = [esc(row)]
-            for col in lay.columns:
-                cell = found.get((panel, row, col))
-                if cell is None:
-                    line.append("")
-                    continue
-                colour = COLOURS.get(cell.state, "#ffffff")
-                text = esc(f"{cell.state} {cell.label()}").replace("\n", "<br>")
-                line.append(
-                    f'<span style="display:block;background:{colour};color:{text_colour(colour)};padding:0 0.3em">{text}</span>'
-                )
-            rows.append(line)
-        out.append(
-            f"<p><b>{esc(panel)}</b></p>"
-            + table(["wrapping", *(column_text(lay, c) for c in lay.columns)], rows)
-        )
-    return out

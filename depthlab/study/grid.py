@@ -73,16 +73,6 @@ def run_hash(model: ModelConfig, train: TrainConfig, data_sha256: str | None = N
     return digest(key)
 
 
-def data_file_sha256(path: str, seq_len: int = 0) -> str:
-    """The SHA-256 (hex) of a user's data file, as training records it (``depthlab.corpus``: the
-    sha256 of the file's bytes, which ``train --resume`` compares). A missing, empty or unreadable file,
-    or one too short for sequences of ``seq_len`` tokens, is an InputError of one line naming
-    ``train.data``, before any run starts."""
-    info = data_file_info(path)
-    check_data_length(path, info, seq_len)
-    return info["sha256"]
-
-
 def data_file_info(path: str) -> dict:
     """What :func:`depthlab.corpus.split` records of a user's data file (sha256, split sizes); an
     InputError naming ``train.data`` when it cannot be read."""

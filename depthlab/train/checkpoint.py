@@ -88,7 +88,7 @@ def save(out_dir: str, step: int, state: dict) -> Path:
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
-        replace_file(sum_path(path), f"{file_sha256(tmp)}  {path.name}\n", "--out")
+        replace_file(sum_path(path), f"{file_sha256(tmp)}  {path.name}\n", option("out"))
         os.replace(tmp, path)
     except (OSError, RuntimeError) as e:  # torch reports a failed write as a RuntimeError
         free = free_bytes(folder)

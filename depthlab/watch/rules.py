@@ -15,7 +15,9 @@ watcher prints it once and records it in that step's ``warnings``.
 | composite-gain          | a residual topology's composite gain (the largest row or column sum of the product of its H_res maps up to a layer) > ``composite_gain`` (hyper-connections; Xie et al. 2025) |
 | update-ratio-spike      | a layer's relative weight update ||dW||/||W||, or its stream update ratio ||x_i - x_(i-1)||/||x_(i-1)||, > ``update_factor`` x its median over the previous logged steps (from the 2nd: a stream growing 10,000-fold by the second logged step is a spike) |
 
-The thresholds were set on a tuning grid of runs kept apart from the grid the forecast is measured on
+The defaults were written before any tuning run, from the literature's descriptions and the probe's
+at-init measurements; ``depthlab forecast`` (the lab) re-chooses them on a tuning study kept apart from
+the one the forecast is measured on and reports the choice; the defaults stay as written
 (docs/watch.md has the measurements and the commands).
 """
 
