@@ -209,6 +209,24 @@ def test_bad_input_is_one_line_and_exit_2_before_any_probe(argv, says, capsys, t
     assert len(err) == 1 and says in err[0] and "Traceback" not in err[0]
 
 
+def test_a_topology_s_own_options_do_not_rule_out_the_plain_alternatives(atlas):
+    """hc with 2 streams (DenseFormer with a dilation) is advised beside the default alternatives: each
+    alternative is the plain stack of its wrapping, its topology options at their defaults, and one
+    that reads them (mhc) keeps them."""
+    hc = ModelConfig.from_dict({"n_layers": 2, "d_model": 16, "n_heads": 2, "wrap": "hc", "streams": 2})
+    a = advise(hc, RUN, atlas, alternatives=("pre", "mhc"))
+    assert sorted(o.wrap for o in a.options) == ["hc", "mhc", "pre"]
+    from depthlab.advise.advice import rewired
+
+    assert rewired(hc, "pre").topology.streams == 4 and rewired(hc, "mhc").topology.streams == 2
+    dense = ModelConfig.from_dict(
+        {"n_layers": 4, "d_model": 16, "n_heads": 2, "wrap": "denseformer", "dwa_dilation": 2}
+    )
+    assert rewired(dense, "post").topology.dwa_dilation == 1
+    assert main(["advise", "--wrap", "hc", "--streams", "2", "--layers", "2", "--d-model", "16", "--heads",
+                 "2", "--alternatives", "pre", "--json", "-"]) == 0  # fmt: skip
+
+
 def test_the_atlas_reads_as_a_dataframe(atlas):
     pd = pytest.importorskip("pandas")
     df = atlas.to_pandas()

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from depthlab.advise import track_record
 from depthlab.advise.evidence import load_atlas
 from depthlab.advise.screen import against_limit, agreeing, render
-from depthlab.config import ModelConfig, TrainConfig
+from depthlab.config import WRAPPINGS, ModelConfig, TrainConfig
+from depthlab.config_topology import TopologyOptions
 from depthlab.doctor.atlas import Atlas, MeasuredRun
 from depthlab.doctor.limit import LrLimit
 from depthlab.doctor.lr_limit import limit_of, width
@@ -294,9 +295,16 @@ def check_schedule(train: TrainConfig, d_model: int | None = None) -> None:
 def rewired(model: ModelConfig, wrap: str) -> ModelConfig:
     """``model`` as an alternative wrapping ``wrap``: a final-norm setting that only says what the model's
     own wrapping does anyway (``on`` for pre-LN) is left to ``wrap``'s own, so that the alternative is
-    the plain stack of that wrapping, not one with a final norm it does not have."""
+    the plain stack of that wrapping, not one with a final norm it does not have; a residual topology's
+    option that ``wrap`` does not read (``streams`` of hc, DenseFormer's dilation) goes back to its
+    default, so that the model's own topology never rules out the plain wrappings beside it."""
     if uses_final_norm(model) == uses_final_norm(dataclasses.replace(model, final_norm="auto")):
         model = dataclasses.replace(model, final_norm="auto")
+    known = WRAPPINGS.get(wrap) if isinstance(wrap, str) else None
+    reads = getattr(known, "OPTIONS", None)  # None for no wrapping: refused below, by its name
+    if reads is not None:
+        unread = {f.name: f.default for f in dataclasses.fields(TopologyOptions) if f.name not in reads}
+        model = dataclasses.replace(model, topology=dataclasses.replace(model.topology, **unread))
     return dataclasses.replace(model, wrap=wrap)
 
 
