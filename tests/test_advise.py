@@ -471,11 +471,11 @@ def test_a_store_s_runs_already_in_the_atlas_are_counted_once(monkeypatch):
     shipped = Atlas.load()
     mine = dataclasses.replace(shipped.runs[0], config_hash="f" * 16, source="mine.sqlite:study")
     store = Atlas((shipped.runs[0], shipped.runs[1], mine))  # two runs the atlas has, one it has not
-    monkeypatch.setattr(evidence, "atlas_from_store", lambda db: store)
+    monkeypatch.setattr(evidence, "atlas_from_store", lambda db, flag: store)
     got = evidence.load_atlas(["mine.sqlite", "mine.sqlite"])  # the same store twice, too
     assert len(got) == len(shipped) + 1 and got.runs[-1] == mine
     twice = Atlas((mine, mine))  # one run two studies of one store share
-    monkeypatch.setattr(evidence, "atlas_from_store", lambda db: twice)
+    monkeypatch.setattr(evidence, "atlas_from_store", lambda db, flag: twice)
     import pathlib
 
     assert len(evidence.load_atlas(pathlib.Path("mine.sqlite"))) == len(shipped) + 1  # a Path is one store

@@ -292,6 +292,19 @@ def check_schedule(train: TrainConfig, d_model: int | None = None) -> None:
                           f"warmup)^-0.5{peak}; ask about that peak with --schedule linear")  # fmt: skip
 
 
+def check_alternatives(model: ModelConfig, alternatives) -> None:
+    """ConfigError naming ``alternatives`` (``--alternatives`` on the command line) for a wrapping that
+    ``model`` cannot be rewired to; TypeError where ``alternatives`` is no collection of wrapping names."""
+    if isinstance(alternatives, (str, bytes)) or not isinstance(alternatives, (tuple, list)):
+        raise TypeError(f"alternatives must be wrappings: a tuple or list of names or one comma-separated "
+                        f"string, not {type(alternatives).__name__}")  # fmt: skip
+    for wrap in alternatives:
+        try:
+            rewired(model, wrap)
+        except ConfigError as e:
+            raise ConfigError("alternatives", wrap, e.allowed) from None
+
+
 def rewired(model: ModelConfig, wrap: str) -> ModelConfig:
     """``model`` as an alternative wrapping ``wrap``: a final-norm setting that only says what the model's
     own wrapping does anyway (``on`` for pre-LN) is left to ``wrap``'s own, so that the alternative is
@@ -324,10 +337,9 @@ def advise(
     check_schedule(train, model.d_model)
     if isinstance(alternatives, str):  # "pre, sandwich" as the command line takes it
         alternatives = tuple(w.strip() for w in alternatives.split(",") if w.strip())
-    for wrap in alternatives:  # each a stack this model can be: refused before any probe
-        rewired(model, wrap)
+    check_alternatives(model, alternatives)  # each a stack this model can be: refused before any probe
     if atlas is not None and not isinstance(atlas, Atlas):
-        atlas = load_atlas(atlas)  # a store's path, or a list of them: its runs join the shipped ones
+        atlas = load_atlas(atlas, name="atlas")  # a store's path, or a list: its runs join the shipped ones
     atlas = Atlas.load() if atlas is None else atlas
     record = load_record() if record is None else record
     result = probe_for(model, train)

@@ -7,7 +7,7 @@ import dataclasses
 import os
 
 from depthlab.advise import ALTERNATIVES, advise
-from depthlab.advise.advice import check_schedule, rewired
+from depthlab.advise.advice import check_alternatives, check_schedule
 from depthlab.advise.evidence import load_atlas
 from depthlab.advise.target import transfer_advice
 from depthlab.cli.common import (
@@ -91,11 +91,7 @@ def run(args) -> int:
                           "is one); --arch decoder")  # fmt: skip
     check_task(model, train)  # the probe is of the run's first batch: a vocabulary of bytes, at least
     wraps = tuple(comma_list(args.alternatives, "alternatives")) if args.alternatives.strip() else ()
-    for w in wraps:  # every alternative must be a stack this model can be: checked before any probe
-        try:
-            rewired(model, w)
-        except ConfigError as e:
-            raise ConfigError("alternatives", w, str(e).split(": ", 1)[-1]) from None
+    check_alternatives(model, wraps)  # every alternative a stack this model can be: before any probe
     probe = estimate_memory(model, "probe", train.batch_size, train.seq_len)
     check_memory(
         probe,
