@@ -227,6 +227,25 @@ def test_a_topology_s_own_options_do_not_rule_out_the_plain_alternatives(atlas):
                  "2", "--alternatives", "pre", "--json", "-"]) == 0  # fmt: skip
 
 
+def test_an_encoder_family_is_refused_in_the_words_of_its_flag(tmp_path, capsys, monkeypatch):
+    """--hf of an encoder (or encoder-decoder) family names --hf and the family, not arch='encoder', a
+    field no flag given set; --arch given names --arch."""
+    transformers = pytest.importorskip("transformers")
+    monkeypatch.setattr("depthlab.advise.advice.probe_run", lambda *a, **k: pytest.fail("probed"))
+    bert = transformers.BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4,
+                                   intermediate_size=64, vocab_size=256)  # fmt: skip
+    bert.to_json_file(tmp_path / "bert.json")
+    t5 = transformers.T5Config(num_layers=2, d_model=32, d_kv=8, num_heads=4, d_ff=64, vocab_size=256)
+    t5.to_json_file(tmp_path / "t5.json")
+    for name, kind in (("bert.json", "an encoder model"), ("t5.json", "an encoder-decoder model")):
+        assert main(["advise", "--hf", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"depthlab advise: error: --hf {tmp_path / name}: the ")
+        assert kind in err[0] and "arch=" not in err[0] and "add --arch decoder" in err[0]
+    assert main(["advise", "--hf", str(tmp_path / "bert.json"), "--arch", "encoder"]) == 2
+    assert capsys.readouterr().err.startswith("depthlab advise: error: --arch encoder is not allowed")
+
+
 def test_the_atlas_reads_as_a_dataframe(atlas):
     pd = pytest.importorskip("pandas")
     df = atlas.to_pandas()

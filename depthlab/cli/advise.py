@@ -15,12 +15,14 @@ from depthlab.cli.common import (
     add_memory_flag,
     add_model_flags,
     comma_list,
+    given_model_flags,
     model_config_from_args,
     seed_from_args,
 )
 from depthlab.cli.train import add_recipe_flags, recipe_from_args
 from depthlab.config import TrainConfig
-from depthlab.errors import ConfigError
+from depthlab.errors import ConfigError, InputError
+from depthlab.interop.hf import imported_config
 from depthlab.model.memory import available_memory, check_memory, estimate_memory
 from depthlab.paths import check_output_file, write_json
 from depthlab.progress import say
@@ -87,8 +89,13 @@ def run(args) -> int:
     model.check_length(train.seq_len + 1, "seq_len", train.seq_len)
     check_schedule(train, model.d_model)
     if model.arch != "decoder":
-        raise ConfigError("arch", model.arch, "advise answers for decoder language models (every run it measured "
-                          "is one); --arch decoder")  # fmt: skip
+        why = "advise answers for decoder language models (every run it measured is one)"
+        if args.hf and "arch" not in given_model_flags(args):  # the family's own arch: no flag said it
+            _, family = imported_config(args.hf)
+            kind = "an encoder-decoder" if model.arch == "encdec" else "an encoder"
+            raise InputError(f"--hf {args.hf}: the {family.name} config is {kind} model; {why} (add --arch "
+                             f"decoder to ask about its shape as one)")  # fmt: skip
+        raise ConfigError("arch", model.arch, f"{why}; --arch decoder")
     check_task(model, train)  # the probe is of the run's first batch: a vocabulary of bytes, at least
     wraps = tuple(comma_list(args.alternatives, "alternatives")) if args.alternatives.strip() else ()
     check_alternatives(model, wraps)  # every alternative a stack this model can be: before any probe
