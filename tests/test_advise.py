@@ -195,6 +195,11 @@ def test_far_from_every_measured_run_and_outside_the_fit_there_is_no_confident_c
         (["--hf", ""], "--hf: an empty path"),  # not the default model in its place
         (["--atlas", "."], "choose another --atlas"),  # the flag it was given as, not --db
         (["--to-depth", "8", "--transfer", ""], "--transfer: an empty path"),
+        (
+            ["--to-width", "31"],
+            "--to-width 31 is not allowed: a multiple of the model's 2 heads",
+        ),  # no such model
+        (["--to-width", "1"], "ask at 2"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2_before_any_probe(argv, says, capsys, tmp_path, monkeypatch):

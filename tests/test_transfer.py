@@ -6,6 +6,7 @@ import dataclasses
 import math
 import random
 import textwrap
+import types
 
 import pytest
 
@@ -13,7 +14,7 @@ from depthlab.cli import main
 from depthlab.errors import ConfigError
 from depthlab.study.presets import preset
 from depthlab.study.transfer import bound_side, reading, runs_at, seeds_to_halve, sizes_to_halve, transfers
-from depthlab.study.transfer_text import format_transfer, mismatch, slope_text
+from depthlab.study.transfer_text import format_transfer, mismatch, slope_text, unbuildable_width
 
 SWEEP = [10 ** (-4 + k / 2) for k in range(7)]  # 1e-4 .. 1e-1 in half decades
 
@@ -221,6 +222,26 @@ def test_a_study_that_sweeps_both_answers_at_the_users_own_width():
     shape = {"widths": [32, 64], "depths": [2, 8, 32]}
     assert mismatch("depth", shape, 64, None) is None
     assert len(runs_at(runs, "depth", 64, None)) == len(runs) // 2 and runs_at(runs, "depth", None, 3) == runs
+
+
+def test_a_width_the_study_s_heads_do_not_split_is_refused_before_any_fit(tmp_path, monkeypatch, capsys):
+    """A width sweep's models all have 4 heads: --to-width 130 names no model of its shape and is refused
+    in one line that gives the widths nearest it that do; 128 is answered."""
+    runs = fake_runs(lambda w: -1.5, (32, 64, 128), field="d_model")
+    for r in runs:
+        r["config"]["model"]["n_heads"] = 4
+        r["config"]["train"].update(steps=100, batch_size=16, seq_len=32)
+    assert unbuildable_width(runs, 128) is None and unbuildable_width(fake_runs(lambda w: -1.5), 130) is None
+    monkeypatch.setattr("depthlab.cli.transfer.load", lambda db, study: types.SimpleNamespace(
+        study={"name": "w"}, runs=runs))  # fmt: skip
+    db = tmp_path / "w.sqlite"
+    db.write_bytes(b"")
+    assert main(["transfer", "--db", str(db), "--to-width", "130"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["depthlab transfer: error: --to-width 130 is not allowed: a multiple of the study's 4 heads, "
+                   "which split d_model; ask at 128 or 132"]  # fmt: skip
+    assert main(["transfer", "--db", str(db), "--to-width", "128"]) == 0
+    assert "best lr at width 128" in capsys.readouterr().out
 
 
 def test_presets_validate_and_transfer_quick_variants_are_small():

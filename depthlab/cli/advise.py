@@ -27,6 +27,7 @@ from depthlab.model.memory import available_memory, check_memory, estimate_memor
 from depthlab.paths import check_output_file, write_json
 from depthlab.progress import say
 from depthlab.study.store import check_store_path
+from depthlab.study.transfer_text import heads_text
 from depthlab.train.tasks import check_task
 
 
@@ -109,6 +110,11 @@ def run(args) -> int:
     target = args.to_depth if args.to_depth is not None else args.to_width
     if target is not None and target < 1:
         raise ConfigError("to_depth" if args.to_depth is not None else "to_width", target, "an integer >= 1")
+    heads = (
+        heads_text(args.to_width, model.n_heads) if args.to_width and model.family.d_head is None else None
+    )
+    if heads:  # the model at the width you will train keeps its heads: they must split that width too
+        raise ConfigError("to_width", args.to_width, heads)
     if args.transfer is not None and target is None:
         raise ConfigError("transfer", args.transfer, "unset without --to-depth or --to-width")
     if args.transfer_study and args.transfer is None:

@@ -60,6 +60,27 @@ def mismatch(axis: str, shape: dict, width: int | None, depth: int | None) -> st
             f"{fixed} ({why}); run the transfer preset at yours ({preset_command(axis, mine)})")  # fmt: skip
 
 
+def heads_text(width: int, heads: int, whose: str = "the model's") -> str | None:
+    """Why ``width`` names no model with ``heads`` attention heads ('a multiple of the model's 4 heads,
+    which split d_model; ask at 128 or 132'), or None where the heads split it."""
+    if width % heads == 0:
+        return None
+    below, above = width // heads * heads, (width // heads + 1) * heads
+    near = f"{below} or {above}" if below else f"{above}"
+    return f"a multiple of {whose} {heads} heads, which split d_model; ask at {near}"
+
+
+def unbuildable_width(runs: list[dict], width: int) -> str | None:
+    """Why a question at ``width`` names no model of a width sweep's shape (its runs' one number of heads,
+    without a head width of their own, does not split it), or None."""
+    models = [(r.get("config") or {}).get("model", {}) for r in runs]
+    heads = {m.get("n_heads") for m in models}
+    if len(heads) != 1 or None in heads or any(m.get("d_head") for m in models):
+        return None
+    why = heads_text(width, next(iter(heads)), "the study's")
+    return None if why is None else f"--to-width {width} is not allowed: {why}"
+
+
 def no_curves(name: str, axis: str) -> str:
     """Why a study that sweeps ``axis`` still gives no transfer: no setting has curves at two sizes."""
     field = "n_layers" if axis == "depth" else "d_model"
