@@ -251,6 +251,20 @@ def test_an_encoder_family_is_refused_in_the_words_of_its_flag(tmp_path, capsys,
     assert capsys.readouterr().err.startswith("depthlab advise: error: --arch encoder is not allowed")
 
 
+def test_an_alternative_without_the_final_norm_the_config_sets_says_so(atlas):
+    """pre-LN with its final norm set on (as a Llama config sets it): the post alternative is plain post,
+    without the final norm that --wrap post on the same config keeps, and its row says so; a config
+    that leaves the final norm to the wrapping gets no note."""
+    on = ModelConfig(n_layers=2, d_model=16, n_heads=2, wrap="pre", final_norm="on")
+    a = advise(on, RUN, atlas, alternatives=("post",))
+    post = next(o for o in a.options if o.wrap == "post")
+    assert post.note == "no final norm" and post.to_dict()["note"] == "no final norm"
+    assert any(line.startswith("  post (no final norm) ") for line in a.format().splitlines())
+    plain = advise(dataclasses.replace(on, final_norm="auto"), RUN, atlas, alternatives=("post",))
+    assert all(o.note == "" for o in plain.options)
+    assert [o.p_trains for o in plain.options if o.wrap == "post"] == [post.p_trains]
+
+
 def test_the_atlas_reads_as_a_dataframe(atlas):
     pd = pytest.importorskip("pandas")
     df = atlas.to_pandas()

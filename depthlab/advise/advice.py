@@ -50,6 +50,7 @@ class Option:
     safe_lr: float | None
     likely: tuple[float, float] | None
     confident: bool
+    note: str = ""  # "no final norm" where the plain stack drops the final norm the user's config sets
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -305,6 +306,19 @@ def check_alternatives(model: ModelConfig, alternatives) -> None:
             raise ConfigError("alternatives", wrap, e.allowed) from None
 
 
+def final_norm_note(model: ModelConfig, other: ModelConfig) -> str:
+    """'no final norm' (or 'final norm') where the alternative ``other`` (:func:`rewired` from ``model``)
+    goes without the final norm (or with one) that ``model``'s own setting would give it, as
+    ``--wrap`` with the same flags or ``--hf`` config does: its row is then another stack than that
+    command's, and says so; "" where the two agree."""
+    if other.final_norm == model.final_norm:
+        return ""
+    plain = uses_final_norm(other)
+    if plain == uses_final_norm(dataclasses.replace(other, final_norm=model.final_norm)):
+        return ""
+    return "final norm" if plain else "no final norm"
+
+
 def rewired(model: ModelConfig, wrap: str) -> ModelConfig:
     """``model`` as an alternative wrapping ``wrap``: a final-norm setting that only says what the model's
     own wrapping does anyway (``on`` for pre-LN) is left to ``wrap``'s own, so that the alternative is
@@ -351,7 +365,8 @@ def advise(
             continue
         other = rewired(model, wrap)
         p, lim = predict(probe_for(other, train, full=False), other, train, atlas, record)
-        options.append(_option(wrap, p, lim, other, train, atlas, record))
+        options.append(dataclasses.replace(_option(wrap, p, lim, other, train, atlas, record),
+                                           note=final_norm_note(model, other)))  # fmt: skip
     options.sort(key=lambda o: (-o.p_trains, o.wrap))
     found = limit_of(result, record)
     return Advice(
