@@ -297,6 +297,29 @@ def test_a_transfer_preset_takes_the_users_own_width_or_depth():
         preset("width-transfer-quick", width=128)
     with pytest.raises(ConfigError, match="a transfer preset"):
         preset("default", width=128)
+    # a size no model of the preset can have is refused by the name it was given, not as a grid field
+    with pytest.raises(
+        ConfigError, match=r"^width=30 is not allowed: a multiple of the preset's 4 heads, .*28 or 32"
+    ):
+        preset("depth-transfer-quick", width=30)
+    with pytest.raises(ConfigError, match=r"^depth=0 is not allowed: an integer >= 1$"):
+        preset("width-transfer-quick", depth=0)
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--preset", "depth-transfer-quick", "--width", "0"], "--width 0 is not allowed: an integer >= 1"),
+        (["--preset", "depth-transfer-quick", "--width", "30"], "--width 30 is not allowed: a multiple of"),
+        (["--preset", "width-transfer-quick", "--depth", "-2"], "--depth -2 is not allowed: an integer >= 1"),
+    ],
+)
+def test_a_transfer_preset_s_size_is_refused_in_the_flag_s_words(argv, says, tmp_path, capsys):
+    db = tmp_path / "t.sqlite"
+    assert main(["study", *argv, "--db", str(db), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"depthlab study: error: {says}")
+    assert "model." not in err[0] and "grid combination" not in err[0] and not db.exists()
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ from depthlab.model.memory import available_memory, check_memory, estimate_memor
 from depthlab.paths import check_output_file, write_json
 from depthlab.progress import say
 from depthlab.study.store import check_store_path
-from depthlab.study.transfer_text import heads_text
+from depthlab.study.transfer import heads_text
 from depthlab.train.tasks import check_task
 
 

@@ -219,6 +219,16 @@ def study_shape(runs: list[dict]) -> dict:
             "seq_len": values("train", "seq_len")}  # fmt: skip
 
 
+def heads_text(width: int, heads: int, whose: str = "the model's") -> str | None:
+    """Why ``width`` names no model with ``heads`` attention heads ('a multiple of the model's 4 heads,
+    which split d_model; ask at 128 or 132'), or None where the heads split it."""
+    if width % heads == 0:
+        return None
+    below, above = width // heads * heads, (width // heads + 1) * heads
+    near = f"{below} or {above}" if below else f"{above}"
+    return f"a multiple of {whose} {heads} heads, which split d_model; ask at {near}"
+
+
 def runs_at(runs: list[dict], axis: str, width: int | None, depth: int | None) -> list[dict]:
     """The runs at the user's own width (a question across depth) or depth (across width), for a study
     that swept both; every run when the user did not say theirs."""

@@ -6,7 +6,7 @@ not) are :func:`depthlab.study.transfer.reading`'s; this module only renders the
 from __future__ import annotations
 
 from depthlab.study.runner import plural
-from depthlab.study.transfer import BAND, Transfer, bound_side, reading, spacing
+from depthlab.study.transfer import BAND, Transfer, bound_side, heads_text, reading, spacing
 
 
 def _span(v: list) -> str:
@@ -58,16 +58,6 @@ def mismatch(axis: str, shape: dict, width: int | None, depth: int | None) -> st
     )
     return (f"the study ran at {fixed} {', '.join(map(str, have))}, not {mine}: its best lr is for that "
             f"{fixed} ({why}); run the transfer preset at yours ({preset_command(axis, mine)})")  # fmt: skip
-
-
-def heads_text(width: int, heads: int, whose: str = "the model's") -> str | None:
-    """Why ``width`` names no model with ``heads`` attention heads ('a multiple of the model's 4 heads,
-    which split d_model; ask at 128 or 132'), or None where the heads split it."""
-    if width % heads == 0:
-        return None
-    below, above = width // heads * heads, (width // heads + 1) * heads
-    near = f"{below} or {above}" if below else f"{above}"
-    return f"a multiple of {whose} {heads} heads, which split d_model; ask at {near}"
 
 
 def unbuildable_width(runs: list[dict], width: int) -> str | None:
