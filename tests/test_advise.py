@@ -401,6 +401,8 @@ def test_depthlab_advise_is_the_function_and_the_package(atlas):
     """``depthlab.advise(model, train)`` returns the record the CLI prints; the package's names stay."""
     import depthlab
 
+    twice = depthlab.advise(TINY, RUN, atlas, alternatives=("pre", "pre", "post"))
+    assert [o.wrap for o in sorted(twice.options, key=lambda o: o.wrap)] == ["post", "pre"]  # each once
     a = depthlab.advise(TINY, RUN, atlas, alternatives=())
     assert isinstance(a, depthlab.advise.Advice) and a.to_dict()["p_trains"] == a.prediction.p_trains
     assert str(a) == a.format() and "\n" not in repr(a) and len(repr(a)) < 120

@@ -199,6 +199,9 @@ def test_watch_and_advise_name_their_arguments(model):
         depthlab.advise(CFG, TrainConfig(), atlas=5)
     with pytest.raises(InputError, match="^stores: an empty path"):
         load_atlas([""])
+    from depthlab.advise.advice import check_alternatives
+
+    assert check_alternatives(CFG, ["post", "pre", "post"]) == ("post", "pre")  # each ranked once
     with pytest.raises(ValueError, match="axis must be 'depth' or 'width', not 'Depth'"):
         transfers([], axis="Depth")
     assert repr(load_atlas([])).startswith("<Atlas: ") and len(repr(load_atlas([]))) < 200

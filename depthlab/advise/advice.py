@@ -293,9 +293,10 @@ def check_schedule(train: TrainConfig, d_model: int | None = None) -> None:
                           f"warmup)^-0.5{peak}; ask about that peak with --schedule linear")  # fmt: skip
 
 
-def check_alternatives(model: ModelConfig, alternatives) -> None:
-    """ConfigError naming ``alternatives`` (``--alternatives`` on the command line) for a wrapping that
-    ``model`` cannot be rewired to; TypeError where ``alternatives`` is no collection of wrapping names."""
+def check_alternatives(model: ModelConfig, alternatives) -> tuple[str, ...]:
+    """``alternatives``, each once, in order; ConfigError naming ``alternatives`` (``--alternatives`` on the
+    command line) for a wrapping that ``model`` cannot be rewired to; TypeError where ``alternatives`` is
+    no collection of wrapping names."""
     if isinstance(alternatives, (str, bytes)) or not isinstance(alternatives, (tuple, list)):
         raise TypeError(f"alternatives must be wrappings: a tuple or list of names or one comma-separated "
                         f"string, not {type(alternatives).__name__}")  # fmt: skip
@@ -304,6 +305,7 @@ def check_alternatives(model: ModelConfig, alternatives) -> None:
             rewired(model, wrap)
         except ConfigError as e:
             raise ConfigError("alternatives", wrap, e.allowed) from None
+    return tuple(dict.fromkeys(alternatives))  # a wrapping named twice is probed and ranked once
 
 
 def final_norm_note(model: ModelConfig, other: ModelConfig) -> str:
@@ -351,7 +353,7 @@ def advise(
     check_schedule(train, model.d_model)
     if isinstance(alternatives, str):  # "pre, sandwich" as the command line takes it
         alternatives = tuple(w.strip() for w in alternatives.split(",") if w.strip())
-    check_alternatives(model, alternatives)  # each a stack this model can be: refused before any probe
+    alternatives = check_alternatives(model, alternatives)  # each a stack this model can be: before any probe
     if atlas is not None and not isinstance(atlas, Atlas):
         atlas = load_atlas(atlas, name="atlas")  # a store's path, or a list: its runs join the shipped ones
     atlas = Atlas.load() if atlas is None else atlas
