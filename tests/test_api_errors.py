@@ -204,6 +204,12 @@ def test_watch_and_advise_name_their_arguments(model):
     assert check_alternatives(CFG, ["post", "pre", "post"]) == ("post", "pre")  # each ranked once
     with pytest.raises(ValueError, match="axis must be 'depth' or 'width', not 'Depth'"):
         transfers([], axis="Depth")
+    with pytest.raises(ValueError, match="^target must be a depth >= 1, not 0$"):
+        transfers([], axis="depth", target=0)  # was "math domain error" where the study had curves
+    with pytest.raises(ValueError, match="^target must be a width >= 1, not nan$"):
+        transfers([], axis="width", target=float("nan"))
+    with pytest.raises(TypeError, match="^target must be a depth \\(a number\\), not str$"):
+        transfers([], axis="depth", target="32")
     assert repr(load_atlas([])).startswith("<Atlas: ") and len(repr(load_atlas([]))) < 200
 
 

@@ -199,6 +199,11 @@ def transfers(runs: list[dict], axis: str = "depth", target: int | None = None) 
     """Per setting with curves at two or more sizes, its :class:`Transfer` (``axis``: depth or width)."""
     if axis not in ("depth", "width"):
         raise ValueError(f"axis must be 'depth' or 'width', not {axis!r}")
+    if target is not None:  # a size: the fit is in log size, so it must be a number above 0
+        if isinstance(target, bool) or not isinstance(target, (int, float)):
+            raise TypeError(f"target must be a {axis} (a number), not {type(target).__name__}")
+        if not math.isfinite(target) or target < 1:
+            raise ValueError(f"target must be a {axis} >= 1, not {target!r}")
     size = "n_layers" if axis == "depth" else "d_model"
     by_setting: dict[str, list[Curve]] = {}
     for c in curves(runs, size):
