@@ -195,6 +195,11 @@ def test_far_from_every_measured_run_and_outside_the_fit_there_is_no_confident_c
         (["--hf", ""], "--hf: an empty path"),  # not the default model in its place
         (["--atlas", "."], "choose another --atlas"),  # the flag it was given as, not --db
         (["--to-depth", "8", "--transfer", ""], "--transfer: an empty path"),
+        (
+            ["--to-width", "31"],
+            "--to-width 31 is not allowed: a multiple of the model's 2 heads",
+        ),  # no such model
+        (["--to-width", "1"], "ask at 2"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2_before_any_probe(argv, says, capsys, tmp_path, monkeypatch):
@@ -207,6 +212,57 @@ def test_bad_input_is_one_line_and_exit_2_before_any_probe(argv, says, capsys, t
     assert main(["advise", "--layers", "2", "--d-model", "16", "--heads", "2", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0] and "Traceback" not in err[0]
+
+
+def test_a_topology_s_own_options_do_not_rule_out_the_plain_alternatives(atlas):
+    """hc with 2 streams (DenseFormer with a dilation) is advised beside the default alternatives: each
+    alternative is the plain stack of its wrapping, its topology options at their defaults, and one
+    that reads them (mhc) keeps them."""
+    hc = ModelConfig.from_dict({"n_layers": 2, "d_model": 16, "n_heads": 2, "wrap": "hc", "streams": 2})
+    a = advise(hc, RUN, atlas, alternatives=("pre", "mhc"))
+    assert sorted(o.wrap for o in a.options) == ["hc", "mhc", "pre"]
+    from depthlab.advise.advice import rewired
+
+    assert rewired(hc, "pre").topology.streams == 4 and rewired(hc, "mhc").topology.streams == 2
+    dense = ModelConfig.from_dict(
+        {"n_layers": 4, "d_model": 16, "n_heads": 2, "wrap": "denseformer", "dwa_dilation": 2}
+    )
+    assert rewired(dense, "post").topology.dwa_dilation == 1
+    assert main(["advise", "--wrap", "hc", "--streams", "2", "--layers", "2", "--d-model", "16", "--heads",
+                 "2", "--alternatives", "pre", "--json", "-"]) == 0  # fmt: skip
+
+
+def test_an_encoder_family_is_refused_in_the_words_of_its_flag(tmp_path, capsys, monkeypatch):
+    """--hf of an encoder (or encoder-decoder) family names --hf and the family, not arch='encoder', a
+    field no flag given set; --arch given names --arch."""
+    transformers = pytest.importorskip("transformers")
+    monkeypatch.setattr("depthlab.advise.advice.probe_run", lambda *a, **k: pytest.fail("probed"))
+    bert = transformers.BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4,
+                                   intermediate_size=64, vocab_size=256)  # fmt: skip
+    bert.to_json_file(tmp_path / "bert.json")
+    t5 = transformers.T5Config(num_layers=2, d_model=32, d_kv=8, num_heads=4, d_ff=64, vocab_size=256)
+    t5.to_json_file(tmp_path / "t5.json")
+    for name, kind in (("bert.json", "an encoder model"), ("t5.json", "an encoder-decoder model")):
+        assert main(["advise", "--hf", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"depthlab advise: error: --hf {tmp_path / name}: the ")
+        assert kind in err[0] and "arch=" not in err[0] and "add --arch decoder" in err[0]
+    assert main(["advise", "--hf", str(tmp_path / "bert.json"), "--arch", "encoder"]) == 2
+    assert capsys.readouterr().err.startswith("depthlab advise: error: --arch encoder is not allowed")
+
+
+def test_an_alternative_without_the_final_norm_the_config_sets_says_so(atlas):
+    """pre-LN with its final norm set on (as a Llama config sets it): the post alternative is plain post,
+    without the final norm that --wrap post on the same config keeps, and its row says so; a config
+    that leaves the final norm to the wrapping gets no note."""
+    on = ModelConfig(n_layers=2, d_model=16, n_heads=2, wrap="pre", final_norm="on")
+    a = advise(on, RUN, atlas, alternatives=("post",))
+    post = next(o for o in a.options if o.wrap == "post")
+    assert post.note == "no final norm" and post.to_dict()["note"] == "no final norm"
+    assert any(line.startswith("  post (no final norm) ") for line in a.format().splitlines())
+    plain = advise(dataclasses.replace(on, final_norm="auto"), RUN, atlas, alternatives=("post",))
+    assert all(o.note == "" for o in plain.options)
+    assert [o.p_trains for o in plain.options if o.wrap == "post"] == [post.p_trains]
 
 
 def test_the_atlas_reads_as_a_dataframe(atlas):
@@ -345,6 +401,8 @@ def test_depthlab_advise_is_the_function_and_the_package(atlas):
     """``depthlab.advise(model, train)`` returns the record the CLI prints; the package's names stay."""
     import depthlab
 
+    twice = depthlab.advise(TINY, RUN, atlas, alternatives=("pre", "pre", "post"))
+    assert [o.wrap for o in sorted(twice.options, key=lambda o: o.wrap)] == ["post", "pre"]  # each once
     a = depthlab.advise(TINY, RUN, atlas, alternatives=())
     assert isinstance(a, depthlab.advise.Advice) and a.to_dict()["p_trains"] == a.prediction.p_trains
     assert str(a) == a.format() and "\n" not in repr(a) and len(repr(a)) < 120
@@ -453,11 +511,11 @@ def test_a_store_s_runs_already_in_the_atlas_are_counted_once(monkeypatch):
     shipped = Atlas.load()
     mine = dataclasses.replace(shipped.runs[0], config_hash="f" * 16, source="mine.sqlite:study")
     store = Atlas((shipped.runs[0], shipped.runs[1], mine))  # two runs the atlas has, one it has not
-    monkeypatch.setattr(evidence, "atlas_from_store", lambda db: store)
+    monkeypatch.setattr(evidence, "atlas_from_store", lambda db, flag: store)
     got = evidence.load_atlas(["mine.sqlite", "mine.sqlite"])  # the same store twice, too
     assert len(got) == len(shipped) + 1 and got.runs[-1] == mine
     twice = Atlas((mine, mine))  # one run two studies of one store share
-    monkeypatch.setattr(evidence, "atlas_from_store", lambda db: twice)
+    monkeypatch.setattr(evidence, "atlas_from_store", lambda db, flag: twice)
     import pathlib
 
     assert len(evidence.load_atlas(pathlib.Path("mine.sqlite"))) == len(shipped) + 1  # a Path is one store

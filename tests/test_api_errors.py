@@ -185,8 +185,31 @@ def test_watch_and_advise_name_their_arguments(model):
         load_atlas("no-such.sqlite")  # one path, not its characters
     with pytest.raises(TypeError, match="a study store's path or a list of them, not int"):
         load_atlas(5)
+    # advise's own arguments are named as the caller passed them, never as the command line's flags
+    # nor as the fields they become
+    with pytest.raises(ConfigError, match="^alternatives='bogus' is not allowed: one of post, pre"):
+        depthlab.advise(CFG, TrainConfig(), alternatives="bogus")
+    with pytest.raises(ConfigError, match="^alternatives=3 is not allowed"):
+        depthlab.advise(CFG, TrainConfig(), alternatives=("pre", 3))
+    with pytest.raises(TypeError, match="^alternatives must be wrappings: .* not NoneType"):
+        depthlab.advise(CFG, TrainConfig(), alternatives=None)
+    with pytest.raises(InputError, match="^atlas: an empty path"):
+        depthlab.advise(CFG, TrainConfig(), atlas="")
+    with pytest.raises(TypeError, match="^atlas must be a study store's path or a list of them, not int"):
+        depthlab.advise(CFG, TrainConfig(), atlas=5)
+    with pytest.raises(InputError, match="^stores: an empty path"):
+        load_atlas([""])
+    from depthlab.advise.advice import check_alternatives
+
+    assert check_alternatives(CFG, ["post", "pre", "post"]) == ("post", "pre")  # each ranked once
     with pytest.raises(ValueError, match="axis must be 'depth' or 'width', not 'Depth'"):
         transfers([], axis="Depth")
+    with pytest.raises(ValueError, match="^target must be a depth >= 1, not 0$"):
+        transfers([], axis="depth", target=0)  # was "math domain error" where the study had curves
+    with pytest.raises(ValueError, match="^target must be a width >= 1, not nan$"):
+        transfers([], axis="width", target=float("nan"))
+    with pytest.raises(TypeError, match="^target must be a depth \\(a number\\), not str$"):
+        transfers([], axis="depth", target="32")
     assert repr(load_atlas([])).startswith("<Atlas: ") and len(repr(load_atlas([]))) < 200
 
 

@@ -6,6 +6,7 @@ import dataclasses
 import math
 import random
 import textwrap
+import types
 
 import pytest
 
@@ -13,7 +14,7 @@ from depthlab.cli import main
 from depthlab.errors import ConfigError
 from depthlab.study.presets import preset
 from depthlab.study.transfer import bound_side, reading, runs_at, seeds_to_halve, sizes_to_halve, transfers
-from depthlab.study.transfer_text import format_transfer, mismatch, slope_text
+from depthlab.study.transfer_text import format_transfer, mismatch, slope_text, unbuildable_width
 
 SWEEP = [10 ** (-4 + k / 2) for k in range(7)]  # 1e-4 .. 1e-1 in half decades
 
@@ -223,6 +224,26 @@ def test_a_study_that_sweeps_both_answers_at_the_users_own_width():
     assert len(runs_at(runs, "depth", 64, None)) == len(runs) // 2 and runs_at(runs, "depth", None, 3) == runs
 
 
+def test_a_width_the_study_s_heads_do_not_split_is_refused_before_any_fit(tmp_path, monkeypatch, capsys):
+    """A width sweep's models all have 4 heads: --to-width 130 names no model of its shape and is refused
+    in one line that gives the widths nearest it that do; 128 is answered."""
+    runs = fake_runs(lambda w: -1.5, (32, 64, 128), field="d_model")
+    for r in runs:
+        r["config"]["model"]["n_heads"] = 4
+        r["config"]["train"].update(steps=100, batch_size=16, seq_len=32)
+    assert unbuildable_width(runs, 128) is None and unbuildable_width(fake_runs(lambda w: -1.5), 130) is None
+    monkeypatch.setattr("depthlab.cli.transfer.load", lambda db, study: types.SimpleNamespace(
+        study={"name": "w"}, runs=runs))  # fmt: skip
+    db = tmp_path / "w.sqlite"
+    db.write_bytes(b"")
+    assert main(["transfer", "--db", str(db), "--to-width", "130"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["depthlab transfer: error: --to-width 130 is not allowed: a multiple of the study's 4 heads, "
+                   "which split d_model; ask at 128 or 132"]  # fmt: skip
+    assert main(["transfer", "--db", str(db), "--to-width", "128"]) == 0
+    assert "best lr at width 128" in capsys.readouterr().out
+
+
 def test_presets_validate_and_transfer_quick_variants_are_small():
     for name, runs in (("depth-transfer", 1215), ("width-transfer", 432)):
         assert len(preset(name).expand()) == runs
@@ -276,6 +297,29 @@ def test_a_transfer_preset_takes_the_users_own_width_or_depth():
         preset("width-transfer-quick", width=128)
     with pytest.raises(ConfigError, match="a transfer preset"):
         preset("default", width=128)
+    # a size no model of the preset can have is refused by the name it was given, not as a grid field
+    with pytest.raises(
+        ConfigError, match=r"^width=30 is not allowed: a multiple of the preset's 4 heads, .*28 or 32"
+    ):
+        preset("depth-transfer-quick", width=30)
+    with pytest.raises(ConfigError, match=r"^depth=0 is not allowed: an integer >= 1$"):
+        preset("width-transfer-quick", depth=0)
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--preset", "depth-transfer-quick", "--width", "0"], "--width 0 is not allowed: an integer >= 1"),
+        (["--preset", "depth-transfer-quick", "--width", "30"], "--width 30 is not allowed: a multiple of"),
+        (["--preset", "width-transfer-quick", "--depth", "-2"], "--depth -2 is not allowed: an integer >= 1"),
+    ],
+)
+def test_a_transfer_preset_s_size_is_refused_in_the_flag_s_words(argv, says, tmp_path, capsys):
+    db = tmp_path / "t.sqlite"
+    assert main(["study", *argv, "--db", str(db), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"depthlab study: error: {says}")
+    assert "model." not in err[0] and "grid combination" not in err[0] and not db.exists()
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from depthlab.advise import track_record
 from depthlab.advise.evidence import load_atlas
 from depthlab.advise.screen import against_limit, agreeing, render
-from depthlab.config import ModelConfig, TrainConfig
+from depthlab.config import WRAPPINGS, ModelConfig, TrainConfig
+from depthlab.config_topology import TopologyOptions
 from depthlab.doctor.atlas import Atlas, MeasuredRun
 from depthlab.doctor.limit import LrLimit
 from depthlab.doctor.lr_limit import limit_of, width
@@ -49,6 +50,7 @@ class Option:
     safe_lr: float | None
     likely: tuple[float, float] | None
     confident: bool
+    note: str = ""  # "no final norm" where the plain stack drops the final norm the user's config sets
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -291,12 +293,47 @@ def check_schedule(train: TrainConfig, d_model: int | None = None) -> None:
                           f"warmup)^-0.5{peak}; ask about that peak with --schedule linear")  # fmt: skip
 
 
+def check_alternatives(model: ModelConfig, alternatives) -> tuple[str, ...]:
+    """``alternatives``, each once, in order; ConfigError naming ``alternatives`` (``--alternatives`` on the
+    command line) for a wrapping that ``model`` cannot be rewired to; TypeError where ``alternatives`` is
+    no collection of wrapping names."""
+    if isinstance(alternatives, (str, bytes)) or not isinstance(alternatives, (tuple, list)):
+        raise TypeError(f"alternatives must be wrappings: a tuple or list of names or one comma-separated "
+                        f"string, not {type(alternatives).__name__}")  # fmt: skip
+    for wrap in alternatives:
+        try:
+            rewired(model, wrap)
+        except ConfigError as e:
+            raise ConfigError("alternatives", wrap, e.allowed) from None
+    return tuple(dict.fromkeys(alternatives))  # a wrapping named twice is probed and ranked once
+
+
+def final_norm_note(model: ModelConfig, other: ModelConfig) -> str:
+    """'no final norm' (or 'final norm') where the alternative ``other`` (:func:`rewired` from ``model``)
+    goes without the final norm (or with one) that ``model``'s own setting would give it, as
+    ``--wrap`` with the same flags or ``--hf`` config does: its row is then another stack than that
+    command's, and says so; "" where the two agree."""
+    if other.final_norm == model.final_norm:
+        return ""
+    plain = uses_final_norm(other)
+    if plain == uses_final_norm(dataclasses.replace(other, final_norm=model.final_norm)):
+        return ""
+    return "final norm" if plain else "no final norm"
+
+
 def rewired(model: ModelConfig, wrap: str) -> ModelConfig:
     """``model`` as an alternative wrapping ``wrap``: a final-norm setting that only says what the model's
     own wrapping does anyway (``on`` for pre-LN) is left to ``wrap``'s own, so that the alternative is
-    the plain stack of that wrapping, not one with a final norm it does not have."""
+    the plain stack of that wrapping, not one with a final norm it does not have; a residual topology's
+    option that ``wrap`` does not read (``streams`` of hc, DenseFormer's dilation) goes back to its
+    default, so that the model's own topology never rules out the plain wrappings beside it."""
     if uses_final_norm(model) == uses_final_norm(dataclasses.replace(model, final_norm="auto")):
         model = dataclasses.replace(model, final_norm="auto")
+    known = WRAPPINGS.get(wrap) if isinstance(wrap, str) else None
+    reads = getattr(known, "OPTIONS", None)  # None for no wrapping: refused below, by its name
+    if reads is not None:
+        unread = {f.name: f.default for f in dataclasses.fields(TopologyOptions) if f.name not in reads}
+        model = dataclasses.replace(model, topology=dataclasses.replace(model.topology, **unread))
     return dataclasses.replace(model, wrap=wrap)
 
 
@@ -316,10 +353,9 @@ def advise(
     check_schedule(train, model.d_model)
     if isinstance(alternatives, str):  # "pre, sandwich" as the command line takes it
         alternatives = tuple(w.strip() for w in alternatives.split(",") if w.strip())
-    for wrap in alternatives:  # each a stack this model can be: refused before any probe
-        rewired(model, wrap)
+    alternatives = check_alternatives(model, alternatives)  # each a stack this model can be: before any probe
     if atlas is not None and not isinstance(atlas, Atlas):
-        atlas = load_atlas(atlas)  # a store's path, or a list of them: its runs join the shipped ones
+        atlas = load_atlas(atlas, name="atlas")  # a store's path, or a list: its runs join the shipped ones
     atlas = Atlas.load() if atlas is None else atlas
     record = load_record() if record is None else record
     result = probe_for(model, train)
@@ -331,7 +367,8 @@ def advise(
             continue
         other = rewired(model, wrap)
         p, lim = predict(probe_for(other, train, full=False), other, train, atlas, record)
-        options.append(_option(wrap, p, lim, other, train, atlas, record))
+        options.append(dataclasses.replace(_option(wrap, p, lim, other, train, atlas, record),
+                                           note=final_norm_note(model, other)))  # fmt: skip
     options.sort(key=lambda o: (-o.p_trains, o.wrap))
     found = limit_of(result, record)
     return Advice(

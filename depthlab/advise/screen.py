@@ -128,7 +128,7 @@ def render(a, likely: float) -> str:
         f"{'wrapping at lr ' + format(t.lr, 'g'):<28}{'P(trains)':>10}{'safe lr':>10}   P >= {likely} for lr",
     ]
     for o in a.options:
-        mark = " (yours)" if o.wrap == m.wrap else ""
+        mark = " (yours)" if o.wrap == m.wrap else f" ({o.note})" if o.note else ""
         sure = "" if o.confident else "  (not confident)"
         lines.append(
             f"  {o.wrap + mark:<26}{o.p_trains:>10.2f}{_lr(o.safe_lr):>10}   {_range(o.likely)}{sure}"

@@ -7,7 +7,7 @@ import dataclasses
 import os
 
 from depthlab.advise import ALTERNATIVES, advise
-from depthlab.advise.advice import check_schedule, rewired
+from depthlab.advise.advice import check_alternatives, check_schedule
 from depthlab.advise.evidence import load_atlas
 from depthlab.advise.target import transfer_advice
 from depthlab.cli.common import (
@@ -15,16 +15,19 @@ from depthlab.cli.common import (
     add_memory_flag,
     add_model_flags,
     comma_list,
+    given_model_flags,
     model_config_from_args,
     seed_from_args,
 )
 from depthlab.cli.train import add_recipe_flags, recipe_from_args
 from depthlab.config import TrainConfig
-from depthlab.errors import ConfigError
+from depthlab.errors import ConfigError, InputError
+from depthlab.interop.hf import imported_config
 from depthlab.model.memory import available_memory, check_memory, estimate_memory
 from depthlab.paths import check_output_file, write_json
 from depthlab.progress import say
 from depthlab.study.store import check_store_path
+from depthlab.study.transfer import heads_text
 from depthlab.train.tasks import check_task
 
 
@@ -87,15 +90,16 @@ def run(args) -> int:
     model.check_length(train.seq_len + 1, "seq_len", train.seq_len)
     check_schedule(train, model.d_model)
     if model.arch != "decoder":
-        raise ConfigError("arch", model.arch, "advise answers for decoder language models (every run it measured "
-                          "is one); --arch decoder")  # fmt: skip
+        why = "advise answers for decoder language models (every run it measured is one)"
+        if args.hf and "arch" not in given_model_flags(args):  # the family's own arch: no flag said it
+            _, family = imported_config(args.hf)
+            kind = "an encoder-decoder" if model.arch == "encdec" else "an encoder"
+            raise InputError(f"--hf {args.hf}: the {family.name} config is {kind} model; {why} (add --arch "
+                             f"decoder to ask about its shape as one)")  # fmt: skip
+        raise ConfigError("arch", model.arch, f"{why}; --arch decoder")
     check_task(model, train)  # the probe is of the run's first batch: a vocabulary of bytes, at least
     wraps = tuple(comma_list(args.alternatives, "alternatives")) if args.alternatives.strip() else ()
-    for w in wraps:  # every alternative must be a stack this model can be: checked before any probe
-        try:
-            rewired(model, w)
-        except ConfigError as e:
-            raise ConfigError("alternatives", w, str(e).split(": ", 1)[-1]) from None
+    check_alternatives(model, wraps)  # every alternative a stack this model can be: before any probe
     probe = estimate_memory(model, "probe", train.batch_size, train.seq_len)
     check_memory(
         probe,
@@ -106,6 +110,11 @@ def run(args) -> int:
     target = args.to_depth if args.to_depth is not None else args.to_width
     if target is not None and target < 1:
         raise ConfigError("to_depth" if args.to_depth is not None else "to_width", target, "an integer >= 1")
+    heads = (
+        heads_text(args.to_width, model.n_heads) if args.to_width and model.family.d_head is None else None
+    )
+    if heads:  # the model at the width you will train keeps its heads: they must split that width too
+        raise ConfigError("to_width", args.to_width, heads)
     if args.transfer is not None and target is None:
         raise ConfigError("transfer", args.transfer, "unset without --to-depth or --to-width")
     if args.transfer_study and args.transfer is None:

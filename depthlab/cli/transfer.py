@@ -10,7 +10,14 @@ from depthlab.report.data import load
 from depthlab.report.transfer_plots import best_lr_figure, loss_vs_lr_figure
 from depthlab.study.store import DEFAULT_DB
 from depthlab.study.transfer import runs_at, study_shape, transfers
-from depthlab.study.transfer_text import format_transfer, mismatch, no_curves, preset_command, shape_line
+from depthlab.study.transfer_text import (
+    format_transfer,
+    mismatch,
+    no_curves,
+    preset_command,
+    shape_line,
+    unbuildable_width,
+)
 
 
 def add_parser(sub) -> None:
@@ -75,7 +82,9 @@ def run(args) -> int:
                          f"--db {args.db})")  # fmt: skip
     data = load(args.db, args.study)
     shape = study_shape([r for r in data.runs if r.get("status") == "done"] or data.runs)
-    why = mismatch(axis, shape, args.width, args.depth)
+    why = mismatch(axis, shape, args.width, args.depth) or (
+        unbuildable_width(data.runs, target) if axis == "width" else None
+    )
     if why:
         raise InputError(why)
     runs = runs_at(data.runs, axis, args.width, args.depth)

@@ -22,6 +22,7 @@ import math
 
 from depthlab.errors import ConfigError
 from depthlab.study.grid import StudyConfig
+from depthlab.study.transfer import heads_text
 from depthlab.train.regimes import TINY_LM_MODEL, TINY_LM_TRAIN
 
 # The five wrappings the source texts and papers compare: each value sets its fields together.
@@ -205,8 +206,15 @@ def preset(name: str, width: int | None = None, depth: int | None = None) -> Stu
     for field, value, tag in (("d_model", width, "w"), ("n_layers", depth, "L")):
         if value is None:
             continue
+        flag = "width" if field == "d_model" else "depth"
         if field in d["axes"]:
-            flag = "width" if field == "d_model" else "depth"
             raise ConfigError(flag, value, f"unset: {name} sweeps {field} (the axis it transfers across)")
+        if (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):  # named as given, not as a field
+            raise ConfigError(flag, value, "an integer >= 1")
+        heads = heads_text(value, model["n_heads"], "the preset's") if field == "d_model" else None
+        if heads:
+            raise ConfigError(flag, value, heads)
         model[field], suffix = value, suffix + f"-{tag}{value}"
     return StudyConfig.from_dict({**d, "name": d["name"] + suffix, "model": model})

@@ -199,6 +199,11 @@ def transfers(runs: list[dict], axis: str = "depth", target: int | None = None) 
     """Per setting with curves at two or more sizes, its :class:`Transfer` (``axis``: depth or width)."""
     if axis not in ("depth", "width"):
         raise ValueError(f"axis must be 'depth' or 'width', not {axis!r}")
+    if target is not None:  # a size: the fit is in log size, so it must be a number above 0
+        if isinstance(target, bool) or not isinstance(target, (int, float)):
+            raise TypeError(f"target must be a {axis} (a number), not {type(target).__name__}")
+        if not math.isfinite(target) or target < 1:
+            raise ValueError(f"target must be a {axis} >= 1, not {target!r}")
     size = "n_layers" if axis == "depth" else "d_model"
     by_setting: dict[str, list[Curve]] = {}
     for c in curves(runs, size):
@@ -217,6 +222,16 @@ def study_shape(runs: list[dict]) -> dict:
     return {"widths": values("model", "d_model"), "depths": values("model", "n_layers"),
             "steps": values("train", "steps"), "batch_size": values("train", "batch_size"),
             "seq_len": values("train", "seq_len")}  # fmt: skip
+
+
+def heads_text(width: int, heads: int, whose: str = "the model's") -> str | None:
+    """Why ``width`` names no model with ``heads`` attention heads ('a multiple of the model's 4 heads,
+    which split d_model; ask at 128 or 132'), or None where the heads split it."""
+    if width % heads == 0:
+        return None
+    below, above = width // heads * heads, (width // heads + 1) * heads
+    near = f"{below} or {above}" if below else f"{above}"
+    return f"a multiple of {whose} {heads} heads, which split d_model; ask at {near}"
 
 
 def runs_at(runs: list[dict], axis: str, width: int | None, depth: int | None) -> list[dict]:

@@ -6,7 +6,7 @@ not) are :func:`depthlab.study.transfer.reading`'s; this module only renders the
 from __future__ import annotations
 
 from depthlab.study.runner import plural
-from depthlab.study.transfer import BAND, Transfer, bound_side, reading, spacing
+from depthlab.study.transfer import BAND, Transfer, bound_side, heads_text, reading, spacing
 
 
 def _span(v: list) -> str:
@@ -58,6 +58,17 @@ def mismatch(axis: str, shape: dict, width: int | None, depth: int | None) -> st
     )
     return (f"the study ran at {fixed} {', '.join(map(str, have))}, not {mine}: its best lr is for that "
             f"{fixed} ({why}); run the transfer preset at yours ({preset_command(axis, mine)})")  # fmt: skip
+
+
+def unbuildable_width(runs: list[dict], width: int) -> str | None:
+    """Why a question at ``width`` names no model of a width sweep's shape (its runs' one number of heads,
+    without a head width of their own, does not split it), or None."""
+    models = [(r.get("config") or {}).get("model", {}) for r in runs]
+    heads = {m.get("n_heads") for m in models}
+    if len(heads) != 1 or None in heads or any(m.get("d_head") for m in models):
+        return None
+    why = heads_text(width, next(iter(heads)), "the study's")
+    return None if why is None else f"--to-width {width} is not allowed: {why}"
 
 
 def no_curves(name: str, axis: str) -> str:
