@@ -189,7 +189,16 @@ def test_hf_unknown_model_type_is_one_short_line(tmp_path, capsys):
     "argv, needle",
     [
         (["probe", "--layers", "0"], "depthlab probe: error: --layers 0 is not allowed: an integer >= 1\n"),
-        (["explain", "--heads", "3"], "--d-model 64 is not allowed: a multiple of n_heads=3"),
+        (["explain", "--heads", "3"], "--heads 3 is not allowed: a divisor of d_model 64 (ask for 2 or 4)\n"),
+        (["explain", "--heads", "100"], "--heads 100 is not allowed: a divisor of d_model 64 (ask for 64)\n"),
+        (
+            ["explain", "--d-model", "30"],
+            "--d-model 30 is not allowed: a multiple of --heads 4 (or set d_head",
+        ),
+        (
+            ["explain", "--d-model", "30", "--heads", "4"],
+            "--d-model 30 is not allowed: a multiple of --heads 4",
+        ),
         (["explain", "--kv-heads", "3"], "--kv-heads 3 is not allowed"),
         (["explain", "--init-std", "0"], "--init-std 0.0 is not allowed"),
         (

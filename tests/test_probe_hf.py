@@ -349,3 +349,14 @@ def test_probe_hf_and_advise_hf_give_one_safe_lr(family, tmp_path, capsys):
     assert expected["p_trains"] == pytest.approx(advice["p_trains"], abs=0.03)
     assert expected["steps"] == advice["train"]["steps"]
     assert f"P(trains) = {expected['p_trains']:.2f}" in printed
+
+
+def test_heads_that_do_not_split_an_imported_width_are_refused_as_the_heads_typed(tmp_path, capsys):
+    """--heads over a family's width names --heads (the flag typed), not the width the config set; a
+    width typed over the family's heads names the width and the heads as the config's field."""
+    path = _save(tmp_path, "llama", tf.LlamaConfig(**TINY_TOWER, num_key_value_heads=4, vocab_size=64))
+    assert main(["explain", "--hf", path, "--heads", "5"]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith("error: --heads 5 is not allowed: a divisor of d_model 32 (ask for 4 or 8)\n")
+    assert main(["explain", "--hf", path, "--d-model", "30"]) == 2
+    assert "--d-model 30 is not allowed: a multiple of n_heads=4" in capsys.readouterr().err

@@ -257,6 +257,17 @@ def as_typed(error: ConfigError, args: argparse.Namespace, flags: dict) -> str:
     field no flag sets, or one an imported --hf family set and no flag given changed)."""
     if error.field == "residual" and "no_residual" in (getattr(args, "given_flags", None) or ()):
         return f"--no-residual {args.no_residual} is not allowed: {error.allowed}"  # the skips it left on
+    given = getattr(args, "given_flags", None) or set()
+    if (
+        error.field == "d_model"
+        and "heads" in flags
+        and str(error.allowed).startswith("a multiple of n_heads=")
+    ):
+        heads = getattr(args, "heads", None)
+        if "heads" in given and "d_model" not in given:  # the heads typed do not split the width
+            return f"--heads {heads} is not allowed: a divisor of d_model {error.value} ({_fitting_heads(error.value, heads)})"
+        if "heads" in given or not getattr(args, "hf", None):  # the flag's count, named as the flag
+            error = ConfigError("d_model", error.value, error.allowed.replace("n_heads=", "--heads ", 1))
     dest = DEST_OF_FIELD.get(error.field, error.field)
     action = flags.get(dest)
     from_family = getattr(args, "hf", None) and dest in FIELD_OF_FLAG and dest not in given_model_flags(args)
@@ -270,6 +281,13 @@ def as_typed(error: ConfigError, args: argparse.Namespace, flags: dict) -> str:
     )
     shown = error.value if plain else repr(error.value)  # '' and 'a b' quoted, so the line reads
     return f"{flag} {shown} is not allowed: {error.allowed}"
+
+
+def _fitting_heads(d_model: int, heads: int) -> str:
+    """The head counts nearest ``heads`` that split ``d_model``, for a refused --heads: 'ask for 2 or 4'."""
+    below = max(h for h in range(1, heads + 1) if d_model % h == 0)
+    above = next((h for h in range(heads + 1, d_model + 1) if d_model % h == 0), None)
+    return f"ask for {below}" if above is None else f"ask for {below} or {above}"
 
 
 def given_model_flags(args: argparse.Namespace) -> list[str]:
