@@ -357,6 +357,9 @@ def test_the_safe_lr_line_is_folded_never_cut():
     long = "; ".join(["x" * 60] * 4)  # folded at each "; " that fits, again on the rest
     assert _fold(long) == ["x" * 60, *["  " + "x" * 60] * 3]
     assert _fold("y" * 200) == ["y" * (WIDTH - 3) + "..."]  # no "; " to fold at: cut, said by the dots
+    command = "  run one at your width (" + "w" * 70 + "), then add --transfer runs/depthlab.sqlite"
+    first, second = _fold(command)  # a flag stays with its value
+    assert first.endswith("then add") and second == "    --transfer runs/depthlab.sqlite"
 
 
 def test_advise_says_where_the_seed_alone_decided_a_measured_configuration(atlas):

@@ -25,8 +25,8 @@ def _cut(text: str, width: int = WIDTH) -> str:
 
 def _fold(text: str, width: int = WIDTH, most: int | None = None, indent: str | None = None) -> list[str]:
     """``text`` as one line, or, where it is longer than ``width``, broken after its last "; " that fits,
-    else at its last space (the rest indented on lines of their own, folded again): a line of numbers is
-    folded, never cut. ``most``: at most this many lines, the last cut at a word ("..."); a text with
+    else at its last space, never between a flag and its value (the rest indented on lines of their
+    own, folded again): a line of numbers is folded, never cut. ``most``: at most this many lines, the last cut at a word ("..."); a text with
     no place to break is cut too. The rest is indented two spaces more than ``text`` (or by ``indent``)."""
     if indent is None:
         indent = " " * (len(text) - len(text.lstrip()) + 2)
@@ -37,7 +37,11 @@ def _fold(text: str, width: int = WIDTH, most: int | None = None, indent: str | 
     at = text.rfind("; ", 0, width)
     rest = at + 2
     if at < 0:
-        at = text.rfind(" ", len(text) - len(text.lstrip()) + 1, width)
+        start = len(text) - len(text.lstrip()) + 1
+        at = text.rfind(" ", start, width)
+        flag = text.rfind(" ", start, at) if at > 0 else -1  # a flag stays on its value's line
+        if flag > 0 and text[flag + 1 : at].startswith("--"):
+            at = flag
         rest = at + 1
     if at < 0:
         return [_cut(text, width)]
