@@ -122,19 +122,6 @@ def test_hf_callback_records_the_loss_windows_the_trainer_logs(tmp_path, first):
     assert [r["loss"] for r in cb.watcher.records] == pytest.approx([logged[t] for t in steps], rel=1e-5)
 
 
-def test_hf_callback_measures_step_1_where_the_trainer_logs_no_loss_window(tmp_path):
-    """logging_steps 10 of a 4-step run: the Trainer logs no loss, so step 1 is measured (it cuts no
-    window), not nothing; with epoch logging likewise."""
-    from depthlab.integrations.hf_trainer import DepthlabCallback
-
-    for kw in (dict(logging_steps=10), dict(logging_strategy="epoch", logging_steps=500)):
-        cb = DepthlabCallback(echo=None)
-        trainer = _hf_trainer(tmp_path, [cb], max_steps=4, **kw)
-        trainer.train()
-        assert [r["step"] for r in cb.watcher.records] == [1] and cb.watcher.records[0]["loss"] > 3
-        assert not [h for h in trainer.state.log_history if "loss" in h and h["step"] < 4]
-
-
 class _Logs(transformers.TrainerCallback):
     """Keeps every ``logs`` dict as the callbacks after depthlab's see it (log_history holds a copy taken
     before on_log)."""

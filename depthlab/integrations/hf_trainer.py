@@ -13,9 +13,7 @@ is). The gradient norms are read at the end of each backward pass, before the Tr
 Without ``every`` (or ``when``) the logged steps are the ones the Trainer logs its loss at: every
 ``state.logging_steps``-th (``args.logging_steps``, or that share of ``max_steps`` when it is below 1),
 and step 1 only with ``args.logging_first_step``, so each record's loss covers the steps the Trainer's
-logged loss covers (a step-1 record the Trainer does not log would cut steps 2-5 off from 1-5); step 1
-is measured too where the Trainer logs no loss over a step interval within the run (an interval past
-``max_steps``, ``logging_strategy`` "epoch" or "no"), so such a run still has a record. A given
+logged loss covers (a step-1 record the Trainer does not log would cut steps 2-5 off from 1-5). A given
 ``every`` is the watcher's own rule: step 1 and every ``every``-th. At ``on_step_end`` the step's
 record is finished, so ``on_log`` at the same step adds that step's headline numbers to the Trainer's
 loss log (``depthlab/...``; not to an evaluation's log or the closing summary); ``on_train_end`` closes
@@ -52,13 +50,6 @@ def logging_interval(args, state) -> int:
     return max(1, int(steps))
 
 
-def logs_a_window(args, state) -> bool:
-    """Whether the Trainer logs a loss over the steps from step 1 within the run: a step interval that
-    the planned steps reach (else a step-1 record cuts no window of its, and keeps the run measured)."""
-    steps = logging_interval(args, state)
-    return args.logging_strategy == "steps" and (not state.max_steps or steps <= state.max_steps)
-
-
 def trainer_logs(every: int, first: bool):
     """The Trainer's rule for the steps it logs its loss at (``DefaultFlowCallback``): every ``every``-th,
     and step 1 where ``first`` (``args.logging_first_step``)."""
@@ -82,9 +73,7 @@ class DepthlabCallback(TrainerCallback):
             trackers = report_to_trackers(args) if state.is_world_process_zero else []
         options = {"steps": state.max_steps or None, **self.options}  # the outcome's "still falling" trend
         if self.every is None and options.get("when") is None:  # the steps the Trainer logs, no others
-            options["when"] = trainer_logs(
-                every, bool(args.logging_first_step) or not logs_a_window(args, state)
-            )
+            options["when"] = trainer_logs(every, bool(args.logging_first_step))
         self.watcher = Watcher(model, inner, every, self.out, trackers=trackers, **options)
         self.watcher.t = state.global_step + 1
 
