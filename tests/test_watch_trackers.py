@@ -170,14 +170,14 @@ def test_hf_callback_forwards_to_the_trainers_report_to_loggers(tmp_path, monkey
         history = mlflow.MlflowClient().get_metric_history(
             run.info.run_id, "depthlab/layer_01/attn_grad_norm"
         )
-        assert [m.step for m in history] == [r["step"] for r in cb.watcher.records] == [2, 4]
+        assert [m.step for m in history] == [r["step"] for r in cb.watcher.records] == [1, 2, 4]
         assert "loss" in run.data.metrics  # the Trainer's own logging went to the same run
         assert run.data.tags["depthlab/outcome"] == cb.watcher.outcome()["outcome"]
     finally:
         mlflow.set_tracking_uri(None)
     (folder,) = [p for p in (tmp_path / "hf" / "runs").iterdir() if p.is_dir()]
     got = _tb_scalars(folder)
-    assert "train/loss" in got and [s for s, _ in got["depthlab/layer_02/grad_norm"]] == [2, 4]
+    assert "train/loss" in got and [s for s, _ in got["depthlab/layer_02/grad_norm"]] == [1, 2, 4]
 
 
 def test_lightning_callback_forwards_to_the_trainers_loggers(tmp_path):

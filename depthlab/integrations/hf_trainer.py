@@ -10,16 +10,17 @@ passes ``num_items_in_batch`` to a model that takes it, each micro-batch's loss 
 step's, and the watcher adds the shares, so a step's loss is the one the Trainer logs (a model that
 does not take it returns each micro-batch's mean, and the step's loss is their mean, as the Trainer's
 is). The gradient norms are read at the end of each backward pass, before the Trainer clips them.
-Without ``every`` (or ``when``) the logged steps are the ones the Trainer logs its loss at: every
-``state.logging_steps``-th (``args.logging_steps``, or that share of ``max_steps`` when it is below 1),
-and step 1 only with ``args.logging_first_step``, so each record's loss covers the steps the Trainer's
-logged loss covers (a step-1 record the Trainer does not log would cut steps 2-5 off from 1-5). A given
-``every`` is the watcher's own rule: step 1 and every ``every``-th. At ``on_step_end`` the step's
-record is finished, so ``on_log`` at the same step adds that step's headline numbers to the Trainer's
-loss log (``depthlab/...``; not to an evaluation's log or the closing summary); ``on_train_end`` closes
-the watcher, removing every hook. Under DDP every process watches and rank 0 writes ``out``: its loss
-is its own micro-batches' (with the Trainer's ``average_tokens_across_devices``, their share of the
-loss over all processes' tokens).
+``every`` defaults to the Trainer's logging interval (``state.logging_steps``: ``args.logging_steps``,
+or that share of ``max_steps`` when it is below 1), under any ``logging_strategy``; like every watcher,
+it also measures step 1, the model at init, which the warnings' "compared with the start" checks and
+the outcome's stream growth read as their baseline. So the first record after it holds the loss of
+steps 2 to ``every``, where the Trainer's first logged loss covers steps 1 to ``every`` (and step 1
+alone is logged by the Trainer only with ``logging_first_step``); the later windows are the Trainer's.
+At ``on_step_end`` the step's record is finished, so ``on_log`` at the same step adds that step's
+headline numbers to the Trainer's loss log (``depthlab/...``; not to an evaluation's log or the closing
+summary); ``on_train_end`` closes the watcher, removing every hook. Under DDP every process watches and
+rank 0 writes ``out``: its loss is its own micro-batches' (with the Trainer's
+``average_tokens_across_devices``, their share of the loss over all processes' tokens).
 
 Trackers: by default the watcher's per-layer scalars, warnings and outcome go to the Trainer's own
 ``report_to`` loggers (depthlab.watch.trackers): wandb's and MLflow's runs the Trainer started, and
@@ -50,12 +51,6 @@ def logging_interval(args, state) -> int:
     return max(1, int(steps))
 
 
-def trainer_logs(every: int, first: bool):
-    """The Trainer's rule for the steps it logs its loss at (``DefaultFlowCallback``): every ``every``-th,
-    and step 1 where ``first`` (``args.logging_first_step``)."""
-    return lambda t: t % every == 0 or (first and t == 1)
-
-
 class DepthlabCallback(TrainerCallback):
     """``every``, ``out`` and ``options`` are :func:`depthlab.watch.watch`'s. ``watcher`` is the live
     watcher during training (its ``records`` and ``warnings`` stay readable after it)."""
@@ -72,8 +67,6 @@ class DepthlabCallback(TrainerCallback):
         if trackers is None:
             trackers = report_to_trackers(args) if state.is_world_process_zero else []
         options = {"steps": state.max_steps or None, **self.options}  # the outcome's "still falling" trend
-        if self.every is None and options.get("when") is None:  # the steps the Trainer logs, no others
-            options["when"] = trainer_logs(every, bool(args.logging_first_step))
         self.watcher = Watcher(model, inner, every, self.out, trackers=trackers, **options)
         self.watcher.t = state.global_step + 1
 
