@@ -37,8 +37,8 @@ OPTIONS = {
     "lr": ("lr", "--lr"),
     "heads": ("heads", "--heads"),
     "seeds": ("seeds", "--seeds"),
-    "wrap": ("wraps", "--wrap"),
-    "param": ("params", "--param"),
+    "wraps": ("wraps", "--wrap"),  # a list of wrappings (coord)
+    "params": ("params", "--param"),
     "run": ("folder", "--run"),  # write_run_report(folder)
     "runs": ("folders", "--run"),  # write_runs_report(folders)
 }

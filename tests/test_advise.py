@@ -265,6 +265,19 @@ def test_an_alternative_without_the_final_norm_the_config_sets_says_so(atlas):
     assert [o.p_trains for o in plain.options if o.wrap == "post"] == [post.p_trains]
 
 
+def test_the_alternatives_columns_line_up_under_a_long_name(atlas):
+    """post without its final norm: each alternative gains one, and the longest row's name sets the
+    column, so every P(trains) ends under its header."""
+    off = ModelConfig(n_layers=2, d_model=16, n_heads=2, wrap="post", final_norm="off")
+    a = advise(off, RUN, atlas, alternatives=("parallel_shared", "pre"))
+    lines = a.format().splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("wrapping at lr"))
+    rows = lines[head + 1 : head + 1 + len(a.options)]
+    assert any("parallel_shared (final norm)" in row for row in rows)
+    end = lines[head].index("P(trains)") + len("P(trains)")
+    assert all(row[end - 4 : end] == f"{o.p_trains:.2f}" for row, o in zip(rows, a.options))
+
+
 def test_the_atlas_reads_as_a_dataframe(atlas):
     pd = pytest.importorskip("pandas")
     df = atlas.to_pandas()

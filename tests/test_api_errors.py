@@ -210,6 +210,9 @@ def test_watch_and_advise_name_their_arguments(model):
         transfers([], axis="width", target=float("nan"))
     with pytest.raises(TypeError, match="^target must be a depth \\(a number\\), not str$"):
         transfers([], axis="depth", target="32")
+    import numpy as np
+
+    assert transfers([], axis="depth", target=np.int64(32)) == []  # numpy's numbers are numbers
     assert repr(load_atlas([])).startswith("<Atlas: ") and len(repr(load_atlas([]))) < 200
 
 

@@ -193,7 +193,7 @@ def test_hf_unknown_model_type_is_one_short_line(tmp_path, capsys):
         (["explain", "--heads", "100"], "--heads 100 is not allowed: a divisor of d_model 64 (ask for 64)\n"),
         (
             ["explain", "--d-model", "30"],
-            "--d-model 30 is not allowed: a multiple of --heads 4 (or set d_head",
+            "--d-model 30 is not allowed: a multiple of the 4 heads (set by --heads; or set d_head in a config file)\n",
         ),
         (
             ["explain", "--d-model", "30", "--heads", "4"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 
 import pytest
 from matplotlib.figure import Figure
@@ -233,6 +234,19 @@ def test_a_report_folder_refused_on_the_command_line_names_the_flag(db, tmp_path
     )
     with pytest.raises(InputError, match=r"^report folder .* choose another report folder$"):
         write_report(db, str(target))
+
+
+def test_a_default_report_folder_that_cannot_be_made_says_how_to_choose_another(db, tmp_path, capsys):
+    """A file where the default folder's parent goes: the line ends on --out, after the reason's
+    parenthesis, not inside it."""
+    mine = tmp_path / "s.sqlite"
+    shutil.copy(db, mine)
+    (tmp_path / "report").write_text("mine")
+    assert main(["report", "--db", str(mine)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.rstrip().endswith(
+        "is not a writable folder); choose another report folder with --out"
+    )
 
 
 def test_every_report_figure_is_a_function_returning_a_figure(db):

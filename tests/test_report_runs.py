@@ -73,6 +73,11 @@ def test_the_run_report_writers_refuse_in_the_callers_words(tmp_path, capsys):
         write_runs_report(str(tmp_path / "empty"))  # not read as a list of one-letter folders
     with pytest.raises(InputError, match=r"^folders: an empty list names no run"):
         write_runs_report([])
+    (tmp_path / "empty2").mkdir()
+    with pytest.raises(InputError, match=r"^folders .*empty2?: no metrics\.jsonl"):
+        write_runs_report([str(tmp_path / "empty"), str(tmp_path / "empty2")])
+    with pytest.raises(InputError, match=r"^folders: an empty path"):
+        write_runs_report(["", str(tmp_path / "empty")])
     with pytest.raises(InputError, match=r"^folders holds the folder .* twice"):
         write_runs_report([str(tmp_path / "empty"), str(tmp_path / "empty")])
     with pytest.raises(TypeError, match=r"^out_dir must be the report folder's path .*not int"):
@@ -81,4 +86,4 @@ def test_the_run_report_writers_refuse_in_the_callers_words(tmp_path, capsys):
     assert "error: --run " in capsys.readouterr().err
     assert main(["report", "--run", str(tmp_path / "empty"), str(tmp_path / "empty")]) == 2
     assert "error: --run names the folder" in capsys.readouterr().err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]  # nothing written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "empty2"]  # nothing written

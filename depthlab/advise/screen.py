@@ -127,16 +127,17 @@ def render(a, likely: float) -> str:
         )  # fmt: skip
         lines += _fold(f"safe lr ({m.wrap}, warmup {t.warmup}): <= {lim.lr_limit:.2g} (trained to "
                        f"{_lr(lim.lr_trained)}{fails}); P >= {likely} {span}")  # fmt: skip
+    names = [
+        o.wrap + (" (yours)" if o.wrap == m.wrap else f" ({o.note})" if o.note else "") for o in a.options
+    ]
+    col = max([26, *map(len, names)])  # the longest row's name sets the column
     lines += [
         "",
-        f"{'wrapping at lr ' + format(t.lr, 'g'):<28}{'P(trains)':>10}{'safe lr':>10}   P >= {likely} for lr",
+        f"{'wrapping at lr ' + format(t.lr, 'g'):<{col + 2}}{'P(trains)':>10}{'safe lr':>10}   P >= {likely} for lr",
     ]
-    for o in a.options:
-        mark = " (yours)" if o.wrap == m.wrap else f" ({o.note})" if o.note else ""
+    for name, o in zip(names, a.options):
         sure = "" if o.confident else "  (not confident)"
-        lines.append(
-            f"  {o.wrap + mark:<26}{o.p_trains:>10.2f}{_lr(o.safe_lr):>10}   {_range(o.likely)}{sure}"
-        )
+        lines.append(f"  {name:<{col}}{o.p_trains:>10.2f}{_lr(o.safe_lr):>10}   {_range(o.likely)}{sure}")
     ev = a.evidence
     kind = f"{m.wrap} that set the same" if sets else m.wrap
     lines += [

@@ -266,8 +266,11 @@ def as_typed(error: ConfigError, args: argparse.Namespace, flags: dict) -> str:
         heads = getattr(args, "heads", None)
         if "heads" in given and "d_model" not in given:  # the heads typed do not split the width
             return f"--heads {heads} is not allowed: a divisor of d_model {error.value} ({_fitting_heads(error.value, heads)})"
-        if "heads" in given or not getattr(args, "hf", None):  # the flag's count, named as the flag
+        if "heads" in given:  # the count typed, named as typed
             error = ConfigError("d_model", error.value, error.allowed.replace("n_heads=", "--heads ", 1))
+        elif not getattr(args, "hf", None):  # the default count: the flag that changes it
+            said = f"a multiple of the {heads} heads (set by --heads; or set d_head in a config file)"
+            error = ConfigError("d_model", error.value, said)
     dest = DEST_OF_FIELD.get(error.field, error.field)
     action = flags.get(dest)
     from_family = getattr(args, "hf", None) and dest in FIELD_OF_FLAG and dest not in given_model_flags(args)

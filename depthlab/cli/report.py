@@ -10,6 +10,7 @@ from depthlab.report import (
     load,
     render,
     summary_table,
+    with_flag,
     write_run_report,
     write_runs_report,
 )
@@ -51,7 +52,9 @@ def run(args) -> int:
     try:
         return _run(args)
     except ReportFolderError as e:  # the folder --out names, or its default
-        raise ReportFolderError(f"--out: {e}" if args.out is not None else f"{e} with --out") from None
+        raise ReportFolderError(
+            f"--out: {e}" if args.out is not None else with_flag(str(e), "--out")
+        ) from None
 
 
 def _run(args) -> int:

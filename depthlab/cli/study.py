@@ -10,7 +10,7 @@ import textwrap
 from depthlab.cli.common import add_memory_flag, check_given_paths, refuse_flags
 from depthlab.errors import InputError
 from depthlab.paths import printable
-from depthlab.report import check_report_dir, default_report_dir, load, render, summary_table
+from depthlab.report import check_report_dir, default_report_dir, load, render, summary_table, with_flag
 from depthlab.report.lr_tables import lr_summary
 from depthlab.study import StudyConfig, plan, preset, run_study
 from depthlab.study.executors import EXECUTORS, check_executor, default_workers, threads_per_worker
@@ -104,7 +104,7 @@ def run(args) -> int:
         try:  # refused now, not after every run has been run and stored
             check_report_dir(report_dir)
         except InputError as e:
-            raise InputError(f"--report: {e}") from None
+            raise InputError(f"--report: {e}" if args.report else with_flag(str(e), "--report")) from None
     if args.dry_run:
         return dry_run(study, args.db, args.workers)
     previous = signal.signal(signal.SIGTERM, _interrupted)  # `kill PID`, a scheduler: stop as Ctrl-C does

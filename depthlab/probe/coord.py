@@ -79,7 +79,7 @@ class CoordSpec:
             said = len(self.seeds) if as_flags() else tuple(self.seeds)
             raise InputError(f"{option('seeds')} {said}: at least 2 different seeds (an interval over seeds)")
         if not self.wraps or not self.params:
-            raise InputError(f"give at least one {option('wrap')} and one {option('param')}")
+            raise InputError(f"give at least one {option('wraps')} and one {option('params')}")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise InputError(f"{option('lr')} {self.lr}: a finite number > 0")
         for name in ("batch_size", "seq_len", "heads"):

@@ -41,6 +41,13 @@ class ReportFolderError(InputError):
     """A report folder that cannot be (re)written; the command line names the flag that chose it."""
 
 
+def with_flag(message: str, flag: str) -> str:
+    """A refused default report folder's line, ending on the flag that chooses another one."""
+    if message.endswith("choose another report folder"):
+        return f"{message} with {flag}"
+    return f"{message}; choose another report folder with {flag}"
+
+
 def check_report_dir(out_dir: str) -> None:
     """Refuse (ReportFolderError, an InputError) a report folder that cannot be (re)written: a file, a
     non-empty folder that is not an earlier depthlab report, or a place where no folder can be made.

@@ -34,9 +34,10 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure as MplFigure
 
 
-def load_run(folder: str) -> dict:
-    """{"records", "summary", "result", "config"} of a run folder (InputError without metrics.jsonl)."""
-    who = option("run")  # --run on the command line, folder from Python
+def load_run(folder: str, who: str | None = None) -> dict:
+    """{"records", "summary", "result", "config"} of a run folder (InputError without metrics.jsonl);
+    ``who`` names the folder in a refusal (default: --run on the command line, folder from Python)."""
+    who = who or option("run")
     check_path(folder, who)
     path = Path(folder)
     metrics = path / "metrics.jsonl"

@@ -136,7 +136,7 @@ def render_runs(folders: list[str], out_dir: str, prepare) -> str:
     """Load the run folders, draw the overlay and write index.html into ``out_dir`` (``prepare(out_dir,
     files)`` checks and clears it first); returns the page's path."""
     check_distinct(folders)
-    runs = [(os.path.basename(os.path.normpath(f)) or f, load_run(f)) for f in folders]
+    runs = [(os.path.basename(os.path.normpath(f)) or f, load_run(f, option("runs"))) for f in folders]
     names = [n for n, _ in runs]
     if len(set(names)) < len(names):  # two folders named alike: tell them apart by their whole paths
         runs = [(f, run) for f, (_, run) in zip(folders, runs)]

@@ -33,6 +33,7 @@ The words (tables, refusals) are :mod:`depthlab.study.transfer_text`'s.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 from depthlab import intervals
@@ -200,7 +201,7 @@ def transfers(runs: list[dict], axis: str = "depth", target: int | None = None) 
     if axis not in ("depth", "width"):
         raise ValueError(f"axis must be 'depth' or 'width', not {axis!r}")
     if target is not None:  # a size: the fit is in log size, so it must be a number above 0
-        if isinstance(target, bool) or not isinstance(target, (int, float)):
+        if isinstance(target, bool) or not isinstance(target, numbers.Real):  # numpy's numbers too
             raise TypeError(f"target must be a {axis} (a number), not {type(target).__name__}")
         if not math.isfinite(target) or target < 1:
             raise ValueError(f"target must be a {axis} >= 1, not {target!r}")
