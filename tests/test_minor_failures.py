@@ -11,6 +11,10 @@ import pytest
 from test_study_fakes import fake_study, fill_store
 
 from depthlab.cli import main
+from depthlab.cli.probe import MAX_COMPARE
+from depthlab.config import NORMS
+from depthlab.model.topology_base import Topology
+from depthlab.model.wrappings import WRAPPINGS
 from depthlab.probe import compare as compare_module
 from depthlab.train.distributed import omp_threads
 
@@ -65,6 +69,21 @@ def test_compare_refuses_more_than_its_cap_before_any_work(capsys, monkeypatch):
         "64,000,000 combinations",
         "limit of 64",
     )
+
+
+def test_the_cap_fits_every_single_stream_wrapping_under_every_norm_not_every_topology(capsys, monkeypatch):
+    """docs/failure-paths.md: the twelve single-stream wrappings under the five norms fit the cap; with the
+    residual topologies added the list is longer than the cap, and refused."""
+    single = [n for n, c in WRAPPINGS.items() if not (isinstance(c, type) and issubclass(c, Topology))]
+    assert len(single) * len(NORMS) <= MAX_COMPARE < len(WRAPPINGS) * len(NORMS)
+    _probed(monkeypatch)
+    try:  # within the cap; a wrapping that needs a real norm may still refuse --norm none
+        main([*PROBE, "--compare", "--wrap", ",".join(single), "--norm", ",".join(NORMS)])
+    except SystemExit:
+        pass
+    assert "combinations" not in capsys.readouterr().err
+    everything = [*PROBE, "--compare", "--wrap", ",".join(WRAPPINGS), "--norm", ",".join(NORMS)]
+    _refused(capsys, everything, f"{len(WRAPPINGS) * len(NORMS)} combinations", f"limit of {MAX_COMPARE}")
 
 
 def test_flag_typos_get_a_suggestion_and_the_subcommand(capsys):

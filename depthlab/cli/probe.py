@@ -28,8 +28,9 @@ from depthlab.probe import LOSSES
 from depthlab.probe.compare import Comparison, compare
 from depthlab.probe.saved_hf import probe_hf
 
-# The most combinations one --compare probes: every wrapping under every norm (12 x 5) fits; a longer
-# list is a typo or a script's runaway loop, refused before the first probe (docs/failure-paths.md).
+# The most combinations one --compare probes: every single-stream wrapping under every norm (12 x 5)
+# fits, not every residual topology too (21 x 5); a longer list is a typo or a script's runaway loop,
+# refused before the first probe (docs/failure-paths.md).
 MAX_COMPARE = 64
 
 

@@ -80,6 +80,17 @@ def test_render_places_each_output_under_its_command():
     assert all(s.reading in text for s in SECTIONS)
 
 
+def test_the_footer_sends_an_editor_to_the_prose_file_that_exists():
+    """The page says not to edit it by hand but to change the prose: the file it names must be that prose."""
+    results = [Ran(f"depthlab {c}", 0, "out\n", "", 0.1) for c in tour_commands()]
+    footer = render(results, 1.0).rstrip().splitlines()[-1]
+    named = re.search(r"change (\S+) and regenerate", footer)
+    assert named, footer
+    path = repo_root() / named.group(1)
+    assert path.is_file(), f"the tour's footer names {named.group(1)}, which is not a file of the checkout"
+    assert "SECTIONS" in path.read_text()  # the sections' prose, not some other file of that name
+
+
 def test_plots_in_reads_the_plot_lines_under_the_tour_folder():
     stdout = f"table\nplot: docs/{IMG}/a.png\n  plot: docs/{IMG}/seeds/b.png\nplot: runs/c.png\n"
     assert plots_in(stdout) == [f"{IMG}/a.png", f"{IMG}/seeds/b.png"]

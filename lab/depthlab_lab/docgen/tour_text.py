@@ -142,7 +142,9 @@ five.""",
         ),
         "In the init-scaling table, post-LN's `last_grad` slope is near 0 (flat in L) and pre-LN's near "
         "-0.5; one seed with `--quick`, so its results are inconclusive by rule (the full run has five). "
-        "Each training run ends `trained`, `stalled` (still at the unigram level) or `diverged`. The whole "
+        "Each training run ends with one of four outcomes: `trained`, `undertrained` (not yet 5% below the unigram "
+        "level, but still falling), `stalled` (still at the unigram level) or `diverged`; here they end as the "
+        "texts predict: post-LN `stalled` without warmup and `trained` with it, pre-LN `trained` without. The whole "
         "grid of the recipe, warmup x beta2 and the Noam schedule over five seeds with its results, is "
         "`depthlab reproduce recipe` (its last full run is in docs/reproductions.md).",
     ),
