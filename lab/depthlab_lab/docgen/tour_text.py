@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The small regime of `depthlab reproduce recipe`, where post-LN's need for warmup shows in 150 updates
-# (8 layers, d_model 32, lr 3e-3; see depthlab/reproduce/claims/recipe.py for how it was chosen). One thread:
+# (8 layers, d_model 32, lr 3e-3; see lab/depthlab_lab/reproduce/claims/recipe.py for how it was chosen). One thread:
 # a model this small gains nothing from a second one, and on a busy machine the two wait on each other.
 TRAIN_SMALL = (
     "--layers 8 --d-model 32 --heads 4 --max-len 64 "
@@ -143,7 +143,7 @@ five.""",
         "In the init-scaling table, post-LN's `last_grad` slope is near 0 (flat in L) and pre-LN's near "
         "-0.5; one seed with `--quick`, so its results are inconclusive by rule (the full run has five). "
         "Each training run ends with one of four outcomes: `trained`, `undertrained` (not yet 5% below the unigram "
-        "level, but still falling), `stalled` (still at the unigram level) or `diverged`; here they end as the "
+        "level, but still falling), `stalled` (at the unigram level, or flat above it) or `diverged`; here they end as the "
         "texts predict: post-LN `stalled` without warmup and `trained` with it, pre-LN `trained` without. The whole "
         "grid of the recipe, warmup x beta2 and the Noam schedule over five seeds with its results, is "
         "`depthlab reproduce recipe` (its last full run is in docs/reproductions.md).",
