@@ -2,7 +2,7 @@
 
 ``default`` is the main job (``make run``): post-LN vs pre-LN and the wrappings built for depth, in a few minutes on two cores. Byte-level
 language modelling on the default corpus (the standard library's own source), tiny models (d_model 32,
-4 heads, 32 x 16 tokens per step, 200 steps), Adam with beta2 0.98 (the original recipe, Vaswani et
+4 heads, 16 sequences of 32 bytes per step, 200 steps), Adam with beta2 0.98 (the original recipe, Vaswani et
 al. 2017), at a learning rate (7e-3) where post-LN without warmup fails from 6 layers on while a
 warmup rescues it at 6 (Xiong et al. 2020: post-LN needs warmup, pre-LN does not); at 24 layers only
 the wrappings built for depth train (pre-LN, sandwich, DeepNorm: Wang et al. 2022), and pre-LN without
