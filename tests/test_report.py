@@ -249,6 +249,21 @@ def test_a_default_report_folder_that_cannot_be_made_says_how_to_choose_another(
     )
 
 
+def test_a_folder_where_the_report_writes_a_file_is_refused_before_any_figure(db, tmp_path, capsys):
+    """An earlier report folder holding a folder named index.html (or a figure's name): one line naming
+    it, exit 2, before a figure is drawn or an old one removed."""
+    out = tmp_path / "rep"
+    assert main(["report", "--db", db, "--out", str(out)]) == 0
+    capsys.readouterr()
+    figures = sorted(p.name for p in out.glob("*.png"))
+    (out / "index.html").unlink()
+    (out / "index.html").mkdir()
+    assert main(["report", "--db", db, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds a folder index.html where the report writes a file" in err
+    assert sorted(p.name for p in out.glob("*.png")) == figures  # nothing removed
+
+
 def test_every_report_figure_is_a_function_returning_a_figure(db):
     data = load(db)
     assert [f.name for f in FIGURES] == [

@@ -48,9 +48,10 @@ def with_flag(message: str, flag: str) -> str:
     return f"{message}; choose another report folder with {flag}"
 
 
-def check_report_dir(out_dir: str) -> None:
+def check_report_dir(out_dir: str, figure_files: tuple[str, ...] = FIGURE_FILES) -> None:
     """Refuse (ReportFolderError, an InputError) a report folder that cannot be (re)written: a file, a
-    non-empty folder that is not an earlier depthlab report, or a place where no folder can be made.
+    non-empty folder that is not an earlier depthlab report, one holding a folder where the report
+    writes a file (its marker, index.html or ``figure_files``), or a place where no folder can be made.
     Creates nothing."""
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise ReportFolderError(
@@ -64,6 +65,12 @@ def check_report_dir(out_dir: str) -> None:
         raise ReportFolderError(
             f"report folder {out_dir} exists and is not a depthlab report folder; choose another report folder"
         )
+    for name in (MARKER, "index.html", *figure_files) if used else ():
+        if os.path.isdir(os.path.join(out_dir, name)):
+            raise ReportFolderError(
+                f"report folder {out_dir} holds a folder {name} where the report writes a file; "
+                "choose another report folder"
+            )
     parent = existing_ancestor(out_dir)  # the nearest existing folder is where the report's folders go
     if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
         raise ReportFolderError(f"cannot write the report to {out_dir} ({parent} is not a writable folder)")
@@ -71,7 +78,7 @@ def check_report_dir(out_dir: str) -> None:
 
 def _prepare(out_dir: str, figure_files: tuple[str, ...] = FIGURE_FILES) -> None:
     """Create ``out_dir``, or reuse it if it is empty or an earlier report; refuse anything else."""
-    check_report_dir(out_dir)
+    check_report_dir(out_dir, figure_files)
     try:
         os.makedirs(out_dir, exist_ok=True)
         with open(os.path.join(out_dir, MARKER), "w") as f:
