@@ -384,3 +384,47 @@ def test_a_grid_drawn_where_the_calls_differ_holds_only_such_runs_as_registered(
                          for p in reg["runs"])  # fmt: skip
         assert max(shapes.values()) == 1
         assert all(0.495 <= p["lr_over_limit"] <= 2.01 for p in reg["runs"])
+
+
+def test_a_grid_restored_from_the_record_reads_back_as_the_record_holds_it(tmp_path, capsys):
+    from depthlab_lab.docgen.advise_page import main, stored_runs
+
+    doc, db = tmp_path / "advise.md", tmp_path / "a.sqlite"
+    (tmp_path / "advise-heldout-runs.json").write_text((ROOT / RECORD).read_text())
+    name = "advise-heldout-depth-7"
+    argv = ["--restore", name, "--db", str(db), "--doc", str(doc)]
+    assert main(argv) == 0 and "26 runs restored" in capsys.readouterr().out
+    recorded = {
+        r["config_hash"]: r for r in json.loads((ROOT / RECORD).read_text())["runs"] if r["study"] == name
+    }
+    assert stored_runs(str(db)) == recorded  # every field of every run, as the page reads it
+    assert main(argv) == 0 and "0 runs restored" in capsys.readouterr().out  # kept, not written twice
+    assert not doc.exists()
+
+
+def test_bad_input_to_the_command_is_one_line_and_exit_2_with_nothing_written(tmp_path, capsys):
+    from depthlab_lab.docgen.advise_page import main
+
+    doc, db = tmp_path / "advise.md", tmp_path / "a.sqlite"
+    not_sqlite = tmp_path / "notes.sqlite"
+    not_sqlite.write_text("not a store\n")
+    cases = [
+        ["--restore", "advise-heldout-depth", "--db", str(db), "--doc", str(doc)],  # no record beside --doc
+        [
+            "--restore",
+            "advise-heldout-depth",
+            "--db",
+            str(tmp_path),
+            "--doc",
+            str(ROOT / "docs" / "advise.md"),
+        ],
+        ["--db", str(not_sqlite), "--doc", str(doc)],
+        ["--db", str(db), "--doc", str(tmp_path / "advise.txt")],
+    ]
+    for argv in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("python -m depthlab_lab.docgen.advise_page: error: ") and "--" in err, err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.sqlite"]
+    assert not_sqlite.read_text() == "not a store\n"

@@ -389,3 +389,25 @@ def test_a_claims_record_is_committed_alone_with_the_page_rendered_from_it(tmp_p
     assert "12 of 12 agree" in page.read_text() and "36 of 153 runs recorded" in git(
         "log", "-1", "--format=%s"
     )
+
+
+def test_render_refuses_a_missing_or_broken_record_and_a_foreign_page_in_one_line(tmp_path, capsys):
+    doc, record = tmp_path / "page.md", str(ROOT / topology_record.RECORD)
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"claims": ')
+    foreign = tmp_path / "other.md"
+    foreign.write_text("# Something else\n")
+    cases = [
+        (str(tmp_path / "none.json"), doc),  # a mistyped record: never an empty page
+        (str(broken), doc),
+        (record, foreign),
+        (record, tmp_path),  # a folder as the page
+    ]
+    for rec, page in cases:
+        assert topology_record.main(["render", "--record", rec, "--doc", str(page)]) == 2, (rec, page)
+        err = capsys.readouterr().err
+        assert err.startswith("python -m depthlab_lab.reproduce.topology_record: error:"), err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert not doc.exists() and foreign.read_text() == "# Something else\n"
+    assert topology_record.main(["render", "--record", record, "--doc", str(doc)]) == 0
+    assert doc.read_text(encoding="utf-8") == (ROOT / topology_record.PAGE).read_text(encoding="utf-8")

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import subprocess
+import sys
 
 from depthlab.doctor.atlas import Atlas
 from depthlab.doctor.plateau import family as plateau_family
@@ -27,10 +28,12 @@ from depthlab.doctor.plateau import p_within
 from depthlab.doctor.plateau import predict as escape_at
 from depthlab.doctor.predict import CLOSE, Query, nearest, nearest_escape
 from depthlab.doctor.record import RECORD_PATH, load_record
+from depthlab.errors import InputError
 from depthlab.intervals import paired_counts, paired_difference_interval, wilson_interval
-from depthlab.paths import replace_file
+from depthlab.paths import check_output_file, printable, replace_file
 from depthlab.report.doctor_score import expected
 from depthlab.study.store import Store
+from depthlab.study.storefile import check_sqlite_header, check_store_path
 from depthlab_lab import REPOSITORY, lab_file
 from depthlab_lab.calibrate.advise_track import build as track_record
 from depthlab_lab.calibrate.advise_track import differ_reading, every_grid, finished_grids, placed, run_field
@@ -38,7 +41,7 @@ from depthlab_lab.calibrate.heldout_depth import GRIDS_AT_DEPTH, MARGIN, RECORD,
 from depthlab_lab.calibrate.lookups import LOOKUPS
 from depthlab_lab.calibrate.predictor_fit import shape_folds
 from depthlab_lab.calibrate.seed_agreement import agreement
-from depthlab_lab.restore import restore
+from depthlab_lab.restore import check_restore_path, restore
 
 DOC = os.path.join("docs", "advise.md")
 DB = os.path.join("runs", "advise-heldout.sqlite")
@@ -825,11 +828,28 @@ def main(argv: list[str] | None = None) -> int:
                    "resumed on that store (another session, a clean clone) trains only the runs the record "
                    "lacks")  # fmt: skip
     args = p.parse_args(argv)
+    try:
+        return _run(args)
+    except InputError as e:  # bad input: one line and exit 2, as the depthlab command says it
+        sys.stderr.write(f"{p.prog}: error: {printable(e)}\n")
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The page and its record, or (``--restore``) a grid's recorded runs written back into ``--db``;
+    every path checked before anything is read or written."""
     record_path = os.path.splitext(args.doc)[0] + "-heldout-runs.json"
+    check_store_path(args.db, "--db")
+    check_sqlite_header(args.db, "--db")
     if args.restore:
+        if not os.path.lexists(record_path):
+            raise InputError(f"--restore {args.restore}: no run record {printable(record_path)} "
+                             f"(it is read beside --doc {printable(args.doc)})")  # fmt: skip
+        check_restore_path(record_path, "--restore")
         done = restore_grid(args.db, args.restore, record_path)
         print(f"{args.restore}: {done[0]} runs restored into {args.db}, {done[1]} already there")
         return 0
+    check_output_file(args.doc, "--doc", ("md",))
     record = merged_record(args.db, record_path)
     replace_file(record_path, json.dumps(record, indent=1) + "\n")
     replace_file(args.doc, render(registrations(), record, record_path))

@@ -14,6 +14,7 @@ import datetime
 import math
 import os
 
+from depthlab.errors import InputError
 from depthlab.paths import replace_file
 from depthlab_lab.reproduce import REGISTRATIONS, REPRODUCTIONS
 from depthlab_lab.reproduce.claims import hc_gain, topology_stream, value_residual
@@ -367,7 +368,7 @@ def write_page(record_path: str = RECORD, doc: str = PAGE) -> str:
         with open(doc, encoding="utf-8") as f:
             head = f.read(len(TITLE) + len(MARKER) + 4)
         if not head.startswith(TITLE) or MARKER not in head:
-            raise ValueError(
+            raise InputError(
                 f"{doc}: exists and was not written from the topology claims' record; not replaced"
             )
     replace_file(doc, page(read_record(record_path)), "--doc")

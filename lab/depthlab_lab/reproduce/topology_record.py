@@ -33,13 +33,15 @@ from dataclasses import dataclass
 
 import torch
 
+from depthlab.errors import InputError
 from depthlab.model import build_model
-from depthlab.paths import replace_file
+from depthlab.paths import check_output_file, printable, replace_file
 from depthlab_lab import REPOSITORY
 from depthlab_lab.reproduce import REGISTRATIONS, run_cache
 from depthlab_lab.reproduce.claims import hc_gain, topology_stream, value_residual
 from depthlab_lab.reproduce.lm_runs import configs
 from depthlab_lab.reproduce.topology_runs import label, train_one
+from depthlab_lab.restore import check_restore_path
 
 CLAIMS = {"hc-gain": hc_gain, "topology-stream": topology_stream, "value-residual": value_residual}
 # Claims whose results are on their own page: `depthlab reproduce all` leaves them out unless named.
@@ -93,10 +95,13 @@ def read_record(path: str) -> dict:
     """The record at ``path`` ({"claims": {name: [row]}}); an empty one when there is no file."""
     if not os.path.isfile(path):
         return {"claims": {}}
-    with open(path, encoding="utf-8") as f:
-        record = json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"{path}: not a run record of the topology claims (not JSON: {e})") from None
     if not isinstance(record, dict) or not isinstance(record.get("claims"), dict):
-        raise ValueError(f"{path}: not a run record of the topology claims (no 'claims' object)")
+        raise InputError(f"{path}: not a run record of the topology claims (no 'claims' object)")
     return record
 
 
@@ -329,6 +334,18 @@ def main(argv: list[str] | None = None) -> int:
         if n not in CLAIMS:
             p.error(f"--claims: {n} is not one of {', '.join(CLAIMS)}")
     torch.set_num_threads(args.threads)
+    try:
+        return _run(args, names)
+    except InputError as e:  # bad input: one line and exit 2, as the depthlab command says it
+        sys.stderr.write(f"{p.prog}: error: {printable(e)}\n")
+        return 2
+
+
+def _run(args: argparse.Namespace, names: list[str]) -> int:
+    # the page of a record: a record that is not there is refused, never rendered as an empty page
+    if args.what == "render":
+        check_restore_path(args.record, "--record")
+        check_output_file(args.doc, "--doc", ("md",))
     if args.what == "plan":
         plan(names, args.record)
     elif args.what == "render":
