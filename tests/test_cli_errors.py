@@ -193,11 +193,11 @@ def test_hf_unknown_model_type_is_one_short_line(tmp_path, capsys):
         (["explain", "--heads", "100"], "--heads 100 is not allowed: a divisor of d_model 64 (ask for 64)\n"),
         (
             ["explain", "--d-model", "30"],
-            "--d-model 30 is not allowed: a multiple of the 4 heads (set by --heads; or set d_head in a config file)\n",
+            "--d-model 30 is not allowed: a multiple of the 4 heads (set by --heads)\n",
         ),
         (
             ["explain", "--d-model", "30", "--heads", "4"],
-            "--d-model 30 is not allowed: a multiple of --heads 4",
+            "--d-model 30 is not allowed: a multiple of --heads 4\n",
         ),
         (["explain", "--kv-heads", "3"], "--kv-heads 3 is not allowed"),
         (["explain", "--init-std", "0"], "--init-std 0.0 is not allowed"),

@@ -267,9 +267,9 @@ def as_typed(error: ConfigError, args: argparse.Namespace, flags: dict) -> str:
         if "heads" in given and "d_model" not in given:  # the heads typed do not split the width
             return f"--heads {heads} is not allowed: a divisor of d_model {error.value} ({_fitting_heads(error.value, heads)})"
         if "heads" in given:  # the count typed, named as typed
-            error = ConfigError("d_model", error.value, error.allowed.replace("n_heads=", "--heads ", 1))
+            error = ConfigError("d_model", error.value, f"a multiple of --heads {heads}")  # no d_head flag
         elif not getattr(args, "hf", None):  # the default count: the flag that changes it
-            said = f"a multiple of the {heads} heads (set by --heads; or set d_head in a config file)"
+            said = f"a multiple of the {heads} heads (set by --heads)"
             error = ConfigError("d_model", error.value, said)
     dest = DEST_OF_FIELD.get(error.field, error.field)
     action = flags.get(dest)

@@ -15,7 +15,9 @@ or that share of ``max_steps`` when it is below 1), under any ``logging_strategy
 it also measures step 1, the model at init, which the warnings' "compared with the start" checks and
 the outcome's stream growth read as their baseline. So the first record after it holds the loss of
 steps 2 to ``every``, where the Trainer's first logged loss covers steps 1 to ``every`` (and step 1
-alone is logged by the Trainer only with ``logging_first_step``); the later windows are the Trainer's.
+alone is logged by the Trainer only with ``logging_first_step``); under ``logging_strategy`` "steps"
+the later windows are the Trainer's (under "epoch" or "no" the Trainer logs at epoch ends or never,
+and the records keep their own interval).
 At ``on_step_end`` the step's record is finished, so ``on_log`` at the same step adds that step's
 headline numbers to the Trainer's loss log (``depthlab/...``; not to an evaluation's log or the closing
 summary); ``on_train_end`` closes the watcher, removing every hook. Under DDP every process watches and

@@ -205,6 +205,7 @@ def transfers(runs: list[dict], axis: str = "depth", target: int | None = None) 
             raise TypeError(f"target must be a {axis} (a number), not {type(target).__name__}")
         if not math.isfinite(target) or target < 1:
             raise ValueError(f"target must be a {axis} >= 1, not {target!r}")
+        target = int(target) if float(target).is_integer() else float(target)  # plain, for JSON
     size = "n_layers" if axis == "depth" else "d_model"
     by_setting: dict[str, list[Curve]] = {}
     for c in curves(runs, size):

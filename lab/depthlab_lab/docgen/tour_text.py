@@ -142,8 +142,8 @@ five.""",
         ),
         "In the init-scaling table, post-LN's `last_grad` slope is near 0 (flat in L) and pre-LN's near "
         "-0.5; one seed with `--quick`, so its results are inconclusive by rule (the full run has five). "
-        "Each training run ends with one of four outcomes: `trained`, `undertrained` (not yet 5% below the unigram "
-        "level, but still falling), `stalled` (at the unigram level, or flat above it) or `diverged`; here they end as the "
+        "Each training run ends with one of four outcomes: `trained` (more than 5% below the unigram level), "
+        "`undertrained` (more than 5% above it, still falling), `stalled` (within 5% of it, or above it and flat) or `diverged`; here they end as the "
         "texts predict: post-LN `stalled` without warmup and `trained` with it, pre-LN `trained` without. The whole "
         "grid of the recipe, warmup x beta2 and the Noam schedule over five seeds with its results, is "
         "`depthlab reproduce recipe` (its last full run is in docs/reproductions.md).",
