@@ -294,7 +294,7 @@ def test_the_depth_coordinate_check_runs_on_hc_and_mhc():
     from depthlab.probe.coord import CoordSpec, coord_check
 
     spec = CoordSpec(axis="depth", sizes=(2, 4), fixed=16, wraps=("hc", "mhc"), params=("sp", "completep"),
-                     steps=2, seeds=(0,), heads=2, batch_size=2, seq_len=8)  # fmt: skip
+                     steps=2, seeds=(0, 1), heads=2, batch_size=2, seq_len=8)  # fmt: skip
     result = coord_check(spec)
     for setting in result.to_dict()["settings"]:
         assert {"attn", "ffn", "stream@L"} <= set(setting["modules"])
