@@ -169,6 +169,7 @@ class ModelConfig(ConfigBase):
                 "d_model",
                 self.d_model,
                 f"a multiple of n_heads={self.n_heads} (or set d_head in a config file)",
+                other="n_heads",
             )
         if self.n_heads % self.kv_heads:
             raise ConfigError("n_kv_heads", self.n_kv_heads, f"a divisor of n_heads={self.n_heads}")

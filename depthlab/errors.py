@@ -9,8 +9,10 @@ from contextvars import ContextVar
 class ConfigError(ValueError):
     """A bad value for a named field; the CLI turns it into one line on stderr and exit code 2."""
 
-    def __init__(self, field: str, value, allowed: str):
-        self.field, self.value, self.allowed = field, value, allowed
+    def __init__(self, field: str, value, allowed: str, other: str | None = None):
+        """``other``: the field whose value the rule ties this one to (``n_heads`` for a d_model the heads
+        must split), so that the command line can blame the flag the user typed."""
+        self.field, self.value, self.allowed, self.other = field, value, allowed, other
         super().__init__(f"{field}={value!r} is not allowed: {allowed}")
 
 

@@ -46,6 +46,14 @@ def printable(text) -> str:
     return "".join(c if c.isprintable() or c == " " else ascii(c)[1:-1] for c in str(text))
 
 
+def check_path_type(value, name: str, what: str, none_ok: bool = False) -> None:
+    """TypeError naming argument ``name`` unless ``value`` is a path (str or os.PathLike; None too where
+    ``none_ok``): a number or None would fail deep in os.path with no argument named."""
+    if (value is None and none_ok) or isinstance(value, (str, os.PathLike)):
+        return
+    raise TypeError(f"{name} must be {what} (str or pathlib.Path), not {type(value).__name__}")
+
+
 def check_path(path: str | Path, flag: str) -> None:
     """Refuse (InputError naming ``flag``) a path the filesystem cannot hold, before anything is made or
     read: a NUL byte, a component longer than the filesystem's name limit, or a whole path longer

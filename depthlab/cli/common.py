@@ -258,11 +258,7 @@ def as_typed(error: ConfigError, args: argparse.Namespace, flags: dict) -> str:
     if error.field == "residual" and "no_residual" in (getattr(args, "given_flags", None) or ()):
         return f"--no-residual {args.no_residual} is not allowed: {error.allowed}"  # the skips it left on
     given = getattr(args, "given_flags", None) or set()
-    if (
-        error.field == "d_model"
-        and "heads" in flags
-        and str(error.allowed).startswith("a multiple of n_heads=")
-    ):
+    if error.field == "d_model" and error.other == "n_heads" and "heads" in flags:
         heads = getattr(args, "heads", None)
         if "heads" in given and "d_model" not in given:  # the heads typed do not split the width
             return f"--heads {heads} is not allowed: a divisor of d_model {error.value} ({_fitting_heads(error.value, heads)})"

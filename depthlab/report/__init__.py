@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 from depthlab.errors import InputError, option
-from depthlab.paths import existing_ancestor, replace_file, safe_name
+from depthlab.paths import check_path_type, existing_ancestor, replace_file, safe_name
 from depthlab.report.data import StudyData, load
 from depthlab.report.figures import FIGURES, save_figures
 from depthlab.report.html import page
@@ -100,26 +100,18 @@ def render(data: StudyData, out_dir: str) -> str:
     return path
 
 
-def _a_path(value, name: str, what: str, none_ok: bool = False) -> None:
-    """TypeError naming argument ``name`` unless ``value`` is a path (str or os.PathLike; None too where
-    ``none_ok``): a number or None would fail deep in os.path with no argument named."""
-    if (value is None and none_ok) or isinstance(value, (str, os.PathLike)):
-        return
-    raise TypeError(f"{name} must be {what} (str or pathlib.Path), not {type(value).__name__}")
-
-
 def write_report(db: str, out_dir: str, study: str | int | None = None) -> str:
     """Read study ``study`` (id, name, or None = the latest) from ``db`` and render it; returns index.html's path."""
-    _a_path(db, "db", "the study store's path")
-    _a_path(out_dir, "out_dir", "the report folder's path")
+    check_path_type(db, "db", "the study store's path")
+    check_path_type(out_dir, "out_dir", "the report folder's path")
     return render(load(db, study), out_dir)
 
 
 def write_run_report(folder: str, out_dir: str | None = None) -> str:
     """The page of one run folder (depthlab.report.run_page) in ``out_dir`` (default ``folder/report``);
     returns index.html's path."""
-    _a_path(folder, "folder", "a run folder's path")
-    _a_path(out_dir, "out_dir", "the report folder's path", none_ok=True)
+    check_path_type(folder, "folder", "a run folder's path")
+    check_path_type(out_dir, "out_dir", "the report folder's path", none_ok=True)
     out_dir = os.path.join(folder, "report") if out_dir is None else out_dir
     return render_run(load_run(folder), folder, out_dir, _prepare)
 
@@ -135,8 +127,8 @@ def write_runs_report(folders: list[str], out_dir: str | None = None) -> str:
     if not folders:
         raise InputError("folders: an empty list names no run; give one run folder or more")
     for f in folders:
-        _a_path(f, "folders", "a list of run folders' paths")
-    _a_path(out_dir, "out_dir", "the report folder's path", none_ok=True)
+        check_path_type(f, "folders", "a list of run folders' paths")
+    check_path_type(out_dir, "out_dir", "the report folder's path", none_ok=True)
     first = os.path.abspath(folders[0])
     out_dir = os.path.join(os.path.dirname(first), "runs-report") if out_dir is None else out_dir
     return render_runs(folders, out_dir, _prepare)

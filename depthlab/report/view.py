@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from depthlab.display import block, esc, para, state_badge, table
 from depthlab.frames import to_frame
+from depthlab.paths import check_path_type
 from depthlab.report import default_report_dir, render
 from depthlab.report.data import StudyData, load
 from depthlab.report.figures import FIGURES, report_figure
@@ -45,8 +46,7 @@ class StoreView:
     """A study store: ``studies()`` lists them, ``study(name)`` opens one."""
 
     def __init__(self, path: str = DEFAULT_DB):
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path must be a study store's path (str), not {type(path).__name__}")
+        check_path_type(path, "path", "a study store's path")
         path = os.fspath(path)
         with Store(path, create=False, flag="path"):  # refuses a missing file or one that is not a store
             pass

@@ -138,7 +138,9 @@ def imported_config(path: str, flag: str = "--hf") -> tuple[ModelConfig, Family]
     try:
         return config_from_hf(hf_config), family
     except ConfigError as e:
-        raise ConfigError(e.field, e.value, f"{e.allowed}; in the {family.name} config at {path}") from None
+        raise ConfigError(
+            e.field, e.value, f"{e.allowed}; in the {family.name} config at {path}", e.other
+        ) from None
 
 
 # The fields that give each stack of an encoder-decoder its own depth: a family's config sets them
@@ -172,7 +174,7 @@ def rewired_config(path: str, changes: dict) -> ModelConfig:
         return base.replace(**rewire(base, changes))
     except ConfigError as e:
         raise ConfigError(
-            e.field, e.value, f"{e.allowed}; changing the {family.name} config at {path}"
+            e.field, e.value, f"{e.allowed}; changing the {family.name} config at {path}", e.other
         ) from None
 
 

@@ -20,7 +20,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 
 from depthlab.doctor.atlas import Atlas
 from depthlab.doctor.plateau import family as plateau_family
@@ -41,6 +40,7 @@ from depthlab_lab.calibrate.heldout_depth import GRIDS_AT_DEPTH, MARGIN, RECORD,
 from depthlab_lab.calibrate.lookups import LOOKUPS
 from depthlab_lab.calibrate.predictor_fit import shape_folds
 from depthlab_lab.calibrate.seed_agreement import agreement
+from depthlab_lab.cli import one_line
 from depthlab_lab.restore import check_restore_path, restore
 
 DOC = os.path.join("docs", "advise.md")
@@ -828,11 +828,7 @@ def main(argv: list[str] | None = None) -> int:
                    "resumed on that store (another session, a clean clone) trains only the runs the record "
                    "lacks")  # fmt: skip
     args = p.parse_args(argv)
-    try:
-        return _run(args)
-    except InputError as e:  # bad input: one line and exit 2, as the depthlab command says it
-        sys.stderr.write(f"{p.prog}: error: {printable(e)}\n")
-        return 2
+    return one_line(p.prog, lambda: _run(args))
 
 
 def _run(args: argparse.Namespace) -> int:

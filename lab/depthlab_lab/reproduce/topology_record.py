@@ -35,8 +35,9 @@ import torch
 
 from depthlab.errors import InputError
 from depthlab.model import build_model
-from depthlab.paths import check_output_file, printable, replace_file
+from depthlab.paths import check_output_file, replace_file
 from depthlab_lab import REPOSITORY
+from depthlab_lab.cli import one_line
 from depthlab_lab.reproduce import REGISTRATIONS, run_cache
 from depthlab_lab.reproduce.claims import hc_gain, topology_stream, value_residual
 from depthlab_lab.reproduce.lm_runs import configs
@@ -334,11 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         if n not in CLAIMS:
             p.error(f"--claims: {n} is not one of {', '.join(CLAIMS)}")
     torch.set_num_threads(args.threads)
-    try:
-        return _run(args, names)
-    except InputError as e:  # bad input: one line and exit 2, as the depthlab command says it
-        sys.stderr.write(f"{p.prog}: error: {printable(e)}\n")
-        return 2
+    return one_line(p.prog, lambda: _run(args, names))
 
 
 def _run(args: argparse.Namespace, names: list[str]) -> int:
