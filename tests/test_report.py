@@ -71,6 +71,26 @@ def test_a_wrapping_axis_names_the_wrapping_first():
     assert layout([run], ["wrapping", "n_layers"]).row(run) == "pre qk_norm=True"
 
 
+def test_a_stored_study_keeps_its_grid_axes_in_order(tmp_path):
+    """The report lays rows and panels out in the grid's axis order, read back from the store: "post
+    norm=rmsnorm" and "warmup=0 lr=0.01" as the grid lists them (a store that sorted the grid's keys
+    gave "norm=rmsnorm post" and "lr=0.01 warmup=0", and its configuration section the same)."""
+    study = StudyConfig.from_dict(
+        {
+            "name": "order",
+            "model": {"d_model": 16, "n_heads": 2, "max_len": 16, "n_layers": 2},
+            "train": {"steps": 10, "log_every": 5, "seq_len": 16, "batch_size": 2},
+            "axes": {"wrap": ["post", "pre"], "norm": ["rmsnorm"], "warmup": [0], "lr": [0.01, 0.02]},
+        }
+    )
+    db = str(tmp_path / "s.sqlite")
+    fill_store(db, study)
+    data = load(db)
+    assert list(data.study["config"]["axes"]) == ["wrap", "norm", "warmup", "lr"]
+    assert data.layout.rows == ["post norm=rmsnorm", "pre norm=rmsnorm"]
+    assert data.layout.panels == ["warmup=0 lr=0.01", "warmup=0 lr=0.02"]
+
+
 def test_a_run_table_names_the_lr_where_the_map_puts_it_in_columns():
     """With the learning rate on the map's x axis, a table of runs (every run, the verdict beside the
     outcome) still tells the runs at each lr apart: their setting names it."""

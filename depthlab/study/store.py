@@ -131,7 +131,8 @@ class Store:
             c.execute(
                 "INSERT OR IGNORE INTO studies (name, config_hash, config_json, created_at, updated_at) "
                 "VALUES (?, ?, ?, ?, ?)",
-                (name, config_hash, json.dumps(config, sort_keys=True), now, now),
+                # the grid's keys in its own order: the report lays out rows and panels in its axes' order
+                (name, config_hash, json.dumps(config), now, now),
             )
             c.execute(
                 "UPDATE studies SET updated_at = ? WHERE name = ? AND config_hash = ?",
