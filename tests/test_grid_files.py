@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from depthlab import InputError
+from depthlab import ConfigError, InputError
 from depthlab.cli import main
 from depthlab.study import StudyConfig
 from depthlab.study.gridfile import MAX_BYTES, MAX_DEPTH, MAX_NODES, parse_grid_text
@@ -130,6 +130,23 @@ def test_max_runs_confirms_a_larger_grid_and_lowers_the_limit(capsys, tmp_path):
     assert StudyConfig.from_yaml(str(grid), max_runs=2).count() == 2
     with pytest.raises(InputError, match="max_runs=2"):
         StudyConfig.from_dict({"axes": {"seed": [0, 1]}}, default_name="x", max_runs=1)
+
+
+def test_the_run_limit_refusal_names_the_limit_in_the_callers_words(capsys, tmp_path):
+    """The command line reads --max-runs alone (it read '(or max_runs=2)' too); a limit below 1 is
+    refused as the mistyped flag it is, not as a grid 'more than the limit of -5'."""
+    grid, db = _grid(tmp_path, GOOD), tmp_path / "s.sqlite"
+    assert main(["study", "--grid", str(grid), "--db", str(db), "--max-runs", "1", "--no-report"]) == 2
+    err = capsys.readouterr().err
+    assert "pass --max-runs 2 to run" in err and "max_runs=" not in err
+    for bad in ("0", "-5"):
+        for source in (["--grid", str(grid)], ["--preset", "smoke"]):
+            assert main(["study", *source, "--db", str(db), "--max-runs", bad, "--dry-run"]) == 2
+            out, err = capsys.readouterr()
+            assert err == f"depthlab study: error: --max-runs {bad} is not allowed: an integer >= 1\n"
+            assert out == "" and not db.exists()
+    with pytest.raises(ConfigError, match=r"max_runs=0 is not allowed: an integer >= 1"):
+        StudyConfig.from_dict({"axes": {"seed": [0, 1]}}, default_name="x", max_runs=0)
 
 
 def test_a_dry_run_over_the_run_limit_lists_nothing(capsys, tmp_path):

@@ -41,9 +41,9 @@ from depthlab.config import (
     flat_field_names,
     flat_field_types,
 )
-from depthlab.config_base import one_spelling
+from depthlab.config_base import check_int, one_spelling
 from depthlab.corpus import check_length, read_data_file, split
-from depthlab.errors import ConfigError, InputError
+from depthlab.errors import ConfigError, InputError, as_flags
 from depthlab.interop.hf import imported_config, rewire
 from depthlab.jsonable import digest
 from depthlab.study.gridfile import read_grid_file
@@ -315,12 +315,14 @@ class StudyConfig:
     def check_count(self, max_runs: int | None = MAX_RUNS) -> int:
         """The combination count; InputError when it exceeds ``max_runs`` (``--max-runs`` raises it;
         None: no limit, for a dry run that only lists the runs)."""
+        if max_runs is not None:
+            check_int("max_runs", max_runs)  # a limit of 0 or below refuses every grid: a mistyped flag
         n = self.count()
         if max_runs is not None and n > max_runs:
             sizes = " x ".join(f"{k}" for k in self.shape())
             raise InputError(
                 f"the grid has {n:,} runs ({sizes}), more than the limit of {max_runs:,}; "
-                f"pass --max-runs {n} to run (or list) them all (or max_runs={n})"
+                f"pass {'--max-runs ' if as_flags() else 'max_runs='}{n} to run (or list) them all"
             )
         return n
 
