@@ -82,3 +82,25 @@ def test_a_run_of_a_live_driver_is_left_alone(tmp_path, sleeper):
     _strand(db, f"{socket.gethostname()}:{sleeper.pid}:{start_ticks(sleeper.pid)}", started_at=time.time())
     res = run_study(study, db=db, task=fake_task, progress=False, out=io.StringIO())
     assert (res.ran, res.elsewhere) == (0, 1)
+
+
+def test_the_study_command_says_what_it_left_to_another_driver(tmp_path, sleeper, capsys):
+    """A run held by another live driver (of this study, or of another study sharing the run) is said
+    as such, with where it stands and what to do: the line read '1 runs were left to another depthlab
+    process running this study', wrong in its count and wrong for a study that only shares the run."""
+    import yaml
+
+    from depthlab.cli import main
+
+    db, grid = str(tmp_path / "s.sqlite"), tmp_path / "g.yaml"
+    study = fake_study(depths=(2,), warmups=(0,))
+    grid.write_text(yaml.safe_dump(study.to_dict()))
+    fill_store(db, study, leave_queued=1)
+    _strand(db, f"{socket.gethostname()}:{sleeper.pid}:{start_ticks(sleeper.pid)}", started_at=time.time())
+    assert main(["study", "--grid", str(grid), "--db", db, "--no-report"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "\n1 run left to another depthlab process running it; the table below shows where it stands now "
+        "(run the same command again once it is done)\n" in out
+    )
+    assert "running" in out.split("outcome per cell")[1]

@@ -127,8 +127,15 @@ def run(args) -> int:
             f"{res.stopped_early} runs stopped when their outcome was decided (diverged), saving about "
             f"{res.saved_seconds:.0f} s of worker time (each run's remaining steps at its own pace)"
         )
-    if res.elsewhere:
-        print(f"{res.elsewhere} runs were left to another depthlab process running this study")
+    if res.elsewhere:  # held by another live driver, of this study or of another that shares those runs
+        it, stand, are = (
+            ("it", "it stands", "it is") if res.elsewhere == 1 else ("them", "they stand", "they are")
+        )
+        where = "the report and the table below show" if report_dir else "the table below shows"
+        print(
+            f"{plural(res.elsewhere, 'run')} left to another depthlab process running {it}; {where} where "
+            f"{stand} now (run the same command again once {are} done)"
+        )
     if res.events_dir:
         print(
             f"TensorBoard events: {res.events_dir} (tensorboard --logdir {os.path.dirname(res.events_dir)})"
