@@ -213,3 +213,31 @@ def test_sigterm_stops_the_study_like_ctrl_c(tmp_path):
             assert {s for (s,) in conn.execute("SELECT status FROM runs")} == {"queued"}
     finally:
         proc.kill()
+
+
+def test_one_run_one_study_and_one_layer_are_said_in_the_singular(tmp_path, capsys):
+    """A study of one run reads '1 run', 'of 1 run', '1 layer' and '1 study' (it read '1 runs', '1 layers'
+    and '1 studies')."""
+    import depthlab
+    from depthlab.study import StudyConfig
+
+    study = StudyConfig.from_dict(
+        {
+            "name": "one",
+            "model": {"d_model": 16, "n_heads": 2, "max_len": 16, "n_layers": 1},
+            "train": {"steps": 10, "log_every": 5, "seq_len": 16, "batch_size": 2},
+            "axes": {"wrap": ["pre"]},
+        }
+    )
+    db, grid = str(tmp_path / "s.sqlite"), tmp_path / "one.yaml"
+    grid.write_text(
+        "name: one\nmodel: {d_model: 16, n_heads: 2, max_len: 16, n_layers: 1}\n"
+        "train: {steps: 10, log_every: 5, seq_len: 16, batch_size: 2}\naxes: {wrap: [pre]}\n"
+    )
+    fill_store(db, study)
+    assert main(["study", "--grid", str(grid), "--db", db, "--no-report"]) == 0
+    out = capsys.readouterr().out
+    assert "study 'one': 1 run, 1 already done, 0 to run" in out and "ran 0 of 1 run in" in out
+    assert "  wrapping  1 layer\n" in out
+    store = depthlab.open(db)
+    assert ": 1 study (one)>" in repr(store) and ": 1 run (1 trained)" in repr(store.study("one"))

@@ -121,10 +121,12 @@ def run(args) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     done = ", ".join(f"{n} {k}" for k, n in sorted(res.outcomes.items())) or "nothing new"
-    print(f"\nstudy {study.name!r}: ran {res.ran} of {res.total} runs in {res.seconds:.0f} s ({done})")
+    print(
+        f"\nstudy {study.name!r}: ran {res.ran} of {plural(res.total, 'run')} in {res.seconds:.0f} s ({done})"
+    )
     if res.stopped_early:
         print(
-            f"{res.stopped_early} runs stopped when their outcome was decided (diverged), saving about "
+            f"{plural(res.stopped_early, 'run')} stopped when their outcome was decided (diverged), saving about "
             f"{res.saved_seconds:.0f} s of worker time (each run's remaining steps at its own pace)"
         )
     if res.elsewhere:  # held by another live driver, of this study or of another that shares those runs

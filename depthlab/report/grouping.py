@@ -163,7 +163,7 @@ def layout(runs: list[dict], axis_order: list[str] | None = None, x: str = "auto
 
 def column_text(lay: Layout, value) -> str:
     """A column's heading: "24 layers" or "lr 0.003"."""
-    return f"{value} layers" if lay.x == "n_layers" else f"lr {value:g}"
+    return f"{value} layer{'' if value == 1 else 's'}" if lay.x == "n_layers" else f"lr {value:g}"
 
 
 @dataclass

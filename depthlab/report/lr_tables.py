@@ -111,5 +111,5 @@ def lr_summary(data: StudyData) -> str:
     for depth_, ranked in recommend(data.lr_curves).items():
         line = ", ".join(f"{r['setting']} {r['best_loss'][0]:.3f}" + (" (tied)" if r["tied_with_first"] and k else "")
                          for k, r in enumerate(ranked))  # fmt: skip
-        out.append(f"best at {depth_} layers: {line}")
+        out.append(f"best at {depth_} layer{'' if depth_ == 1 else 's'}: {line}")
     return "\n".join(out)

@@ -107,7 +107,7 @@ def run_study(
         todo = deque(sorted(todo, key=lambda t: -run_cost(t[1])))  # longest first: a shorter makespan
         res = StudyOutcome(study_id=sid, total=len(specs), skipped=len(specs) - len(todo))
         print(
-            f"study {study.name!r}: {res.total} runs, {res.skipped} already done, {len(todo)} to run "
+            f"study {study.name!r}: {plural(res.total, 'run')}, {res.skipped} already done, {len(todo)} to run "
             f"({executor}: {plural(workers, 'worker')} x {plural(threads, 'thread')}, "
             f"{plural(available_cores(), 'core')}) -> {printable(db)}",
             file=out,
