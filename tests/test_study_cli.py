@@ -241,3 +241,33 @@ def test_one_run_one_study_and_one_layer_are_said_in_the_singular(tmp_path, caps
     assert "  wrapping  1 layer\n" in out
     store = depthlab.open(db)
     assert ": 1 study (one)>" in repr(store) and ": 1 run (1 trained)" in repr(store.study("one"))
+
+
+def test_combinations_that_repeat_a_run_are_said(tmp_path, capsys):
+    """A grid whose combinations resolve to fewer runs (a seed listed twice, a wrapping that restates the
+    default norm) says so, in the dry run and in the study, where the count fell silently from 6 to 2."""
+    import io
+
+    from test_study_fakes import fake_task
+
+    from depthlab.study import StudyConfig, run_study
+
+    grid = tmp_path / "g.yaml"
+    grid.write_text(
+        "name: g\nmodel: {d_model: 16, n_heads: 2, max_len: 16, n_layers: 2}\n"
+        "train: {steps: 10, log_every: 5, seq_len: 16, batch_size: 2}\n"
+        "axes:\n  wrapping: [{wrap: pre}, {wrap: pre, norm: layernorm}, {wrap: post}]\n  seed: [0, 0]\n"
+    )
+    note = (
+        "note: 4 of the grid's 6 combinations repeat a run listed before them once resolved (a value listed "
+        "twice, or a setting that restates a default): 2 runs\n"
+    )
+    db = str(tmp_path / "s.sqlite")
+    assert main(["study", "--grid", str(grid), "--db", db, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert note in out and out.count(" new ") == 2
+    said = io.StringIO()
+    res = run_study(StudyConfig.from_yaml(str(grid)), db=db, task=fake_task, progress=False, out=said)
+    assert note in said.getvalue() and res.total == res.ran == 2
+    assert main(["study", "--preset", "smoke", "--db", db, "--dry-run"]) == 0
+    assert "note:" not in capsys.readouterr().out  # a grid without repeats: no note

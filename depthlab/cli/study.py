@@ -16,7 +16,7 @@ from depthlab.study import StudyConfig, plan, preset, run_study
 from depthlab.study.executors import EXECUTORS, check_executor, default_workers, threads_per_worker
 from depthlab.study.grid import MAX_RUNS, field_help
 from depthlab.study.presets import preset_lines
-from depthlab.study.runner import plural, store_note, time_plan
+from depthlab.study.runner import plural, repeat_note, store_note, time_plan
 from depthlab.study.store import DEFAULT_DB, check_store_path
 
 
@@ -187,6 +187,9 @@ def dry_run(study, db: str, workers: int) -> int:
         print(f"{n:>4}  {spec.hash}  {status:8}  {spec.label}", flush=n <= 10)
         if status != "done":
             todo.append((n, spec))
+    repeats = repeat_note(study, n)
+    if repeats:
+        print(repeats)
     clock, line = time_plan(todo, [], workers, threads_per_worker(workers))
     if clock is not None:
         line += f", on {plural(workers, 'worker')}"

@@ -85,8 +85,9 @@ def run_study(
     threads = threads_per_worker(workers)
     note = store_note(db)
     with Store(db) as store:
-        if note:
-            print(note, file=out, flush=True)
+        for line in (note, repeat_note(study, len(specs))):
+            if line:
+                print(line, file=out, flush=True)
         sid = store.add_study(study.name, study.to_dict(), study.config_hash(specs), specs)
         namesakes = [str(s["id"]) for s in store.studies() if s["name"] == study.name and s["id"] != sid]
         if namesakes:  # a grid edited under the same name is a new study, not a change to the old one
@@ -179,6 +180,18 @@ def store_note(db: str) -> str | None:
     if os.path.isfile(db) and os.path.getsize(db) == 0:
         return f"{printable(db)} is an empty file: it becomes a new study store"
     return None
+
+
+def repeat_note(study: StudyConfig, runs: int) -> str | None:
+    """The line that says ``runs`` (the grid's distinct runs) is fewer than its combinations: some of
+    them resolve to a run listed before (:meth:`StudyConfig.expand` drops the repeats); None otherwise."""
+    count = study.count()
+    if runs >= count:
+        return None
+    return (
+        f"note: {count - runs:,} of the grid's {count:,} combinations repeat a run listed before them once "
+        f"resolved (a value listed twice, or a setting that restates a default): {plural(runs, 'run')}"
+    )
 
 
 def check_study_memory(specs: list[RunSpec], workers: int) -> None:
