@@ -206,6 +206,10 @@ def test_hf_unknown_model_type_is_one_short_line(tmp_path, capsys):
             "--qk-norm is not allowed: false unless",
         ),
         (["train", "--layers", "1", "--lr", "-1"], "--lr -1.0 is not allowed"),
+        # check seeds torch before it builds a config (and --module builds none): the seed is checked first
+        (["check", "--seed", "-1"], "--seed -1 is not allowed: an integer >= 0"),
+        (["check", "--seed", str(2**64)], f"--seed {2**64} is not allowed: an integer >= 0"),
+        (["check", "--module", "m:build", "--claims", "pre", "--seed", "-2"], "--seed -2 is not allowed"),
     ],
 )
 def test_a_config_error_names_the_flag_typed_not_the_field(capsys, argv, needle):
