@@ -185,6 +185,7 @@ def test_far_from_every_measured_run_and_outside_the_fit_there_is_no_confident_c
         (["--arch", "encoder"], "decoder"),
         (["--vocab", "97"], "--vocab 97"),  # the probe's batch is bytes: refused before it, not during
         (["--transfer-study", "x"], "--transfer"),
+        (["--transfer-study", ""], "--transfer-study '' is not allowed"),  # not read as left out
         (["--to-depth", "8", "--transfer", "missing.sqlite"], "missing.sqlite"),
         (["--to-depth", "8", "--transfer", "other.sqlite", "--transfer-study", "nope"], "nope"),
         (

@@ -151,6 +151,20 @@ def test_model_flags_that_would_be_misread_are_refused(capsys, argv, needles):
     _refused(capsys, [*argv, *TINY], *needles)
 
 
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["check", "--module", ""], "--module: an empty value names no module"),  # not the flags' model
+        (["check", "--module", " ", "--claims", "pre"], "--module: an empty value names no module"),
+        (["study", "--preset", "smoke", "--dry-run", "--ray-address", ""], "--ray-address '' is not allowed"),
+    ],
+)
+def test_an_empty_value_is_refused_not_read_as_the_flag_left_out(tmp_path, monkeypatch, capsys, argv, needle):
+    monkeypatch.chdir(tmp_path)
+    _refused(capsys, argv, needle)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_several_skips_off_with_plus_and_cross_in_encdec(capsys):
     code, out, _ = _run(capsys, ["explain", *TINY, "--no-residual", "attn+ffn", "--json", "-"])
     assert code == 0 and json.loads(out)["config"]["residual"] == ["cross"]

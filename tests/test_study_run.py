@@ -50,6 +50,10 @@ def test_bad_executor_settings_are_refused():
         make_executor("local", 0, 1)
     with pytest.raises(ConfigError, match="ray_address"):
         make_executor("local", 1, 1, address="10.0.0.1:6379")
+    for empty in ("", " "):  # no address: not read as none given (a local Ray), with either executor
+        for kind in ("local", "ray"):
+            with pytest.raises(ConfigError, match="^ray_address=.* is not allowed: a Ray cluster's address"):
+                make_executor(kind, 1, 1, address=empty)
 
 
 def test_study_runs_every_run_once_and_resume_skips_done(tmp_path):

@@ -110,18 +110,20 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-# Path flags a command reads with "if args.flag:", where '' would be taken as the flag not given
-# (--hf '' probing the default model instead of the one meant): refused for every command up front.
-EMPTY_REFUSED = ("hf", "plot")
+# Flags a command reads with "if args.flag:", where '' would be taken as the flag not given (--hf ''
+# probing the default model instead of the one meant, --module '' checking the flags' model instead of
+# the user's): refused for every command up front. dest -> what an empty value fails to name.
+EMPTY_REFUSED = {"hf": "path names no file or folder", "plot": "path names no file or folder",
+                 "module": "value names no module (MOD:FN)"}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
-        for dest in EMPTY_REFUSED:
+        for dest, what in EMPTY_REFUSED.items():
             value = getattr(args, dest, None)
             if isinstance(value, str) and not value.strip():
-                raise InputError(f"--{dest}: an empty path names no file or folder")
+                raise InputError(f"--{dest}: an empty {what}")
         with spoken_as_flags():  # the library's messages name the flags the user typed
             return int(args.run(args) or 0)
     except ConfigError as e:
