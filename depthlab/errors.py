@@ -34,6 +34,7 @@ OPTIONS = {
     "d_model": ("d_model", "--d-model"),
     "batch_size": ("batch_size", "--batch-size"),
     "seq_len": ("seq_len", "--seq-len"),
+    "data": ("data file", "--data"),  # TrainConfig.data, probe_config(data=...)
     "checkpoint_activations": ("activation_checkpointing=True", "--checkpoint-activations"),
     "steps": ("steps", "--steps"),
     "lr": ("lr", "--lr"),

@@ -165,6 +165,28 @@ def test_an_empty_value_is_refused_not_read_as_the_flag_left_out(tmp_path, monke
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    "command, data, needle",
+    [
+        (TRAIN, "nope.txt", "--data nope.txt does not exist"),
+        (PROBE, "nope.txt", "--data nope.txt does not exist"),
+        (
+            TRAIN,
+            "short.txt",
+            "--data short.txt is too short: 30 bytes give 27 train / 3 validation bytes; --seq-len 8",
+        ),
+        (TRAIN, "empty.txt", "--data empty.txt is empty"),
+        (PROBE, ".", "--data . is a directory"),
+    ],
+)
+def test_a_bad_data_file_is_named_by_its_flag(tmp_path, monkeypatch, capsys, command, data, needle):
+    """The user typed --data (from Python the message says "data file": tests/test_data.py)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "short.txt").write_text("the quick brown fox jumps over")
+    (tmp_path / "empty.txt").write_text("")
+    _refused(capsys, [*command, "--data", data], needle)
+
+
 def test_several_skips_off_with_plus_and_cross_in_encdec(capsys):
     code, out, _ = _run(capsys, ["explain", *TINY, "--no-residual", "attn+ffn", "--json", "-"])
     assert code == 0 and json.loads(out)["config"]["residual"] == ["cross"]

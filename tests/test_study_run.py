@@ -321,7 +321,7 @@ def test_a_changed_data_file_is_run_again(tmp_path, monkeypatch):
     data.write_bytes(b"def f(x):\n    return x + 1\n" * 40)
     reads = []
     real = data_mod.read_data_file
-    monkeypatch.setattr(data_mod, "read_data_file", lambda p: reads.append(p) or real(p))
+    monkeypatch.setattr(data_mod, "read_data_file", lambda p, *name: reads.append(p) or real(p, *name))
     study = _data_study(data)
     assert reads == [str(data)]  # the grid is expanded (validated) once on loading: one read
     specs = study.expand()
