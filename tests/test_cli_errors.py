@@ -187,6 +187,26 @@ def test_a_bad_data_file_is_named_by_its_flag(tmp_path, monkeypatch, capsys, com
     _refused(capsys, [*command, "--data", data], needle)
 
 
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        ([*PROBE, "--data", "nope.txt"], "--data nope.txt does not exist"),
+        (["explain", *TINY, "--d-ff", str(10**20)], "building the model needs about"),
+        (
+            ["advise", *TINY, "--seq-len", "8", "--atlas", "nope.sqlite"],
+            "--atlas nope.sqlite: no study store",
+        ),
+        (["transfer", "--db", "nope.sqlite", "--to-depth", "8"], "--db nope.sqlite: no study store there"),
+    ],
+)
+def test_a_refused_command_leaves_no_folder_made_for_its_json(tmp_path, monkeypatch, capsys, argv, needle):
+    """--json's folder is made when the path is checked, before the work; a refusal after that check
+    removes it again (it made the folder, nothing was written in it)."""
+    monkeypatch.chdir(tmp_path)
+    _refused(capsys, [*argv, "--json", "new/deeper/out.json"], needle)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_several_skips_off_with_plus_and_cross_in_encdec(capsys):
     code, out, _ = _run(capsys, ["explain", *TINY, "--no-residual", "attn+ffn", "--json", "-"])
     assert code == 0 and json.loads(out)["config"]["residual"] == ["cross"]
