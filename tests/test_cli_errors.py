@@ -287,3 +287,13 @@ def test_a_refused_skip_is_named_by_the_flag_that_turned_it_off(capsys):
     assert err.startswith(
         "depthlab explain: error: --no-residual attn is not allowed: every skip on with wrap=hc"
     )
+
+
+@pytest.mark.timeout(30)
+def test_heads_beyond_any_width_are_refused_at_once(capsys):
+    """The head counts suggested are the width's divisors: not searched for up to the --heads typed."""
+    _refused(
+        capsys,
+        ["explain", "--heads", str(10**23)],
+        f"--heads {10**23} is not allowed: a divisor of d_model 64 (ask for 64)",
+    )
