@@ -297,3 +297,12 @@ def test_heads_beyond_any_width_are_refused_at_once(capsys):
         ["explain", "--heads", str(10**23)],
         f"--heads {10**23} is not allowed: a divisor of d_model 64 (ask for 64)",
     )
+
+
+def test_weights_that_cannot_fit_name_the_flags_on_the_command_line_and_the_fields_in_python(capsys):
+    from depthlab import InputError, ModelConfig, build_model
+
+    err = _refused(capsys, ["check", "--d-ff", str(10**20)], "alone, more than the")
+    assert err.rstrip().endswith("use a smaller --layers, --d-model, --d-ff or --vocab"), err
+    with pytest.raises(InputError, match="use a smaller n_layers, d_model, d_ff or vocab_size$"):
+        build_model(ModelConfig(d_ff=10**20))
