@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from depthlab.errors import ConfigError, InputError
+from depthlab.errors import ConfigError, InputError, option
 from depthlab.paths import check_input_file
 
 BLOCK = 8192  # bytes per split block
@@ -62,20 +62,22 @@ def _stdlib_corpus() -> tuple[torch.Tensor, torch.Tensor, dict]:
     return *split(data, info), info
 
 
-def read_data_file(path: str) -> bytes:
-    """The bytes of a user's data file; any problem is an InputError of one line. It must be a regular
-    file: a FIFO, a device or a socket is refused before it is opened (reading one may never end)."""
-    check_input_file(path, "data file")
+def read_data_file(path: str, name: str | None = None) -> bytes:
+    """The bytes of a user's data file; any problem is an InputError of one line naming it as ``name``
+    (default: ``--data`` on the command line, "data file" from Python). It must be a regular file: a
+    FIFO, a device or a socket is refused before it is opened (reading one may never end)."""
+    name = name or option("data")
+    check_input_file(path, name)
     p = Path(path)
     try:
         data = p.read_bytes()
     except OSError as e:
-        raise InputError(f"cannot read data file {path}: {e.strerror or e}") from None
+        raise InputError(f"cannot read {name} {path}: {e.strerror or e}") from None
     if not data:
-        raise InputError(f"data file {path} is empty")
+        raise InputError(f"{name} {path} is empty")
     if data.count(data[:1]) == len(data):  # one byte value: its loss is 0 from the first step
         raise InputError(
-            f"data file {path} holds one byte value only ({data[:1]!r} x {len(data):,}): there is "
+            f"{name} {path} holds one byte value only ({data[:1]!r} x {len(data):,}): there is "
             "nothing to predict; pass a text"
         )
     return data
@@ -94,17 +96,19 @@ def load_corpus(path: str | None, seq_len: int) -> Corpus:
             "files": [os.path.basename(path)],
         }
         train, val = split(data, info)
-    check_length(path or info["root"], info, seq_len)
+    check_length(f"the corpus {info['root']}" if path is None else f"{option('data')} {path}", info, seq_len)
     return Corpus(train=train, val=val, info=info)
 
 
-def check_length(where: str, info: dict, seq_len: int) -> None:
-    """InputError unless both splits recorded in ``info`` (by :func:`split`) hold ``seq_len + 1`` bytes."""
+def check_length(where: str, info: dict, seq_len: int, length: str | None = None) -> None:
+    """InputError unless both splits recorded in ``info`` (by :func:`split`) hold ``seq_len + 1`` bytes;
+    ``where`` and ``length``: how the message names the data ("--data notes.txt") and the length
+    (default: ``--seq-len`` on the command line, ``seq_len`` from Python)."""
     need = seq_len + 1
     if info["train_bytes"] < need or info["val_bytes"] < need:
         raise InputError(
-            f"data {where} is too short: {info['bytes']} bytes give {info['train_bytes']} train / "
-            f"{info['val_bytes']} validation bytes; seq-len {seq_len} needs {need} in each "
+            f"{where} is too short: {info['bytes']} bytes give {info['train_bytes']} train / "
+            f"{info['val_bytes']} validation bytes; {length or option('seq_len')} {seq_len} needs {need} in each "
             f"(about {VAL_EVERY * need} bytes in all)"
         )
 

@@ -32,8 +32,11 @@ OPTIONS = {
     "force_memory": ("force_memory=True", "--force-memory"),
     "layers": ("n_layers", "--layers"),
     "d_model": ("d_model", "--d-model"),
+    "d_ff": ("d_ff", "--d-ff"),
+    "vocab": ("vocab_size", "--vocab"),
     "batch_size": ("batch_size", "--batch-size"),
     "seq_len": ("seq_len", "--seq-len"),
+    "data": ("data file", "--data"),  # TrainConfig.data, probe_config(data=...)
     "checkpoint_activations": ("activation_checkpointing=True", "--checkpoint-activations"),
     "steps": ("steps", "--steps"),
     "lr": ("lr", "--lr"),

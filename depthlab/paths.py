@@ -167,6 +167,12 @@ def check_folder(path: str | Path, flag: str) -> Path:
     return where
 
 
+# The folders make_folder created (each with the existing folder it was made under): a command refused
+# after its output paths were checked removes those still empty (:func:`undo_new_folders`), so that a
+# refusal leaves nothing behind.
+_NEW_FOLDERS: list[tuple[str, str]] = []
+
+
 def make_folder(folder: str, flag: str, path: str) -> None:
     """Create ``folder`` and its parents for the ``path`` given to ``flag``; InputError when it cannot be."""
     existing = existing_ancestor(folder)
@@ -176,6 +182,26 @@ def make_folder(folder: str, flag: str, path: str) -> None:
         os.makedirs(folder, exist_ok=True)
     except BAD_PATH as e:
         raise InputError(f"{flag} {path}: cannot create the folder {folder}: {e.strerror}") from None
+    if existing != Path(folder).absolute():
+        _NEW_FOLDERS.append((os.path.abspath(folder), str(existing)))
+
+
+def forget_new_folders() -> None:
+    """Keep the folders :func:`make_folder` created so far (a command starting: they are not its own)."""
+    _NEW_FOLDERS.clear()
+
+
+def undo_new_folders() -> None:
+    """Remove the folders :func:`make_folder` created since the last call that are still empty, deepest
+    first (a folder something was written into is kept)."""
+    while _NEW_FOLDERS:
+        folder, existing = _NEW_FOLDERS.pop()
+        while folder != existing:
+            try:
+                os.rmdir(folder)
+            except OSError:
+                break
+            folder = os.path.dirname(folder)
 
 
 def check_output_file(path: str | None, flag: str, formats: tuple[str, ...] = ()) -> bool:

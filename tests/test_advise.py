@@ -177,7 +177,8 @@ def test_far_from_every_measured_run_and_outside_the_fit_there_is_no_confident_c
     "argv, says",
     [
         (["--alternatives", "bogus"], "alternatives"),
-        (["--atlas", "missing.sqlite"], "missing.sqlite"),
+        (["--atlas", "missing.sqlite"], "--atlas missing.sqlite: no study store there"),
+        (["--atlas", "empty.sqlite"], "(it is empty); choose another --atlas"),  # the flag typed, not --db
         (["--json", "out.txt"], "--json"),
         (["--lr", "-1"], "lr"),
         (["--lr", "-1e-3"], "lr"),  # a negative value in exponent form, not a flag
@@ -185,6 +186,7 @@ def test_far_from_every_measured_run_and_outside_the_fit_there_is_no_confident_c
         (["--arch", "encoder"], "decoder"),
         (["--vocab", "97"], "--vocab 97"),  # the probe's batch is bytes: refused before it, not during
         (["--transfer-study", "x"], "--transfer"),
+        (["--transfer-study", ""], "--transfer-study '' is not allowed"),  # not read as left out
         (["--to-depth", "8", "--transfer", "missing.sqlite"], "missing.sqlite"),
         (["--to-depth", "8", "--transfer", "other.sqlite", "--transfer-study", "nope"], "nope"),
         (
@@ -208,6 +210,7 @@ def test_bad_input_is_one_line_and_exit_2_before_any_probe(argv, says, capsys, t
 
     with Store("other.sqlite") as store:  # a store without the study asked for
         store.add_study("other", {}, "0", [])
+    (tmp_path / "empty.sqlite").touch()
     monkeypatch.setattr("depthlab.advise.advice.probe_run", lambda *a, **k: pytest.fail("probed"))
     assert main(["advise", "--layers", "2", "--d-model", "16", "--heads", "2", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -181,7 +181,7 @@ def test_watch_and_advise_name_their_arguments(model):
         depthlab.advise(None, None)
     with pytest.raises(TypeError, match="train must be a depthlab.TrainConfig, not ModelConfig"):
         depthlab.advise(CFG, CFG)
-    with pytest.raises(InputError, match="no study store at no-such.sqlite"):
+    with pytest.raises(InputError, match="^stores no-such.sqlite: no study store there"):  # its argument
         load_atlas("no-such.sqlite")  # one path, not its characters
     with pytest.raises(TypeError, match="a study store's path or a list of them, not int"):
         load_atlas(5)

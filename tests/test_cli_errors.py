@@ -151,6 +151,62 @@ def test_model_flags_that_would_be_misread_are_refused(capsys, argv, needles):
     _refused(capsys, [*argv, *TINY], *needles)
 
 
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["check", "--module", ""], "--module: an empty value names no module"),  # not the flags' model
+        (["check", "--module", " ", "--claims", "pre"], "--module: an empty value names no module"),
+        (["study", "--preset", "smoke", "--dry-run", "--ray-address", ""], "--ray-address '' is not allowed"),
+    ],
+)
+def test_an_empty_value_is_refused_not_read_as_the_flag_left_out(tmp_path, monkeypatch, capsys, argv, needle):
+    monkeypatch.chdir(tmp_path)
+    _refused(capsys, argv, needle)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "command, data, needle",
+    [
+        (TRAIN, "nope.txt", "--data nope.txt does not exist"),
+        (PROBE, "nope.txt", "--data nope.txt does not exist"),
+        (
+            TRAIN,
+            "short.txt",
+            "--data short.txt is too short: 30 bytes give 27 train / 3 validation bytes; --seq-len 8",
+        ),
+        (TRAIN, "empty.txt", "--data empty.txt is empty"),
+        (PROBE, ".", "--data . is a directory"),
+    ],
+)
+def test_a_bad_data_file_is_named_by_its_flag(tmp_path, monkeypatch, capsys, command, data, needle):
+    """The user typed --data (from Python the message says "data file": tests/test_data.py)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "short.txt").write_text("the quick brown fox jumps over")
+    (tmp_path / "empty.txt").write_text("")
+    _refused(capsys, [*command, "--data", data], needle)
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        ([*PROBE, "--data", "nope.txt"], "--data nope.txt does not exist"),
+        (["explain", *TINY, "--d-ff", str(10**20)], "building the model needs about"),
+        (
+            ["advise", *TINY, "--seq-len", "8", "--atlas", "nope.sqlite"],
+            "--atlas nope.sqlite: no study store",
+        ),
+        (["transfer", "--db", "nope.sqlite", "--to-depth", "8"], "--db nope.sqlite: no study store there"),
+    ],
+)
+def test_a_refused_command_leaves_no_folder_made_for_its_json(tmp_path, monkeypatch, capsys, argv, needle):
+    """--json's folder is made when the path is checked, before the work; a refusal after that check
+    removes it again (it made the folder, nothing was written in it)."""
+    monkeypatch.chdir(tmp_path)
+    _refused(capsys, [*argv, "--json", "new/deeper/out.json"], needle)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_several_skips_off_with_plus_and_cross_in_encdec(capsys):
     code, out, _ = _run(capsys, ["explain", *TINY, "--no-residual", "attn+ffn", "--json", "-"])
     assert code == 0 and json.loads(out)["config"]["residual"] == ["cross"]
@@ -206,6 +262,10 @@ def test_hf_unknown_model_type_is_one_short_line(tmp_path, capsys):
             "--qk-norm is not allowed: false unless",
         ),
         (["train", "--layers", "1", "--lr", "-1"], "--lr -1.0 is not allowed"),
+        # check seeds torch before it builds a config (and --module builds none): the seed is checked first
+        (["check", "--seed", "-1"], "--seed -1 is not allowed: an integer >= 0"),
+        (["check", "--seed", str(2**64)], f"--seed {2**64} is not allowed: an integer >= 0"),
+        (["check", "--module", "m:build", "--claims", "pre", "--seed", "-2"], "--seed -2 is not allowed"),
     ],
 )
 def test_a_config_error_names_the_flag_typed_not_the_field(capsys, argv, needle):
@@ -227,3 +287,22 @@ def test_a_refused_skip_is_named_by_the_flag_that_turned_it_off(capsys):
     assert err.startswith(
         "depthlab explain: error: --no-residual attn is not allowed: every skip on with wrap=hc"
     )
+
+
+@pytest.mark.timeout(30)
+def test_heads_beyond_any_width_are_refused_at_once(capsys):
+    """The head counts suggested are the width's divisors: not searched for up to the --heads typed."""
+    _refused(
+        capsys,
+        ["explain", "--heads", str(10**23)],
+        f"--heads {10**23} is not allowed: a divisor of d_model 64 (ask for 64)",
+    )
+
+
+def test_weights_that_cannot_fit_name_the_flags_on_the_command_line_and_the_fields_in_python(capsys):
+    from depthlab import InputError, ModelConfig, build_model
+
+    err = _refused(capsys, ["check", "--d-ff", str(10**20)], "alone, more than the")
+    assert err.rstrip().endswith("use a smaller --layers, --d-model, --d-ff or --vocab"), err
+    with pytest.raises(InputError, match="use a smaller n_layers, d_model, d_ff or vocab_size$"):
+        build_model(ModelConfig(d_ff=10**20))

@@ -141,3 +141,29 @@ def test_a_refused_size_is_named_by_the_flag_that_set_it(capsys):
     )
     assert main(["coord", "--widths", "30,64"]) == 2
     assert capsys.readouterr().err.startswith("depthlab coord: error: --widths 30 is not allowed")
+
+
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (
+            ["--depths", "2,4", "--heads", "3"],
+            "--heads 3 is not allowed: a divisor of the width 128 (ask for 2 or 4)",
+        ),
+        (
+            ["--depths", "2,4", "--width", "30", "--heads", "4"],
+            "--width 30 is not allowed: a multiple of --heads 4",
+        ),
+        (["--widths", "30,64", "--heads", "4"], "--widths 30 is not allowed: a multiple of --heads 4"),
+        (
+            ["--depths", "2,4", "--heads", str(10**23)],
+            f"--heads {10**23} is not allowed: a divisor of the width 128",
+        ),
+    ],
+)
+def test_heads_that_do_not_split_the_width_name_the_flag_typed(capsys, argv, line):
+    """--heads typed against the default width is named as --heads (not as a --width never typed), and
+    no message points to a config file, which coord does not read."""
+    assert main(["coord", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"depthlab coord: error: {line}") and "config file" not in err, err

@@ -67,6 +67,7 @@ def test_coord_out_of_memory_is_exit_2(capsys, monkeypatch):
         (["study", "--preset", "smoke", "--report", "", "--db", "{tmp}/s.sqlite"], "--report: an empty path"),
         (["report", "--run", "{tmp}", "--out", ""], "--out: an empty path"),
         (["transfer", "--to-depth", "8", "--json", ""], "--json: an empty path"),
+        (["transfer", "--to-depth", "8", "--db", " "], "--db: an empty path"),  # not "no study store at  "
     ],
 )
 def test_an_empty_path_is_refused_not_read_as_the_default(capsys, tmp_path, monkeypatch, argv, needle):

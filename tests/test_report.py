@@ -229,7 +229,7 @@ def test_report_cli(db, tmp_path, capsys):
     text = capsys.readouterr().out
     assert f"report: {out}/index.html" in text and "stalled 3.21" in text
     assert main(["report", "--db", str(tmp_path / "none.sqlite"), "--out", out]) == 2
-    assert "no study store" in capsys.readouterr().err
+    assert f"--db {tmp_path / 'none.sqlite'}: no study store there" in capsys.readouterr().err
     assert main(["report", "--db", db, "--study", "nope"]) == 2
 
 

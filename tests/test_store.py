@@ -72,7 +72,8 @@ def test_a_users_database_is_refused_and_left_byte_for_byte(tmp_path, create):
     with pytest.raises(InputError) as e:
         Store(str(path), create=create)
     msg = str(e.value)
-    assert msg == f"{path} is not a depthlab store (it holds tables: contacts, notes); choose another --db"
+    # from Python the path is the argument db (the command line's --db: tests/test_study_cli.py)
+    assert msg == f"{path} is not a depthlab store (it holds tables: contacts, notes); choose another db"
     assert _snapshot(tmp_path) == before  # same bytes, same mtime, no -wal/-shm beside it
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"

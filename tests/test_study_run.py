@@ -50,6 +50,10 @@ def test_bad_executor_settings_are_refused():
         make_executor("local", 0, 1)
     with pytest.raises(ConfigError, match="ray_address"):
         make_executor("local", 1, 1, address="10.0.0.1:6379")
+    for empty in ("", " "):  # no address: not read as none given (a local Ray), with either executor
+        for kind in ("local", "ray"):
+            with pytest.raises(ConfigError, match="^ray_address=.* is not allowed: a Ray cluster's address"):
+                make_executor(kind, 1, 1, address=empty)
 
 
 def test_study_runs_every_run_once_and_resume_skips_done(tmp_path):
@@ -317,7 +321,7 @@ def test_a_changed_data_file_is_run_again(tmp_path, monkeypatch):
     data.write_bytes(b"def f(x):\n    return x + 1\n" * 40)
     reads = []
     real = data_mod.read_data_file
-    monkeypatch.setattr(data_mod, "read_data_file", lambda p: reads.append(p) or real(p))
+    monkeypatch.setattr(data_mod, "read_data_file", lambda p, *name: reads.append(p) or real(p, *name))
     study = _data_study(data)
     assert reads == [str(data)]  # the grid is expanded (validated) once on loading: one read
     specs = study.expand()

@@ -16,7 +16,7 @@ from importlib.metadata import entry_points
 from depthlab.cli import advise, check, coord, explain, probe, report, study, train, transfer
 from depthlab.cli.common import as_typed
 from depthlab.errors import ConfigError, InputError, spoken_as_flags
-from depthlab.paths import printable
+from depthlab.paths import forget_new_folders, printable, undo_new_folders
 
 # What ``depthlab --help`` says (the module docstring above is for developers).
 DESCRIPTION = (
@@ -110,24 +110,29 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-# Path flags a command reads with "if args.flag:", where '' would be taken as the flag not given
-# (--hf '' probing the default model instead of the one meant): refused for every command up front.
-EMPTY_REFUSED = ("hf", "plot")
+# Flags a command reads with "if args.flag:", where '' would be taken as the flag not given (--hf ''
+# probing the default model instead of the one meant, --module '' checking the flags' model instead of
+# the user's): refused for every command up front. dest -> what an empty value fails to name.
+EMPTY_REFUSED = {"hf": "path names no file or folder", "plot": "path names no file or folder",
+                 "module": "value names no module (MOD:FN)"}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    forget_new_folders()
     try:
-        for dest in EMPTY_REFUSED:
+        for dest, what in EMPTY_REFUSED.items():
             value = getattr(args, dest, None)
             if isinstance(value, str) and not value.strip():
-                raise InputError(f"--{dest}: an empty path names no file or folder")
+                raise InputError(f"--{dest}: an empty {what}")
         with spoken_as_flags():  # the library's messages name the flags the user typed
             return int(args.run(args) or 0)
     except ConfigError as e:
+        undo_new_folders()  # a refusal leaves nothing behind: not the folder made for its --json
         sys.stderr.write(f"depthlab {args.command}: error: {printable(as_typed(e, args, args.flags))}\n")
         return 2
     except InputError as e:
+        undo_new_folders()
         sys.stderr.write(f"depthlab {args.command}: error: {printable(e)}\n")
         return 2
     except KeyboardInterrupt:
@@ -136,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     except (MemoryError, RuntimeError) as e:
         if not out_of_memory(e) or os.environ.get("DEPTHLAB_DEBUG"):
             return _failed(args, e)
+        undo_new_folders()
         first = (str(e).strip().splitlines() or ["no memory left"])[0][:200]
         sys.stderr.write(
             f"depthlab {args.command}: error: out of memory ({printable(first)}): use a smaller model or "

@@ -117,7 +117,7 @@ def run(args) -> int:
         raise ConfigError("to_width", args.to_width, heads)
     if args.transfer is not None and target is None:
         raise ConfigError("transfer", args.transfer, "unset without --to-depth or --to-width")
-    if args.transfer_study and args.transfer is None:
+    if args.transfer_study is not None and args.transfer is None:  # '' too: it names no study
         raise ConfigError(
             "transfer_study", args.transfer_study, "unset without --transfer (the store it is in)"
         )

@@ -14,7 +14,9 @@ from depthlab.cli.common import (
     given_model_flags,
     model_config_from_args,
     refuse_flags,
+    seed_from_args,
 )
+from depthlab.config_base import check_seed
 from depthlab.errors import ConfigError, InputError
 from depthlab.interop.hf import read_config
 from depthlab.interop.hf.load import transformers_module
@@ -44,6 +46,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    seed = seed_from_args(args)
+    check_seed(seed)  # torch.manual_seed comes before the model's config (and --module has none)
     claims = (
         None
         if args.claims is None
@@ -64,8 +68,8 @@ def run(args) -> int:
     if args.module and (args.hf or given_model_flags(args)):
         raise InputError("--module checks your model as it is: give no model flags or --hf with it")
     check_output_file(args.json, "--json")
-    torch.manual_seed(args.seed or 0)
-    report = check_wiring(_model(args), claims, seed=args.seed or 0)
+    torch.manual_seed(seed)
+    report = check_wiring(_model(args), claims, seed=seed)
     if args.json == "-":
         write_json(report.to_dict(), "-")
     else:

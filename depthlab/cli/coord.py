@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from depthlab.cli.common import add_memory_flag, refuse_flags
+from depthlab.cli.common import add_memory_flag, fitting_heads, refuse_flags
 from depthlab.config import PARAMS, TrainConfig, wrap_names
 from depthlab.errors import ConfigError, InputError
 from depthlab.paths import check_folder, check_output_file, printable, safe_name, save_figure, write_json
@@ -153,6 +153,13 @@ def run(args) -> int:
     try:
         spec.configs()  # every combination validated: a refused one is one line before any run
     except ConfigError as e:  # a model field that one of coord's own flags sets: named as that flag
+        if e.field == "d_model" and e.other == "n_heads":  # coord reads no config file: no d_head to set
+            if spec.axis == "depth" and args.width is None:  # the default width: --heads was typed
+                fit = fitting_heads(e.value, args.heads)
+                why = f"a divisor of the width {e.value} ({fit})"
+                raise InputError(f"--heads {args.heads} is not allowed: {why}") from None
+            flag = _FLAG_OF_FIELD[(e.field, spec.axis)]
+            raise InputError(f"{flag} {e.value} is not allowed: a multiple of --heads {args.heads}") from None
         flag = _FLAG_OF_FIELD.get((e.field, spec.axis))
         if flag is None:
             raise

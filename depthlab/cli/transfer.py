@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 
 from depthlab.errors import InputError
-from depthlab.paths import check_folder, check_output_file, save_figure, write_json
+from depthlab.paths import check_folder, check_output_file, printable, save_figure, write_json
 from depthlab.report.data import load
 from depthlab.report.transfer_plots import best_lr_figure, loss_vs_lr_figure
 from depthlab.study.store import DEFAULT_DB
+from depthlab.study.storefile import check_store_path
 from depthlab.study.transfer import runs_at, study_shape, transfers
 from depthlab.study.transfer_text import (
     format_transfer,
@@ -76,10 +77,11 @@ def check_flags(args) -> tuple[str, int]:
 
 def run(args) -> int:
     axis, target = check_flags(args)
-    if args.db and not os.path.exists(args.db):  # no study run yet: say which one answers this question
+    check_store_path(args.db)  # '' or ' ' names no store: refused as such, not as a store to make
+    if not os.path.exists(args.db):  # no study run yet: say which one answers this question
         mine = getattr(args, "width" if axis == "depth" else "depth")
-        raise InputError(f"no study store at {args.db}: run a transfer study first ({preset_command(axis, mine)} "
-                         f"--db {args.db})")  # fmt: skip
+        raise InputError(f"--db {printable(args.db)}: no study store there; run a transfer study first "
+                         f"({preset_command(axis, mine)} --db {printable(args.db)})")  # fmt: skip
     data = load(args.db, args.study)
     shape = study_shape([r for r in data.runs if r.get("status") == "done"] or data.runs)
     why = mismatch(axis, shape, args.width, args.depth) or (

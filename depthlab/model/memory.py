@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import torch
 
 from depthlab.config import WRAPPINGS, ModelConfig
-from depthlab.errors import InputError, option
+from depthlab.errors import InputError, option, option_list
 
 try:
     import resource  # POSIX only
@@ -247,5 +247,5 @@ def check_weights_fit(cfg: ModelConfig) -> None:
     if free is not None and need > free:
         raise InputError(
             f"building the model needs {gb(need)} for the weights of its {param_count(cfg):,} parameters "
-            f"alone, more than the {gb(free)} free: use a smaller n_layers, d_model or vocab_size"
+            f"alone, more than the {gb(free)} free: use a smaller {option_list('layers', 'd_model', 'd_ff', 'vocab')}"
         )

@@ -224,6 +224,8 @@ def check_executor(kind: str, workers: int, address: str | None = None) -> None:
         check_int("workers", workers)
     else:  # processes on this machine: each needs at least one core's share
         check_threads(workers, "workers")
+    if address is not None and not address.strip():  # read as no address, it would start a local Ray
+        raise ConfigError("ray_address", address, "a Ray cluster's address (without one, a local Ray starts)")
     if address and kind != "ray":
         raise ConfigError("ray_address", address, "only with --executor ray")
     if kind == "ray" and importlib.util.find_spec("ray") is None:

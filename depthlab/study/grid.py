@@ -78,7 +78,7 @@ def data_file_info(path: str) -> dict:
     InputError naming ``train.data`` when it cannot be read."""
     try:
         info: dict = {}
-        split(read_data_file(path), info)
+        split(read_data_file(path, "data file"), info)
     except InputError as e:
         raise InputError(f"train.data: {e}") from None
     return info
@@ -86,7 +86,7 @@ def data_file_info(path: str) -> dict:
 
 def check_data_length(path: str, info: dict, seq_len: int) -> None:
     try:
-        check_length(path, info, seq_len)
+        check_length(f"data file {path}", info, seq_len, "train.seq_len")
     except InputError as e:
         raise InputError(f"train.data: {e}") from None
 

@@ -56,7 +56,7 @@ class Store:
         flag = flag or option("db")  # --db on the command line, db from Python
         check_store_path(path, flag)  # flag: how the path was given, as refusals name it
         if not create and not check_input_file(path, flag, missing_ok=True):  # a FIFO is named as one
-            raise InputError(f"no study store at {printable(path)}")
+            raise InputError(f"{flag} {printable(path)}: no study store there")
         check_sqlite_header(path, flag)
         why = unwritable(path)
         if create and why:
@@ -71,19 +71,19 @@ class Store:
         except (sqlite3.DatabaseError, OSError) as e:
             raise open_error(path, e) from None
         try:
-            self.version = self._prepare(create)
+            self.version = self._prepare(create, flag)
         except BaseException as e:
             self.conn.close()
             if isinstance(e, (sqlite3.DatabaseError, OSError)):
                 raise open_error(path, e) from None
             raise
 
-    def _prepare(self, create: bool) -> int:
+    def _prepare(self, create: bool, flag: str) -> int:
         """Check the file is a sound store (reading only), then set WAL mode and migrate; returns the
         version. A read-only store is only read: it must already be at this depthlab's version."""
         self.conn.row_factory = sqlite3.Row
         self.conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        check_is_store(self.conn, self.path, create)  # before anything is written
+        check_is_store(self.conn, self.path, create, flag)  # before anything is written
         check_quick(self.conn, self.path)
         if self.read_only:
             version = current_version(self.conn)

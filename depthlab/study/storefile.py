@@ -83,13 +83,14 @@ def check_sqlite_header(path: str, flag: str | None = None) -> None:
         )
 
 
-def check_is_store(conn: sqlite3.Connection, path: str, create: bool) -> None:
+def check_is_store(conn: sqlite3.Connection, path: str, create: bool, flag: str = "--db") -> None:
     """Refuse (InputError) a database that holds anything but a depthlab store, before it is changed.
 
     A depthlab store has ``schema_version`` and, once migrated, ``studies`` and ``runs`` (a newer
     depthlab's extra tables are allowed: the migration then refuses it by version). A database with
     no table at all is a new store when ``create``, and refused otherwise (a report never creates one).
-    Only reads ``sqlite_master``, so a user's database is left byte for byte as it was.
+    Only reads ``sqlite_master``, so a user's database is left byte for byte as it was. ``flag``: how the
+    refusal names the path (``--atlas`` for a store given to advise as evidence).
     """
     tables = {
         r[0]
@@ -100,7 +101,7 @@ def check_is_store(conn: sqlite3.Connection, path: str, create: bool) -> None:
     if not tables:
         if create:
             return
-        raise InputError(f"{path} is not a depthlab store (it is empty); choose another --db")
+        raise InputError(f"{path} is not a depthlab store (it is empty); choose another {flag}")
     if "schema_version" in tables and tables == {"schema_version"}:
         return  # a store whose first migration another process is making
     if "schema_version" in tables and {"studies", "runs"} <= tables:
@@ -109,7 +110,7 @@ def check_is_store(conn: sqlite3.Connection, path: str, create: bool) -> None:
             raise InputError(damaged(path, f"its table {', '.join(missing)} is missing"))
         return
     shown = ", ".join(sorted(tables)[:8]) + (", ..." if len(tables) > 8 else "")
-    raise InputError(f"{path} is not a depthlab store (it holds tables: {shown}); choose another --db")
+    raise InputError(f"{path} is not a depthlab store (it holds tables: {shown}); choose another {flag}")
 
 
 def check_row(path: str, what: str, row: dict, numeric: tuple[str, ...]) -> dict:

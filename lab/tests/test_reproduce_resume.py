@@ -133,6 +133,38 @@ def test_bad_flags_are_one_line_and_exit_2(tmp_path, capsys, argv, needle, no_tr
     assert needle in err
 
 
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["seeds", "--out", ""], "--out: an empty path"),  # was the default runs/reproduce
+        (["seeds", "--cache", ""], "--cache: an empty path"),
+        (["seeds", "--claims", ""], "--claims applies to 'ladder' only"),
+        (["all", "--doc", ""], "--doc: an empty path"),  # was the default page, rewritten
+        (["all", "--render", "--doc", ""], "--doc: an empty path"),
+        (["all", "--ladder-db", ""], "--ladder-db: an empty path"),
+        (["all", "--parts", " "], "--parts: an empty path"),
+        (["doctor", "--db", ""], "--db: an empty path"),
+        (["doctor", "--scale-db", ""], "--scale-db: an empty path"),
+        (["ladder", "--claims", ""], "--claims='' is not allowed: one or more of"),  # was every claim
+        (["ladder", "--claims", ","], "--claims=',' is not allowed"),
+    ],
+)
+def test_an_empty_value_is_refused_not_read_as_the_default(tmp_path, monkeypatch, capsys, argv, needle):
+    """'' names nothing: it is refused before any work, never taken as the flag left out."""
+    from depthlab_lab.cli import reproduce
+
+    def work(*args, **kwargs):
+        raise AssertionError("the command started its work")
+
+    for name in ("run_all", "render_all", "print_all_plan", "run_claim", "write_ladder", "write_doctor_doc"):
+        monkeypatch.setattr(reproduce, name, work)
+    monkeypatch.chdir(tmp_path)
+    code = main(["reproduce", *argv])
+    out, err = capsys.readouterr()
+    assert code == 2 and err.count("\n") == 1 and needle in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_cached_file_holds_what_it_was_saved_with(tmp_path):
     mcfg, tcfg = lm_runs.configs({"n_layers": 2}, {"steps": 2})
     _store(str(tmp_path), mcfg, tcfg)

@@ -6,7 +6,7 @@ import os
 
 from depthlab.cli.common import add_json_flag, refuse_flags
 from depthlab.errors import ConfigError, InputError
-from depthlab.paths import check_folder, check_output_file, write_json
+from depthlab.paths import check_folder, check_output_file, check_path, write_json
 from depthlab.report.doctor_score import format_score
 from depthlab.study.executors import default_workers
 from depthlab.study.grid import StudyConfig
@@ -129,8 +129,16 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
+# The flags that name a file or folder: '' (or a NUL byte, a name too long) is refused before anything,
+# never read as the flag left out (--doc '' would have rewritten the default page).
+PATH_FLAGS = ("out", "doc", "ladder_db", "parts", "cache", "db", "scale_db", "restore")
+
+
 def run(args) -> int:
     set_torch_threads(args.threads)
+    for dest in PATH_FLAGS:
+        if getattr(args, dest) is not None:
+            check_path(getattr(args, dest), "--" + dest.replace("_", "-"))
     if args.name in ("list", "tour"):
         why = f"does nothing with '{args.name}'"
         given = {"cache": args.cache is not None, "ladder_db": args.ladder_db is not None, "plan": args.plan}
@@ -178,7 +186,7 @@ def run_doctor_command(args) -> int:
     """``depthlab reproduce doctor``: everything checked first (the page, the stores, the record to
     restore), then the record's runs written back (``--restore``), the plan and its expected time, the
     runs the stores lack trained, and the page written."""
-    db, doc, scale_db = args.db or DOCTOR_DB, args.doc or DOCTOR_DOC, args.scale_db or SCALE_DB
+    db, doc, scale_db = _or(args.db, DOCTOR_DB), _or(args.doc, DOCTOR_DOC), _or(args.scale_db, SCALE_DB)
     check_output_file(doc, "--doc", ("md",))
     check_store_path(db, "--db")
     if args.restore is not None:
@@ -221,10 +229,11 @@ def _print_restored(done: dict[str, tuple[int, int]], record: str) -> None:
 def run_reproductions(args) -> int:
     """A claim or ``all``: its plan (``--plan``), or its runs through the run cache and its result."""
     check_output_file(args.json, "--json")  # before the reproduction: a bad path must not cost its run
-    check_folder(args.out or OUT, "--out")
-    cache = args.cache or os.path.join(args.out or OUT, run_cache.DEFAULT_FOLDER)
+    out = _or(args.out, OUT)
+    check_folder(out, "--out")
+    cache = _or(args.cache, os.path.join(out, run_cache.DEFAULT_FOLDER))
     check_folder(cache, "--cache")
-    out_dir = os.path.join(args.out or OUT, args.name)
+    out_dir = os.path.join(out, args.name)
     folder = parts_of(args.parts, args.doc, args.scale)
     if args.plan:
         check_folder(folder, "--parts")  # a plan reads the parts, writes nothing
@@ -232,7 +241,7 @@ def run_reproductions(args) -> int:
         print_all_plan(names, args.scale, args.quick, cache, parts_dir=folder)
         return 0
     if args.render:
-        result = render_all(args.doc, args.scale, args.ladder_db or LADDER_DB, folder)
+        result = render_all(args.doc, args.scale, _or(args.ladder_db, LADDER_DB), folder)
         if args.json == "-":
             write_json(result.to_dict(), "-")
         else:
@@ -240,7 +249,7 @@ def run_reproductions(args) -> int:
             write_json(result.to_dict(), args.json)
         return 0
     if args.name == "all":
-        check_ladder_db(args.ladder_db or LADDER_DB)  # before any run: a bad path must not cost them
+        check_ladder_db(_or(args.ladder_db, LADDER_DB))  # before any run: a bad path must not cost them
         parts.check_writable(folder)
     with run_cache.using(cache):  # for this command only (a caller in-process keeps its own)
         if args.name == "all":
@@ -249,7 +258,7 @@ def run_reproductions(args) -> int:
                 out_dir=out_dir,
                 doc=args.doc,
                 scale=args.scale,
-                ladder_db=args.ladder_db or LADDER_DB,
+                ladder_db=_or(args.ladder_db, LADDER_DB),
                 parts_dir=folder,
                 plan=True,
             )
@@ -263,10 +272,16 @@ def run_reproductions(args) -> int:
     return 0  # a claim that does not reproduce is a result (printed as MISMATCH), not a failure
 
 
+def _or(value: str | None, default: str) -> str:
+    """A path flag's value, ``default`` when it was not given: '' is a value (refused where it is checked
+    as a path), not the flag left out."""
+    return default if value is None else value
+
+
 def _refuse_ladder_flags(args) -> None:
     """InputError when a flag of 'ladder' only, of 'all' and 'ladder', of 'all' only, or of the
     reproductions is given to another NAME, or --plan with --json (a plan writes no result)."""
-    if args.name != "ladder" and args.claims:
+    if args.name != "ladder" and args.claims is not None:
         raise InputError(f"--claims applies to 'ladder' only, not to {args.name}")
     if args.name not in ("all", "ladder") and args.plan:
         raise InputError(f"--plan applies to 'all' and 'ladder' only, not to {args.name}")
@@ -291,10 +306,10 @@ def run_ladder_command(args) -> int:
     names one: its results are not the ladder's."""
     why = "does nothing with 'ladder'"
     refuse_flags(args, why, json=args.json is not None, out=args.out is not None)
-    db = args.db or LADDER_DB
+    db = _or(args.db, LADDER_DB)
     check_db(db)
     names = chosen(args.claims)
-    doc = args.doc if args.quick else (args.doc or LADDER_DOC)
+    doc = args.doc if args.quick else _or(args.doc, LADDER_DOC)
     if doc and not args.plan:
         check_page(doc)
     if args.restore is not None:  # before the plan and the runs: what the record holds is not trained

@@ -78,7 +78,7 @@ RAISED = "the reproduction runs"  # the check that stands for a reproduction tha
 
 def doc_of(doc: str | None, scale: str) -> str:
     """The page ``reproduce all`` writes: ``doc``, else the default page of ``scale``."""
-    return doc or (DEFAULT_DOC if scale == "small" else LARGE_DOC)
+    return (DEFAULT_DOC if scale == "small" else LARGE_DOC) if doc is None else doc  # --doc '' is refused
 
 
 def parts_of(folder: str | None, doc: str | None, scale: str) -> str:

@@ -43,13 +43,15 @@ class Rung:
 def chosen(names: str | None) -> list[str]:
     """The ladder's claims named in ``names`` (comma-separated; None: all, in ladder order); an unknown
     name is a ConfigError naming the claims the ladder has."""
-    if not names:
+    if names is None:
         return list(LADDER)
     picked = [n.strip() for n in names.split(",") if n.strip()]
+    if not picked:  # '' or ',': not every claim, which leaving --claims out asks for
+        raise ConfigError("--claims", names, f"one or more of {', '.join(LADDER)}")
     for n in picked:
         if n not in LADDER:
             raise ConfigError("--claims", n, f"one of {', '.join(LADDER)}")
-    return picked or list(LADDER)
+    return picked
 
 
 def _quick(settings: dict) -> dict:
