@@ -261,7 +261,7 @@ def as_typed(error: ConfigError, args: argparse.Namespace, flags: dict) -> str:
     if error.field == "d_model" and error.other == "n_heads" and "heads" in flags:
         heads = getattr(args, "heads", None)
         if "heads" in given and "d_model" not in given:  # the heads typed do not split the width
-            return f"--heads {heads} is not allowed: a divisor of d_model {error.value} ({_fitting_heads(error.value, heads)})"
+            return f"--heads {heads} is not allowed: a divisor of d_model {error.value} ({fitting_heads(error.value, heads)})"
         if "heads" in given:  # the count typed, named as typed
             error = ConfigError("d_model", error.value, f"a multiple of --heads {heads}")  # no d_head flag
         elif not getattr(args, "hf", None):  # the default count: the flag that changes it
@@ -282,7 +282,7 @@ def as_typed(error: ConfigError, args: argparse.Namespace, flags: dict) -> str:
     return f"{flag} {shown} is not allowed: {error.allowed}"
 
 
-def _fitting_heads(d_model: int, heads: int) -> str:
+def fitting_heads(d_model: int, heads: int) -> str:
     """The head counts nearest ``heads`` that split ``d_model``, for a refused --heads: 'ask for 2 or 4'."""
     below = max(h for h in range(1, heads + 1) if d_model % h == 0)
     above = next((h for h in range(heads + 1, d_model + 1) if d_model % h == 0), None)

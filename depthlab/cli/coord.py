@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from depthlab.cli.common import add_memory_flag, refuse_flags
+from depthlab.cli.common import add_memory_flag, fitting_heads, refuse_flags
 from depthlab.config import PARAMS, TrainConfig, wrap_names
 from depthlab.errors import ConfigError, InputError
 from depthlab.paths import check_folder, check_output_file, printable, safe_name, save_figure, write_json
@@ -148,6 +148,14 @@ def coord_progress(spec: CoordSpec) -> tuple[Progress, Callable]:
     return bar, on_point
 
 
+def _heads_refusal(args, spec: CoordSpec, flag: str, width: int) -> str:
+    """The line for a width the heads do not split: the --heads typed against the default --width of a
+    depth sweep, else the width flag against the heads (coord has no d_head of its own to set)."""
+    if spec.axis == "depth" and args.width is None:
+        return f"--heads {spec.heads} is not allowed: a divisor of the default --width {width} ({fitting_heads(width, spec.heads)})"
+    return f"{flag} {width} is not allowed: a multiple of the {spec.heads} heads (set by --heads)"
+
+
 def run(args) -> int:
     spec = spec_from_args(args)
     try:
@@ -156,6 +164,8 @@ def run(args) -> int:
         flag = _FLAG_OF_FIELD.get((e.field, spec.axis))
         if flag is None:
             raise
+        if e.field == "d_model" and e.other == "n_heads":  # coord reads no config file: name --heads
+            raise InputError(_heads_refusal(args, spec, flag, e.value)) from None
         raise InputError(f"{flag} {e.value} is not allowed: {e.allowed}") from None
     check_output_file(args.json, "--json")
     if args.plot is not None:  # --plot '' is refused, not read as no --plot
