@@ -177,6 +177,18 @@ def test_help_is_for_users(capsys):
     assert "several joined by + (attn+ffn), all, or none" in out
 
 
+def test_no_help_page_shows_a_doubled_percent_sign(capsys):
+    """argparse %-formats an argument's help but not a description: a '%%' there reached the user as
+    typed (transfer's '95%% interval')."""
+    commands = build_parser()._subparsers._group_actions[0].choices
+    for name in commands:
+        with pytest.raises(SystemExit):
+            main([name, "--help"])
+        assert "%%" not in capsys.readouterr().out, name
+    main_help = build_parser().format_help()
+    assert "%%" not in main_help
+
+
 def test_hf_unknown_model_type_is_one_short_line(tmp_path, capsys):
     pytest.importorskip("transformers")
     cfg = tmp_path / "config.json"
