@@ -177,6 +177,14 @@ def test_help_is_for_users(capsys):
     assert "several joined by + (attn+ffn), all, or none" in out
 
 
+def test_a_base_width_the_heads_do_not_split_names_the_heads_flag(capsys):
+    """It said 'a multiple of n_heads=4', the field's name: the flag that sets the heads is --heads."""
+    err = _refused(
+        capsys, ["explain", "--d-model", "64", "--param", "mup", "--base-width", "30"], "--base-width 30"
+    )
+    assert "a multiple of the 4 heads (set by --heads)" in err and "n_heads" not in err
+
+
 def test_no_help_page_shows_a_doubled_percent_sign(capsys):
     """argparse %-formats an argument's help but not a description: a '%%' there reached the user as
     typed (transfer's '95%% interval')."""
