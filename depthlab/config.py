@@ -246,7 +246,7 @@ class ModelConfig(ConfigBase):
         bw = self.base_width
         if bw is not None and self.family.d_head is None and bw % self.n_heads:  # no such proxy exists
             why = f"a multiple of n_heads={self.n_heads}: the proxy of that width has the model's heads"
-            raise ConfigError("base_width", bw, why)
+            raise ConfigError("base_width", bw, why, other="n_heads")
         for check in PARAM_CHECKS:
             check(self)
 

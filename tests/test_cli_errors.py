@@ -233,6 +233,38 @@ def test_help_is_for_users(capsys):
     assert "several joined by + (attn+ffn), all, or none" in out
 
 
+def test_a_base_width_the_heads_do_not_split_names_the_heads_flag(capsys, tmp_path):
+    """It said 'a multiple of n_heads=4', the field's name: the flag that sets the heads is --heads."""
+    err = _refused(
+        capsys, ["explain", "--d-model", "64", "--param", "mup", "--base-width", "30"], "--base-width 30"
+    )
+    assert "a multiple of the 4 heads (set by --heads)" in err and "n_heads" not in err
+    hf = tmp_path / "config.json"  # a family's 8 heads, which no flag set: named as the config has them
+    hf.write_text(
+        json.dumps({"model_type": "gpt2", "n_embd": 64, "n_head": 8, "n_layer": 2, "vocab_size": 256})
+    )
+    err = _refused(
+        capsys, ["explain", "--hf", str(hf), "--param", "mup", "--base-width", "36"], "--base-width 36"
+    )
+    assert "n_heads=8" in err and "4 heads" not in err
+    err = _refused(
+        capsys, ["explain", "--hf", str(hf), "--heads", "2", "--param", "mup", "--base-width", "33"]
+    )
+    assert "a multiple of the 2 heads (set by --heads)" in err
+
+
+def test_no_help_page_shows_a_doubled_percent_sign(capsys):
+    """argparse %-formats an argument's help but not a description: a '%%' there reached the user as
+    typed (transfer's '95%% interval')."""
+    commands = build_parser()._subparsers._group_actions[0].choices
+    for name in commands:
+        with pytest.raises(SystemExit):
+            main([name, "--help"])
+        assert "%%" not in capsys.readouterr().out, name
+    main_help = build_parser().format_help()
+    assert "%%" not in main_help
+
+
 def test_hf_unknown_model_type_is_one_short_line(tmp_path, capsys):
     pytest.importorskip("transformers")
     cfg = tmp_path / "config.json"

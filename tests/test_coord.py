@@ -144,26 +144,29 @@ def test_a_refused_size_is_named_by_the_flag_that_set_it(capsys):
 
 
 @pytest.mark.parametrize(
-    "argv, line",
+    "argv,line",
     [
+        (["--widths", "30,64"], "--widths 30 is not allowed: a multiple of the 4 heads (set by --heads)"),
+        (
+            ["--depths", "2,4", "--width", "30"],
+            "--width 30 is not allowed: a multiple of the 4 heads (set by --heads)",
+        ),
         (
             ["--depths", "2,4", "--heads", "3"],
-            "--heads 3 is not allowed: a divisor of the width 128 (ask for 2 or 4)",
+            "--heads 3 is not allowed: a divisor of the default --width 128 (ask for 2 or 4)",
         ),
         (
-            ["--depths", "2,4", "--width", "30", "--heads", "4"],
-            "--width 30 is not allowed: a multiple of --heads 4",
+            ["--widths", "32,64", "--heads", "3"],
+            "--widths 32 is not allowed: a multiple of the 3 heads (set by --heads)",
         ),
-        (["--widths", "30,64", "--heads", "4"], "--widths 30 is not allowed: a multiple of --heads 4"),
         (
             ["--depths", "2,4", "--heads", str(10**23)],
-            f"--heads {10**23} is not allowed: a divisor of the width 128",
+            f"--heads {10**23} is not allowed: a divisor of the default --width 128 (ask for 128)",
         ),
     ],
 )
-def test_heads_that_do_not_split_the_width_name_the_flag_typed(capsys, argv, line):
-    """--heads typed against the default width is named as --heads (not as a --width never typed), and
-    no message points to a config file, which coord does not read."""
+def test_a_width_the_heads_do_not_split_names_coords_own_flags(argv, line, capsys):
+    """coord has no config file and no d_head: the line names its --heads (it pointed to a config file)."""
     assert main(["coord", *argv]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"depthlab coord: error: {line}") and "config file" not in err, err
+    assert err == f"depthlab coord: error: {line}\n" and "config file" not in err

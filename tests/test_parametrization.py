@@ -265,6 +265,19 @@ def test_training_uses_the_groups_and_the_schedule_scales_each():
         assert g["lr"] == pytest.approx(want[g["name"]] * 2 / 4)  # update 2 of a 4-step warmup
 
 
+@pytest.mark.parametrize(
+    "param,base", [("sp", {}), ("mup", {"base_width": 8}), ("depth_mup", {"base_depth": 2})]
+)
+def test_the_records_log_the_runs_lr_not_the_hidden_groups(param, base):
+    """The logged lr is the peak --lr times the schedule's factor under every parametrization (it was
+    the first group's: under mup at m_w = 4 a run at 1e-2 logged 2.5e-3, the hidden matrices' lr)."""
+    cfg = small(param=param, n_layers=4, max_len=32, vocab_size=256, **base)
+    tcfg = TrainConfig(lr=1e-2, warmup=2, schedule="linear", steps=3, batch_size=2, seq_len=8, log_every=1,
+                       eval_every=3, eval_batches=1, telemetry=False)  # fmt: skip
+    logged = [r["lr"] for r in train(cfg, tcfg).metrics]
+    assert logged == pytest.approx([1e-2 * f for f in (0.5, 1.0, 1.0)], rel=1e-12)
+
+
 def test_train_runs_under_completep():
     cfg = small(param="completep", base_depth=2, max_len=32, vocab_size=256)
     result = train(cfg, TrainConfig(steps=3, batch_size=4, seq_len=16, eval_batches=1, telemetry=False))

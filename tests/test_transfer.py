@@ -10,6 +10,7 @@ import types
 
 import pytest
 
+from depthlab.advise import target
 from depthlab.cli import main
 from depthlab.errors import ConfigError
 from depthlab.study.presets import preset
@@ -357,3 +358,39 @@ def test_a_slope_is_read_against_the_flat_band(slope, code, words):
     (t,) = transfers(fake_runs(lambda L: -2.5), "depth", 64)
     t = dataclasses.replace(t, slope=slope)
     assert reading(t) == code and words in slope_text(t) and t.to_dict()["reading"] == code
+
+
+def _with_param(runs: list[dict], **model) -> list[dict]:
+    """``runs`` with ``model`` fields set on each config and the param as a study axis."""
+    out = []
+    for r in runs:
+        cfg = {**r["config"], "model": {**r["config"]["model"], **model}}
+        out.append({**r, "config": cfg, "axes": {**r["axes"], "param": model["param"]}})
+    return out
+
+
+@pytest.mark.parametrize(
+    "axis,field,sizes,model,said",
+    [
+        ("width", "d_model", (32, 64, 128), {"param": "mup"}, "mup"),
+        ("width", "d_model", (32, 64, 128), {"param": "completep", "base_depth": 2}, "completep"),
+        ("width", "d_model", (32, 64, 128), {"param": "mup", "base_width": 32}, None),
+        ("width", "d_model", (32, 64, 128), {"param": "sp"}, None),
+        ("depth", "n_layers", (2, 8, 32), {"param": "completep", "base_width": 32}, "completep"),
+        ("depth", "n_layers", (2, 8, 32), {"param": "depth_mup", "base_depth": 2}, None),
+        ("depth", "n_layers", (2, 8, 32), {"param": "mup", "base_width": 32}, None),  # mup scales no depth
+    ],
+)
+def test_a_parametrization_with_no_base_along_the_axis_is_said_to_be_sp(axis, field, sizes, model, said):
+    """A grid that sweeps width under mup without base_width ran SP at every width (each its own base):
+    the output named it 'param=mup' and read it as muP's transfer; it now says so, in transfer and advise."""
+    runs = _with_param(fake_runs(lambda s: -2.0, sizes, field=field), **model)
+    (t,) = transfers(runs, axis, 4 * sizes[-1])
+    assert t.no_base == said and t.to_dict()["no_base"] == said
+    text = format_transfer(t)
+    base = "base_width" if axis == "width" else "base_depth"
+    line = f"{said} with no {base}: each {axis} its own base, so the standard parametrization at every {axis}"
+    assert (line in text) == (said is not None)
+    if said:
+        assert f"({base} {sizes[0]}, the smallest, scales it)" in text
+        assert line in target._setting_line(t, use=False)

@@ -13,6 +13,7 @@ from depthlab.study.transfer import Transfer, reading, runs_at, study_shape, tra
 from depthlab.study.transfer_text import (
     budget_text,
     mismatch,
+    no_base_text,
     no_curves,
     preset_command,
     shape_line,
@@ -71,7 +72,8 @@ def _setting_line(t: Transfer, use: bool) -> str:
         cost = f"{m:+.2f}" if lo == hi else f"{m:+.2f} [{lo:+.2f}, {hi:+.2f}]"
         pen = f"; proxy lr costs {cost} nats at {t.axis} {last.size}"
     lr = "unknown" if reading(t) == "unknown" else target_text(t)  # the slope's text says why
-    return (f"  {'use' if use else '   '} {t.setting}: fitted lr at {t.axis} {t.target} {lr}; "
+    unscaled = f" [{no_base_text(t)}]" if t.no_base else ""
+    return (f"  {'use' if use else '   '} {t.setting}{unscaled}: fitted lr at {t.axis} {t.target} {lr}; "
             f"slope {slope_text(t)}{pen}")  # fmt: skip
 
 

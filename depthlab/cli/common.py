@@ -258,6 +258,10 @@ def as_typed(error: ConfigError, args: argparse.Namespace, flags: dict) -> str:
     if error.field == "residual" and "no_residual" in (getattr(args, "given_flags", None) or ()):
         return f"--no-residual {args.no_residual} is not allowed: {error.allowed}"  # the skips it left on
     given = getattr(args, "given_flags", None) or set()
+    typed_heads = "heads" in given or not getattr(args, "hf", None)  # else the --hf family's count
+    if error.field == "base_width" and error.other == "n_heads" and "heads" in flags and typed_heads:
+        said = f"a multiple of the {args.heads} heads (set by --heads): the proxy of that width has the model's heads"
+        error = ConfigError("base_width", error.value, said)
     if error.field == "d_model" and error.other == "n_heads" and "heads" in flags:
         heads = getattr(args, "heads", None)
         if "heads" in given and "d_model" not in given:  # the heads typed do not split the width

@@ -148,21 +148,24 @@ def coord_progress(spec: CoordSpec) -> tuple[Progress, Callable]:
     return bar, on_point
 
 
+def _heads_refusal(args, spec: CoordSpec, flag: str, width: int) -> str:
+    """The line for a width the heads do not split: the --heads typed against the default --width of a
+    depth sweep, else the width flag against the heads (coord has no d_head of its own to set)."""
+    if spec.axis == "depth" and args.width is None:
+        return f"--heads {spec.heads} is not allowed: a divisor of the default --width {width} ({fitting_heads(width, spec.heads)})"
+    return f"{flag} {width} is not allowed: a multiple of the {spec.heads} heads (set by --heads)"
+
+
 def run(args) -> int:
     spec = spec_from_args(args)
     try:
         spec.configs()  # every combination validated: a refused one is one line before any run
     except ConfigError as e:  # a model field that one of coord's own flags sets: named as that flag
-        if e.field == "d_model" and e.other == "n_heads":  # coord reads no config file: no d_head to set
-            if spec.axis == "depth" and args.width is None:  # the default width: --heads was typed
-                fit = fitting_heads(e.value, args.heads)
-                why = f"a divisor of the width {e.value} ({fit})"
-                raise InputError(f"--heads {args.heads} is not allowed: {why}") from None
-            flag = _FLAG_OF_FIELD[(e.field, spec.axis)]
-            raise InputError(f"{flag} {e.value} is not allowed: a multiple of --heads {args.heads}") from None
         flag = _FLAG_OF_FIELD.get((e.field, spec.axis))
         if flag is None:
             raise
+        if e.field == "d_model" and e.other == "n_heads":  # coord reads no config file: name --heads
+            raise InputError(_heads_refusal(args, spec, flag, e.value)) from None
         raise InputError(f"{flag} {e.value} is not allowed: {e.allowed}") from None
     check_output_file(args.json, "--json")
     if args.plot is not None:  # --plot '' is refused, not read as no --plot

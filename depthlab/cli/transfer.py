@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
         "transfer",
         help="the best learning rate per depth or width of a study, and the one for a target size",
         description="From a study that swept the learning rate across depths (or widths), per setting: "
-        "the best lr at each size with its 95%% interval over seeds (flagged at the sweep's edge), the "
+        "the best lr at each size with its 95% interval over seeds (flagged at the sweep's edge), the "
         "slope of log best lr against log size, the best lr extrapolated to --to-depth (or --to-width), "
         "the transfer penalty of using the smallest size's lr, and the seeds (or the more sizes, at the "
         "sweep's spacing) that would halve the slope's interval (docs/transfer.md). Presets: depth-transfer, width-transfer (and -quick).",

@@ -32,12 +32,14 @@ The words (tables, refusals) are :mod:`depthlab.study.transfer_text`'s.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from dataclasses import dataclass
 
 from depthlab import intervals
-from depthlab.study.sensitivity import Curve, curves, seed_best
+from depthlab.model.parametrization import ALPHA, SCALES_WIDTH
+from depthlab.study.sensitivity import Curve, curves, seed_best, setting_key, setting_label
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class Transfer:
     seeds_to_halve: int | None
     slope_seeds: int = 0
     sizes_to_halve: tuple[int, ...] | None = None
+    no_base: str | None = None  # a parametrization that scales the axis, run with no base along it
 
     def to_dict(self) -> dict:
         """The fields as JSON-able data, with the slope's :func:`reading` under "reading"."""
@@ -211,7 +214,28 @@ def transfers(runs: list[dict], axis: str = "depth", target: int | None = None) 
     for c in curves(runs, size):
         if c.seeds:  # a curve with no seed run at every lr (a study cut short) says nothing yet
             by_setting.setdefault(c.label, []).append(c)
-    return [setting_transfer(cs, axis, target) for _, cs in sorted(by_setting.items()) if len(cs) >= 2]
+    unscaled = no_base(runs, axis)
+    return [
+        dataclasses.replace(setting_transfer(cs, axis, target), no_base=unscaled.get(label))
+        for label, cs in sorted(by_setting.items())
+        if len(cs) >= 2
+    ]
+
+
+def no_base(runs: list[dict], axis: str) -> dict[str, str]:
+    """setting label -> its parametrization, for the settings whose parametrization scales ``axis``
+    (mup and the depth rules across width; depth_mup and completep across depth) but whose runs set no
+    base along it (base_width, base_depth): each size is then its own base, and the setting is the
+    standard parametrization at every size, whatever its name."""
+    size, base = ("n_layers", "base_depth") if axis == "depth" else ("d_model", "base_width")
+    out = {}
+    for r in runs:
+        model = (r.get("config") or {}).get("model", {})
+        param = model.get("param", "sp")
+        scales = ALPHA.get(param) is not None if axis == "depth" else SCALES_WIDTH.get(param, False)
+        if scales and model.get(base) is None:
+            out[setting_label(setting_key(r.get("axes") or {}, size))] = param
+    return out
 
 
 def study_shape(runs: list[dict]) -> dict:

@@ -132,11 +132,20 @@ def target_text(t: Transfer) -> str:
     return f"{t.target_lr[0]:.3g} or {'more' if side > 0 else 'less'}, a bound, not an estimate"
 
 
+def no_base_text(t: Transfer) -> str:
+    """Why a setting named for a parametrization is the standard one here: its runs set no base along
+    the axis ('mup with no base_width: each width its own base, so the standard parametrization at every
+    width (base_width 32, the smallest, scales it)')."""
+    base = "base_width" if t.axis == "width" else "base_depth"
+    return (f"{t.no_base} with no {base}: each {t.axis} its own base, so the standard parametrization at "
+            f"every {t.axis} ({base} {t.rows[0].size}, the smallest, scales it)")  # fmt: skip
+
+
 def format_transfer(t: Transfer) -> str:
     """The text of one setting: the per-size table, the slope, the lr at the target, and what would
     narrow the slope's interval (more seeds or sizes; a wider lr sweep where it is a bound)."""
     head = f"  {t.axis:>6}  {'seeds':>5}  {'best lr [95%]':30} {'edge':5} penalty at lr {t.proxy_lr:g} [95%]"
-    lines = [t.setting, head]
+    lines = [t.setting, *([f"  {no_base_text(t)}"] if t.no_base else []), head]
     for r in t.rows:
         pen = "(the proxy)" if r is t.rows[0] else "-"
         if r.penalty is not None:

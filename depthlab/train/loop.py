@@ -38,7 +38,7 @@ from depthlab.train.distributed import Dist, setup, teardown, wrap_ddp
 from depthlab.train.evaluate import evaluate, token_loss_sum, z_loss_sum
 from depthlab.train.run_result import RunResult
 from depthlab.train.rundir import RunDir, RunOutput
-from depthlab.train.schedules import make_optimizer, make_scheduler
+from depthlab.train.schedules import make_optimizer, make_scheduler, run_lr
 from depthlab.train.tasks import check_train_memory, make_task
 from depthlab.watch import Watcher
 from depthlab.watch.outcome import Monitor
@@ -211,7 +211,7 @@ class Trainer:
         batch = shard(self.task.train_batch(t), self.dist.rank, self.dist.world).to(self.dist.device)
         measured = self.watcher.measuring()
         loss, gnorm = self.forward_backward(batch, measured)
-        lr = self.opt.param_groups[0]["lr"]
+        lr = run_lr(self.opt, self.cfg.lr)  # the run's, not the first group's scaled lr
         if self.monitor.update(t, loss, gnorm):  # diverged: record this step, do not apply the update
             self.watcher.log_this_step()
             if self.cfg.telemetry and not measured:  # same weights, same batch: the layers at the failure

@@ -79,3 +79,13 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
     groups = param_groups(model, cfg.lr, weight_decay=decay, eps=cfg.eps)
     cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
     return cls(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+
+
+def run_lr(optimizer: torch.optim.Optimizer, peak: float) -> float:
+    """The run's learning rate now: its peak ``lr`` times the schedule's factor, what the records log.
+    Under sp the first group has it; under a parametrization the first group is the hidden matrices',
+    whose lr is the peak's x hidden_lr (lr / m_w under muP), so the factor is read from it (LambdaLR
+    keeps each group's ``initial_lr``)."""
+    g = optimizer.param_groups[0]
+    start = g.get("initial_lr", g["lr"])
+    return g["lr"] if start == peak else peak * (g["lr"] / start)

@@ -6,7 +6,7 @@ A record (one per logged step; a line of ``metrics.jsonl``) holds, in this order
 |--------------|---------------------------------------------------------------------------------------|
 | step         | the update (1-based)                                                                  |
 | loss         | mean training loss over the updates since the last logged one                         |
-| lr           | the learning rate of the optimizer's first parameter group at this update             |
+| lr           | the lr at this update: depthlab train's peak lr x its schedule; in a watched loop the optimizer's first group's, unless ``watcher.step(lr=...)`` gives it (under a parametrization the first group is the hidden matrices', lr / m_w) |
 | grad_norm    | ||d loss / d theta|| over all parameters, before any clipping                          |
 | logit_lse    | mean over tokens of log sum_v exp(logit_v), the log-partition that z-loss keeps near 0 (PaLM; Wortsman et al. 2023) |
 | val_loss     | validation loss where the loop evaluates (depthlab train), else None                  |
