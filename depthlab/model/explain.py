@@ -214,7 +214,7 @@ def _stacks(model):
 
 def _describe(name: str, w: Wrapping, norm_on: bool) -> dict:
     norm_on = norm_on and w.USES_NORM
-    formula = w.formula_for(w.residual, w.branch_multiplier)
+    formula = w.formula()
     return {
         "name": name,
         "wrap": w.name,
