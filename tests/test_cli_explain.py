@@ -202,3 +202,20 @@ def test_explain_names_a_topology_s_mix_on_exactly_the_rows_whose_forward_mixes(
     assert set(rows) == set(mixed) and any(mixed.values()) and not all(mixed.values())
     for key, formula in rows.items():
         assert ("V'" in formula or "sum_j" in formula) == mixed[key], (key, formula)
+
+
+@pytest.mark.parametrize(
+    "argv", ["--wrap parallel_shared", "--wrap vres", "--wrap mix --layers 128 --d-model 16 --heads 2"]
+)
+def test_explain_s_columns_line_up_under_a_long_wrap_formula_or_layer_span(argv, capsys):
+    """Every column starts where its header does, however long the longest entry: a wrap name past 10
+    characters, a formula past 28, a layer span past 9 (dec 33-128)."""
+    assert main(f"explain --layers 3 --d-model 32 --heads 4 {argv}".split()) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(i for i, line in enumerate(lines) if "sublayer" in line and "formula" in line)
+    table = lines[head + 1 : lines.index(next(x for x in lines if x.startswith("final norm:")))]
+    starts = [lines[head].index(name) for name in ("sublayer", "wrap", "formula", "skip")]
+    assert table and starts == sorted(starts)
+    for row in table:
+        for start in starts:
+            assert row[start - 1] == " " and row[start] != " ", (lines[head], row)
