@@ -193,6 +193,18 @@ def t5(**kw):
     return _build("T5Config", "T5ForConditionalGeneration", base, kw)
 
 
+def grad_norm(model, logits, tokens, skip: tuple[str, ...] = ()) -> float:
+    """The total norm of the gradients of the next-token loss of ``logits`` over ``model``'s parameters,
+    but those named in ``skip``."""
+    import torch
+    import torch.nn.functional as F
+
+    loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+    params = [p for name, p in model.named_parameters() if p.requires_grad and name not in skip]
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    return float(torch.stack([g.norm() for g in grads if g is not None]).norm())
+
+
 def imported(hf, wrap: str, options: dict):
     """``from_hf(hf)``, checked to be ``wrap`` with each of ``options`` (field -> value) set as given."""
     from depthlab.interop import from_hf

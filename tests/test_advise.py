@@ -217,6 +217,19 @@ def test_bad_input_is_one_line_and_exit_2_before_any_probe(argv, says, capsys, t
     assert len(err) == 1 and says in err[0] and "Traceback" not in err[0]
 
 
+def test_a_sequence_as_long_as_the_position_table_is_advised_as_train_runs_it(capsys, monkeypatch):
+    """The model reads --seq-len tokens (the next one is only a target), so advise takes the lengths train
+    takes: --seq-len 16 at --max-len 16 reaches the probe; 17 is refused in one line, before it."""
+    probed = []
+    monkeypatch.setattr("depthlab.advise.advice.probe_run", lambda *a, **k: probed.append(1) / 0)
+    tiny = ["advise", "--layers", "2", "--d-model", "16", "--heads", "2", "--max-len", "16"]
+    main([*tiny, "--seq-len", "16", "--alternatives", ""])  # fails at the stand-in probe, once reached
+    assert probed and "--seq-len" not in capsys.readouterr().err
+    assert main([*tiny, "--seq-len", "17"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["depthlab advise: error: --seq-len 17 is not allowed: a length that fits max_len=16"]
+
+
 def test_a_topology_s_own_options_do_not_rule_out_the_plain_alternatives(atlas):
     """hc with 2 streams (DenseFormer with a dilation) is advised beside the default alternatives: each
     alternative is the plain stack of its wrapping, its topology options at their defaults, and one

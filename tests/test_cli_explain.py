@@ -151,3 +151,71 @@ def test_explain_hf_says_what_this_config_has_not_what_the_importer_supports(tmp
     line = next(x for x in out.splitlines() if x.startswith("imported exactly: "))
     assert "untied head" in line and "tied or untied" not in line  # this config's head, not every option
     assert "pre, layernorm, gelu_tanh FFN, learned positions" in line
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"wrap": "vres"},
+        {"wrap": "vres_learned", "n_layers": 4},
+        {"wrap": "vres", "arch": "encdec"},
+        {"wrap": "denseformer"},
+        {"wrap": "denseformer", "n_layers": 4, "dwa_period": 2},
+    ],
+)
+def test_explain_names_a_topology_s_mix_on_exactly_the_rows_whose_forward_mixes(options):
+    """A value residual mixes V_1 into the self-attention of layers 2 and up only (the first layer's values
+    are V_1; the FFN and the cross-attention are pre-LN); DenseFormer averages after the last sublayer of
+    every dwa_period-th block only. Each explain row names the mix where the forward does it, and only there."""
+    import torch
+
+    from depthlab import ModelConfig, build_model
+    from depthlab.model.explain import explain
+
+    cfg = ModelConfig.from_dict({"n_layers": 3, "d_model": 16, "n_heads": 2, "vocab_size": 32, **options})
+    model, mixed = build_model(cfg), {}
+
+    def watch(w, key):
+        if cfg.wrap == "denseformer":  # a block's output joined the history, and the stream is another tensor
+
+            def averaged(m, a, out):
+                mixed[key] = len(out.outputs) > len(a[0].outputs) and out.stream is not out.outputs[-1]
+
+            w.register_forward_hook(averaged)
+        else:  # the attention is given the first layer's values
+            hook = lambda m, a, kw: mixed.__setitem__(key, kw.get("first") is not None)  # noqa: E731
+            w.f.register_forward_pre_hook(hook, with_kwargs=True)
+
+    sides = [("encoder", model.encoder)] if cfg.arch == "encdec" else []
+    for side, stack in [*sides, ("decoder", model.decoder)]:
+        for i, layer in enumerate(stack.layers):
+            for name, w in layer.sublayers().items():
+                watch(w, (side, i + 1, name))
+    tokens = torch.randint(0, 32, (2, 5))
+    with torch.no_grad():
+        model(tokens, tokens) if cfg.arch == "encdec" else model(tokens)
+    rows = {
+        (lay["side"], lay["index"], s["name"]): s["formula"]
+        for lay in explain(cfg)["layers"]
+        for s in lay["sublayers"]
+    }
+    assert set(rows) == set(mixed) and any(mixed.values()) and not all(mixed.values())
+    for key, formula in rows.items():
+        assert ("V'" in formula or "sum_j" in formula) == mixed[key], (key, formula)
+
+
+@pytest.mark.parametrize(
+    "argv", ["--wrap parallel_shared", "--wrap vres", "--wrap mix --layers 128 --d-model 16 --heads 2"]
+)
+def test_explain_s_columns_line_up_under_a_long_wrap_formula_or_layer_span(argv, capsys):
+    """Every column starts where its header does, however long the longest entry: a wrap name past 10
+    characters, a formula past 28, a layer span past 9 (dec 33-128)."""
+    assert main(f"explain --layers 3 --d-model 32 --heads 4 {argv}".split()) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(i for i, line in enumerate(lines) if "sublayer" in line and "formula" in line)
+    table = lines[head + 1 : lines.index(next(x for x in lines if x.startswith("final norm:")))]
+    starts = [lines[head].index(name) for name in ("sublayer", "wrap", "formula", "skip")]
+    assert table and starts == sorted(starts)
+    for row in table:
+        for start in starts:
+            assert row[start - 1] == " " and row[start] != " ", (lines[head], row)

@@ -144,6 +144,45 @@ def test_llama_logits(layers, hidden, heads, kv_heads, ffn, theta, tie, randomiz
         assert_parity(ours(tokens), hf(tokens).logits)
 
 
+@pytest.mark.parametrize("make", [lambda: gpt2(3, 48, 3, n_inner=72), lambda: llama(3, 64, 8, 2, 96)])
+def test_padded_logits_match_at_real_tokens(make, randomize, assert_parity):
+    """Left and right padding (attention_mask 0 = our padding_mask True): the real tokens' logits match."""
+    hf = randomize(make())
+    ours = from_hf(hf)
+    tokens, keep = _tokens(5), torch.ones(B, T, dtype=torch.long)
+    keep[0, 9:] = 0  # right padding
+    keep[1, :3] = 0  # left padding
+    with torch.no_grad():
+        mine, ref = ours(tokens, padding_mask=keep == 0), hf(tokens, attention_mask=keep).logits
+    for r in range(B):
+        assert_parity(mine[r][keep[r].bool()], ref[r][keep[r].bool()])
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: gpt2(2, 32, 4), lambda: bert(2, 32, 4, 40), lambda: llama(2, 32, 4, 2, 40)]
+)
+def test_train_mode_outputs_and_gradients_match(make, randomize, assert_parity):
+    """Imported from a model in train mode (no dropout), ours is in train mode and computes the same output;
+    the same loss on it gives its parameters gradients of the same total norm (BERT: but its positions and
+    token-type table, which ours holds as one table, token type 0 folded in)."""
+    hf = randomize(make()).train()
+    ours = from_hf(hf)
+    assert ours.training
+    tokens = _tokens(6)
+    out = hf(tokens)
+    ref = out.logits if hasattr(out, "logits") else out.last_hidden_state
+    mine = ours(tokens, return_states=True)
+    mine = mine[0] if hasattr(out, "logits") else mine[1][-1]
+    assert_parity(mine.detach(), ref.detach())
+    norms, folded = [], ("embed.pos.weight", "position_embeddings.weight", "token_type_embeddings.weight")
+    folded = folded if hf.config.model_type == "bert" else ()
+    for model, y in ((hf, ref), (ours, mine)):
+        params = [p for n, p in model.named_parameters() if p.requires_grad and not n.endswith(folded)]
+        grads = torch.autograd.grad(y.pow(2).mean(), params, allow_unused=True)
+        norms.append(float(torch.stack([g.norm() for g in grads if g is not None]).norm()))
+    assert norms[1] == pytest.approx(norms[0], rel=1e-5)
+
+
 @pytest.mark.parametrize(
     "make", [lambda: gpt2(2, 32, 4), lambda: bert(2, 32, 4, 40), lambda: llama(2, 32, 4, 2, 40)]
 )

@@ -112,6 +112,19 @@ def test_padded_logits_match_at_real_tokens(name, randomize, assert_parity):
         assert_parity(mine[r][real], ref[r][real])
 
 
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_train_mode_logits_and_gradients_match(name, randomize, assert_parity):
+    """Imported from a model in train mode (no dropout), ours is in train mode, gives the same logits, and
+    its parameters get gradients of the same total norm (fused or permuted layouts keep it)."""
+    hf, _ = _imported(name, randomize)
+    ours = H.imported(hf.train(), *CASES[name][1:])
+    assert ours.training
+    tokens = _tokens(3)
+    ref, mine = hf(tokens).logits, ours(tokens)
+    assert_parity(mine.detach(), ref.detach())
+    assert H.grad_norm(ours, mine, tokens) == pytest.approx(H.grad_norm(hf, ref, tokens), rel=1e-5)
+
+
 def test_opt_left_padding_shifts_its_positions(randomize):
     """The documented approximation: OPT numbers a left-padded row's positions from its first real token."""
     hf, ours = _imported("opt", randomize)

@@ -64,6 +64,28 @@ def test_logits_match(name, padded, randomize, assert_parity):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
+def test_train_mode_logits_and_gradients_match(name, randomize, assert_parity):
+    """Imported from a model in train mode (no dropout), ours is in train mode, gives the same logits, and
+    the same next-token loss gives its parameters gradients of the same total norm, but where depthlab
+    trains what HF holds fixed (the documented approximations): BART's and Marian's final_logits_bias (an
+    HF buffer), Marian's sinusoidal positions."""
+    hf, _ = _imported(name, randomize)
+    ours = H.imported(hf.train(), *CASES[name][1:])
+    assert ours.training
+    src, tgt = _batch(2)
+    ref, mine = hf(input_ids=src, decoder_input_ids=tgt).logits, ours(src, tgt)
+    assert_parity(mine.detach(), ref.detach())
+    fixed_in_hf = {
+        "bart": ("head.bias",),
+        "marian": ("head.bias", "embed.pos.weight", "dec_embed.pos.weight"),
+    }
+    skip = fixed_in_hf.get(name, ())
+    assert H.grad_norm(ours, mine, tgt, skip) == pytest.approx(H.grad_norm(hf, ref, tgt), rel=1e-5)
+    if skip:  # what HF holds fixed gets a gradient here: training would move it
+        assert H.grad_norm(ours, ours(src, tgt), tgt) > H.grad_norm(ours, ours(src, tgt), tgt, skip)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_swapped_heads_are_detected(name, randomize, assert_parity, swap_query_heads):
     hf, ours = _imported(name, randomize)
     swap_query_heads(ours)  # in the decoder's first layer

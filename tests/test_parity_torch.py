@@ -160,6 +160,20 @@ def test_a_mis_copied_weight_is_detected(randomize, assert_parity):
             assert_parity(block(x, Context()), layer(x))
 
 
+def test_tanh_gelu_is_torch_s_training_path_not_its_fused_inference(randomize, assert_parity):
+    """GELU(approximate='tanh') imports as gelu_tanh, equal to torch in training; torch's fused path (eval,
+    no gradients) computes the exact GELU for it, which the module's docstring names as torch's own."""
+    layer = randomize(_encoder_layer(32, 4, 48, True, nn.GELU(approximate="tanh")))
+    block = from_torch(layer)
+    assert layer_config(layer).activation == "gelu_tanh"
+    x = torch.randn(B, T, 32)
+    with torch.no_grad():
+        mine = block(x, Context())
+        fused = layer(x)  # eval, no grad: torch's fused kernel
+    assert_parity(mine, layer.train()(x).detach())  # torch's own path, dropout 0
+    assert 1e-6 < ((fused - mine).norm() / mine.norm()).item() < 1e-3
+
+
 def test_layer_config_reads_the_torch_layer():
     cfg = layer_config(_decoder_layer(48, 6, 80, False, nn.GELU(approximate="tanh")))
     assert (cfg.arch, cfg.d_model, cfg.n_heads, cfg.ffn_dim) == ("encdec", 48, 6, 80)

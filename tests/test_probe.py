@@ -228,6 +228,44 @@ def test_context_gradient_is_the_centred_top_gradient_carried_down(one_thread):
     assert probe(model, tokens).column("context_grad_norm") == pytest.approx(expected, rel=1e-5)
 
 
+def test_a_sequence_first_torch_stack_is_probed_as_its_batch_first_twin(one_thread):
+    """torch's Transformer layers carry (T, B, d) by default (batch_first=False): the probe reads positions
+    on that axis, so the same weights on the same data give the same rows and batch shape either way."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True, norm_first=True)
+    first = torch.nn.TransformerEncoder(layer, 3, norm=torch.nn.LayerNorm(32), enable_nested_tensor=False)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=False, norm_first=True)
+    second = torch.nn.TransformerEncoder(layer, 3, norm=torch.nn.LayerNorm(32), enable_nested_tensor=False)
+    second.load_state_dict(first.state_dict())
+    x = torch.randn(B, T, 32)
+    a, b = probe(first, x, loss="sum"), probe(second, x.transpose(0, 1).contiguous(), loss="sum")
+    assert b.config["probe"]["batch_shape"] == [B, T, 32]
+    for key in ("token_cos", "grad_norm", "stream_rms", "cos_prev"):  # cos_prev: none at stream 0
+        assert b.column(key)[1:] == pytest.approx(a.column(key)[1:], rel=1e-4, abs=1e-6), key
+
+
+@needs_transformers
+def test_xlnet_s_sequence_first_stream_is_read_over_its_positions(one_thread):
+    """XLNet carries its stream (T, B, d): token_cos equals the one of its own (B, T, d) hidden states, and
+    the top context gradient is its top gradient centred over positions (hooked here, not by the probe)."""
+    cfg = transformers.XLNetConfig(n_layer=2, d_model=32, n_head=4, d_inner=64, vocab_size=97, dropout=0.0)
+    model = transformers.XLNetLMHeadModel(cfg).eval()
+    tokens = torch.randint(0, 97, (3, 7), generator=torch.Generator().manual_seed(0))
+    from depthlab.probe.stats import token_cosine
+
+    result = probe(model, tokens)
+    assert result.config["probe"]["batch_shape"] == [3, 7, 32]
+    out = model(tokens, output_hidden_states=True)
+    assert result.column("token_cos") == pytest.approx([token_cosine(h) for h in out.hidden_states], rel=1e-4)
+    top = []
+    model.transformer.layer[-1].register_forward_hook(lambda m, a, o: top.append(o[0]))
+    logits = model(tokens).logits
+    loss = F.cross_entropy(logits[:, :-1].reshape(-1, 97), tokens[:, 1:].reshape(-1))
+    (g,) = torch.autograd.grad(loss, top[-1])  # (T, B, d)
+    centred = g - g.mean(dim=0, keepdim=True)
+    assert result.layers[-1]["context_grad_norm"] == pytest.approx(centred.norm().item(), rel=1e-4)
+
+
 def test_jacobian_estimate_on_a_linear_stack(one_thread):
     """x -> x W1 ... WL: d x_L / d x_0 acts on every row by W1...WL, so msv = ||W1...WL||_F^2 / d."""
     from depthlab.probe.toys import ToyStack

@@ -264,3 +264,19 @@ def test_a_module_in_the_current_folder_is_checked_and_a_bad_one_refused(tmp_pat
 def test_a_flag_check_cannot_use_is_refused(capsys):
     assert main(["check", "--wrap", "mhc", "--layers", "2", "--checkpoint-activations"]) == 2
     assert "--checkpoint-activations does nothing in check" in capsys.readouterr().err
+
+
+def test_an_imported_config_re_wired_by_model_flags_is_checked_for_its_own_design(tmp_path, capsys):
+    """--hf with model flags builds depthlab's model, whose config names its design (as the flags alone
+    do): --claims is not needed there. --hf alone checks transformers' model, which names none."""
+    transformers = pytest.importorskip("transformers")
+    transformers.LlamaConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64,
+                             vocab_size=256).to_json_file(tmp_path / "llama.json")  # fmt: skip
+    hf = ["check", "--hf", str(tmp_path / "llama.json")]
+    assert main([*hf, "--wrap", "mhc"]) == 0
+    assert capsys.readouterr().out.startswith("wiring check of mhc: 0 finding(s)")
+    assert main([*hf, "--final-norm", "off"]) == 1  # Llama's pre-LN without its final norm
+    assert "FOUND missing-final-norm" in capsys.readouterr().out
+    assert main(hf) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--claims is needed with --module or with --hf alone" in err

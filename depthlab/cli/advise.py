@@ -87,7 +87,7 @@ def run(args) -> int:
     model = model_config_from_args(args)
     train = TrainConfig(lr=args.lr, warmup=args.warmup, steps=args.steps, batch_size=args.batch_size,
                         seq_len=args.seq_len, seed=seed_from_args(args), **recipe_from_args(args))  # fmt: skip
-    model.check_length(train.seq_len + 1, "seq_len", train.seq_len)
+    model.check_length(train.seq_len)  # the model reads seq_len tokens (the next one is a target only)
     check_schedule(train, model.d_model)
     if model.arch != "decoder":
         why = "advise answers for decoder language models (every run it measured is one)"

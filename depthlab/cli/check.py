@@ -39,7 +39,11 @@ def add_parser(sub) -> None:
     )
     add_model_flags(p)
     g = p.add_argument_group("check")
-    g.add_argument("--claims", help=f"comma list of {', '.join(CLAIMS)} (default: the model's own wrapping)")
+    g.add_argument(
+        "--claims",
+        help=f"comma list of {', '.join(CLAIMS)} (default: the wrapping and QK-norm of the model the model "
+        "flags build, --hf PATH with them too; needed with --module and with --hf alone)",
+    )
     g.add_argument("--module", metavar="MOD:FN", help="check FN() of the Python module MOD (your model)")
     add_json_flag(p)
     p.set_defaults(run=run)
@@ -58,8 +62,13 @@ def run(args) -> int:
     for c in claims or ():
         if c not in CLAIMS:
             raise ConfigError("claims", c, f"one of {', '.join(CLAIMS)}")
-    if (args.module or args.hf) and not claims:
-        raise InputError("--claims is needed with --module or --hf: name the design the model claims")
+    if not claims and (
+        args.module or (args.hf and not given_model_flags(args))
+    ):  # a model depthlab did not build
+        raise InputError(
+            "--claims is needed with --module or with --hf alone (without model flags, the model is "
+            "transformers' own): name the design the model claims"
+        )
     refuse_flags(
         args,
         "does nothing in check: it runs the model in eval mode, and only training recomputes blocks",

@@ -12,6 +12,9 @@
 decoder self-attention is always causal, so a torch decoder layer agrees with its Block when it is
 called with a causal ``tgt_mask``. torch's fused ``in_proj_weight`` is already q | k | v by rows, our
 layout. Layers built with ``bias=False`` have LayerNorms without a bias: ours get a zero bias.
+An activation of ``nn.GELU(approximate="tanh")`` is our gelu_tanh, as torch computes it in training; torch's
+fused inference path (eval mode without gradients) computes the exact GELU for it instead, so the two
+differ there by about 1e-4, torch's own inconsistency.
 """
 
 from __future__ import annotations

@@ -55,6 +55,10 @@ class DenseFormer(Topology):
             with torch.no_grad():
                 self.alpha[-1] = 1.0  # alpha_ii = 1: Y_i = X_i at init
 
+    def formula(self) -> str:
+        """The average on the last sublayer of a block that averages; pre-LN on the others."""
+        return super().formula() if self.sources else self.pre_ln_formula()
+
     @classmethod
     def check_config(cls, cfg):
         """A period or a dilation past the depth leaves no average: the stack would be pre-LN unsaid."""

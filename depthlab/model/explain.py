@@ -214,7 +214,7 @@ def _stacks(model):
 
 def _describe(name: str, w: Wrapping, norm_on: bool) -> dict:
     norm_on = norm_on and w.USES_NORM
-    formula = w.formula_for(w.residual, w.branch_multiplier)
+    formula = w.formula()
     return {
         "name": name,
         "wrap": w.name,
@@ -309,16 +309,26 @@ def format_explain(info: dict) -> str:
         f"{p['attn_weights']:,} weights",
         f"memory: {check_line(info['memory'], info['memory']['available'])}",
         "",
-        f"{'layer':>9}  {'sublayer':8} {'wrap':10} {'formula':28} {'skip':5} constants",
     ]
-    for side, first, last, subs in _runs(info["layers"]):
-        span = f"{first}" if first == last else f"{first}-{last}"
-        for s in subs:
-            consts = "  ".join(f"{k}={v:.3g}" for k, v in s["constants"].items()) or "-"
-            lines.append(
-                f"{side[:3] + ' ' + span:>9}  {s['name']:8} {s['wrap']:10} {s['formula']:28} "
-                f"{'on' if s['residual'] else 'OFF':5} {consts}"
-            )
+    rows = [
+        (f"{side[:3]} {first}" + (f"-{last}" if last != first else ""), s)
+        for side, first, last, subs in _runs(info["layers"])
+        for s in subs
+    ]
+    # each column as wide as its longest entry (dec 100-128, parallel_shared, a topology's formula), at
+    # least as wide as its usual entries
+    at = max(9, *(len(span) for span, _ in rows))
+    wrap = max(10, *(len(s["wrap"]) for _, s in rows))
+    formula = max(28, *(len(s["formula"]) for _, s in rows))
+    lines.append(
+        f"{'layer':>{at}}  {'sublayer':8} {'wrap':{wrap}} {'formula':{formula}} {'skip':5} constants"
+    )
+    for span, s in rows:
+        consts = "  ".join(f"{k}={v:.3g}" for k, v in s["constants"].items()) or "-"
+        lines.append(
+            f"{span:>{at}}  {s['name']:8} {s['wrap']:{wrap}} {s['formula']:{formula}} "
+            f"{'on' if s['residual'] else 'OFF':5} {consts}"
+        )
     lines.append(f"final norm: {'on' if info['final_norm'] else 'off'} (final_norm={cfg['final_norm']})")
     lines += _topology_lines(info.get("topology"))
     for w in info["warnings"]:

@@ -12,7 +12,11 @@ from torch import nn
 
 from depthlab.errors import ConfigError
 from depthlab.model.attention import Attention
-from depthlab.model.wrapping_base import Site, Wrapping
+from depthlab.model.wrapping_base import Site, Wrapping, with_multiplier
+
+# What a sublayer computes that reads and writes the stream alone, as pre-LN (DenseFormer inside a block, a
+# value residual's FFN): explain's row for it.
+PRE_LN = "x = x + m*F(LN(x))"
 
 
 class Topology(Wrapping):
@@ -43,6 +47,10 @@ class Topology(Wrapping):
         w = cls(f, make_norm, residual, site)
         w.set_branch_multiplier(branch_multiplier)
         return w
+
+    def pre_ln_formula(self) -> str:
+        """pre-LN's formula at this sublayer's m (:data:`PRE_LN`)."""
+        return with_multiplier(PRE_LN, self.branch_multiplier)
 
     @classmethod
     def extra_parameters(cls, cfg, n_layers: int, sublayers: int) -> int:

@@ -33,6 +33,13 @@ class ValueResidual(Topology):
     def lambdas(self):
         return HALF
 
+    def formula(self) -> str:
+        """The mix on the self-attention of every layer after the first; the first layer's attention
+        hands its own values up as V_1, and the other sublayers are pre-LN."""
+        if self.kind == "attn" and self.index == 0:
+            return self.pre_ln_formula() + ", its values kept as V_1"
+        return super().formula() if self.kind == "attn" else self.pre_ln_formula()
+
     def forward(self, state: Valued, ctx) -> Valued:
         if self.kind != "attn":
             return state._replace(x=state.x + self.times_m(self.f(self.norm(state.x), ctx)))

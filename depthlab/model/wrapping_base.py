@@ -42,6 +42,11 @@ _SKIP_TERM = re.compile(r"(\w+\*)?x \+ ")  # "x + " or "alpha*x + ": the skip te
 _M_FACTOR = re.compile(r"\bm\*")  # "m*": the branch multiplier's factor in a formula
 
 
+def with_multiplier(formula: str, multiplier: float) -> str:
+    """``formula`` as it reads at the branch multiplier: its "m*" dropped where m is 1 (sp)."""
+    return formula if multiplier != 1.0 else _M_FACTOR.sub("", formula)
+
+
 def register(name: str):
     """Class decorator: declare a wrapping under ``name`` (the value of ``ModelConfig.wrap``)."""
 
@@ -84,7 +89,7 @@ class Declaration:
     def formula_at(cls, multiplier: float = 1.0) -> str:
         """FORMULA with the branch multiplier's "m*" dropped when it is 1 (sp): "x = x + m*F(LN(x))"
         reads "x = x + F(LN(x))" under sp."""
-        return cls.FORMULA if multiplier != 1.0 else _M_FACTOR.sub("", cls.FORMULA)
+        return with_multiplier(cls.FORMULA, multiplier)
 
     @classmethod
     def check_config(cls, cfg: ModelConfig) -> None:
@@ -186,6 +191,11 @@ class Wrapping(Declaration, nn.Module):
             return formula
         lhs, rhs = formula.split(" = ", 1)
         return lhs + " = " + _SKIP_TERM.sub("", rhs, count=1)
+
+    def formula(self) -> str:
+        """What this sublayer computes, as explain's row for it reads: :meth:`formula_for` at its own skip
+        and m (a topology whose sublayers differ says what each one does)."""
+        return self.formula_for(self.residual, self.branch_multiplier)
 
     def skip(self, x: torch.Tensor):
         """The identity path, or 0 when this sublayer's residual is turned off."""

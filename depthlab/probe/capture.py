@@ -34,6 +34,18 @@ def stream_tensor(value) -> torch.Tensor | None:
     return hidden if isinstance(hidden, torch.Tensor) else None
 
 
+def position_axis(stack: StackInfo, tokens: torch.Tensor | None, x0: torch.Tensor) -> int:
+    """The axis of a captured stream that runs over positions: 1 for the (B, T, d) layout depthlab reports,
+    0 for a stack that carries its stream sequence-first (T, B, d): torch's Transformer layers built with
+    ``batch_first=False`` (their default), or a model whose stream has the batch's tokens (B, T) the other
+    way round (XLNet). Per-position measures (the context gradient, token_cos) read this axis."""
+    attn = next((m for m in stack.blocks[0].modules() if isinstance(m, nn.MultiheadAttention)), None)
+    if attn is not None:
+        return 1 if attn.batch_first else 0
+    B, T = tokens.shape if tokens is not None and tokens.ndim == 2 else (None, None)
+    return 0 if x0.ndim >= 3 and B != T and tuple(x0.shape[:2]) == (T, B) else 1
+
+
 def find_norms(model: nn.Module, stack: StackInfo) -> tuple[list[nn.Module], list[nn.Module]]:
     """(norms inside the blocks, norms elsewhere in the model): one walk over the modules, which a caller
     capturing several passes (the probe: the main pass and the perturbed one) can reuse."""

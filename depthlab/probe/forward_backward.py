@@ -27,7 +27,7 @@ from torch import nn
 from depthlab.config import check_seed
 from depthlab.doctor.checks import diagnose
 from depthlab.errors import ConfigError, InputError
-from depthlab.probe.capture import StreamCapture, find_norms, stream_tensor
+from depthlab.probe.capture import StreamCapture, find_norms, position_axis, stream_tensor
 from depthlab.probe.locate import StackInfo, locate_stack, missing_sublayers, with_sublayers
 from depthlab.probe.pass_record import PassRecord
 from depthlab.probe.result import ProbeResult
@@ -120,6 +120,7 @@ def measure(
         changes, out_change = _perturbed_change(model, batch, stack, norms, run, delta, seed)
         gain = None if lr is None or coarse else _first_update_change(model, batch, run, GAIN_LR) / GAIN_LR
         seen = [view_of(model)(s) for s in run.states]  # a residual topology's state: one stream each
+        seen = [s.transpose(0, 1) for s in seen] if run.position_axis == 0 else seen  # reported (B, T, d)
         rows = stream_table(seen, run.grads)
         _add_layer_columns(rows, stack, run, changes, seen)
     config = {
@@ -264,13 +265,15 @@ def _forward_backward(
     params = _unique(p for ps in stack.layer_params for p in ps if p.requires_grad)
     if every:
         params = _unique([*params, *(p for p in model.parameters() if p.requires_grad)])
-    # a stream (B, T, d), or a topology's n streams (B, T, n, d): positions on axis 1 either way
-    with_context = context and loss == "lm" and states[-1].ndim >= 3 and states[-1].shape[1] > 1
+    # a stream (B, T, d), or a topology's n streams (B, T, n, d): positions on axis 1 either way, or 0
+    # for a stack that carries its stream sequence-first (T, B, d)
+    axis = position_axis(stack, batch_tokens(batch), states[0])
+    with_context = context and loss == "lm" and states[-1].ndim >= 3 and states[-1].shape[axis] > 1
     grads = torch.autograd.grad(
         loss_t, states + params, allow_unused=True, retain_graph=with_context or jacobian_probes > 0
     )
     stream_grads = list(grads[: len(states)])
-    context = _context_grads(states, stream_grads[-1], jacobian_probes > 0) if with_context else None
+    context = _context_grads(states, stream_grads[-1], jacobian_probes > 0, axis) if with_context else None
     gen = torch.Generator().manual_seed(seed)
     return PassRecord(
         states=[s.detach() for s in states],
@@ -283,6 +286,7 @@ def _forward_backward(
         final_norm=cap.final_norm,
         normalised=cap.normalised,
         norms_on_input=cap.norms_on_input,
+        position_axis=axis,
     )
 
 
@@ -333,10 +337,12 @@ def batch_tokens(batch) -> torch.Tensor | None:
     return None
 
 
-def _context_grads(states: list[torch.Tensor], top_grad: torch.Tensor | None, keep_graph: bool) -> list:
+def _context_grads(
+    states: list[torch.Tensor], top_grad: torch.Tensor | None, keep_graph: bool, axis: int = 1
+) -> list:
     """Per stream, the gradient carried down from only the position-varying part of d loss / d x_L.
 
-    C g_L = g_L minus its mean over positions (dim 1) is the part of the top gradient that asks
+    C g_L = g_L minus its mean over positions (``axis``: 1, or 0 sequence-first) is the part of the top gradient that asks
     different positions to change differently: the signal that teaches layers to use context. It is
     propagated to every stream with one more backward pass (J_i^T C g_L). When attention loses its skip,
     all positions of the stream collapse to one vector (rank collapse, Dong et al. 2021), and this
@@ -344,7 +350,7 @@ def _context_grads(states: list[torch.Tensor], top_grad: torch.Tensor | None, ke
     """
     if top_grad is None:
         return [None] * len(states)
-    centred = top_grad - top_grad.mean(dim=1, keepdim=True)
+    centred = top_grad - top_grad.mean(dim=axis, keepdim=True)
     below = torch.autograd.grad(
         states[-1], states[:-1], grad_outputs=centred, retain_graph=keep_graph, allow_unused=True
     )

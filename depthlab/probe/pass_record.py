@@ -20,7 +20,8 @@ class PassRecord:
     measured); param_grads: id(parameter) -> its gradient; loss: the loss's value; output: the model's
     main output tensor (detached); jacobian: the mean squared singular value per stream, or None;
     final_norm, normalised, norms_on_input: what the capture saw of the norms (see
-    :class:`depthlab.probe.capture.StreamCapture`).
+    :class:`depthlab.probe.capture.StreamCapture`); position_axis: the axis of ``states`` over positions
+    (1, or 0 for a stack that carries its stream sequence-first: :func:`depthlab.probe.capture.position_axis`).
     """
 
     states: list[torch.Tensor]
@@ -33,3 +34,4 @@ class PassRecord:
     final_norm: bool
     normalised: list[bool]
     norms_on_input: list[int]
+    position_axis: int = 1

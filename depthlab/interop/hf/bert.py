@@ -67,6 +67,7 @@ register(
         config=bert_config,
         state=bert_state,
         exact="post-LN encoder, embedding LayerNorm, learned positions (token type 0 folded in), padding",
-        approximated="not imported: token types other than 0, the pooler and the MLM head",
+        approximated="approximated: token type 0 and the positions are one table, which training moves as "
+        "one; not imported: token types other than 0, the pooler and the MLM head",
     )
 )

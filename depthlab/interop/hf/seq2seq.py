@@ -107,7 +107,8 @@ register(
         lambda hf, cfg, c=None: seq2seq_state(hf, cfg, offset=2),
         "post-LN encoder-decoder, embedding LayerNorm per side, learned positions (offset 2) per side, "
         "one shared token table, final_logits_bias, padding",
-        "refused: encoder and decoder of different widths or head counts; mBART (pre-LN) is another model_type",
+        "approximated: final_logits_bias, a fixed buffer in HF, is a head bias that training updates; refused: "
+        "encoder and decoder of different widths or head counts; mBART (pre-LN) is another model_type",
     )
 )
 register(
@@ -119,7 +120,8 @@ register(
         lambda hf, cfg, c=None: seq2seq_state(hf, cfg, offset=0),
         "post-LN encoder-decoder, embeddings x sqrt(d), SiLU, one shared token table, final_logits_bias, "
         "padding",
-        "approximated: Marian's fixed sinusoidal positions (sines then cosines) become a learned table "
-        "with the same values, which training would update; refused: separate decoder embeddings",
+        "approximated: Marian's fixed sinusoidal positions (sines then cosines) and final_logits_bias (a "
+        "fixed buffer) become a learned table with the same values and a head bias, which training would "
+        "update; refused: separate decoder embeddings",
     )
 )
