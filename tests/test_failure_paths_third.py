@@ -132,7 +132,7 @@ def test_report_run_refuses_one_folder_named_twice(capsys, tmp_path, watched, se
 
 def test_a_base_width_no_proxy_can_have_is_refused(capsys):
     refused(capsys, ["probe", "--layers", "2", "--d-model", "48", "--heads", "2", "--param", "mup", "--base-width", "7"],
-            "--base-width 7 is not allowed", "multiple of n_heads=2")  # fmt: skip
+            "--base-width 7 is not allowed", "a multiple of the 2 heads (set by --heads)")  # fmt: skip
     assert ModelConfig(d_model=48, n_heads=2, param="mup", base_width=8).base_width == 8
 
 
