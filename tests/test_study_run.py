@@ -247,7 +247,7 @@ def test_workers_end_when_the_driver_is_killed(tmp_path):
 
 
 def test_worker_and_thread_counts_are_pluralised(tmp_path):
-    from depthlab.study.runner import plural
+    from depthlab.words import plural
 
     assert (plural(1, "worker"), plural(2, "thread"), plural(0, "core")) == (
         "1 worker",

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.report.data import load
-from depthlab.study.runner import plural
 from depthlab.study.transfer import Transfer, reading, runs_at, study_shape, transfers
 from depthlab.study.transfer_text import (
     budget_text,
@@ -20,6 +19,7 @@ from depthlab.study.transfer_text import (
     slope_text,
     target_text,
 )
+from depthlab.words import plural
 
 
 def _worst_penalty(t: Transfer) -> float:

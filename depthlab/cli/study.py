@@ -16,8 +16,9 @@ from depthlab.study import StudyConfig, plan, preset, run_study
 from depthlab.study.executors import EXECUTORS, check_executor, default_workers, threads_per_worker
 from depthlab.study.grid import MAX_RUNS, field_help
 from depthlab.study.presets import preset_lines
-from depthlab.study.runner import plural, repeat_note, store_note, time_plan
+from depthlab.study.runner import repeat_note, store_note, time_plan
 from depthlab.study.store import DEFAULT_DB, check_store_path
+from depthlab.words import plural
 
 
 def add_parser(sub) -> None:

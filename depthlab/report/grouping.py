@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from depthlab.config import TrainConfig
 from depthlab.display import STATE_COLOURS as COLOURS  # noqa: F401 (the report's colours, named here)
 from depthlab.doctor.checks import prediction
+from depthlab.words import plural
 
 STATES = ("trained", "undertrained", "stalled", "diverged", "failed", "running", "queued")
 SEVERITY = {
@@ -163,7 +164,7 @@ def layout(runs: list[dict], axis_order: list[str] | None = None, x: str = "auto
 
 def column_text(lay: Layout, value) -> str:
     """A column's heading: "24 layers" or "lr 0.003"."""
-    return f"{value} layer{'' if value == 1 else 's'}" if lay.x == "n_layers" else f"lr {value:g}"
+    return plural(value, "layer") if lay.x == "n_layers" else f"lr {value:g}"
 
 
 @dataclass

@@ -18,6 +18,7 @@ from depthlab.report.grouping import depth, predicted, state
 from depthlab.report.lr_tables import lr_section
 from depthlab.report.summary import outcome_tables
 from depthlab.watch.outcome import OUTCOMES
+from depthlab.words import plural
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; padding: 0 1em; }
@@ -163,7 +164,7 @@ def page(data: StudyData, figures: list[PageFigure]) -> str:
         f"<title>depthlab study {esc(data.name)}</title><style>{CSS}</style></head><body>",
         f"<h1>depthlab study: {esc(data.name)}</h1>",
         f"<p>{esc(data.study['config'].get('description', ''))}</p>",
-        f'<p class="muted">{len(data.runs)} run{"" if len(data.runs) == 1 else "s"} ({counts}); store {esc(data.db)}; '
+        f'<p class="muted">{plural(len(data.runs), "run")} ({counts}); store {esc(data.db)}; '
         f"report written {esc(time.strftime('%Y-%m-%d %H:%M:%S'))}.</p>",
         "<h2>Outcome per cell (final validation loss)</h2>",  # the answer first: as the terminal's summary
         *outcome_tables(data),

@@ -12,6 +12,7 @@ from depthlab.display import esc, table
 from depthlab.report.data import StudyData
 from depthlab.study.sensitivity import MARGIN, best_lr_slope, recommend
 from depthlab.study.sensitivity import table as sensitivity_table
+from depthlab.words import plural
 
 DEFINITION = (
     "LR sensitivity (Wortsman et al. 2023, section 2.2): with l(eta) the final validation loss at learning "
@@ -111,5 +112,5 @@ def lr_summary(data: StudyData) -> str:
     for depth_, ranked in recommend(data.lr_curves).items():
         line = ", ".join(f"{r['setting']} {r['best_loss'][0]:.3f}" + (" (tied)" if r["tied_with_first"] and k else "")
                          for k, r in enumerate(ranked))  # fmt: skip
-        out.append(f"best at {depth_} layer{'' if depth_ == 1 else 's'}: {line}")
+        out.append(f"best at {plural(depth_, 'layer')}: {line}")
     return "\n".join(out)

@@ -27,6 +27,7 @@ from depthlab.report.grouping import state
 from depthlab.report.summary import outcome_tables, summary_table
 from depthlab.report.tables import study_frame
 from depthlab.study.store import DEFAULT_DB, Store
+from depthlab.words import plural
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -150,20 +151,15 @@ class StudyView:
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{n} {k}" for k, n in sorted(self.counts().items()))
-        return f"<StudyView {self.name!r}: {_runs(len(self.data.runs))} ({counts or 'none'}), store {self.data.db}>"
+        return f"<StudyView {self.name!r}: {plural(len(self.data.runs), 'run')} ({counts or 'none'}), store {self.data.db}>"
 
     def _repr_html_(self) -> str:
         """The counts per state, then the outcome map as one table per train setting."""
         counts = " ".join(f"{state_badge(k)} {n}" for k, n in sorted(self.counts().items()))
         desc = self.data.study["config"].get("description", "")
         parts = [para(desc)] if desc else []
-        parts.append(f"<p>{_runs(len(self.data.runs))}: {counts}</p>")
+        parts.append(f"<p>{plural(len(self.data.runs), 'run')}: {counts}</p>")
         parts += outcome_tables(self.data)
         parts.append(para(f"store {self.data.db}; frames: .runs() .metrics() .layer_metrics() "
                           f".probe_layers(); figures: {', '.join(f.name for f in FIGURES)}", muted=True))  # fmt: skip
         return block(f"depthlab study {self.name}", *parts)
-
-
-def _runs(n: int) -> str:
-    """``1 run``, ``4 runs``."""
-    return f"{n} run{'' if n == 1 else 's'}"

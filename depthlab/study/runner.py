@@ -29,6 +29,7 @@ from depthlab.study.tensorboard import StudyEvents
 from depthlab.study.worker import Task
 from depthlab.train.cost import estimate
 from depthlab.train.tasks import train_memory
+from depthlab.words import plural
 
 
 @dataclass
@@ -209,11 +210,6 @@ def check_study_memory(specs: list[RunSpec], workers: int) -> None:
             f"{estimates[0].describe()}, more than {USABLE:.0%} of the {gb(free)} free: use fewer "
             f"{option('workers')} or smaller runs, or {option('force_memory')} to try anyway"
         )
-
-
-def plural(n: int, word: str) -> str:
-    """``1 worker``, ``2 workers``, ``10,000 runs``."""
-    return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
 def run_cost(spec: RunSpec) -> int:

@@ -5,8 +5,8 @@ not) are :func:`depthlab.study.transfer.reading`'s; this module only renders the
 
 from __future__ import annotations
 
-from depthlab.study.runner import plural
 from depthlab.study.transfer import BAND, Transfer, bound_side, heads_text, reading, spacing
+from depthlab.words import plural
 
 
 def _span(v: list) -> str:
