@@ -215,6 +215,21 @@ def test_sigterm_stops_the_study_like_ctrl_c(tmp_path):
         proc.kill()
 
 
+def test_an_interrupted_study_says_the_same_command_resumes_it(tmp_path, capsys, monkeypatch):
+    """Ctrl-C (or `kill PID`) mid-study: exit 1 with a line that says the finished runs are kept and the
+    same command runs the rest (it printed only 'interrupted')."""
+    import depthlab.cli.study as study_cli
+
+    def stopped(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(study_cli, "run_study", stopped)
+    db = tmp_path / "s.sqlite"
+    assert main(["study", "--preset", "smoke", "--db", str(db), "--no-report"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"interrupted: the runs that finished are kept in {db}; the same command runs the rest\n"
+
+
 def test_one_run_one_study_and_one_layer_are_said_in_the_singular(tmp_path, capsys):
     """A study of one run reads '1 run', 'of 1 run', '1 layer' and '1 study' (it read '1 runs', '1 layers'
     and '1 studies')."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 import textwrap
 
 from depthlab.cli.common import add_memory_flag, check_given_paths, refuse_flags
@@ -119,6 +120,11 @@ def run(args) -> int:
             max_runs=args.max_runs,
             force_memory=args.force_memory,
         )
+    except KeyboardInterrupt:  # the driver stopped its workers; what finished is in the store
+        sys.stderr.write(
+            f"interrupted: the runs that finished are kept in {printable(args.db)}; the same command runs the rest\n"
+        )
+        return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
     done = ", ".join(f"{n} {k}" for k, n in sorted(res.outcomes.items())) or "nothing new"
