@@ -46,6 +46,8 @@ OPTIONS = {
     "params": ("params", "--param"),
     "run": ("folder", "--run"),  # write_run_report(folder)
     "runs": ("folders", "--run"),  # write_runs_report(folders)
+    "study": ("study", "--study"),  # a study of a store, by name or id
+    "tune": ("tune_study", "--tune"),  # forecast's tuning study
 }
 _AS_FLAGS: ContextVar[bool] = ContextVar("depthlab_as_flags", default=False)
 

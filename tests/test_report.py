@@ -337,3 +337,15 @@ def test_a_page_that_cannot_be_replaced_is_named_in_the_callers_words(db, tmp_pa
         write_report(db, str(rep))
     assert main(["report", "--db", db, "--out", str(rep)]) == 2
     assert "error: --out " in capsys.readouterr().err
+
+
+def test_a_study_the_store_lacks_is_named_by_the_flag_that_asked(db, tmp_path, capsys):
+    """report --study nope: the line names --study (it said "no study 'nope' in ...", naming no flag),
+    and lists the studies the store holds; nothing is written."""
+    out = tmp_path / "r"
+    assert main(["report", "--db", db, "--study", "nope", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("depthlab report: error: --study nope: no such study in ") and "(studies: fake" in err
+    )
+    assert err.count("\n") == 1 and not out.exists()

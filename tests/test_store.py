@@ -124,7 +124,9 @@ def test_study_runs_are_shared_by_hash_not_duplicated(tmp_path):
         assert [r["config_hash"] for r in s.runs(sid)] == [x.hash for x in specs]  # grid order kept
         assert all(r["status"] == "queued" for r in s.runs(sid2))
         assert s.find_study()["id"] == sid2 and s.find_study("fake")["id"] == sid2
-        with pytest.raises(InputError, match=r"no study 'other' .* \(studies: fake \(id 1, 2\)\)$"):
+        with pytest.raises(
+            InputError, match=r"^study other: no such study in .* \(studies: fake \(id 1, 2\)\)$"
+        ):
             s.find_study("other")  # both grids named 'fake' are listed, each by the id that reaches it
 
 

@@ -240,8 +240,10 @@ class Store:
         rows = self.conn.execute("SELECT * FROM studies ORDER BY updated_at DESC, id DESC").fetchall()
         return [{**dict(r), "config": json.loads(r["config_json"])} for r in rows]
 
-    def find_study(self, which: str | int | None = None) -> dict:
-        """A study by id, by name (its latest version), or the most recently updated one (None)."""
+    def find_study(self, which: str | int | None = None, flag: str | None = None) -> dict:
+        """A study by id, by name (its latest version), or the most recently updated one (None).
+        ``flag``: how a refusal names ``which`` (default ``--study`` on the command line, ``study`` from
+        Python)."""
         studies = self.studies()
         if not studies:
             raise InputError(f"{self.path} holds no study yet")
@@ -254,7 +256,9 @@ class Store:
         for s in sorted(studies, key=lambda s: s["id"]):
             ids.setdefault(s["name"], []).append(str(s["id"]))
         names = ", ".join(f"{n} (id {', '.join(i)})" for n, i in sorted(ids.items()))
-        raise InputError(f"no study {which!r} in {self.path} (studies: {names})")
+        raise InputError(
+            f"{flag or option('study')} {which}: no such study in {self.path} (studies: {names})"
+        )
 
     @reads
     def runs(self, study_id: int) -> list[dict]:

@@ -50,3 +50,25 @@ def test_tune_prefers_thresholds_that_separate_the_tuning_runs():
     runs = [_run("trained"), _run("stalled", bottom_grad=1e-4), _run("trained", bottom_grad=0.02)]
     th, ratio, f1 = tune(runs)
     assert th.starved_ratio < 0.02 and f1 == pytest.approx(2 / 3)  # diverged never occurs: its F1 is 0
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--study", "smoke", "--tune", "nope"], "--tune nope"),
+        (["--study", "nope", "--tune", "smoke"], "--study nope"),
+    ],
+)
+def test_a_study_the_store_lacks_is_named_by_its_flag(tmp_path, capsys, flags, named):
+    """forecast names the missing study by the flag that gave it: --tune for the tuning study, --study for
+    the held-out one (both read "no study 'nope' in ...")."""
+    from depthlab.cli import main
+    from depthlab.study import Store, preset
+
+    db = str(tmp_path / "s.sqlite")
+    study = preset("smoke")
+    with Store(db) as s:
+        s.add_study(study.name, study.to_dict(), study.config_hash(), study.expand())
+    assert main(["forecast", "--db", db, *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"depthlab forecast: error: {named}: no such study in ") and err.count("\n") == 1

@@ -22,6 +22,7 @@ import json
 import math
 from dataclasses import replace
 
+from depthlab.errors import option
 from depthlab.study.store import Store
 from depthlab.watch import Thresholds, replay
 from depthlab.watch.rules import LOSS_CODES
@@ -30,11 +31,12 @@ OUTCOMES = ("trained", "stalled", "diverged")
 STALL_CODES = ("gradient-starvation",)
 
 
-def load_runs(db: str, study: str | int | None) -> list[dict]:
+def load_runs(db: str, study: str | int | None, flag: str | None = None) -> list[dict]:
     """The finished runs of ``study`` as forecast inputs: outcome (and the step it was decided at), steps,
-    unigram loss and the records (metrics rows with their extra keys and per-layer rows), in step order."""
+    unigram loss and the records (metrics rows with their extra keys and per-layer rows), in step order.
+    ``flag``: how a missing study is named (default ``--study``)."""
     with Store(db, create=False) as store:
-        sid = store.find_study(study)["id"]
+        sid = store.find_study(study, flag)["id"]
         out = []
         for r in store.runs(sid):
             if r["status"] != "done":
@@ -150,7 +152,7 @@ def format_table(table: dict) -> str:
 def forecast(db: str, study: str | int, tune_study: str | int, share: float = 0.1) -> dict:
     """Thresholds tuned on ``tune_study``, then both forecasters measured on ``study`` (held out): the
     forecast_table plus "tuned" (the thresholds and stall ratio chosen, the tuning study's F1) and "text"."""
-    tuning = load_runs(db, tune_study)
+    tuning = load_runs(db, tune_study, option("tune"))
     th, ratio, f1 = tune(tuning, share)
     held = load_runs(db, study)
     table = forecast_table(held, th, ratio, share)
