@@ -349,3 +349,22 @@ def test_a_study_the_store_lacks_is_named_by_the_flag_that_asked(db, tmp_path, c
         err.startswith("depthlab report: error: --study nope: no such study in ") and "(studies: fake" in err
     )
     assert err.count("\n") == 1 and not out.exists()
+
+
+@pytest.mark.parametrize(
+    "lrs, depths, x", [(2, 1, "n_layers"), (3, 1, "lr"), (3, 3, "n_layers"), (4, 3, "lr")]
+)
+def test_auto_columns_are_the_lr_where_the_grid_sweeps_more_of_them_and_at_least_3(lrs, depths, x):
+    """The rule report --help and the studies page state: two learning rates at one depth stay panels."""
+    runs = [
+        {
+            "config": {"model": {"wrap": "pre", "n_layers": n}, "train": {"seed": 0, "lr": lr}},
+            "axes": {"wrap": "pre", "n_layers": n, "lr": lr},
+            "status": "done",
+            "outcome": "trained",
+            "val_loss": 2.5,
+        }
+        for n in (2, 4, 8)[:depths]
+        for lr in (1e-3, 1e-2, 1e-1, 1.0)[:lrs]
+    ]
+    assert layout(runs, ["wrap", "n_layers", "lr"]).x == x

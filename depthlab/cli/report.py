@@ -34,7 +34,7 @@ def add_parser(sub) -> None:
         default="auto",
         choices=("auto", "n_layers", "lr"),
         help="the outcome map's columns: depth or learning rate (default auto: the learning rate when the "
-        "grid sweeps more learning rates than depths)",
+        "grid sweeps more learning rates than depths, and at least 3)",
     )
     p.add_argument(
         "--run",

@@ -138,7 +138,8 @@ def layout(runs: list[dict], axis_order: list[str] | None = None, x: str = "auto
     """The layout of these runs (dicts with "config": {"model", "train"}, "axes", "status", "outcome").
 
     ``axis_order``: the grid's axis names in order (default: the runs' axis names, sorted); ``x``:
-    "n_layers", "lr" or "auto" (the learning rate when the grid sweeps more of them than depths)."""
+    "n_layers", "lr" or "auto" (the learning rate when the grid sweeps more of them than depths, and at
+    least 3: two learning rates at one depth stay panels)."""
     names = list(axis_order or sorted({a for r in runs for a in r.get("axes") or {}}))
     names = [a for a in names if all(a in (r.get("axes") or {}) for r in runs)]
     counts = {a: len({column_of(r, a) for r in runs}) for a in X_AXES if runs}
