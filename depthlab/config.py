@@ -257,7 +257,9 @@ class ModelConfig(ConfigBase):
         if self.position in ("learned", "sinusoidal") and n_tokens > self.max_len:
             shown = n_tokens if value is None else value
             what = "" if value is None else f" ({n_tokens} tokens)"
-            raise ConfigError(field, shown, f"a length that fits max_len={self.max_len}{what}")
+            raise ConfigError(
+                field, shown, f"a length that fits max_len={self.max_len}{what}", other="max_len"
+            )
 
     # -- resolved values ------------------------------------------------------------------------
     @property

@@ -227,7 +227,7 @@ def test_a_sequence_as_long_as_the_position_table_is_advised_as_train_runs_it(ca
     assert probed and "--seq-len" not in capsys.readouterr().err
     assert main([*tiny, "--seq-len", "17"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["depthlab advise: error: --seq-len 17 is not allowed: a length that fits max_len=16"]
+    assert err == ["depthlab advise: error: --seq-len 17 is not allowed: a length that fits --max-len 16"]
 
 
 def test_a_topology_s_own_options_do_not_rule_out_the_plain_alternatives(atlas):

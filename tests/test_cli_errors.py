@@ -338,3 +338,34 @@ def test_weights_that_cannot_fit_name_the_flags_on_the_command_line_and_the_fiel
     assert err.rstrip().endswith("use a smaller --layers, --d-model, --d-ff or --vocab"), err
     with pytest.raises(InputError, match="use a smaller n_layers, d_model, d_ff or vocab_size$"):
         build_model(ModelConfig(d_ff=10**20))
+
+
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (  # the default length, a table typed too short: --max-len is what the user got wrong
+            ["train", "--max-len", "16"],
+            "--max-len 16 is not allowed: shorter than the default --seq-len 64 (pass a longer --max-len or a "
+            "shorter --seq-len)",
+        ),
+        (["probe", "--max-len", "16"], "--max-len 16 is not allowed: shorter than the default --seq-len 64"),
+        (
+            ["train", "--max-len", "16", "--seq-len", "32"],
+            "--seq-len 32 is not allowed: a length that fits --max-len 16",
+        ),
+        (
+            ["probe", "--max-len", "16", "--seq-len=32"],
+            "--seq-len 32 is not allowed: a length that fits --max-len 16",
+        ),
+        (["train", "--seq-len", "300"], "--seq-len 300 is not allowed: a length that fits --max-len 256"),
+    ],
+)
+def test_a_sequence_longer_than_the_position_table_names_the_flags_typed(tmp_path, capsys, argv, line):
+    """The position table is --max-len's: a refusal names that flag, not the field max_len=16, and blames
+    --max-len where the length is the command's default (it read '--seq-len 64 is not allowed' for a
+    --seq-len never typed)."""
+    out = ["--out", str(tmp_path / "run")] if argv[0] == "train" else []
+    assert main([*argv, "--layers", "2", "--d-model", "32", "--heads", "2", *out]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"depthlab {argv[0]}: error: {line}") and err.count("\n") == 1, err
+    assert not (tmp_path / "run").exists()

@@ -107,6 +107,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args, extras = parser.parse_known_args(argv)
     if extras:
         parser.subcommands.get(args.command, parser).unrecognized(extras)
+    args.typed = {  # the flags on the command line (a refusal blames one of them over a default)
+        dest
+        for dest, action in (getattr(args, "flags", None) or {}).items()
+        if any(a == o or a.startswith(o + "=") for a in argv for o in action.option_strings)
+    }
     return args
 
 

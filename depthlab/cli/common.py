@@ -272,6 +272,18 @@ def as_typed(error: ConfigError, args: argparse.Namespace, flags: dict) -> str:
             said = f"a multiple of the {heads} heads (set by --heads)"
             error = ConfigError("d_model", error.value, said)
     dest = DEST_OF_FIELD.get(error.field, error.field)
+    table_flag = "max_len" in given or ("max_len" in flags and not getattr(args, "hf", None))
+    if error.other == "max_len" and table_flag:  # the position table's rows: --max-len's (not --hf's)
+        said = error.allowed.replace(f"max_len={args.max_len}", f"--max-len {args.max_len}")
+        error = ConfigError(error.field, error.value, said)
+        length = flags.get(dest)
+        typed = getattr(args, "typed", None) or ()
+        if (
+            "max_len" in given and length is not None and dest not in typed
+        ):  # a default length: --max-len short
+            flag = max(length.option_strings, key=len)
+            return (f"--max-len {args.max_len} is not allowed: shorter than the default {flag} {error.value} "
+                    f"(pass a longer --max-len or a shorter {flag})")  # fmt: skip
     action = flags.get(dest)
     from_family = getattr(args, "hf", None) and dest in FIELD_OF_FLAG and dest not in given_model_flags(args)
     if action is None or from_family:
