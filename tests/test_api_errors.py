@@ -10,6 +10,7 @@ import torch
 from depthlab import ConfigError, InputError, ModelConfig, TrainConfig, build_model
 from depthlab.errors import option, spoken_as_flags
 from depthlab.model.explain import explain
+from depthlab.model.param_groups import param_groups
 from depthlab.model.stack import check_tokens
 from depthlab.probe import probe
 from depthlab.probe.compare import compare
@@ -227,3 +228,24 @@ def test_open_names_its_argument_in_python_words():
         run_study(StudyConfig.from_dict({"name": "s", "axes": {"seed": [0]}}), db="")
     with pytest.raises(InputError, match="^db: an empty path"):
         load("")
+
+
+@pytest.mark.parametrize(
+    "kw, field",
+    [({"lr": float("nan")}, "lr"), ({"lr": -1}, "lr"), ({"lr": "x"}, "lr"), ({"lr": 1e-3, "weight_decay": -1}, "weight_decay"),
+     ({"lr": 1e-3, "eps": float("nan")}, "eps")],
+)  # fmt: skip
+def test_param_groups_refuses_what_train_refuses(kw, field):
+    """param_groups(model, lr=nan) gave groups no optimiser can step with: its lr, eps and weight decay are
+    checked as TrainConfig checks them, each named as passed."""
+    model = build_model(ModelConfig(n_layers=1, d_model=16, n_heads=2))
+    with pytest.raises(ConfigError, match=f"^{field}="):
+        param_groups(model, **kw)
+    with pytest.raises(TypeError, match="^model must be a torch module, not str"):
+        param_groups("model", lr=1e-3)
+
+
+def test_train_names_an_out_dir_that_is_no_path():
+    """train(out_dir=5) failed deep in os.path ("expected str, bytes or os.PathLike object, not int")."""
+    with pytest.raises(TypeError, match="^out_dir must be the run folder's path .*not int$"):
+        train(CFG, TrainConfig(steps=2, batch_size=2, seq_len=8), out_dir=5)

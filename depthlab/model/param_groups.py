@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from depthlab.config import TrainConfig
 from depthlab.model import parametrization
 from depthlab.model.stack import Stack
 
@@ -42,7 +43,11 @@ def param_groups(model: nn.Module, lr: float, weight_decay: float = 0.0, eps: fl
     """Param groups for ``torch.optim.Adam``/``AdamW`` under ``model.cfg.param`` (a model built by
     :func:`depthlab.build_model`): each a dict with "params", "lr", "eps", "weight_decay" (and, beyond
     sp, a "name"). Only parameters that require grad; empty groups are left out. A module with no
-    depthlab config (``model.cfg``) gets the standard parametrization's two groups."""
+    depthlab config (``model.cfg``) gets the standard parametrization's two groups. ``lr``, ``eps`` and
+    ``weight_decay`` are checked as :class:`TrainConfig` checks them (ConfigError naming the argument)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch module, not {type(model).__name__}")
+    TrainConfig(lr=lr, eps=eps, weight_decay=weight_decay)  # a NaN or negative lr is no optimiser's
     cfg = getattr(model, "cfg", None)
     params = [p for p in model.parameters() if p.requires_grad]
     if getattr(cfg, "param", "sp") == "sp":

@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.errors import ConfigError, InputError, option
 from depthlab.model import build_model
+from depthlab.paths import check_path_type
 from depthlab.progress import Progress, duration, say
 from depthlab.train import checkpoint
 from depthlab.train.batch import shard
@@ -66,6 +67,7 @@ def train(
     for name, value, cls in (("model_cfg", model_cfg, ModelConfig), ("train_cfg", train_cfg, TrainConfig)):
         if not isinstance(value, cls):
             raise TypeError(f"{name} must be a depthlab.{cls.__name__}, not {type(value).__name__}")
+    check_path_type(out_dir, "out_dir", "the run folder's path", none_ok=True)
     if (resume or force) and out_dir is None:
         flag = option("resume" if resume else "force")
         raise InputError(
