@@ -18,6 +18,7 @@ from depthlab.intervals import (
 from depthlab_lab.docgen.reproductions_text import check_rows, result_line, totals_text
 from depthlab_lab.reproduce.claims import model_update
 from depthlab_lab.reproduce.reproduction import (
+    Reproduction,
     counts,
     effect_revised,
     family_results,
@@ -103,6 +104,30 @@ def test_the_document_shows_first_revised_and_holm():
     text = " ".join(totals_text(first, rev, {AGREE: 0, MISMATCH: 0, INCONCLUSIVE: 1}, 1))
     assert "Under the first registrations: 0 of 1" in text and "revised with results known" in text
     assert "about 0.0 of the 1 would read agree" in text
+
+
+def test_the_printed_table_shows_the_revised_result_beside_the_first_in_short_lines():
+    """`depthlab reproduce NAME` prints each check's result under the revised rules beside the first, and
+    a measured cell of every seed at five depths (stream-growth's ran to 1,200 characters on one line)
+    wraps under its column, the result ending the row's first line."""
+    per_depth = "; ".join(
+        log_revised(f"L={n}", "> 1", [1.03, 0.946, 0.994, 0.861, 0.995], at_least=1.0).measured
+        for n in (6, 12, 24, 48, 96)
+    )
+    long = seeded_check("faster than independence, per depth", "> 1 at every L", [1.1, 1.0], at_least=1.0)
+    long.measured = per_depth
+    revised = with_revision(
+        seeded_check("post vanishes", "< 0.01", POST_MSV, at_most=0.01),
+        seeded_check("post vanishes", "< 0.01", POST_MSV, at_most=0.01, scale="log"),
+        "log scale",
+    )
+    lines = Reproduction("claim", {}, [long, revised]).format().splitlines()
+    assert len(per_depth) > 1000 and max(len(ln) for ln in lines) < 200
+    firsts = [ln for ln in lines if ln.startswith(("  faster", "  post vanishes"))]
+    assert firsts[0].endswith("  inconclusive") and firsts[1].endswith(
+        "inconclusive (revised rules: MISMATCH)"
+    )
+    assert per_depth.split()[-1] in lines[lines.index(firsts[1]) - 1]  # wrapped, not cut
 
 
 def test_a_ratio_is_decided_as_first_registered_and_shown_on_a_log_scale():

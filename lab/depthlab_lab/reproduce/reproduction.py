@@ -17,6 +17,7 @@ kept beside it in ``revised`` (:func:`with_revision`); the document shows both a
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -327,6 +328,22 @@ def _moved(c: Check) -> str:
     return " (sanity under the revised rules)" if c.revised_sanity else ""
 
 
+def _revised(c: Check) -> str:
+    """The result under rules revised with results known, where it differs, then :func:`_moved`."""
+    other = c.revised and c.revised != c.result
+    return (f" (revised rules: {c.revised})" if other else "") + _moved(c)
+
+
+# The claim, stated and measured columns of a reproduction's table: a longer cell wraps at spaces (a
+# measured cell holds every seed's value and can run to a thousand characters).
+CELL_WIDTH = (64, 36, 64)
+
+
+def _wrapped(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` characters, broken at spaces (a longer word kept whole)."""
+    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [""]
+
+
 @dataclass
 class Reproduction:
     """The measured data (a JSON-able dict), the checks, and the paths of any plots written.
@@ -357,22 +374,25 @@ class Reproduction:
         return cls(name, data, [Check.from_dict(c) for c in d["checks"]], list(plots), source)
 
     def format(self) -> str:
-        """A claim / stated / measured / result table, sanity checks marked, then the counts."""
+        """A claim / stated / measured / result table, sanity checks marked, a result under rules revised
+        with results known beside the first, then the counts. A cell wider than its column's
+        :data:`CELL_WIDTH` wraps onto the lines below it; the result ends each row's first line."""
         rows = [
-            (c.claim, c.stated, c.measured, c.result + ("" if c.counted else " (sanity)") + _moved(c))
+            ([c.claim, c.stated, c.measured], c.result + ("" if c.counted else " (sanity)") + _revised(c))
             for c in self.checks
         ]
-        widths = [
-            max([len(r[i]) for r in rows] + [len(h)]) for i, h in enumerate(("claim", "stated", "measured"))
-        ]
+        heads = ("claim", "stated", "measured")
+        cells = [[_wrapped(v, w) for v, w in zip(r, CELL_WIDTH)] for r, _ in rows]
+        widths = [max([len(ln) for c in cells for ln in c[i]] + [len(h)]) for i, h in enumerate(heads)]
         lines = [
             f"{self.name}" + (f"  ({self.source})" if self.source else ""),
-            "  "
-            + "  ".join(f"{h:<{w}}" for h, w in zip(("claim", "stated", "measured"), widths))
-            + "  result",
+            "  " + "  ".join(f"{h:<{w}}" for h, w in zip(heads, widths)) + "  result",
         ]
-        for r in rows:
-            lines.append("  " + "  ".join(f"{v:<{w}}" for v, w in zip(r[:3], widths)) + f"  {r[3]}")
+        for row, (_, result) in zip(cells, rows):
+            for i in range(max(len(c) for c in row)):
+                text = [c[i] if i < len(c) else "" for c in row]
+                line = "  " + "  ".join(f"{v:<{w}}" for v, w in zip(text, widths))
+                lines.append(line + f"  {result}" if i == 0 else line.rstrip())
         lines.append(f"  {format_counts(self.checks)}")
         for table in self.data.get("tables", []):
             lines += ["", f"  {table['title']}", "  " + " | ".join(table["columns"])]
