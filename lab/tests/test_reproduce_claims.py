@@ -358,6 +358,19 @@ def test_cli_all_rejects_unknown_name_and_doc_on_a_single_claim(capsys, tmp_path
     assert not (tmp_path / "x.md").exists()
 
 
+def test_list_gives_each_claim_whole_in_one_aligned_column(capsys):
+    """A claim whose first sentence runs over two source lines is listed whole ('jacobian' stopped at
+    "for post-LN,"), and a name longer than 16 characters does not push its claim out of the column."""
+    assert main(["reproduce", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split()[0] for ln in lines] == sorted(REPRODUCTIONS)
+    assert all(ln.rstrip().endswith((".", ")", "?")) for ln in lines), [ln[-30:] for ln in lines]
+    (jacobian,) = [ln for ln in lines if ln.startswith("jacobian ")]
+    assert jacobian.endswith("near 1 for ReZero (Bachlechner et al. 2020).")
+    starts = {len(ln) - len(ln[len(ln.split()[0]) :].lstrip()) for ln in lines}
+    assert len(starts) == 1
+
+
 def test_claim_module_has_no_pyplot():
     import sys
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 
 from depthlab.cli.common import add_json_flag, refuse_flags
@@ -148,8 +149,7 @@ def run(args) -> int:
             args, why, quick=args.quick, json=args.json is not None, out=args.out is not None, **given
         )
     if args.name == "list":
-        for name, fn in sorted(REPRODUCTIONS.items()):
-            print(f"{name:16} {(fn.__doc__ or '').strip().splitlines()[0] if fn.__doc__ else ''}")
+        print(listing())
         return 0
     _refuse_ladder_flags(args)
     if args.name not in REPRODUCTIONS and args.name not in DOCUMENTS:
@@ -180,6 +180,16 @@ def run(args) -> int:
         print(f"wrote {path} ({len(results)} commands, {sum(r.seconds for r in results):.0f} s)")
         return 1 if missing else 0
     return run_reproductions(args)
+
+
+def listing() -> str:
+    """One line per reproduction: its name, then its claim (the first paragraph of its docstring, which
+    can run over two lines of source: the first line alone stopped at "for post-LN,")."""
+    width = max(map(len, REPRODUCTIONS))
+    return "\n".join(
+        f"{name:{width}}  {' '.join((inspect.getdoc(fn) or '').split(chr(10) * 2)[0].split())}"
+        for name, fn in sorted(REPRODUCTIONS.items())
+    )
 
 
 def run_doctor_command(args) -> int:
