@@ -148,3 +148,51 @@ def test_an_unreadable_file_is_a_miss_and_is_replaced(cache, capsys):
     run = lm_runs.train_run("a", MODEL, {**TRAIN, "steps": 2}, quiet=True)
     assert not run.loaded and "unreadable" in capsys.readouterr().err
     assert run_cache.load(path, mcfg).result.val_loss == run.val_loss
+
+
+def test_every_claim_trains_through_the_run_cache():
+    """A claim that called the training loop itself (batchnorm, batchnorm-same, model-update,
+    model-update-stream did) stored nothing under --cache: an interrupted run trained every run again."""
+    import depthlab.train
+    from depthlab_lab.reproduce import claims, load_all
+
+    load_all()
+    direct = [
+        name
+        for name, module in sorted(vars(claims).items())
+        if getattr(module, "__name__", "").startswith(claims.__name__ + ".")
+        and any(value is depthlab.train.train for value in vars(module).values())
+    ]
+    assert direct == []
+
+
+def test_a_claim_run_again_loads_its_runs_from_the_cache(cache, one_thread):
+    from depthlab_lab.reproduce.reproduction import run_claim
+
+    first = run_claim("batchnorm-same", quick=True).to_dict()
+    assert run_cache.TALLY.trained == 2 and len(os.listdir(cache)) == 2
+    again = run_claim("batchnorm-same", quick=True).to_dict()
+    assert run_cache.TALLY.loaded == 2 and again == first
+
+
+def test_the_cache_help_names_the_claims_that_keep_their_runs_in_a_study_store(capsys):
+    """Their runs go to the study store, not --cache: the help says which claims, read from their code."""
+    import inspect
+
+    from depthlab.cli import main
+    from depthlab_lab.reproduce import REPRODUCTIONS
+
+    studies = [
+        name
+        for name, fn in REPRODUCTIONS.items()
+        if any(
+            s in inspect.getsource(inspect.getmodule(fn))
+            for s in ("run_study(", "transfer_runs", "lr_transfer")
+        )
+    ]
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert studies and all(
+        name in text.rsplit("--cache CACHE", 1)[1].split("--threads")[0] for name in studies
+    )

@@ -11,6 +11,7 @@ from depthlab.paths import check_folder, check_output_file, check_path, write_js
 from depthlab.report.doctor_score import format_score
 from depthlab.study.executors import default_workers
 from depthlab.study.grid import StudyConfig
+from depthlab.study.store import DEFAULT_DB as STUDY_DB
 from depthlab.study.storefile import check_store_path
 from depthlab.train.distributed import set_torch_threads
 from depthlab_lab import lab_file
@@ -42,7 +43,10 @@ def add_parser(sub) -> None:
         "reproduce",
         help="reproduce the source texts' numbers and the published claims",
         description="Recompute a claim and print, beside each stated number, the measured one "
-        "and whether they match. NAME 'list' lists the reproductions; 'all' runs every one and writes "
+        "and whether they match: agree, MISMATCH, or inconclusive where the 95% interval over seeds "
+        f"straddles the threshold. Run again, a claim interrupted midway resumes from its run cache "
+        f"(--cache); {DEFAULT_DOC} gives each claim's result and time. "
+        "NAME 'list' lists the reproductions; 'all' runs every one and writes "
         f"{DEFAULT_DOC}; 'tour' regenerates docs/tour.md from the real output of every command it shows; 'doctor' "
         "runs (or resumes) the doctor's tuning and held-out grids and writes docs/doctor.md with its score; "
         f"'ladder' runs (or resumes) the scale ladder into a study store and writes {LADDER_DOC}.",
@@ -90,7 +94,9 @@ def add_parser(sub) -> None:
         "--cache",
         help="for a claim and 'all': the run cache folder; every training run is stored there as it "
         "finishes and loaded instead of trained when asked for again with the same configs, torch "
-        f"threads and training code (default {os.path.join(OUT, run_cache.DEFAULT_FOLDER)}, under --out)",
+        f"threads and training code (default {os.path.join(OUT, run_cache.DEFAULT_FOLDER)}, under --out). "
+        f"The claims that train a study (lr-sensitivity, lr-transfer-depth, width-transfer) keep their runs "
+        f"in the study store {STUDY_DB} instead, and resume there",
     )
     p.add_argument(
         "--threads",

@@ -21,7 +21,6 @@ import torch
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.model import build_model
 from depthlab.model.norms import make_norm
-from depthlab.train import train
 from depthlab.train.evaluate import token_loss_sum
 from depthlab.train.tasks import make_task
 from depthlab_lab.reproduce import cost
@@ -40,6 +39,7 @@ from depthlab_lab.reproduce.reproduction import (
     register,
     resolve,
 )
+from depthlab_lab.reproduce.run_cache import train
 
 NORMS = ("layernorm", "rmsnorm", "batchnorm")
 SMALL = {"n_layers": 2, "d_model": 32, "lr": 3e-3, "warmup": 10, "steps": 150, "seeds": [0, 1, 2, 3, 4]}

@@ -20,7 +20,6 @@ import copy
 
 import torch
 
-from depthlab.train import train
 from depthlab.train.evaluate import token_loss_sum
 from depthlab.train.tasks import make_task
 from depthlab_lab.reproduce import cost
@@ -39,6 +38,7 @@ from depthlab_lab.reproduce.reproduction import (
     register,
     resolve,
 )
+from depthlab_lab.reproduce.run_cache import train
 
 NORMS = ("layernorm", "batchnorm")
 SMALL = {"n_layers": 2, "d_model": 32, "lr": 3e-3, "warmup": 10, "steps": 150, "seeds": [5, 6, 7, 8, 9]}

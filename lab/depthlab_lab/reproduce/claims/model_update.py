@@ -28,7 +28,6 @@ import torch
 
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.model import build_model
-from depthlab.train import train
 from depthlab_lab.reproduce import cost
 from depthlab_lab.reproduce.claim_plots import profiles
 from depthlab_lab.reproduce.lm_runs import lm_batches
@@ -50,6 +49,7 @@ from depthlab_lab.reproduce.reproduction import (
     seeded_check,
     with_revision,
 )
+from depthlab_lab.reproduce.run_cache import train
 
 WRAPS = ("post", "pre", "deepnorm")
 BATCH, SEQ = 8, 32

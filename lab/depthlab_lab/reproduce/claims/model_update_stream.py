@@ -21,13 +21,13 @@ from __future__ import annotations
 import torch
 
 from depthlab.model import build_model
-from depthlab.train import train
 from depthlab_lab.reproduce import cost
 from depthlab_lab.reproduce.claim_plots import profiles
 from depthlab_lab.reproduce.claims.model_update import BATCH, SEQ, tiny_config, train_config
 from depthlab_lab.reproduce.lm_runs import lm_batches
 from depthlab_lab.reproduce.registration import DECISION, Registration
 from depthlab_lab.reproduce.reproduction import Check, Reproduction, register, resolve, seeded_check
+from depthlab_lab.reproduce.run_cache import train
 
 WRAPS = ("post", "pre", "deepnorm")
 SMALL = {"depths": [6, 12, 24, 48, 96], "steps": 4, "lr": 1e-4, "seeds": [5, 6, 7, 8, 9]}
