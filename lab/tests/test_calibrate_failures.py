@@ -184,3 +184,16 @@ def test_what_can_be_fitted_is_known_before_any_fit(tmp_path):
             assert bool(can[key]) == fitted, (name, key)
             seen.add((key, fitted))
     assert len(seen) == 6  # every section seen both fitted and not
+
+
+def test_a_missing_store_or_study_names_the_flag_typed(tmp_path, record, capsys):
+    """--from names the store and the study: a refusal read '--db ...: no study store there' or
+    '--study nope: no such study', flags calibrate does not have."""
+    missing = str(tmp_path / "none.sqlite")
+    err = _refused(
+        capsys, ["--from", missing, "rho-tuning", "--record", record], "no study store there", record
+    )
+    assert err.startswith(f"depthlab calibrate: error: --from {missing}:"), err
+    db = tuning_store(str(tmp_path / "rho.sqlite"), GRID, _judge)
+    err = _refused(capsys, ["--from", db, "nope", "--record", record], "no such study", record)
+    assert f"--from {db} nope: no such study" in err, err

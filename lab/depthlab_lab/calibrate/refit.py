@@ -25,7 +25,7 @@ import os
 import time
 
 from depthlab.doctor.plateau import FAMILY_TEXT as PLATEAU_FAMILIES
-from depthlab.errors import InputError
+from depthlab.errors import InputError, as_flags
 from depthlab.progress import Progress, TimeLeft, duration, say
 from depthlab.study.store import Store
 from depthlab_lab.calibrate.escape_fit import MIN_RUNS, escape_rows, fit_escape
@@ -60,8 +60,9 @@ def tuning_runs(sources: list[tuple[str, str]]) -> tuple[list[dict], list[dict]]
     runs, summary, seen, named = [], [], set(), {}
     for db, name in sources:
         _refuse_held_out(name)
-        with Store(db, create=False) as store:
-            study = store.find_study(name)
+        said = "--from" if as_flags() else "sources"  # the store and the study were given together
+        with Store(db, create=False, flag=said) as store:
+            study = store.find_study(name, flag=f"{said} {db}")
             _refuse_held_out(study["name"])  # named by its id, a held-out study is refused too
             key = (os.path.realpath(db), study["id"])
             if key in named:
