@@ -21,12 +21,13 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "calibrate",
         help="refit the doctor's plateau prediction, warmup-length limit and update-size limits from tuning studies",
-        description="Fit, on the runs of the tuning studies named (pooled), when a run leaves the unigram "
-        "plateau (a censored log-linear fit of the escape step on lr, width, depth and warmup, per family "
-        "of stacks), the step-size limit of stacks that renormalise the stream as a function of the "
-        "warmup length, and the limits on the relative update of the other stacks (those that never "
-        "renormalise it; zero-gated ones apart), and write them into the doctor's calibration record with "
-        "what they were fitted on. A held-out study is refused: held-out grids are only scored.",
+        description="Refit the doctor's rules on the runs of the tuning studies --from names (pooled) and write "
+        "them into its calibration record, with what they were fitted on. Three rules are fitted. When a "
+        "run leaves the unigram plateau: a censored log-linear fit of the escape step on lr, width, depth "
+        "and warmup, per family of stacks. The step-size limit of stacks that renormalise the stream, "
+        "against the warmup length. The limits on the relative update of the stacks that never "
+        "renormalise it (zero-gated ones apart). Without --record the library's own record is rewritten. "
+        "A held-out study is refused: held-out grids are only scored.",
     )
     p.add_argument(
         "--from",
