@@ -6,7 +6,7 @@ Measured at initialisation on pre-LN decoders (d_model 64, 4 heads: the tour's p
 layers, on a batch of real text, for several seeds. Per token, the stream telescopes,
 x_L = x_0 + sum_l delta_l; if the deltas were independent of the stream they are added to, ||x_L||^2
 would be ||x_0||^2 + sum_l ||delta_l||^2 on average. The ratio of the two (averaged over tokens) is above 1
-exactly when the contributions are positively correlated with the stream: the seed's "faster than
+exactly when the contributions are positively correlated with the stream: the chapter's "faster than
 independence". The stated lower bound is checked on rms(x_96) / rms(x_0). Only initialisation is
 measured: a trained 96-layer stack is beyond the small scale.
 """
