@@ -9,7 +9,6 @@ so ``make bench`` ends within 20 minutes even on a busy machine; a script cut sh
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import os
 import signal
@@ -18,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import THREADS, load_line, machine_info, pin_threads
+from common import THREADS, Parser, check_names, load_line, machine_info, pin_threads, positive_float
 
 HERE = Path(__file__).resolve().parent
 HELPERS = {"common.py", "peers.py", "run_all.py", "gpu_suite.py"}
@@ -119,11 +118,16 @@ def kept_notes(path: Path) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", help="comma-separated script names (default: all)")
     p.add_argument("--out", default=str(HERE / "RESULTS.md"))
-    p.add_argument("--budget", type=float, default=19 * 60, help="seconds for all scripts together")
+    p.add_argument("--budget", type=positive_float, default=19 * 60, help="seconds for all scripts together")
     a = p.parse_args(argv)
+    if a.only is not None:  # checked before anything runs: RESULTS.md is rewritten from what does
+        known = [path.stem for path in discover()]
+        check_names(p, "--only", a.only, known, f"one of {', '.join(known)}")
+    if a.budget < 10:
+        p.error(f"--budget {a.budget:g}: at least 10 seconds (no script starts with less left)")
     pin_threads(THREADS)
     scripts = discover(a.only.split(",") if a.only else None)
     start, results, load_start = time.perf_counter(), [], load_line()
