@@ -32,20 +32,14 @@ def run(script: str, *args: str, timeout: float = 240) -> subprocess.CompletedPr
     return proc
 
 
-@pytest.mark.parametrize(
-    "script",
-    [
-        "throughput.py",
-        "memory_depth.py",
-        "gpu.py",
-        "run_all.py",
-        "study_throughput.py",
-        "coord_time.py",
-        "topologies.py",
-    ],
-)
-def test_help(script):
-    assert "usage:" in run(script, "--help").stdout
+@pytest.mark.parametrize("script", [p.name for p in run_all.discover()])
+def test_every_script_make_bench_runs_has_a_help_and_needs_no_argument(script):
+    """run_all runs each discovered script with no argument: none may be a helper or need a flag."""
+    usage = run(script, "--help").stdout.split("\n\n")[0]
+    assert usage.startswith("usage:"), usage
+    while re.search(r"\[[^\[\]]*\]", usage):  # drop the optional flags, inner brackets first
+        usage = re.sub(r"\[[^\[\]]*\]", "", usage)
+    assert usage.split() == ["usage:", script], usage  # nothing else may remain
 
 
 # Each bad flag: one line on stderr naming it, exit 2, before any work (tiny sizes, should a check be missing).
