@@ -177,6 +177,7 @@ def test_run_all_rewrites_results_and_keeps_the_notes(tmp_path):
     text = results.read_text()
     assert "old generated text" not in text and "hand-written analysis" in text
     assert "torch " + torch.__version__ in text and "## gpu" in text
+    assert re.search(r"from commit [0-9a-f]{7,}", text)  # what was measured, so a figure can be traced
 
 
 def common_notes() -> str:
