@@ -52,6 +52,13 @@ PAIRS = {  # depthlab wrap -> x-transformers Decoder options of the same design 
 }
 
 
+# printed under the table, so that every copy of it says what its ratios are
+LEGEND = (
+    "# ms: median step over the rounds; x pre-LN, x its pre-LN, x-transf./depthlab: per round the one step's "
+    "time over the other's, then the median over rounds (so not the ratio of the ms columns)"
+)
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="a small shape, 3 rounds")
@@ -134,6 +141,7 @@ def main(argv=None) -> int:
     print(f"# d={s.d} L={s.layers} seq={s.seq} batch={s.batch}: {n} rounds, {time.perf_counter() - t0:.0f} s, "
           f"end {load_line()}")  # fmt: skip
     print("\n".join(table(times, a.designs)))
+    print(LEGEND)
     pre = {k: f"{1000 * median(times[k]):.0f} ms" for k in ("depthlab pre", "x-transformers pre")}
     print(f"# pre-LN step: depthlab {pre['depthlab pre']}, x-transformers {pre['x-transformers pre']}")
     return 0

@@ -205,6 +205,7 @@ def test_topologies_runs_tiny_and_prints_each_design_against_both_pre_lns():
         assert all(v != "-" for v in lines[design][1:]), lines[design]
     assert lines["frac"][3:] == ["-", "-", "-"]  # no x-transformers counterpart
     assert "pre-LN step: depthlab" in out
+    assert "then the median over rounds" in out  # the ratio columns' definition, printed with the table
 
 
 def test_topologies_refuses_an_unknown_design():
