@@ -35,7 +35,7 @@ from common import (
 )
 
 GIB = 2**30
-LIMIT = 8e9  # the "within 8 GB" (decimal gigabytes)
+LIMIT = 8e9  # the goal's "within 8 GB" (decimal gigabytes)
 SAFETY = 0.6  # run a config without checkpointing only if its predicted peak is below this share
 
 
