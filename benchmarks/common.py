@@ -7,6 +7,7 @@ median of many steps; every goal is a *ratio* measured within one process run.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import os
@@ -21,6 +22,67 @@ from collections.abc import Callable
 # The machine's core count: every benchmark fixes torch's threads to it. The smoke tests set 1, since
 # on an overloaded machine every OpenMP region waits for its slowest (descheduled) thread.
 THREADS = int(os.environ.get("DEPTHLAB_BENCH_THREADS", "2"))
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line on stderr and exit code 2, before any work is done."""
+
+    def error(self, message):
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(2)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1 (argparse names the flag in the error)."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return v
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not 0 < v < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number > 0")
+    return v
+
+
+def shape_list(text: str) -> list[tuple[int, int]]:
+    """An argparse type: shapes as ``DxL,DxL`` (width x layers, each >= 1)."""
+    out = []
+    for item in text.split(","):
+        d, _, layers = item.strip().partition("x")
+        if not (d.isdigit() and layers.isdigit() and int(d) >= 1 and int(layers) >= 1):
+            raise argparse.ArgumentTypeError(f"{text!r}: shapes as DxL,DxL (e.g. 128x6,64x96)")
+        out.append((int(d), int(layers)))
+    return out
+
+
+def check_heads(
+    p: argparse.ArgumentParser, heads: int, widths: list[int], widths_from: str, heads_from: str
+) -> None:
+    """Refuse (one line, exit 2) a head count that does not divide every width; ``widths_from`` and
+    ``heads_from`` say where each came from (``"--configs"``, ``"--heads 3"``, ``"the 4 heads"``)."""
+    bad = [d for d in widths if d % heads]
+    if bad:
+        p.error(f"{widths_from} width {bad[0]} is not a multiple of {heads_from} (width = heads x head size)")
+
+
+def check_names(p: argparse.ArgumentParser, flag: str, text: str, known: list[str], hint: str) -> list[str]:
+    """The comma list ``text`` of flag ``flag``; refused (one line, exit 2) if empty or a name is not in
+    ``known`` (``hint`` says what is)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in known]
+    if bad or not names:
+        p.error(f"{flag} {text!r}: {'unknown ' + ', '.join(bad) if bad else 'no name'} ({hint})")
+    return names
 
 
 def pin_threads(n: int = THREADS) -> int:

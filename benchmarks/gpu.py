@@ -41,11 +41,11 @@ import sys
 import time
 
 import torch
-from common import THREADS, median, pin_threads, time_alternating
+from common import THREADS, check_heads, check_names, median, pin_threads, positive_int, time_alternating
 from gpu_suite import BUDGET_S, PARTS, plan
 from gpu_suite import run_all as run_suite
 from large_plan import claim_cost
-from peers import Shape, build, check_param_counts, train_flops, train_step
+from peers import NAMES_HINT, Shape, build, check_param_counts, model_names, train_flops, train_step
 
 from depthlab.corpus import load_corpus
 from depthlab_lab.docgen.ladder_doc import DEFAULT_DB as LADDER_DB
@@ -77,13 +77,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda")
     p.add_argument("--shape", default="1024x24x16x1024", help="DxLxHEADSxSEQ")
-    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--batch", type=positive_int, default=8)
     p.add_argument("--models", default="depthlab-pre,nanogpt")
-    p.add_argument("--rounds", type=int, default=10)
-    p.add_argument("--steps", type=int, default=3, help="timed steps per model per round")
+    p.add_argument("--rounds", type=positive_int, default=10)
+    p.add_argument("--steps", type=positive_int, default=3, help="timed steps per model per round")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--compile", action="store_true", help="also time torch.compile'd copies")
-    p.add_argument("--peak-n", type=int, default=8192, help="matrix size of the bf16 matmul peak")
+    p.add_argument("--peak-n", type=positive_int, default=8192, help="matrix size of the bf16 matmul peak")
     p.add_argument(
         "--reproduce",
         nargs="?",
@@ -138,6 +138,11 @@ def check_args(p: Parser, a: argparse.Namespace) -> None:
     """Refuse what cannot run, in one line each (exit 2)."""
     if not re.fullmatch(r"[1-9]\d*x[1-9]\d*x[1-9]\d*x[1-9]\d*", a.shape):
         p.error(f"--shape {a.shape!r}: four positive integers DxLxHEADSxSEQ, e.g. 1024x24x16x1024")
+    d, _, heads, _ = (int(v) for v in a.shape.split("x"))
+    check_heads(p, heads, [d], "--shape", f"its {heads} heads")
+    if a.warmup < 0:
+        p.error(f"--warmup {a.warmup}: a number of steps >= 0")
+    check_names(p, "--models", a.models, model_names(), NAMES_HINT)
     modes = [m for m in ("--all", "--reproduce", "--ladder") if getattr(a, m[2:])]
     if len(modes) > 1:
         p.error(f"{' and '.join(modes)} cannot be combined: choose one")

@@ -20,39 +20,51 @@ import time
 
 from common import (
     THREADS,
+    Parser,
     available_memory_bytes,
+    check_heads,
     current_rss_bytes,
     linear_fit,
     load_line,
     median,
     peak_rss_bytes,
     pin_threads,
+    positive_float,
+    positive_int,
     run_json_subprocess,
 )
 
 GIB = 2**30
-LIMIT = 8e9  # the "within 8 GB" (decimal gigabytes)
+LIMIT = 8e9  # the goal's "within 8 GB" (decimal gigabytes)
 SAFETY = 0.6  # run a config without checkpointing only if its predicted peak is below this share
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="L in {6,24,96}; the deep stack checkpointed only")
     p.add_argument("--layers", help="comma-separated depths (default 6,24,96,384)")
-    p.add_argument("--deep", type=int, default=1000, help="depth of the deep DeepNorm stack")
-    p.add_argument("--d", type=int, default=64, help="d_model")
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--seq", type=int, default=128)
-    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--deep", type=positive_int, default=1000, help="depth of the deep DeepNorm stack")
+    p.add_argument("--d", type=positive_int, default=64, help="d_model")
+    p.add_argument("--heads", type=positive_int, default=4)
+    p.add_argument("--seq", type=positive_int, default=128)
+    p.add_argument("--batch", type=positive_int, default=16)
     p.add_argument("--wrap", default="deepnorm")
-    p.add_argument("--steps", type=int, default=2, help="timed steps per config (after one warm-up)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds per child process")
+    p.add_argument("--steps", type=positive_int, default=2, help="timed steps per config (after one warm-up)")
+    p.add_argument("--timeout", type=positive_float, default=600.0, help="seconds per child process")
     p.add_argument("--device", default="cpu")
     p.add_argument("--child", type=int, help=argparse.SUPPRESS)  # run one config: this many layers
     p.add_argument("--checkpoint", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     default = "6,24,96" if a.quick else "6,24,96,384"
-    a.depths = [int(v) for v in (a.layers or default).split(",")]
+    items = (a.layers or default).split(",")
+    if not all(v.strip().isdigit() and int(v) >= 1 for v in items):
+        p.error(f"--layers {a.layers!r}: depths as a comma list of whole numbers >= 1 (e.g. 6,24,96)")
+    a.depths = [int(v) for v in items]
+    check_heads(p, a.heads, [a.d], "--d", f"--heads {a.heads}")
+    from depthlab.config import wrap_names
+
+    if a.wrap not in wrap_names():
+        p.error(f"--wrap {a.wrap!r}: unknown (one of {', '.join(wrap_names())})")
     return a
 
 

@@ -113,6 +113,17 @@ class TorchLM(nn.Module):
         return self.head(self.encoder(x, mask=self.mask[:T, :T], is_causal=True))
 
 
+def model_names() -> list[str]:
+    """Every name :func:`build` takes: depthlab-WRAP and depthlab-WRAP+compile per registered wrapping, the peers."""
+    from depthlab.config import wrap_names
+
+    ours = [f"depthlab-{w}" for w in wrap_names()]
+    return ours + [f"{n}+compile" for n in ours] + list(PEERS)
+
+
+NAMES_HINT = f"depthlab-WRAP[+compile] for a registered wrapping, or {', '.join(PEERS)}"
+
+
 def build(name: str, s: Shape) -> nn.Module:
     """A freshly initialised model by benchmark name (``depthlab-pre``, ``nanogpt``, ...)."""
     if name.startswith("depthlab-"):

@@ -10,24 +10,34 @@ verdicts) over the median of a plain ``loss.backward()`` step, timed in alternat
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import median, pin_threads, time_alternating  # noqa: E402
+from common import (  # noqa: E402
+    Parser,
+    check_heads,
+    median,
+    pin_threads,
+    positive_float,
+    positive_int,
+    time_alternating,
+)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--layers", type=int, default=96)
-    p.add_argument("--d-model", type=int, default=64)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--seq", type=int, default=64)
-    p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--budget", type=float, default=90.0, help="seconds after which no new round starts")
-    args = p.parse_args()
+def main(argv=None) -> None:
+    p = Parser(description=__doc__.splitlines()[0])
+    p.add_argument("--layers", type=positive_int, default=96)
+    p.add_argument("--d-model", type=positive_int, default=64)
+    p.add_argument("--heads", type=positive_int, default=4)
+    p.add_argument("--batch", type=positive_int, default=8)
+    p.add_argument("--seq", type=positive_int, default=64)
+    p.add_argument("--rounds", type=positive_int, default=7)
+    p.add_argument(
+        "--budget", type=positive_float, default=90.0, help="seconds after which no new round starts"
+    )
+    args = p.parse_args(argv)
+    check_heads(p, args.heads, [args.d_model], "--d-model", f"--heads {args.heads}")
     threads = pin_threads()
 
     import torch

@@ -11,12 +11,11 @@ wall time not spent inside any operator (Python, autograd engine, dispatch).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
-from common import THREADS, median, pin_threads
-from peers import Shape, build, train_step
+from common import THREADS, Parser, check_heads, check_names, median, pin_threads, positive_int, shape_list
+from peers import NAMES_HINT, Shape, build, model_names, train_step
 from torch.profiler import ProfilerActivity, profile
 
 KINDS = (  # first match wins
@@ -65,19 +64,20 @@ def profile_alternating(steps: dict, rounds: int) -> dict[str, dict[str, float]]
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--configs", default="128x24,64x96", help="shapes as DxL,DxL")
+    p = Parser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--configs", type=shape_list, default="128x24,64x96", help="shapes as DxL,DxL")
     p.add_argument("--models", default="depthlab-pre,nanogpt")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--seq", type=int, default=128)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--rounds", type=positive_int, default=3)
+    p.add_argument("--seq", type=positive_int, default=128)
+    p.add_argument("--batch", type=positive_int, default=16)
+    p.add_argument("--heads", type=positive_int, default=4)
     a = p.parse_args(argv)
+    check_heads(p, a.heads, [d for d, _ in a.configs], "--configs", f"--heads {a.heads}")
+    models = check_names(p, "--models", a.models, model_names(), NAMES_HINT)
     pin_threads(THREADS)
-    for cfg in a.configs.split(","):
-        d, L = (int(v) for v in cfg.split("x"))
+    for d, L in a.configs:
         s = Shape(d=d, layers=L, heads=a.heads, seq=a.seq, batch=a.batch)
-        steps = {n: train_step(build(n, s), s) for n in a.models.split(",")}
+        steps = {n: train_step(build(n, s), s) for n in models}
         for step in steps.values():
             step()
         res = profile_alternating(steps, a.rounds)

@@ -19,12 +19,13 @@ the default study (30 runs of 2-20 s).
 
 from __future__ import annotations
 
-import argparse
 import copy
 import io
 import os
 import tempfile
 import time
+
+from common import Parser
 
 from depthlab.study import run_study
 from depthlab.study.executors import available_cores, threads_per_worker
@@ -82,8 +83,8 @@ def compare(label: str, study: StudyConfig, workers: int, repeat: int, cores: in
     return speedup
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None) -> None:
+    p = Parser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="smoke", choices=sorted(PRESETS))
     p.add_argument("--workers", type=int, default=2, help="the parallel setting compared with 1 worker")
     p.add_argument(
@@ -92,9 +93,11 @@ def main() -> None:
     p.add_argument(
         "--long-steps", type=int, default=1000, help="steps per run of the long variant (0: skip it)"
     )
-    args = p.parse_args()
-    if args.workers < 2 or args.repeat < 1 or args.long_steps < 0:
-        raise SystemExit("--workers must be >= 2, --repeat >= 1, --long-steps >= 0")
+    args = p.parse_args(argv)
+    for flag, value, least in (("--workers", args.workers, 2), ("--repeat", args.repeat, 1),
+                               ("--long-steps", args.long_steps, 0)):  # fmt: skip
+        if value < least:
+            p.error(f"{flag} {value}: at least {least}")
     cores = available_cores()
     print(f"{cores} cores, load average {os.getloadavg()[0]:.1f}")
     fixed = min(measure(grid(args.preset, steps=1, n_runs=1), 1) for _ in range(args.repeat))

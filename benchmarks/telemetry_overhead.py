@@ -24,12 +24,12 @@ The goal is an overhead under 5% at the default ``log_every``.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import time
 
 import torch
+from common import Parser, check_heads, positive_int
 
 from depthlab import ModelConfig, TrainConfig
 from depthlab.train import train
@@ -137,19 +137,24 @@ def report_hf(args) -> None:
     )
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--layers", type=int, default=12)
-    p.add_argument("--d-model", type=int, default=64)
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--seq-len", type=int, default=64)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--hf-layers", type=int, default=6)
-    p.add_argument("--hf-rounds", type=int, default=30)
+def main(argv=None) -> None:
+    p = Parser(description=__doc__.splitlines()[0])
+    p.add_argument("--layers", type=positive_int, default=12)
+    p.add_argument("--d-model", type=positive_int, default=64)
+    p.add_argument("--steps", type=positive_int, default=40)
+    p.add_argument("--batch-size", type=positive_int, default=16)
+    p.add_argument("--seq-len", type=positive_int, default=64)
+    p.add_argument("--repeats", type=positive_int, default=3)
+    p.add_argument("--threads", type=positive_int, default=1)
+    p.add_argument("--hf-layers", type=positive_int, default=6)
+    p.add_argument("--hf-rounds", type=positive_int, default=30)
     p.add_argument("--hf-only", action="store_true", help="only part 3 (the HF model in a plain loop)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    check_heads(p, 4, [args.d_model], "--d-model", "the 4 heads")
+    if args.steps < 3:  # part 1 times steps 5..2*steps, one in two logged: it needs both kinds
+        p.error(f"--steps {args.steps}: at least 3 (part 1 skips the first 4 of its 2 x steps)")
+    if args.hf_rounds < 2:
+        p.error(f"--hf-rounds {args.hf_rounds}: at least 2 (the ratios' quartiles need two rounds)")
     torch.set_num_threads(args.threads)
     if args.hf_only:
         report_hf(args)

@@ -19,8 +19,31 @@ import statistics
 import sys
 import time
 
-from common import THREADS, load_line, matmul_flops_per_s, median, pin_threads, time_alternating
-from peers import DEPTHLAB, PEERS, Shape, build, check_param_counts, train_flops, train_step
+from common import (
+    THREADS,
+    Parser,
+    check_heads,
+    check_names,
+    load_line,
+    matmul_flops_per_s,
+    median,
+    pin_threads,
+    positive_float,
+    positive_int,
+    shape_list,
+    time_alternating,
+)
+from peers import (
+    DEPTHLAB,
+    NAMES_HINT,
+    PEERS,
+    Shape,
+    build,
+    check_param_counts,
+    model_names,
+    train_flops,
+    train_step,
+)
 
 CONFIGS = ((128, 6), (128, 24), (64, 96))
 WIDE = ((256, 6),)  # full run only: goal 2 asks for >= 75% of peak at d_model >= 256
@@ -31,28 +54,37 @@ GOAL_MFU = {(128, 24): 0.70, "wide": 0.75}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="3 shapes, <= 3 rounds (fewer on a busy machine)")
-    p.add_argument("--configs", help="shapes as DxL,DxL (default 128x6,128x24,64x96 [+256x6 full])")
+    p.add_argument(
+        "--configs", type=shape_list, help="shapes as DxL,DxL (default 128x6,128x24,64x96 [+256x6 full])"
+    )
     p.add_argument(
         "--models", help="comma-separated model names (default: all; NAME+compile compiles blocks)"
     )
-    p.add_argument("--rounds", type=int, help="alternation rounds (default 3 quick, 12 full)")
-    p.add_argument("--steps", type=int, help="timed steps per model per round (default 1)")
+    p.add_argument("--rounds", type=positive_int, help="alternation rounds (default 3 quick, 12 full)")
+    p.add_argument("--steps", type=positive_int, help="timed steps per model per round (default 1)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps per model first")
-    p.add_argument("--budget", type=float, help="stop adding rounds after this many seconds per shape")
-    p.add_argument("--seq", type=int, default=128)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--peak-n", type=int, default=2048, help="matrix size of the matmul-peak sample")
+    p.add_argument(
+        "--budget", type=positive_float, help="stop adding rounds after this many seconds per shape"
+    )
+    p.add_argument("--seq", type=positive_int, default=128)
+    p.add_argument("--batch", type=positive_int, default=16)
+    p.add_argument("--heads", type=positive_int, default=4)
+    p.add_argument("--peak-n", type=positive_int, default=2048, help="matrix size of the matmul-peak sample")
     a = p.parse_args(argv)
     full = not a.quick
     a.rounds = a.rounds or (12 if full else 3)
     a.steps = a.steps or 1
     a.budget = a.budget or (75.0 if full else 25.0)
     a.min_rounds = 2 if full else 1
-    shapes = [tuple(int(v) for v in c.split("x")) for c in a.configs.split(",")] if a.configs else None
-    a.shapes = shapes or list(CONFIGS) + (list(WIDE) if full else [])
+    a.shapes = a.configs or list(CONFIGS) + (list(WIDE) if full else [])
+    where = "--configs" if a.configs else "the default shapes'"
+    check_heads(p, a.heads, [d for d, _ in a.shapes], where, f"--heads {a.heads}")
+    if a.models is not None:
+        a.models = check_names(p, "--models", a.models, model_names(), NAMES_HINT)
+    if a.warmup < 0:
+        p.error(f"--warmup {a.warmup}: a number of steps >= 0")
     a.full = full
     return a
 
@@ -163,7 +195,7 @@ def main(argv=None) -> int:
     pin_threads(THREADS)
     names = [f"depthlab-{w}" for w in DEPTHLAB] + list(PEERS)
     if a.models:
-        names = [n for n in a.models.split(",") if n]
+        names = a.models
     results = []
     print(f"# start: {load_line()}")
     for d, L in a.shapes:

@@ -23,7 +23,17 @@ import argparse
 import statistics
 import time
 
-from common import load_line, median, pin_threads, time_alternating
+from common import (
+    Parser,
+    check_heads,
+    check_names,
+    load_line,
+    median,
+    pin_threads,
+    positive_float,
+    positive_int,
+    time_alternating,
+)
 from peers import Shape, build, depthlab_config, train_step
 
 from depthlab import build_model
@@ -42,28 +52,34 @@ PAIRS = {  # depthlab wrap -> x-transformers Decoder options of the same design 
 }
 
 
+# printed under the table, so that every copy of it says what its ratios are
+LEGEND = (
+    "# ms: median step over the rounds; x pre-LN, x its pre-LN, x-transf./depthlab: per round the one step's "
+    "time over the other's, then the median over rounds (so not the ratio of the ms columns)"
+)
+
+
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="a small shape, 3 rounds")
     p.add_argument("--designs", help=f"comma list (default all: {','.join(PAIRS)})")
-    p.add_argument("--d-model", type=int, help="width (default 128; quick 64)")
-    p.add_argument("--layers", type=int, help="depth (default 12; quick 4)")
-    p.add_argument("--seq", type=int, help="tokens per sequence (default 128; quick 64)")
-    p.add_argument("--batch", type=int, help="sequences per step (default 16; quick 8)")
-    p.add_argument("--rounds", type=int, help="alternation rounds (default 8; quick 3)")
+    p.add_argument("--d-model", type=positive_int, help="width (default 128; quick 64)")
+    p.add_argument("--layers", type=positive_int, help="depth (default 12; quick 4)")
+    p.add_argument("--seq", type=positive_int, help="tokens per sequence (default 128; quick 64)")
+    p.add_argument("--batch", type=positive_int, help="sequences per step (default 16; quick 8)")
+    p.add_argument("--rounds", type=positive_int, help="alternation rounds (default 8; quick 3)")
     p.add_argument(
-        "--budget", type=float, help="no new round after this many seconds (default 300; quick 60)"
+        "--budget", type=positive_float, help="no new round after this many seconds (default 300; quick 60)"
     )
     a = p.parse_args(argv)
     q = a.quick
     a.shape = Shape(d=a.d_model or (64 if q else 128), layers=a.layers or (4 if q else 12),
                     seq=a.seq or (64 if q else 128), batch=a.batch or (8 if q else 16))  # fmt: skip
+    check_heads(p, a.shape.heads, [a.shape.d], "--d-model", f"the {a.shape.heads} heads")
     a.rounds = a.rounds or (3 if q else 8)
     a.budget = a.budget or (60.0 if q else 300.0)
-    a.designs = a.designs.split(",") if a.designs else list(PAIRS)
-    unknown = [d for d in a.designs if d not in PAIRS]
-    if unknown:
-        p.error(f"--designs: unknown {', '.join(unknown)} (one of {', '.join(PAIRS)})")
+    hint = f"one of {', '.join(PAIRS)}"
+    a.designs = check_names(p, "--designs", a.designs, list(PAIRS), hint) if a.designs else list(PAIRS)
     return a
 
 
@@ -125,6 +141,7 @@ def main(argv=None) -> int:
     print(f"# d={s.d} L={s.layers} seq={s.seq} batch={s.batch}: {n} rounds, {time.perf_counter() - t0:.0f} s, "
           f"end {load_line()}")  # fmt: skip
     print("\n".join(table(times, a.designs)))
+    print(LEGEND)
     pre = {k: f"{1000 * median(times[k]):.0f} ms" for k in ("depthlab pre", "x-transformers pre")}
     print(f"# pre-LN step: depthlab {pre['depthlab pre']}, x-transformers {pre['x-transformers pre']}")
     return 0

@@ -17,6 +17,7 @@ sys.path.insert(0, str(BENCH))
 
 import common  # noqa: E402
 import peers  # noqa: E402
+import run_all  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # restored after each test (conftest.py)
 TINY = ["--seq", "16", "--batch", "2"]
@@ -31,20 +32,73 @@ def run(script: str, *args: str, timeout: float = 240) -> subprocess.CompletedPr
     return proc
 
 
+@pytest.mark.parametrize("script", [p.name for p in run_all.discover()])
+def test_every_script_make_bench_runs_has_a_help_and_needs_no_argument(script):
+    """run_all runs each discovered script with no argument: none may be a helper or need a flag."""
+    usage = run(script, "--help").stdout.split("\n\n")[0]
+    assert usage.startswith("usage:"), usage
+    while re.search(r"\[[^\[\]]*\]", usage):  # drop the optional flags, inner brackets first
+        usage = re.sub(r"\[[^\[\]]*\]", "", usage)
+    assert usage.split() == ["usage:", script], usage  # nothing else may remain
+
+
+# Each bad flag: one line on stderr naming it, exit 2, before any work (tiny sizes, should a check be missing).
+TINY_RUN = ["--seq", "8", "--batch", "2", "--heads", "2"]
+BAD_FLAGS = [
+    ("throughput", ["--configs", "128"], "--configs"),
+    ("throughput", ["--configs", "16xa"], "--configs"),
+    ("throughput", ["--configs", "16x1", *TINY_RUN, "--rounds", "-1"], "--rounds"),
+    ("throughput", ["--configs", "16x1", *TINY_RUN, "--models", "nope"], "--models"),
+    ("throughput", ["--configs", "16x1", "--seq", "8", "--batch", "2", "--heads", "3"], "--heads"),
+    ("throughput", ["--configs", "16x1", *TINY_RUN, "--peak-n", "0"], "--peak-n"),
+    ("topologies", ["--d-model", "10", "--layers", "1", "--seq", "8", "--batch", "2"], "--d-model"),
+    ("topologies", ["--designs", "vres", "--d-model", "16", "--layers", "1", "--rounds", "-1"], "--rounds"),
+    ("probe_cost", ["--layers", "1", "--d-model", "16", "--heads", "3"], "--heads"),
+    ("probe_cost", ["--layers", "1", "--d-model", "16", "--heads", "2", "--rounds", "0"], "--rounds"),
+    ("profile_step", ["--configs", "16"], "--configs"),
+    ("profile_step", ["--configs", "16x1", *TINY_RUN, "--models", "nope"], "--models"),
+    ("profile_step", ["--configs", "16x1", *TINY_RUN, "--rounds", "0"], "--rounds"),
+    ("memory_depth", ["--layers", "a"], "--layers"),
+    ("memory_depth", ["--layers", "1", "--deep", "2", "--d", "16", *TINY_RUN, "--steps", "0"], "--steps"),
+    ("memory_depth", ["--layers", "1", "--deep", "2", "--d", "16", *TINY_RUN, "--wrap", "nope"], "--wrap"),
+    ("study_throughput", ["--workers", "1"], "--workers"),
+    (
+        "telemetry_overhead",
+        ["--layers", "1", "--steps", "3", "--hf-rounds", "2", "--repeats", "0"],
+        "--repeats",
+    ),
+    ("telemetry_overhead", ["--hf-only", "--hf-layers", "1", "--hf-rounds", "1"], "--hf-rounds"),
+    ("telemetry_overhead", ["--hf-only", "--threads", "0"], "--threads"),
+    ("gpu", ["--device", "cpu", "--shape", "16x1x2x8", "--batch", "2", "--rounds", "0"], "--rounds"),
+    ("gpu", ["--device", "cpu", "--shape", "16x1x2x8", "--batch", "2", "--models", "nope"], "--models"),
+    ("coord_time", ["--quick", "--out", __file__], "--json"),  # depthlab coord's refusal, passed on
+]
+
+
 @pytest.mark.parametrize(
-    "script",
-    [
-        "throughput.py",
-        "memory_depth.py",
-        "gpu.py",
-        "run_all.py",
-        "study_throughput.py",
-        "coord_time.py",
-        "topologies.py",
-    ],
+    ("script", "args", "flag"), BAD_FLAGS, ids=lambda v: " ".join(v) if isinstance(v, list) else v
 )
-def test_help(script):
-    assert "usage:" in run(script, "--help").stdout
+def test_a_bad_flag_is_refused_in_one_line_naming_it(script, args, flag, capsys, monkeypatch):
+    import importlib
+
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # pin_threads sets them: restored after the test
+        monkeypatch.setenv(var, "1")
+    with pytest.raises(SystemExit) as exc:
+        code = importlib.import_module(script).main(args)
+        raise SystemExit(code)  # a main that returns instead of raising: its code is the exit status
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1 and flag in err[0], (exc.value.code, err)
+
+
+@pytest.mark.parametrize(("args", "flag"), [(["--only", "nope"], "--only"), (["--budget", "0"], "--budget")])
+def test_run_all_refuses_a_bad_flag_before_rewriting_results(tmp_path, args, flag, capsys):
+    results = tmp_path / "RESULTS.md"
+    results.write_text("kept\n")
+    with pytest.raises(SystemExit) as exc:
+        run_all.main([*args, "--out", str(results)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1 and flag in err[0], err
+    assert results.read_text() == "kept\n"  # nothing measured, nothing rewritten
 
 
 def test_param_counts_match_and_a_mismatch_is_caught():
@@ -123,6 +177,7 @@ def test_run_all_rewrites_results_and_keeps_the_notes(tmp_path):
     text = results.read_text()
     assert "old generated text" not in text and "hand-written analysis" in text
     assert "torch " + torch.__version__ in text and "## gpu" in text
+    assert re.search(r"from commit [0-9a-f]{7,}", text)  # what was measured, so a figure can be traced
 
 
 def common_notes() -> str:
@@ -150,6 +205,7 @@ def test_topologies_runs_tiny_and_prints_each_design_against_both_pre_lns():
         assert all(v != "-" for v in lines[design][1:]), lines[design]
     assert lines["frac"][3:] == ["-", "-", "-"]  # no x-transformers counterpart
     assert "pre-LN step: depthlab" in out
+    assert "then the median over rounds" in out  # the ratio columns' definition, printed with the table
 
 
 def test_topologies_refuses_an_unknown_design():
