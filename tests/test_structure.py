@@ -4,7 +4,7 @@ cycle, and sit at module top except the optional extras.
 Layers, bottom to top (a module may import its own layer and those below, never above):
 
     foundation (errors, version, jsonable, fit, intervals, paths, config_base, config_family, config, corpus,
-    display, frames, progress)
+    display, frames, progress, words)
     -> model -> interop -> probe -> watch -> train -> integrations -> study -> report -> advise -> cli
 
 The lab (lab/depthlab_lab: the claims, the doctor's calibration, the document generators) sits above all
@@ -43,6 +43,7 @@ LAYERS = [
         "display",
         "frames",
         "progress",
+        "words",
         "callable_package",
     },
     {"model"},
