@@ -130,6 +130,14 @@ def render(results: list[dict], info: dict, command: str, notes: str) -> str:
     return "\n".join(lines) + "\n" + NOTES + "\n" + notes
 
 
+def sections(path: Path) -> list[str]:
+    """The scripts whose results an existing RESULTS.md holds (its "## name" sections above the notes)."""
+    if not path.is_file():
+        return []
+    generated = path.read_text().split(NOTES, 1)[0]
+    return [line[3:].strip() for line in generated.splitlines() if line.startswith("## ")]
+
+
 def kept_notes(path: Path) -> str:
     """What follows the NOTES marker in an existing RESULTS.md ("" if none)."""
     if not path.exists():
@@ -147,6 +155,10 @@ def main(argv=None) -> int:
     if a.only is not None:  # checked before anything runs: RESULTS.md is rewritten from what does
         known = [path.stem for path in discover()]
         check_names(p, "--only", a.only, known, f"one of {', '.join(known)}")
+        dropped = sorted(set(sections(Path(a.out))) - set(a.only.split(",")))
+        if dropped:  # the file is rewritten whole: another script's figures would be lost
+            p.error(f"--only {a.only}: --out {a.out} holds the results of {', '.join(dropped)}, which this run "
+                    "would drop; pass another --out (make bench rewrites every section)")  # fmt: skip
     if a.budget < 10:
         p.error(f"--budget {a.budget:g}: at least 10 seconds (no script starts with less left)")
     pin_threads(THREADS)

@@ -101,6 +101,18 @@ def test_run_all_refuses_a_bad_flag_before_rewriting_results(tmp_path, args, fla
     assert results.read_text() == "kept\n"  # nothing measured, nothing rewritten
 
 
+def test_run_all_only_refuses_to_drop_other_scripts_results(tmp_path, capsys):
+    """--only rewrites --out whole: onto a RESULTS.md holding other scripts' sections it would lose them."""
+    results = tmp_path / "RESULTS.md"
+    kept = f"# Benchmark results\n\n## gpu\n\nx\n\n## throughput\n\ny\n{common_notes()}\nanalysis\n"
+    results.write_text(kept)
+    with pytest.raises(SystemExit) as exc:
+        run_all.main(["--only", "gpu", "--out", str(results)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1 and "holds the results of throughput" in err[0], err
+    assert results.read_text() == kept
+
+
 def test_param_counts_match_and_a_mismatch_is_caught():
     s = peers.Shape(d=16, layers=2, heads=2, seq=8, batch=2)
     names = [f"depthlab-{w}" for w in peers.DEPTHLAB] + list(peers.PEERS)
