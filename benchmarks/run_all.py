@@ -111,8 +111,8 @@ def render(results: list[dict], info: dict, command: str, notes: str) -> str:
         "below the notes marker).",
         "",
         f"- machine: {info['cpu']}, {info['cores']} cores, {info['memory_gib']} GiB; "
-        f"torch threads {info['threads']}; shared with other jobs, so every figure is a median of "
-        "alternating runs and every goal a ratio",
+        f"torch threads {info['threads']}; shared with other jobs, so figures are medians and goals are "
+        "ratios (the notes below say how each script pairs its runs)",
         f"- versions: Python {info['python']}, torch {info['torch']}, x-transformers {info['x_transformers']}",
         f"- total wall time: {sum(r['wall'] for r in results) / 60:.1f} min; at the start {info['load_start']}, "
         f"at the end {load_line()}",
