@@ -7,19 +7,34 @@ depthlab report --run runs/examples/hf
 from __future__ import annotations
 
 import argparse
+import os
 
 import torch
 import transformers
 
 from depthlab.corpus import text_batch
+from depthlab.errors import InputError
 from depthlab.integrations.hf_trainer import DepthlabCallback
+from depthlab.watch.output import check_out
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
+    """The flags, each refused before any work (exit code 2) where it cannot make a run."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--out", default="runs/examples/hf")
     args = p.parse_args()
+    if args.steps < 1:
+        p.error(f"--steps {args.steps}: train at least 1 step")
+    try:
+        check_out(args.out, "--out")  # a folder that already holds a run is refused, not overwritten
+    except InputError as e:
+        p.error(str(e))
+    return args
+
+
+def main() -> None:
+    args = arguments()
     torch.manual_seed(0)
     config = transformers.GPT2Config(
         n_layer=6, n_embd=64, n_head=4, vocab_size=256, n_positions=64, bos_token_id=0, eos_token_id=0
@@ -27,8 +42,9 @@ def main() -> None:
     model = transformers.GPT2LMHeadModel(config)
     rows = text_batch(8 * args.steps, 64, 256, seed=0)
     data = [{"input_ids": r, "labels": r} for r in rows]
+    # the Trainer's own folder goes inside --out; with these settings it saves nothing there
     training = transformers.TrainingArguments(
-        output_dir="runs/examples/hf-trainer", max_steps=args.steps, per_device_train_batch_size=8,
+        output_dir=os.path.join(args.out, "trainer"), max_steps=args.steps, per_device_train_batch_size=8,
         logging_steps=5, learning_rate=1e-3, report_to=[], save_strategy="no", use_cpu=True,
     )  # fmt: skip
     trainer = transformers.Trainer(

@@ -49,17 +49,24 @@ def write_json(path: Path, obj: dict) -> None:
     replace_file(path, json.dumps(finite_or_none(obj), indent=2) + "\n", "out")
 
 
+def check_out(path, flag: str = "out") -> None:
+    """Refuse (InputError naming ``flag``) an out folder that cannot be made or already holds a run's
+    files; makes nothing. A script checks its ``--out`` with it before any work."""
+    folder = Path(path)
+    check_folder(folder, flag)
+    taken = [n for n in ("config.json", METRICS, SUMMARY) if (folder / n).exists()]
+    taken += [p.name for p in folder.glob("events.out.tfevents.*")]
+    if taken:
+        raise InputError(f"{flag} {path} already holds a run ({taken[0]}); choose another folder")
+
+
 class WatchOutput:
     """The out folder of one watched loop (rank 0 only)."""
 
     def __init__(self, path: str):
         self.path = Path(path)
-        check_folder(self.path, "out")
+        check_out(path)
         self.made = not self.path.exists()  # discard() removes only a folder this made
-        taken = [n for n in ("config.json", METRICS, SUMMARY) if (self.path / n).exists()]
-        taken += [p.name for p in self.path.glob("events.out.tfevents.*")]
-        if taken:
-            raise InputError(f"out {path} already holds a run ({taken[0]}); choose another folder")
         make_folder(str(self.path), "out", path)
         self.events = Events(str(self.path))
 
