@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "depthlab_tour.ipynb"
-CELL_TIMEOUT_S = 400  # the study cell (four runs, two at a time) is the longest: ~1-2 min on 2 cores
+CELL_TIMEOUT_S = 400  # the study cell (four runs, two at a time) is the longest: 5-15 s on 2 shared cores
 
 
 def _code_cells(nb) -> list:
