@@ -2,6 +2,9 @@
 
 python examples/watch_lightning.py [--steps 60] [--lr 1e-3] [--out runs/examples/lightning]
 depthlab report --run runs/examples/lightning
+
+At this learning rate, without warmup, the 12 post-LN layers stall: the watcher warns of gradient
+starvation in the bottom layers and labels the run stalled (docs/watch.md, "The examples").
 """
 
 from __future__ import annotations
