@@ -152,3 +152,30 @@ def test_a_rank_or_world_size_not_torchruns_is_one_process(monkeypatch, value):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert (Dist.from_env().rank, Dist.from_env().world) == (0, 1)
     assert default_threads() == max(1, min(os.cpu_count() or 1, 2))
+
+
+# train() under torchrun, then: is its DDP wrapper still alive? It sat in a reference cycle with its
+# trainer, so it outlived destroy_process_group and held gloo's group open; the group's worker threads
+# then freed tensors during interpreter shutdown, and gloo aborted the process (SIGABRT, about one
+# finished run in twenty: torchrun reported the run as failed).
+AFTER_TRAIN = """
+import gc, sys
+import torch
+from depthlab import ModelConfig, TrainConfig
+from depthlab.train import train
+
+train(ModelConfig(n_layers=2, d_model=32, n_heads=2), TrainConfig(steps=2, batch_size=4, seq_len=16))
+alive = [o for o in gc.get_objects() if isinstance(o, torch.nn.parallel.DistributedDataParallel)]
+sys.exit(f"{len(alive)} DDP wrapper(s) alive after train()" if alive else 0)
+"""
+
+
+@pytest.mark.distributed
+def test_train_lets_go_of_the_process_group_under_torchrun(tmp_path):
+    script = tmp_path / "after_train.py"
+    script.write_text(AFTER_TRAIN)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    said = [line for line in proc.stderr.splitlines() if "alive after train()" in line]
+    assert not said and proc.returncode == 0, said or proc.stderr[-2000:]

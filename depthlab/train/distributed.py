@@ -8,6 +8,7 @@ single process would with the same global batch. Only rank 0 writes files or pri
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 
@@ -92,7 +93,11 @@ def setup(device_pref: str) -> Dist:
 
 
 def teardown(dist: Dist) -> None:
+    """Destroy the process group :func:`setup` created, and free it now: a DDP wrapper left in a
+    reference cycle would keep gloo's group alive into interpreter shutdown, where its worker threads
+    free tensors without the GIL and abort the process (SIGABRT after a finished run)."""
     if dist.owns_group and tdist.is_initialized():
+        gc.collect()  # the cycles holding the wrapper, while the interpreter still runs
         tdist.destroy_process_group()
 
 
