@@ -286,3 +286,17 @@ def test_combinations_that_repeat_a_run_are_said(tmp_path, capsys):
     assert note in said.getvalue() and res.total == res.ran == 2
     assert main(["study", "--preset", "smoke", "--db", db, "--dry-run"]) == 0
     assert "note:" not in capsys.readouterr().out  # a grid without repeats: no note
+
+
+def test_executor_ray_without_ray_says_how_to_install_it_and_touches_nothing(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else find_spec(name, *a)
+    )
+    db = tmp_path / "s.sqlite"
+    assert main(["study", "--preset", "smoke", "--executor", "ray", "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert err == "depthlab study: error: --executor ray needs Ray: pip install 'depthlab[ray]'\n"
+    assert list(tmp_path.iterdir()) == []

@@ -84,3 +84,98 @@ def test_omp_num_threads_is_honoured_as_a_limit(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "not a number")  # ignored, as OpenMP would
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     assert default_threads() == max(1, min(os.cpu_count() or 1, 2))
+
+
+def _torchrun(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc-per-node=2 -m depthlab ARGS`` in a subprocess."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    return subprocess.run(
+        [*cmd, "-m", "depthlab", *args], capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path
+    )
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["train", "--d-mdoel", "32"], "unrecognized arguments: --d-mdoel"),  # argparse's refusal
+        (["train", "--layers", "0", "--steps", "2"], "--layers 0 is not allowed"),  # a config's
+    ],
+)
+def test_a_refusal_under_torchrun_is_said_once(tmp_path, args, said):
+    # every process reads the same flags and refuses them; one line is enough (two processes wrote two)
+    proc = _torchrun(args, tmp_path)
+    assert proc.returncode != 0  # torchrun's own exit code (1) for a worker that exited 2
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("depthlab train: error:")]
+    assert len(lines) == 1 and said in lines[0], proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("rank, waits", [("0", False), ("1", True), ("not a rank", False)])
+def test_another_rank_says_its_refusal_after_the_wait(monkeypatch, capsys, rank, waits):
+    # a rank whose refusal is its own (rank 0 went on) must still say it, only later
+    import depthlab.cli as cli
+
+    slept = []
+    monkeypatch.setattr(cli.time, "sleep", slept.append)
+    monkeypatch.setenv("RANK", rank)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(["train", "--layers", "0"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "depthlab train: error: --layers 0 is not allowed: an integer >= 1"
+    ]
+    assert slept == ([cli.OTHER_RANK_WAIT_S] if waits else [])
+
+
+@pytest.mark.parametrize("rank, said", [("0", "interrupted\n"), ("1", "")])
+def test_ctrl_c_under_torchrun_is_said_by_rank_0(monkeypatch, capsys, rank, said):
+    # Ctrl-C reaches every torchrun process; each wrote "interrupted"
+    import depthlab.cli.train as train_cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_cli, "run", interrupted)
+    monkeypatch.setenv("RANK", rank)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(["train"]) == 1
+    assert capsys.readouterr().err == said
+
+
+@pytest.mark.parametrize("value", ["", "two", "-1", "²"])
+def test_a_rank_or_world_size_not_torchruns_is_one_process(monkeypatch, value):
+    # read with int(), these made every command that asked (the refusal, the thread count) fail
+    from depthlab.train.distributed import Dist, default_threads
+
+    monkeypatch.setenv("RANK", value)
+    monkeypatch.setenv("WORLD_SIZE", value)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert (Dist.from_env().rank, Dist.from_env().world) == (0, 1)
+    assert default_threads() == max(1, min(os.cpu_count() or 1, 2))
+
+
+# train() under torchrun, then: is its DDP wrapper still alive? It sat in a reference cycle with its
+# trainer, so it outlived destroy_process_group and held gloo's group open; the group's worker threads
+# then freed tensors during interpreter shutdown, and gloo aborted the process (SIGABRT, about one
+# finished run in twenty: torchrun reported the run as failed).
+AFTER_TRAIN = """
+import gc, sys
+import torch
+from depthlab import ModelConfig, TrainConfig
+from depthlab.train import train
+
+train(ModelConfig(n_layers=2, d_model=32, n_heads=2), TrainConfig(steps=2, batch_size=4, seq_len=16))
+alive = [o for o in gc.get_objects() if isinstance(o, torch.nn.parallel.DistributedDataParallel)]
+sys.exit(f"{len(alive)} DDP wrapper(s) alive after train()" if alive else 0)
+"""
+
+
+@pytest.mark.distributed
+def test_train_lets_go_of_the_process_group_under_torchrun(tmp_path):
+    script = tmp_path / "after_train.py"
+    script.write_text(AFTER_TRAIN)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    said = [line for line in proc.stderr.splitlines() if "alive after train()" in line]
+    assert not said and proc.returncode == 0, said or proc.stderr[-2000:]

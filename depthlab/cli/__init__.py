@@ -11,12 +11,14 @@ import importlib
 import os
 import re
 import sys
+import time
 from importlib.metadata import entry_points
 
 from depthlab.cli import advise, check, coord, explain, probe, report, study, train, transfer
 from depthlab.cli.common import as_typed
 from depthlab.errors import ConfigError, InputError, spoken_as_flags
 from depthlab.paths import forget_new_folders, printable, undo_new_folders
+from depthlab.train.distributed import env_rank, env_world_size
 
 # What ``depthlab --help`` says (the module docstring above is for developers).
 DESCRIPTION = (
@@ -54,7 +56,7 @@ class Parser(argparse.ArgumentParser):
             names = re.findall(r"'([^']*)'", choice.group(2))
             close = difflib.get_close_matches(choice.group(1), names, n=1, cutoff=0.6)
             message += f" (did you mean {close[0]}?)" if close else ""
-        sys.stderr.write(f"{self.prog}: error: {printable(message)}\n")
+        refuse(f"{self.prog}: error: {printable(message)}")
         raise SystemExit(2)
 
     def unrecognized(self, extras: list[str]) -> None:
@@ -101,7 +103,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     argv = sys.argv[1:] if argv is None else argv
     wanted = next((a for a in argv if not a.startswith("-")), None)
     if wanted in LAB_COMMANDS and lab_command(wanted) is None:
-        sys.stderr.write(f"depthlab {wanted}: error: {LAB_MISSING.format(name=wanted)}\n")
+        refuse(f"depthlab {wanted}: error: {LAB_MISSING.format(name=wanted)}")
         raise SystemExit(2)
     parser = build_parser(load=(wanted,))
     args, extras = parser.parse_known_args(argv)
@@ -134,29 +136,51 @@ def main(argv: list[str] | None = None) -> int:
             return int(args.run(args) or 0)
     except ConfigError as e:
         undo_new_folders()  # a refusal leaves nothing behind: not the folder made for its --json
-        sys.stderr.write(f"depthlab {args.command}: error: {printable(as_typed(e, args, args.flags))}\n")
+        refuse(f"depthlab {args.command}: error: {printable(as_typed(e, args, args.flags))}")
         return 2
     except InputError as e:
         undo_new_folders()
-        sys.stderr.write(f"depthlab {args.command}: error: {printable(e)}\n")
+        refuse(f"depthlab {args.command}: error: {printable(e)}")
         return 2
     except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
+        if not other_rank():  # Ctrl-C reaches every torchrun process; one says so
+            sys.stderr.write("interrupted\n")
         return 1
     except (MemoryError, RuntimeError) as e:
         if not out_of_memory(e) or os.environ.get("DEPTHLAB_DEBUG"):
             return _failed(args, e)
         undo_new_folders()
         first = (str(e).strip().splitlines() or ["no memory left"])[0][:200]
-        sys.stderr.write(
+        refuse(
             f"depthlab {args.command}: error: out of memory ({printable(first)}): use a smaller model or "
-            "batch, or fewer workers\n"
+            "batch, or fewer workers"
         )
         return 2
     except BrokenPipeError:
         return 0
     except Exception as e:  # anything else is a bug or an environment problem: exit 1
         return _failed(args, e)
+
+
+# Under torchrun every process reads the same flags and files, so every one refuses them. Rank 0 says
+# so at once; another rank first waits this long, in which torchrun sees rank 0 exit and stops the
+# others (it looks every 0.1 s), so the line is said once. A rank whose refusal is its own (rank 0
+# went on) still says it, after the wait.
+OTHER_RANK_WAIT_S = 3.0
+
+
+def refuse(line: str) -> None:
+    """Write a refusal's one line on stderr: at once from rank 0 (and outside torchrun), after
+    :data:`OTHER_RANK_WAIT_S` from any other rank."""
+    if other_rank():
+        time.sleep(OTHER_RANK_WAIT_S)
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def other_rank() -> bool:
+    """Whether this is a torchrun process other than rank 0."""
+    return env_world_size() > 1 and env_rank() != 0
 
 
 def _failed(args: argparse.Namespace, e: BaseException) -> int:

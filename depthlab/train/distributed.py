@@ -8,6 +8,7 @@ single process would with the same global batch. Only rank 0 writes files or pri
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 
@@ -36,7 +37,7 @@ class Dist:
     def from_env(cls) -> Dist:
         """This process's rank and world size as torchrun set them, without joining a process group
         (what a command needs to decide which process speaks)."""
-        return cls(rank=int(os.environ.get("RANK", "0")), world=env_world_size())
+        return cls(rank=env_rank(), world=env_world_size())
 
     def all_reduce(self, t: torch.Tensor) -> torch.Tensor:
         """The elementwise sum over processes (a no-op in one process); returned on t's device."""
@@ -51,9 +52,19 @@ class Dist:
             tdist.barrier()
 
 
+def env_rank() -> int:
+    """RANK as torchrun set it (0 outside torchrun, or where RANK is not a non-negative integer)."""
+    return _env_int("RANK", 0)
+
+
 def env_world_size() -> int:
-    """WORLD_SIZE as torchrun set it (1 outside torchrun)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    """WORLD_SIZE as torchrun set it (1 outside torchrun, or where WORLD_SIZE is not a positive integer)."""
+    return max(_env_int("WORLD_SIZE", 1), 1)
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    return int(value) if value.isascii() and value.isdigit() else default
 
 
 def resolve_device(pref: str, local_rank: int = 0) -> torch.device:
@@ -82,7 +93,11 @@ def setup(device_pref: str) -> Dist:
 
 
 def teardown(dist: Dist) -> None:
+    """Destroy the process group :func:`setup` created, and free it now: a DDP wrapper left in a
+    reference cycle would keep gloo's group alive into interpreter shutdown, where its worker threads
+    free tensors without the GIL and abort the process (SIGABRT after a finished run)."""
     if dist.owns_group and tdist.is_initialized():
+        gc.collect()  # the cycles holding the wrapper, while the interpreter still runs
         tdist.destroy_process_group()
 
 

@@ -78,12 +78,17 @@ def train(
     dist = setup(train_cfg.device)
     try:
         check_train_memory(model_cfg, train_cfg, dist.device, dist.world, force_memory)
-        trainer = Trainer(model_cfg, train_cfg, out_dir, dist, on_log)
-        result = trainer.run(resume=resume, force=force, progress=progress)
+        result = _run(Trainer(model_cfg, train_cfg, out_dir, dist, on_log), resume, force, progress)
         dist.barrier()  # no process closes the group while another still writes or reduces
         return result
     finally:
         teardown(dist)
+
+
+def _run(trainer: Trainer, resume: bool, force: bool, progress: bool) -> RunResult:
+    """The trainer's run; the trainer (and its DDP wrapper) is no one's once this returns, so that
+    teardown can free the process group (depthlab.train.distributed.teardown)."""
+    return trainer.run(resume=resume, force=force, progress=progress)
 
 
 @dataclass
