@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
 # so at once; another rank first waits this long, in which torchrun sees rank 0 exit and stops the
 # others (it looks every 0.1 s), so the line is said once. A rank whose refusal is its own (rank 0
 # went on) still says it, after the wait.
-OTHER_RANK_WAIT_S = 3.0
+OTHER_RANK_WAIT_S = 5.0
 
 
 def refuse(line: str) -> None:
