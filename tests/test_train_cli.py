@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -236,3 +238,55 @@ def test_the_help_says_every_way_a_run_stalls(capsys):
         main(["train", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "'stalled' (at the unigram plateau, or above it and flat)" in text
+
+
+def test_kill_pid_stops_a_run_as_ctrl_c_does_and_says_how_to_go_on(tmp_path):
+    """`kill PID` (SIGTERM) ended `depthlab train` with exit 143 and no word; it now stops as Ctrl-C does:
+    exit 1 and one line that says what the run folder keeps and how to continue."""
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "depthlab", "train", "--layers", "1", "--d-model", "16", "--heads", "2",
+            "--steps", "100000", "--batch-size", "2", "--seq-len", "8", "--max-len", "8", "--log-every", "1",
+            "--checkpoint-every", "5",
+            "--out", str(out)]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.time() + 120
+        while not checkpoint_paths(str(out)) and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert checkpoint_paths(str(out)), f"the run wrote no checkpoint (exit {proc.poll()})"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 1
+        err = proc.stderr.read()
+    finally:
+        proc.kill()
+    last = err.strip().splitlines()[-1]
+    assert re.fullmatch(
+        f"interrupted: {re.escape(str(out))} keeps the checkpoint of step \\d+; the same command with --resume "
+        "continues from it",
+        last,
+    ), last
+    assert not (out / "result.json").exists()
+
+
+def test_an_interrupted_run_without_out_says_nothing_was_kept(capsys, monkeypatch):
+    def stopped(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("depthlab.cli.train.train", stopped)
+    assert main(["train", "--layers", "1", "--d-model", "16", "--heads", "2", "--steps", "2"]) == 1
+    assert capsys.readouterr().err == "interrupted: nothing was kept (no --out)\n"
+
+
+def test_an_interrupted_run_before_its_first_checkpoint_says_resume_starts_over(
+    tmp_path, capsys, monkeypatch
+):
+    def stopped(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("depthlab.cli.train.train", stopped)
+    out = tmp_path / "run"
+    assert main(["train", "--layers", "1", "--d-model", "16", "--heads", "2", "--out", str(out)]) == 1
+    assert capsys.readouterr().err == (
+        f"interrupted: {out} holds no checkpoint yet; the same command with --resume starts it over\n"
+    )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
 
 from depthlab.cli.common import (
     add_memory_flag,
@@ -14,6 +16,7 @@ from depthlab.cli.common import (
 from depthlab.config import DEVICES, OPTIMIZERS, SCHEDULES, TASKS, TrainConfig
 from depthlab.paths import printable
 from depthlab.train import train
+from depthlab.train.checkpoint import checkpoint_paths
 from depthlab.train.distributed import Dist, set_torch_threads
 
 # flag -> TrainConfig field, for the flags that map one to one
@@ -186,15 +189,25 @@ def run(args) -> int:
         checkpoint_every=args.checkpoint_every is not None and not args.out,
     )
     set_torch_threads(args.threads)
-    result = train(
-        model_cfg,
-        train_cfg,
-        args.out,
-        resume=args.resume,
-        force=args.force,
-        progress=not args.quiet,
-        force_memory=args.force_memory,
-    )
+    alone = Dist.from_env().world == 1  # under torchrun the launcher's SIGTERM stops a process as it is
+    previous = signal.signal(signal.SIGTERM, _interrupted) if alone else None
+    try:
+        result = train(
+            model_cfg,
+            train_cfg,
+            args.out,
+            resume=args.resume,
+            force=args.force,
+            progress=not args.quiet,
+            force_memory=args.force_memory,
+        )
+    except KeyboardInterrupt:  # Ctrl-C, or `kill PID`: say what is kept and how to go on
+        if Dist.from_env().is_main:
+            sys.stderr.write(f"interrupted: {_kept(args.out)}\n")
+        return 1
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     if Dist.from_env().is_main:  # under torchrun, rank 0 speaks for the run
         print(result.summary())
         if args.out:
@@ -202,3 +215,19 @@ def run(args) -> int:
                 f"wrote {printable(args.out)}/ (config.json, metrics.jsonl, result.json, checkpoints/, TensorBoard events)"
             )
     return 0
+
+
+def _interrupted(signum, frame):
+    """SIGTERM handler: raise KeyboardInterrupt, so `kill PID` stops a run as Ctrl-C does, with a line."""
+    raise KeyboardInterrupt
+
+
+def _kept(out: str | None) -> str:
+    """What an interrupted run leaves, and how to go on from it."""
+    if not out:
+        return "nothing was kept (no --out)"
+    found = checkpoint_paths(out)
+    if not found:
+        return f"{printable(out)} holds no checkpoint yet; the same command with --resume starts it over"
+    step = int(found[-1].stem.split("-")[-1])
+    return f"{printable(out)} keeps the checkpoint of step {step}; the same command with --resume continues from it"
