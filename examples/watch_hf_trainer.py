@@ -6,35 +6,18 @@ depthlab report --run runs/examples/hf
 
 from __future__ import annotations
 
-import argparse
 import os
 
 import torch
 import transformers
+from example_flags import example_flags  # beside this script: --steps, --lr, --out, checked
 
 from depthlab.corpus import text_batch
-from depthlab.errors import InputError
 from depthlab.integrations.hf_trainer import DepthlabCallback
-from depthlab.watch.output import check_out
-
-
-def arguments() -> argparse.Namespace:
-    """The flags, each refused before any work (exit code 2) where it cannot make a run."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--out", default="runs/examples/hf")
-    args = p.parse_args()
-    if args.steps < 1:
-        p.error(f"--steps {args.steps}: train at least 1 step")
-    try:
-        check_out(args.out, "--out")  # a folder that already holds a run is refused, not overwritten
-    except InputError as e:
-        p.error(str(e))
-    return args
 
 
 def main() -> None:
-    args = arguments()
+    args = example_flags(__doc__.splitlines()[0], steps=40, out="runs/examples/hf")
     torch.manual_seed(0)
     config = transformers.GPT2Config(
         n_layer=6, n_embd=64, n_head=4, vocab_size=256, n_positions=64, bos_token_id=0, eos_token_id=0

@@ -9,18 +9,14 @@ starvation in the bottom layers and labels the run stalled (docs/watch.md, "The 
 
 from __future__ import annotations
 
-import argparse
-import math
-
 import lightning.pytorch as L
 import torch
 import torch.nn.functional as F
+from example_flags import example_flags  # beside this script: --steps, --lr, --out, checked
 
 from depthlab import ModelConfig, build_model
 from depthlab.corpus import text_batch
-from depthlab.errors import InputError
 from depthlab.integrations.lightning import DepthlabCallback
-from depthlab.watch.output import check_out
 
 
 class ByteLM(L.LightningModule):
@@ -37,26 +33,8 @@ class ByteLM(L.LightningModule):
         return torch.optim.Adam(self.parameters(), lr=self.lr)
 
 
-def arguments() -> argparse.Namespace:
-    """The flags, each refused before any work (exit code 2) where it cannot make a run."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--out", default="runs/examples/lightning")
-    args = p.parse_args()
-    if args.steps < 1:
-        p.error(f"--steps {args.steps}: train at least 1 step")
-    if not (args.lr > 0 and math.isfinite(args.lr)):
-        p.error(f"--lr {args.lr}: a learning rate is a positive, finite number")
-    try:
-        check_out(args.out, "--out")  # a folder that already holds a run is refused, not overwritten
-    except InputError as e:
-        p.error(str(e))
-    return args
-
-
 def main() -> None:
-    args = arguments()
+    args = example_flags(__doc__.splitlines()[0], steps=60, out="runs/examples/lightning", lr=1e-3)
     torch.manual_seed(0)
     data = torch.utils.data.DataLoader(list(text_batch(8 * args.steps, 64, 256, seed=0)), batch_size=8)
     trainer = L.Trainer(

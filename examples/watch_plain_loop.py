@@ -6,38 +6,16 @@ depthlab report --run runs/examples/plain       # the run's page: heatmaps, loss
 
 from __future__ import annotations
 
-import argparse
-import math
-
 import torch
 import transformers
+from example_flags import example_flags  # beside this script: --steps, --lr, --out, checked
 
 import depthlab
 from depthlab.corpus import text_batch
-from depthlab.errors import InputError
-from depthlab.watch.output import check_out
-
-
-def arguments() -> argparse.Namespace:
-    """The flags, each refused before any work (exit code 2) where it cannot make a run."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--out", default="runs/examples/plain")
-    args = p.parse_args()
-    if args.steps < 1:
-        p.error(f"--steps {args.steps}: train at least 1 step")
-    if not (args.lr > 0 and math.isfinite(args.lr)):
-        p.error(f"--lr {args.lr}: a learning rate is a positive, finite number")
-    try:
-        check_out(args.out, "--out")  # a folder that already holds a run is refused, not overwritten
-    except InputError as e:
-        p.error(str(e))
-    return args
 
 
 def main() -> None:
-    args = arguments()
+    args = example_flags(__doc__.splitlines()[0], steps=60, out="runs/examples/plain", lr=3e-3)
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
