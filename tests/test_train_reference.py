@@ -6,6 +6,7 @@ and each parametrization's per-group lr, eps and weight decay as docs/transfer.m
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -163,10 +164,14 @@ def test_adam_l2_independent_decay_and_z_loss():
         assert_same_run(train(mcfg, tcfg), rows, val, model)
 
 
-def test_a_synthetic_tasks_loss_is_the_mean_over_its_answer_tokens():
-    """A decoder on reverse: the prompt carries no loss (IGNORE); the loss is the answer tokens' mean."""
-    mcfg = ModelConfig(**{**MODEL, "max_len": 32}, vocab_size=32)
-    tcfg = TrainConfig(**{**RUN, "seq_len": 6}, task="reverse", telemetry=False)
+@pytest.mark.parametrize("arch", ["decoder", "encdec", "encoder"])
+def test_a_synthetic_tasks_loss_is_the_mean_over_its_answer_tokens(arch):
+    """reverse, with padding and (decoder) a prompt that carries no loss (IGNORE): the loss is the mean
+    over the answer tokens, and the masks reach the model as in the loop."""
+    mcfg = ModelConfig(**{**MODEL, "max_len": 32}, vocab_size=32, arch=arch)
+    tcfg = TrainConfig(
+        **{**RUN, "seq_len": 6}, task="reverse" if arch != "encoder" else "sort", telemetry=False
+    )
     rows, val, model, _ = reference(mcfg, tcfg)
     assert_same_run(train(mcfg, tcfg), rows, val, model)
 
@@ -235,3 +240,42 @@ def test_train_applies_each_parametrizations_groups(param, base, alpha, m_w, m_l
                        warmup=2, lr=1e-2, eps=1e-6)  # fmt: skip
     rows, val, model, _ = reference(mcfg, tcfg, transfer_groups(alpha, m_w, m_l))
     assert_same_run(train(mcfg, tcfg), rows, val, model)
+
+
+def test_the_layers_gradient_norms_are_taken_before_clipping():
+    """With a clip that bites, the records' per-layer attention and FFN gradient norms are the raw ones
+    (docs/python.md), as the record's own gradient norm is."""
+    mcfg = ModelConfig(**MODEL)
+    tcfg = TrainConfig(**{**RUN, "steps": 1}, clip=0.01)
+    record = train(mcfg, tcfg).metrics[0]
+    torch.manual_seed(tcfg.seed)
+    model = build_model(mcfg)
+    b = make_task(mcfg, tcfg).train_batch(1)
+    F.cross_entropy(model(*b.args).flatten(0, 1), b.targets.flatten()).backward()
+    norm = lambda m: torch.sqrt(sum(p.grad.pow(2).sum() for p in m.parameters())).item()  # noqa: E731
+    assert (
+        record["grad_norm"] == pytest.approx(norm(model), rel=1e-6) and record["grad_norm"] > 100 * tcfg.clip
+    )
+    for block, row in zip(model.decoder.layers, record["layers"][1:]):
+        assert row["attn_grad_norm"] == pytest.approx(norm(block.attn.f), rel=1e-6)
+        assert row["ffn_grad_norm"] == pytest.approx(norm(block.ffn.f), rel=1e-6)
+
+
+def test_the_command_line_trains_what_its_flags_say(tmp_path):
+    """depthlab train with every recipe flag set away from its default: metrics.jsonl holds the loss,
+    lr and gradient norm of the hand-written loop at those settings, update by update."""
+    from depthlab.cli import main
+
+    kw = dict(optimizer="adamw", beta1=0.8, beta2=0.95, eps=1e-6, weight_decay=0.2, clip=0.5,
+              schedule="cosine", warmup=2, min_lr_ratio=0.2, lr=4e-3, z_loss=1e-3)  # fmt: skip
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in {**kw, **RUN}.items()]
+    out = tmp_path / "run"
+    argv = ["train", "--layers", "2", "--d-model", "16", "--heads", "2", "--max-len", "16", *flags]
+    assert main([*argv, "--threads", "1", "--quiet", "--no-telemetry", "--out", str(out)]) == 0
+    tcfg = TrainConfig(**RUN, telemetry=False, **kw)
+    rows, val, _, _ = reference(ModelConfig(**MODEL), tcfg)
+    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged] == list(range(1, len(rows) + 1))
+    for r, row in zip(logged, rows):
+        assert (r["loss"], r["lr"], r["grad_norm"]) == pytest.approx(row, rel=1e-6)
+    assert json.loads((out / "result.json").read_text())["val_loss"] == pytest.approx(val, rel=1e-6)
