@@ -82,8 +82,10 @@ def reference(mcfg: ModelConfig, tcfg: TrainConfig, groups=nanogpt_groups, steps
         rows.append((loss.item(), lr, norm.item()))
     model.eval()
     total, count = 0.0, 0
+    val = task.val_batches()  # --eval-batches of --batch-size sequences
+    assert len(val) == tcfg.eval_batches and all(b.targets.shape[0] == tcfg.batch_size for b in val)
     with torch.no_grad():
-        for b in task.val_batches():
+        for b in val:
             logits = model(*b.args, **b.kwargs)
             total += F.cross_entropy(
                 logits.flatten(0, 1), b.targets.flatten(), ignore_index=IGNORE, reduction="sum"
@@ -203,7 +205,8 @@ def transfer_groups(alpha: float, m_w: float, m_l: float):
     """One group per parameter, its lr (as a multiple of the run's), eps and decay from docs/transfer.md's
     table: hidden matrices lr / m_w x m_L^(alpha - 1), eps / m_w x m_L^-alpha, decay x m_w; hidden
     vectors lr x m_L^(alpha - 1), no decay; the tied token table lr / m_w^1/2 (embed_scale); the
-    position table and the final norm the run's lr; every eps outside the blocks / m_w."""
+    position table and the final norm the run's lr; every eps outside the blocks / m_w. H_res's maps
+    (static, dynamic, mHC's) and DenseFormer's alphas take m_L^-1 more on their lr."""
 
     def groups(model, cfg: TrainConfig) -> list[dict]:
         out = []
@@ -212,6 +215,8 @@ def transfer_groups(alpha: float, m_w: float, m_l: float):
                 lr, eps, wd = m_l ** (alpha - 1), m_l**-alpha / m_w, 0.0
                 if p.dim() >= 2:
                     lr, wd = lr / m_w, m_w
+                if name.endswith((".mix.res", ".mix.w_res", ".mix.phi_res", ".alpha")):
+                    lr /= m_l
             else:
                 lr, eps, wd = 1.0, 1 / m_w, float(p.dim() >= 2)
                 if name == "embed.tok.weight":
@@ -230,6 +235,9 @@ def transfer_groups(alpha: float, m_w: float, m_l: float):
         ("mup", dict(base_width=8), 0.0, 4, 1),
         ("depth_mup", dict(base_width=16, base_depth=1), 0.5, 2, 4),
         ("completep", dict(base_width=8, base_depth=2), 1.0, 4, 2),
+        ("completep", dict(base_width=16, base_depth=1, wrap="dhc"), 1.0, 2, 4),
+        ("depth_mup", dict(base_width=8, base_depth=2, wrap="mhc"), 0.5, 4, 2),
+        ("completep", dict(base_width=8, base_depth=1, wrap="denseformer"), 1.0, 4, 4),
     ],
 )
 def test_train_applies_each_parametrizations_groups(param, base, alpha, m_w, m_l):
