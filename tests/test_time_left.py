@@ -6,6 +6,7 @@ a fake monotonic clock, and the cost model's step times are set where a number i
 from __future__ import annotations
 
 import io
+import sys
 
 import pytest
 from test_input_limits import TINY
@@ -145,6 +146,20 @@ def test_train_off_a_terminal_prints_its_plan_and_plain_progress_lines(capsys):
         .err.splitlines()[0]
         .endswith("; it ends inside its 30-step warmup: the run is of a rising lr")
     )
+
+
+def test_train_on_a_terminal_says_its_plan_and_a_warmup_it_ends_inside(capsys, monkeypatch):
+    """On a terminal the bar is drawn, but the plan line comes first as off one: a run that ends inside
+    its warmup said nothing there (only a log or a pipe got the line)."""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    argv = ["train", *TINY, "--steps", "4", "--batch-size", "2", "--seq-len", "8", "--threads", "1"]
+    assert main([*argv, "--warmup", "30"]) == 0
+    err = capsys.readouterr().err
+    first = err.splitlines()[0]
+    assert first.startswith("train pre x2: 4 steps of 2 x 8 tokens; expected time: about")
+    assert first.endswith("; it ends inside its 30-step warmup: the run is of a rising lr")
+    assert "/4 steps, " not in err  # the bar, not the plain lines of a log
+    assert main([*argv, "--warmup", "30", "--quiet"]) == 0 and capsys.readouterr().err == ""
 
 
 def test_coord_off_a_terminal_prints_its_plan_and_plain_progress_lines(capsys):

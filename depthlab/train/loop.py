@@ -166,8 +166,8 @@ class Trainer:
                 return finished
         show = progress and self.dist.is_main
         self.watcher.echo = _BarEcho() if show else None
-        # off a terminal tqdm draws nothing: a log gets plain lines with the time left instead
-        lines = self._plain_progress() if show and not sys.stderr.isatty() else None
+        # the plan is said on a terminal too; off one tqdm draws nothing: a log gets plain lines instead
+        lines = self._plan(plain=not sys.stderr.isatty()) if show else None
         self.bar = tqdm(
             total=self.cfg.steps,
             initial=self.step,
@@ -193,9 +193,10 @@ class Trainer:
             self.out.write_result(result)
         return result
 
-    def _plain_progress(self) -> Progress:
+    def _plan(self, plain: bool) -> Progress | None:
         """Say (stderr) what is left to run and its expected time (the cost model: step times measured
-        now); return the progress that prints a line per tenth of those steps with the time left."""
+        now), and whether it ends inside its warmup; with ``plain`` (off a terminal) return the progress
+        that prints a line per tenth of those steps with the time left, else None (tqdm draws the bar)."""
         left, m = self.cfg.steps - self.step, self.model_cfg
         what = f"train {m.wrap} x{m.enc_depth + m.dec_depth}"
         expected = estimate([(0, m, self.cfg)], torch.get_num_threads())
@@ -206,7 +207,7 @@ class Trainer:
                   if self.cfg.warmup >= self.cfg.steps else "")  # as advise says of such a budget  # fmt: skip
         say(f"{what}: {left:,} steps{from_step} of {self.cfg.batch_size} x {self.cfg.seq_len} tokens; "
             f"expected time: {guess}{inside}")  # fmt: skip
-        return Progress(left, what, unit="step", expected_s=seconds, plain=True)
+        return Progress(left, what, unit="step", expected_s=seconds, plain=True) if plain else None
 
     def logged(self, t: int) -> bool:
         c = self.cfg
