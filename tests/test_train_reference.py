@@ -52,7 +52,7 @@ def nanogpt_groups(model, cfg: TrainConfig) -> list[dict]:
     ]
 
 
-def reference(mcfg: ModelConfig, tcfg: TrainConfig, groups=nanogpt_groups, steps=None):
+def reference(mcfg: ModelConfig, tcfg: TrainConfig, groups=nanogpt_groups):
     """The run by hand: per update its (loss, lr, grad norm before clipping); then the validation loss
     (summed over the validation batches' target tokens, divided by their count) and the model."""
     task = make_task(mcfg, tcfg)
@@ -61,7 +61,7 @@ def reference(mcfg: ModelConfig, tcfg: TrainConfig, groups=nanogpt_groups, steps
     cls = torch.optim.AdamW if tcfg.optimizer == "adamw" else torch.optim.Adam
     opt = cls(groups(model, tcfg), lr=tcfg.lr, betas=(tcfg.beta1, tcfg.beta2), eps=tcfg.eps)
     rows = []
-    for t in range(1, (steps or tcfg.steps) + 1):
+    for t in range(1, tcfg.steps + 1):
         lr = formula_lr(tcfg, t, mcfg.d_model)
         for g in opt.param_groups:
             g["lr"] = lr * g["scale"]
