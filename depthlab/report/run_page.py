@@ -92,8 +92,7 @@ def read_records(text: str) -> tuple[list[dict], str]:
             record = json.loads(line)
         except json.JSONDecodeError:
             record = None
-        step = record.get("step") if isinstance(record, dict) else None
-        if isinstance(step, (int, float)) and not isinstance(step, bool):
+        if _is_record(record):
             records.append(record)
         elif line.strip():
             bad.append(i)
@@ -107,6 +106,21 @@ def read_records(text: str) -> tuple[list[dict], str]:
             f"line{'s' if len(bad) > 1 else ''} {where} {'are' if len(bad) > 1 else 'is'} no record, skipped"
         )
     return records, "; ".join(said)
+
+
+def _is_record(record) -> bool:
+    """Whether a parsed line is a record the page can draw: an object with a numeric step and, where it
+    has per-layer rows, a list of objects each with its integer index."""
+    if not isinstance(record, dict):
+        return False
+    step, layers = record.get("step"), record.get("layers")
+    if not isinstance(step, (int, float)) or isinstance(step, bool):
+        return False
+    if layers is None:
+        return True
+    return isinstance(layers, list) and all(
+        isinstance(row, dict) and type(row.get("index")) is int and row["index"] >= 0 for row in layers
+    )
 
 
 def _matrix(records: list[dict], key: str) -> tuple[np.ndarray, list[int]]:
