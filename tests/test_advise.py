@@ -421,6 +421,42 @@ def test_advise_says_where_the_seed_alone_decided_a_measured_configuration(atlas
     assert len(data["seed_splits"]) == 1 + len(plain.seed_splits)
 
 
+def test_advise_marks_a_store_s_runs_and_says_where_they_contradict_the_shipped_atlas(atlas):
+    """A run a user's store added (--atlas) is marked '(yours)' in the evidence, with its batch x sequence
+    where it is not the question's; where the store's runs of a setting went the other way from the
+    shipped atlas's (here at the same seed: not the seed), one line says so, naming the store."""
+    run = dataclasses.replace(RUN, batch_size=16, seq_len=32)  # the measured runs' batch: no shape said
+    plain = advise(TINY, run, atlas, alternatives=())
+    near = plain.evidence[0][1]
+    flip = "stalled" if near.trained else "trained"
+    theirs = [r for r in atlas.runs if r.setting() == near.setting()]
+    mine = dataclasses.replace(near, outcome=flip, config_hash="mine", source="mine.sqlite:study")
+    longer = dataclasses.replace(
+        near, batch_size=4, seq_len=128, config_hash="long", source="mine.sqlite:study"
+    )
+    a = advise(TINY, run, Atlas(atlas.runs + (mine, longer)), alternatives=())
+    screen = a.format().splitlines()
+    assert len(screen) <= 25
+    shape = near.shape(recipe=False)
+    assert any(ln.startswith(f"  {shape} (yours) ") and f" {flip} " in ln for ln in screen)
+    assert any(ln.startswith(f"  {shape} 4x128 (yours) ") for ln in screen)
+    assert not any(ln.startswith(f"  {shape} (yours)") and f" {near.outcome} " in ln for ln in screen)
+    text = " ".join(ln.strip() for ln in screen)  # a folded line read whole
+    said = f"your runs contradict the shipped atlas here: {shape} lr {near.lr:g} warmup {near.warmup} "
+    said += f"{flip} at seed {near.seed} in mine.sqlite:study; {near.outcome} at seed"
+    assert said in text and text.count("contradict") == 1
+    assert f"the seed decides here: {shape} " not in text  # the same seed: not the seed
+    data = json.loads(json.dumps(a.to_dict()))
+    assert [r["config_hash"] for r in data["disagreements"][0]["store"]] == ["mine"]
+    assert len(data["disagreements"][0]["atlas"]) == len(theirs) and len(data["disagreements"]) == 1
+    assert {e["config_hash"] for e in data["evidence"] if e["from_store"]} <= {"mine", "long"}
+    rows = [ln for ln in plain.format().splitlines() if " steps " in ln]  # the evidence rows
+    assert rows and not any("(yours)" in ln or " 16x32 " in ln for ln in rows)
+    assert "contradict" not in plain.format()
+    assert " 16x32 " in advise(TINY, RUN, atlas, alternatives=()).format()  # asked at 32 x 64: said
+    assert plain.to_dict()["disagreements"] == []
+
+
 def test_json_to_stdout_is_the_json_alone(capsys, monkeypatch):
     """With ``--json -`` stdout holds one JSON document (the screen is not printed beside it)."""
     assert main(["advise", "--layers", "2", "--d-model", "16", "--heads", "2", "--alternatives", "",

@@ -87,3 +87,31 @@ def test_the_run_report_writers_refuse_in_the_callers_words(tmp_path, capsys):
     assert main(["report", "--run", str(tmp_path / "empty"), str(tmp_path / "empty")]) == 2
     assert "error: --run names the folder" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "empty2"]  # nothing written
+
+
+def test_a_metrics_file_cut_short_by_a_kill_is_read_to_its_last_whole_line_and_said_once(tmp_path, capsys):
+    """A run killed while it wrote metrics.jsonl leaves its last line cut short: the page is drawn from the
+    whole lines, and one line on stderr says what was left out. A line that is no record (a JSON list, an
+    object without its step, layers that are no rows) is skipped and said the same way, never a crash (exit 1)."""
+    _watched(tmp_path / "run", 3e-3)
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    whole = metrics.read_text().splitlines(keepends=True)
+    metrics.write_text("".join(whole) + whole[-1][:40])  # the next record, cut short
+    assert main(["report", "--run", str(tmp_path / "run")]) == 0
+    out, err = capsys.readouterr()
+    assert err == (f"--run {tmp_path / 'run'}: metrics.jsonl: its last line is cut short (the run stopped while "
+                   f"writing it); the page shows its {len(whole)} complete records\n")  # fmt: skip
+    assert (tmp_path / "run" / "report" / "index.html").is_file()
+    metrics.write_text(
+        whole[0] + "[1, 2]\n" + '{"loss": 3.0}\n' + '{"step": 4, "layers": 5}\n' + "".join(whole[1:])
+    )
+    assert main(["report", "--run", str(tmp_path / "run")]) == 0
+    assert capsys.readouterr().err.endswith(
+        f"metrics.jsonl: lines 2, 3, 4 are no record, skipped; the page shows its {len(whole)} complete records\n"
+    )
+    metrics.write_text(whole[0][:30])  # killed while writing its first record: nothing to draw
+    assert main(["report", "--run", str(tmp_path / "run"), str(tmp_path / "run")]) == 2
+    assert main(["report", "--run", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 2 and err.endswith("metrics.jsonl holds no record yet: its last line is cut short "
+                                                 "(the run stopped while writing it)\n")  # fmt: skip

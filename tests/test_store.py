@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import re
 import socket
 import sqlite3
 import subprocess
@@ -216,6 +217,17 @@ def test_store_from_a_newer_depthlab_is_refused(tmp_path):
     conn.commit()
     conn.close()
     with pytest.raises(InputError, match="newer than this depthlab"):
+        Store(path)
+    # which store is too new, by the flag it was given as: advise may read several
+    with pytest.raises(InputError, match=f"^db {re.escape(path)}: the store is at schema version "):
+        Store(path)
+    with pytest.raises(InputError, match=f"^--atlas {re.escape(path)}: the store is at schema version "):
+        Store(path, create=False, flag="--atlas")
+    conn = sqlite3.connect(path)
+    conn.execute("INSERT INTO schema_version VALUES ('x', 0)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(InputError, match=f"^db {re.escape(path)}: the store's schema_version holds 'x'"):
         Store(path)
 
 

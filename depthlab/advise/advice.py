@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 
 from depthlab.advise import track_record
-from depthlab.advise.evidence import load_atlas
+from depthlab.advise.evidence import disagreements, load_atlas, shipped_hashes
 from depthlab.advise.screen import against_limit, agreeing, render
 from depthlab.config import WRAPPINGS, ModelConfig, TrainConfig
 from depthlab.config_topology import TopologyOptions
@@ -72,6 +72,8 @@ class Advice:
     transfer: dict | None = None
     held_out: dict | None = None  # advise's record on held-out runs of this wrapping (track_record)
     seed_splits: tuple[tuple[MeasuredRun, ...], ...] = ()  # evidence settings that went both ways by seed
+    # evidence settings where a user's store (--atlas) and the shipped atlas went opposite ways: (theirs, shipped)
+    disagreements: tuple[tuple[tuple[MeasuredRun, ...], tuple[MeasuredRun, ...]], ...] = ()
 
     def format(self) -> str:
         """The screen ``depthlab advise`` prints (about 25 lines, the answer first)."""
@@ -109,12 +111,22 @@ class Advice:
             "limit": None if self.limit is None else self.limit.to_dict(),
             "likely_lr": self.likely,
             "alternatives": [o.to_dict() for o in self.options],
-            "evidence": [dict(dataclasses.asdict(r), distance=d) for d, r in self.evidence],
+            "evidence": [
+                dict(dataclasses.asdict(r), distance=d, from_store=r.config_hash not in shipped_hashes())
+                for d, r in self.evidence
+            ],
             "agreeing": self.agreeing(),
             "trained_after_budget": self.prediction.later,  # of the evidence: left the plateau after the steps
             "nearest_runs_call": self.prediction.nearest_call,
             "nearest_escape": self.prediction.escape.to_dict(),
             "seed_splits": [[dataclasses.asdict(r) for r in runs] for runs in self.seed_splits],
+            "disagreements": [
+                {
+                    "store": [dataclasses.asdict(r) for r in mine],
+                    "atlas": [dataclasses.asdict(r) for r in theirs],
+                }
+                for mine, theirs in self.disagreements
+            ],
             "outside": list(self.outside),
             "verdicts": [v.to_dict() for v in self.verdicts],
             "transfer": self.transfer,
@@ -382,6 +394,7 @@ def advise(
         outside=tuple(found[2] if found else ()),
         held_out=track_record.for_wrap(model.wrap),
         seed_splits=seed_splits(atlas, prediction.neighbours),
+        disagreements=disagreements(atlas, prediction.neighbours),
     )
 
 

@@ -3,9 +3,10 @@ stores read the same way (``--atlas my.sqlite``), so that a team's runs become e
 
 from __future__ import annotations
 
+import functools
 import os
 
-from depthlab.doctor.atlas import Atlas, from_run
+from depthlab.doctor.atlas import Atlas, MeasuredRun, from_run
 from depthlab.errors import InputError, as_flags
 from depthlab.study.store import Store
 
@@ -48,3 +49,30 @@ def load_atlas(stores: list[str] = (), name: str = "stores") -> Atlas:
                 new.append(r)
         atlas = atlas + Atlas(tuple(new))
     return atlas
+
+
+@functools.lru_cache(maxsize=1)
+def shipped_hashes() -> frozenset[str]:
+    """The config hashes of the shipped atlas's runs: a run of any other is one a user's store added."""
+    return frozenset(r.config_hash for r in Atlas.load().runs)
+
+
+def disagreements(
+    atlas: Atlas, evidence
+) -> tuple[tuple[tuple[MeasuredRun, ...], tuple[MeasuredRun, ...]], ...]:
+    """The settings of the evidence rows (nearest first, each once) where the runs a user's store added
+    and the shipped atlas's runs went opposite ways (every one of the first trained and none of the
+    second, or the reverse), as (the user's runs, the shipped runs): the call then weighs two
+    accounts of one setting that contradict each other, which a user should know."""
+    shipped, out, seen = shipped_hashes(), [], set()
+    for _, run in evidence:
+        if run.setting() in seen:
+            continue
+        seen.add(run.setting())
+        twins = [r for r in atlas.runs if r.setting() == run.setting()]
+        mine = tuple(r for r in twins if r.config_hash not in shipped)
+        theirs = tuple(r for r in twins if r.config_hash in shipped)
+        ways = {r.trained for r in mine}, {r.trained for r in theirs}
+        if mine and theirs and len(ways[0]) == len(ways[1]) == 1 and ways[0] != ways[1]:
+            out.append((mine, theirs))
+    return tuple(out)

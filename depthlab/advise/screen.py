@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from depthlab.advise import track_record
+from depthlab.advise.evidence import shipped_hashes
 from depthlab.doctor.predict import FAR, trained_by
 from depthlab.doctor.recipe import recipe
 
@@ -147,14 +148,18 @@ def render(a, likely: float) -> str:
         if ev
         else f"evidence: no measured run of {kind} (the call rests on the probe's limit alone)",
     ]
-    for d, runs in _settings(ev):  # the seeds of one setting that ended alike share a row
+    rows = _settings(ev)  # the seeds of one setting that ended alike share a row
+    wide = max([22, *(len(_shape(runs[0], t)) for _, runs in rows)])  # the longest stack sets the column
+    for d, runs in rows:
         r = runs[0]
         losses = sorted(x.val_loss for x in runs if x.val_loss is not None)
         lo, hi = (f"{x:.2f}" for x in (losses[0], losses[-1])) if losses else ("-", "-")
         loss = lo if hi == lo else f"{lo}-{hi}"
         outcome = r.outcome + (f" x{len(runs)}" if len(runs) > 1 else "")
-        lines.append(_cut(f"  {r.shape(recipe=False):<22} lr {r.lr:<8g} warmup {r.warmup:<4} {r.steps:>5} steps  "
+        lines.append(_cut(f"  {_shape(r, t):<{wide}} lr {r.lr:<8g} warmup {r.warmup:<4} {r.steps:>5} steps  "
                           f"{outcome:<12} val {loss:<5} (distance {d:.2f})"))  # fmt: skip
+    if a.disagreements:
+        lines += _fold(disagree_text(a.disagreements))
     if a.seed_splits:
         lines += _fold(seed_text(a.seed_splits))
     lines += ["", _cut(inside_text(a, sets))]
@@ -184,12 +189,23 @@ def _short_outside(text: str) -> str:
     return f"{found[1]} {found[2]} (calibrated {found[3]})" if found else text
 
 
+def _shape(r, train) -> str:
+    """An evidence row's stack, 'post 6L d32', with the run's batch x sequence where it is not the
+    question's ('post 6L d32 4x128': the distance does not weigh it) and '(yours)' for a run a user's
+    store added (``--atlas``), not the shipped atlas."""
+    shape = r.shape(recipe=False)
+    if (r.batch_size, r.seq_len) != (train.batch_size, train.seq_len):
+        shape += f" {r.batch_size}x{r.seq_len}"
+    return shape + (" (yours)" if r.config_hash not in shipped_hashes() else "")
+
+
 def _settings(evidence) -> list[tuple[float, list]]:
     """The evidence rows as (distance, runs): runs of one setting (they differ by seed alone) that ended
-    the same way share a row, at the place and distance of the nearest of them."""
+    the same way, and come from the same place (the shipped atlas or a user's store), share a row, at the
+    place and distance of the nearest of them."""
     rows, at = [], {}
     for d, r in evidence:
-        key = (r.setting(), r.outcome)
+        key = (r.setting(), r.outcome, r.config_hash in shipped_hashes())
         if key in at:
             rows[at[key]][1].append(r)
         else:
@@ -212,6 +228,21 @@ def inside_text(advice, sets: str = "") -> str:
         else "far from what was measured"
     )
     return f"{where}: the nearest measured run is {d:.2f} away (1 = a factor 2 in lr or 4 in width)"
+
+
+def disagree_text(found) -> str:
+    """The first evidence setting where a user's store and the shipped atlas went opposite ways, in one
+    line (how many more did)."""
+    mine, theirs = found[0]
+    first = mine[0]
+
+    def said(runs) -> str:
+        seeds = ", ".join(str(r.seed) for r in sorted(runs, key=lambda r: r.seed))
+        return f"{runs[0].outcome} at seed{'s' if len(runs) > 1 else ''} {seeds}"
+
+    more = f"; {len(found) - 1} more of the nearest settings too" if len(found) > 1 else ""
+    return (f"  your runs contradict the shipped atlas here: {first.shape(recipe=False)} lr {first.lr:g} warmup "
+            f"{first.warmup} {said(mine)} in {first.source}; {said(theirs)} in the atlas{more}")  # fmt: skip
 
 
 def seed_text(splits) -> str:

@@ -24,6 +24,7 @@ from depthlab.display import esc
 from depthlab.display import table as _table
 from depthlab.errors import InputError, option
 from depthlab.paths import check_path, printable, replace_file
+from depthlab.progress import say
 from depthlab.report.figures import DPI, PageFigure
 from depthlab.report.html import CSS
 from depthlab.report.plots import colormap, finish, panel_axes, title_of
@@ -47,14 +48,14 @@ def load_run(folder: str, who: str | None = None) -> dict:
         raise InputError(f"{who} {folder}: metrics.jsonl cannot be read ({e.strerror or e})") from None
     if text is None:
         raise InputError(f"{who} {folder}: no metrics.jsonl (not a depthlab train or watch folder)")
-    records = []
-    for line in text.splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:  # a line cut short by a kill
-            continue
+    records, skipped = read_records(text)
     if not records:
-        raise InputError(f"{who} {folder}: metrics.jsonl holds no record yet")
+        raise InputError(
+            f"{who} {folder}: metrics.jsonl holds no record yet" + (f": {skipped}" if skipped else "")
+        )
+    if skipped:  # said once, on stderr: the page is drawn from the records that are whole
+        say(f"{who} {printable(folder)}: metrics.jsonl: {skipped}; the page shows its {len(records):,} "
+            f"complete record{'s' if len(records) != 1 else ''}")  # fmt: skip
 
     def read(name):
         """The JSON object in ``name``, None where there is none; a damaged one is refused (its
@@ -78,6 +79,48 @@ def load_run(folder: str, who: str | None = None) -> dict:
         "result": read("result.json"),
         "config": read("config.json"),
     }
+
+
+def read_records(text: str) -> tuple[list[dict], str]:
+    """The records of metrics.jsonl's ``text`` (a JSON object with a numeric step per line), and what was
+    skipped, in words ("" for nothing): the last line cut short (a run killed while it wrote it), or
+    lines that are no record (damaged, or written by hand)."""
+    records, bad = [], []
+    lines = text.splitlines()
+    for i, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            record = None
+        if _is_record(record):
+            records.append(record)
+        elif line.strip():
+            bad.append(i)
+    cut = bool(bad) and bad[-1] == len(lines) and not text.endswith("\n")
+    said = ["its last line is cut short (the run stopped while writing it)"] if cut else []
+    if cut:
+        bad.pop()
+    if bad:
+        where = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
+        said.append(
+            f"line{'s' if len(bad) > 1 else ''} {where} {'are' if len(bad) > 1 else 'is'} no record, skipped"
+        )
+    return records, "; ".join(said)
+
+
+def _is_record(record) -> bool:
+    """Whether a parsed line is a record the page can draw: an object with a numeric step and, where it
+    has per-layer rows, a list of objects each with its integer index."""
+    if not isinstance(record, dict):
+        return False
+    step, layers = record.get("step"), record.get("layers")
+    if not isinstance(step, (int, float)) or isinstance(step, bool):
+        return False
+    if layers is None:
+        return True
+    return isinstance(layers, list) and all(
+        isinstance(row, dict) and type(row.get("index")) is int and row["index"] >= 0 for row in layers
+    )
 
 
 def _matrix(records: list[dict], key: str) -> tuple[np.ndarray, list[int]]:

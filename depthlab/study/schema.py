@@ -120,6 +120,11 @@ _V5 = ["ALTER TABLE runs ADD COLUMN escape_step INTEGER"]
 MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}
 
 
+class SchemaError(InputError):
+    """A store's schema version this depthlab cannot use (newer, or not a version number); the Store
+    names the store in front of it."""
+
+
 def current_version(conn: sqlite3.Connection) -> int:
     """The store's schema version (0 for an empty database)."""
     has = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='schema_version'").fetchone()
@@ -129,7 +134,7 @@ def current_version(conn: sqlite3.Connection) -> int:
     value = 0 if row[0] is None else row[0]
     if not isinstance(value, int) or value < 0:  # SQLite keeps whatever a hand wrote in the column
         shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:36] + "..."
-        raise InputError(
+        raise SchemaError(
             f"the store's schema_version holds {shown}, not a version number: depthlab did not write it; "
             "restore a copy, or choose another --db"
         )
@@ -155,7 +160,7 @@ def migrate(
         try:
             version = current_version(conn)
             if version > target:
-                raise InputError(
+                raise SchemaError(
                     f"the store is at schema version {version}, newer than this depthlab ({target}); upgrade depthlab"
                 )
             if version == target:

@@ -24,6 +24,7 @@ from depthlab.study.schema import (
     METRIC_COLUMNS,
     PROBE_LAYER_COLUMNS,
     SCHEMA_VERSION,
+    SchemaError,
     current_version,
     migrate,
 )
@@ -76,6 +77,8 @@ class Store:
             self.conn.close()
             if isinstance(e, (sqlite3.DatabaseError, OSError)):
                 raise open_error(path, e) from None
+            if isinstance(e, SchemaError):  # said of "the store": which one, by the flag it came as
+                raise InputError(f"{flag} {printable(path)}: {e}") from None
             raise
 
     def _prepare(self, create: bool, flag: str) -> int:
