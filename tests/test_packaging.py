@@ -3,6 +3,7 @@ the calibration pipeline, the document generators), which stays beside it in lab
 
 from __future__ import annotations
 
+import importlib
 import shutil
 import subprocess
 import sys
@@ -52,3 +53,23 @@ def test_the_wheel_holds_the_library_and_nothing_of_the_lab(tmp_path):
     assert lab == [], f"the wheel carries the lab: {lab[:10]}"
     tops = {n.split("/")[0] for n in names}
     assert tops <= {"depthlab", next(t for t in tops if t.endswith(".dist-info"))}, tops
+
+
+# Each integration, the modules whose absence it must survive (set to None in sys.modules, importing
+# one fails as when it is not installed) and the one line it then says, naming the extra to install.
+INTEGRATIONS = [
+    ("depthlab.integrations.lightning", ("lightning", "lightning.pytorch", "pytorch_lightning"),
+     "depthlab.integrations.lightning needs Lightning: pip install 'depthlab[lightning]'"),
+    ("depthlab.integrations.hf_trainer", ("transformers",),
+     "depthlab.integrations.hf_trainer needs transformers: pip install 'depthlab[hf]'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("module", "missing", "said"), INTEGRATIONS)
+def test_an_integration_without_its_library_names_the_extra_to_install(monkeypatch, module, missing, said):
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    for name in missing:
+        monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(ModuleNotFoundError) as e:
+        importlib.import_module(module)
+    assert str(e.value) == said and e.value.name == missing[0]
