@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from depthlab.cli import main
+from depthlab.version import __version__
+
 REPO = Path(__file__).resolve().parent.parent
 # the lab's packages and files, by path component: none may ship in the library's wheel
 LAB_PARTS = {"depthlab_lab", "reproduce", "docgen", "claims", "calibrate", "grids", "records", "forecast",
@@ -42,6 +45,9 @@ def test_the_wheel_holds_the_library_and_nothing_of_the_lab(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     (wheel,) = tmp_path.glob("depthlab-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
+    # the version pip shows is the one depthlab --version, run folders and reports say
+    meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert f"\nVersion: {__version__}\n" in meta and wheel.name.startswith(f"depthlab-{__version__}-")
     code = [n for n in names if n.endswith(".py")]
     assert "depthlab/model/wrappings.py" in code and "depthlab/cli/__init__.py" in code
     # every data file the library keeps beside its code (the doctor's record, the atlas advise reads, ...)
@@ -73,3 +79,9 @@ def test_an_integration_without_its_library_names_the_extra_to_install(monkeypat
     with pytest.raises(ModuleNotFoundError) as e:
         importlib.import_module(module)
     assert str(e.value) == said and e.value.name == missing[0]
+
+
+def test_depthlab_version_says_the_version_of_the_package(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out == f"depthlab {__version__}\n"
