@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import math
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from test_study_fakes import fake_study, fill_store
@@ -180,3 +183,27 @@ def test_import_depthlab_does_not_import_pandas():
     code = "import sys, depthlab; assert 'pandas' not in sys.modules, 'import depthlab imported pandas'"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
+
+
+def test_a_frame_without_pandas_says_which_extra_to_install(monkeypatch):
+    from depthlab.doctor.atlas import Atlas
+    from depthlab.frames import PANDAS_HINT
+
+    monkeypatch.setitem(sys.modules, "pandas", None)  # importing pandas fails, as when it is not installed
+    for frame in (Atlas.load().to_pandas, explain(TINY).to_pandas):
+        with pytest.raises(ModuleNotFoundError, match=re.escape(PANDAS_HINT)):
+            frame()
+
+
+def test_pandas_is_imported_by_depthlab_frames_alone():
+    """frames.to_frame names the extra when pandas is missing; a module importing pandas itself would
+    fail with a bare "No module named 'pandas'"."""
+    root = Path(depthlab.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any(n.split(".")[0] == "pandas" for n in names):
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert {f.split(":")[0] for f in found} == {"frames.py"}, found

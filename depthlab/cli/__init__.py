@@ -19,6 +19,7 @@ from depthlab.cli.common import as_typed
 from depthlab.errors import ConfigError, InputError, spoken_as_flags
 from depthlab.paths import forget_new_folders, printable, undo_new_folders
 from depthlab.train.distributed import env_rank, env_world_size
+from depthlab.version import __version__
 
 # What ``depthlab --help`` says (the module docstring above is for developers).
 DESCRIPTION = (
@@ -82,6 +83,7 @@ def build_parser(load: tuple[str, ...] = ()) -> argparse.ArgumentParser:
     """The parser of every command; a lab command is loaded only when named in ``load`` (the command
     typed; every one of :data:`LAB_COMMANDS` to check the documents) and listed by name otherwise."""
     parser = Parser(prog="depthlab", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"depthlab {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for command in COMMANDS:
         command.add_parser(sub)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from depthlab.config import ModelConfig
 from depthlab.doctor.recipe import recipe_of
+from depthlab.frames import to_frame
 
 ATLAS_PATH = Path(__file__).resolve().with_name("atlas.csv.gz")
 RENORMALISING = ("post", "deepnorm", "admin", "mix")  # blocks that renormalise the stream, by name
@@ -163,10 +164,9 @@ class Atlas:
         return out.getvalue()
 
     def to_pandas(self):
-        """A DataFrame with a row per run and the columns of :class:`MeasuredRun`."""
-        import pandas as pd
-
-        return pd.DataFrame([{k: getattr(r, k) for k in COLUMNS} for r in self.runs], columns=list(COLUMNS))
+        """A DataFrame with a row per run and the columns of :class:`MeasuredRun` (pandas is an optional
+        extra: without it, ModuleNotFoundError saying how to install it)."""
+        return to_frame(({k: getattr(r, k) for k in COLUMNS} for r in self.runs), COLUMNS)
 
 
 def _cell(name: str, v) -> str:

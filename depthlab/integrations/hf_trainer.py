@@ -37,7 +37,14 @@ import math
 import os
 from pathlib import Path
 
-from transformers import TrainerCallback
+try:
+    from transformers import TrainerCallback
+except ModuleNotFoundError as e:  # not installed: say which extra brings it (a broken install says its own)
+    if e.name != "transformers":
+        raise
+    raise ModuleNotFoundError(
+        "depthlab.integrations.hf_trainer needs transformers: pip install 'depthlab[hf]'", name="transformers"
+    ) from None
 
 from depthlab.watch import Watcher
 from depthlab.watch.options import check_callback

@@ -24,7 +24,15 @@ from __future__ import annotations
 try:
     from lightning.pytorch import Callback
 except ImportError:  # the standalone package of the same library
-    from pytorch_lightning import Callback
+    try:
+        from pytorch_lightning import Callback
+    except ModuleNotFoundError as e:  # neither is installed: say which extra brings it
+        if e.name != "pytorch_lightning":
+            raise
+        raise ModuleNotFoundError(
+            "depthlab.integrations.lightning needs Lightning: pip install 'depthlab[lightning]'",
+            name="lightning",
+        ) from None
 
 import torch
 from torch import nn
