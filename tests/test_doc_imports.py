@@ -1,7 +1,7 @@
-"""Every import a page or a docstring shows a reader works: each ``from depthlab... import name`` and
-``import depthlab...`` line in the Python blocks of README.md and docs/, and in the library's docstrings,
-names a module and a name that exist. A reader copies these lines first; one that names a function
-where it no longer lives fails before any of the example runs."""
+"""Every import a docstring of the library shows a reader works: each ``from depthlab... import name``
+and ``import depthlab...`` line in a module, class or function docstring names a module and a name that
+exist. A reader copies these lines first; one that names a function where it no longer lives fails
+before any of the example runs. (The pages' Python blocks are checked by the lab's test_docs.py.)"""
 
 from __future__ import annotations
 
@@ -15,15 +15,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FROM = re.compile(r"^\s*from (depthlab(?:\.\w+)*) import ([\w, ]+?)\s*(?:#.*)?$")
 IMPORT = re.compile(r"^\s*import (depthlab(?:\.\w+)*)\s*(?:#.*)?$")
-
-
-def _page_lines() -> list[tuple[str, str]]:
-    """(where, line) for every line of a ```python block in README.md and docs/*.md."""
-    found = []
-    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
-        blocks = re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
-        found += [(path.name, line) for block in blocks for line in block.splitlines()]
-    return found
 
 
 def _docstring_lines() -> list[tuple[str, str]]:
@@ -51,7 +42,6 @@ def _imports(lines: list[tuple[str, str]]) -> list[tuple[str, str, str | None]]:
     return out
 
 
-PAGES = _imports(_page_lines())
 DOCSTRINGS = _imports(_docstring_lines())
 
 
@@ -62,13 +52,12 @@ def _check(module: str, name: str | None) -> None:
 
 
 def test_the_scan_finds_the_imports_it_is_for():
-    assert ("python.md", "depthlab.probe.from_config", "probe_config") in PAGES
     assert any(m == "depthlab.report" and n == "write_report" for _, m, n in DOCSTRINGS)
     with pytest.raises((ImportError, AttributeError)):  # and a name that is not there fails
         _check("depthlab.report.run_page", "write_nothing")
 
 
-@pytest.mark.parametrize("where, module, name", PAGES + DOCSTRINGS)
+@pytest.mark.parametrize("where, module, name", DOCSTRINGS)
 def test_a_shown_import_names_what_exists(where, module, name):
     try:
         _check(module, name)
