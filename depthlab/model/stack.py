@@ -250,7 +250,7 @@ def _padding(mask: torch.Tensor | None, tokens: torch.Tensor, name: str) -> torc
     return mask
 
 
-def check_config(cfg) -> None:
+def check_config_type(cfg) -> None:
     """TypeError unless ``cfg`` is a ModelConfig (a dict is not taken as one: ``ModelConfig.from_dict``
     validates it and says which field is wrong)."""
     if not isinstance(cfg, ModelConfig):
@@ -263,7 +263,7 @@ def build_model(cfg: ModelConfig) -> nn.Module:
     first, then each wrapping's adjustment of its own branch (DeepNorm's beta). TypeError when ``cfg``
     is not a ModelConfig. InputError, before anything is allocated, when the weights alone would not fit
     in the free memory (the commands check the whole run's estimate first: :mod:`depthlab.model.memory`)."""
-    check_config(cfg)
+    check_config_type(cfg)
     check_weights_fit(cfg)
     model = EncoderDecoder(cfg) if cfg.arch == "encdec" else LanguageModel(cfg)
     scaled = parametrization.scaled_residual_init(cfg, WRAPPINGS[cfg.wrap].SCALED_RESIDUAL_INIT)
