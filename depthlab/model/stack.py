@@ -369,8 +369,8 @@ def _head(cfg: ModelConfig, embed: Embedding) -> tuple[nn.Linear, nn.Linear | No
 
 
 def _logits(model: nn.Module, out: torch.Tensor) -> torch.Tensor:
-    """The last stream (after any final norm) -> (B, T, V) logits: [x d_model^-1/2 (T5)] -> [project to
-    d_embed (OPT)] -> head -> [c tanh(logits / c) (Gemma 2)]."""
+    """The last stream (after any final norm) -> (B, T, V) logits: [x d_model^-1/2 (T5)] -> [x muP's
+    readout multiplier] -> [project to d_embed (OPT)] -> head -> [c tanh(logits / c) (Gemma 2)]."""
     cfg = model.cfg
     if cfg.family.head_scale:
         out = out * cfg.d_model**-0.5
