@@ -176,14 +176,28 @@ class EncoderDecoder(nn.Module):
     def stack(self) -> Stack:
         return self.decoder
 
-    def encode(self, src, src_padding_mask=None, return_states=False, check: bool | None = None):
+    def encode(
+        self,
+        src: torch.Tensor,
+        src_padding_mask: torch.Tensor | None = None,
+        return_states: bool = False,
+        check: bool | None = None,
+    ):
+        """src (B, S) integer ids -> (the encoder's output (B, S, d), its states or None): the memory the
+        decoder's cross-attention reads; ``check`` as in LanguageModel."""
         check_tokens(src, "src", self.cfg.vocab_size, check)
         src_padding_mask = _padding(src_padding_mask, src, "src_padding_mask")
         ctx = _context(self.cfg, src, padding_mask=src_padding_mask)
         return self.encoder(self.embed(src), ctx, return_states)
 
     def forward(
-        self, src, tgt, src_padding_mask=None, tgt_padding_mask=None, return_states=False, check=None
+        self,
+        src: torch.Tensor,
+        tgt: torch.Tensor,
+        src_padding_mask: torch.Tensor | None = None,
+        tgt_padding_mask: torch.Tensor | None = None,
+        return_states: bool = False,
+        check: bool | None = None,
     ):
         """src (B, S) and tgt (B, T) integer ids -> logits (B, T, V); ``check`` as in LanguageModel."""
         check_tokens(tgt, "tgt", self.cfg.vocab_size, check)
