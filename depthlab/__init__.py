@@ -7,7 +7,7 @@
 from importlib import import_module as _import_module
 
 from depthlab import watch  # a callable package: depthlab.watch(model, optimizer, every=10, out=None)
-from depthlab.config import FamilyOptions, ModelConfig, TrainConfig
+from depthlab.config import FamilyOptions, ModelConfig, TopologyOptions, TrainConfig
 from depthlab.errors import ConfigError, InputError
 from depthlab.model import build_model
 from depthlab.model.param_groups import param_groups
@@ -22,6 +22,11 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'depthlab' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    """The module's names and ``advise``, which is not one until first used (tab completion shows it)."""
+    return sorted(set(globals()) | {"advise"})
+
+
 # depthlab.open(path) opens a study store. It is left out of __all__, so that ``from depthlab import *``
 # never replaces the builtin open; inside the package the builtin is always what ``open`` means.
 open = open_store
@@ -31,6 +36,7 @@ __all__ = [
     "FamilyOptions",
     "InputError",
     "ModelConfig",
+    "TopologyOptions",
     "TrainConfig",
     "__version__",
     "advise",

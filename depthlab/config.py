@@ -74,6 +74,8 @@ class ModelConfig(ConfigBase):
     ``family`` holds the options released model families need for exact parity (head width, soft-caps,
     partial rotary, sliding windows, norm epsilon, bias sites, ...: :class:`FamilyOptions`). They are
     named flat everywhere a person writes them: ``cfg.replace(d_head=8)``, a grid's ``d_head: 8``.
+    ``topology`` holds the residual topologies' options (``streams``, Sinkhorn-Knopp's iterations, ...:
+    :class:`TopologyOptions`), named flat the same way: ``cfg.replace(streams=8)``.
     """
 
     RENAMED = {"activation_checkpointing": "checkpoint"}

@@ -5,6 +5,8 @@ whole when they are given, before any hook, folder or tracker."""
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import io
 import json
 import re
@@ -178,3 +180,22 @@ def test_the_lightning_callback_checks_its_model_when_made():
     module = pytest.importorskip("depthlab.integrations.lightning")
     with pytest.raises(depthlab.ConfigError, match=r"^model=3 is not allowed: the torch.nn.Module to watch"):
         module.DepthlabCallback(model=3)
+
+
+def test_the_default_echo_is_stderr_as_it_is_when_a_line_is_printed():
+    """The lines go to sys.stderr as it is when they are printed, not as it was when depthlab was
+    imported: a stream redirected afterwards (contextlib.redirect_stderr, pytest's capsys) receives them."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(**TINY))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    buf = io.StringIO()
+    with contextlib.redirect_stderr(buf), depthlab.watch(model, opt, every=1) as w:
+        for t in range(3):
+            x = torch.randint(0, 256, (4, 16), generator=torch.Generator().manual_seed(t))
+            loss = F.cross_entropy(model(x)[:, :-1].flatten(0, 1), x[:, 1:].flatten())
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            w.step(loss)
+    assert re.search(LABEL, buf.getvalue()), buf.getvalue()
+    assert repr(inspect.signature(depthlab.watch).parameters["echo"].default) == "sys.stderr"

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from depthlab.advise import track_record
@@ -352,8 +354,8 @@ def rewired(model: ModelConfig, wrap: str) -> ModelConfig:
 def advise(
     model: ModelConfig,
     train: TrainConfig,
-    atlas: Atlas | None = None,
-    alternatives: tuple[str, ...] = ALTERNATIVES,
+    atlas: Atlas | str | os.PathLike | Sequence[str | os.PathLike] | None = None,
+    alternatives: tuple[str, ...] | str = ALTERNATIVES,
     record: dict | None = None,
 ) -> Advice:
     """The advice for training ``model`` under ``train`` (its lr, warmup, steps, batch and seed).

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Sequence
 
 from depthlab.doctor.atlas import Atlas, MeasuredRun, from_run
 from depthlab.errors import InputError, as_flags
@@ -26,7 +27,7 @@ def atlas_from_store(db: str, flag: str = "--atlas") -> Atlas:
     return Atlas(tuple(runs))
 
 
-def load_atlas(stores: list[str] = (), name: str = "stores") -> Atlas:
+def load_atlas(stores: str | os.PathLike | Sequence[str | os.PathLike] = (), name: str = "stores") -> Atlas:
     """The shipped atlas with the finished runs of the study stores ``stores`` added (a path or a list
     of them); ``name``: what a refusal calls them from Python (``advise`` passes ``atlas``), ``--atlas``
     on the command line."""

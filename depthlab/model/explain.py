@@ -18,7 +18,7 @@ from depthlab.model import parametrization
 from depthlab.model.layers import Attention, FeedForward
 from depthlab.model.memory import available_memory, check_line, check_memory, estimate_memory
 from depthlab.model.param_groups import group_table
-from depthlab.model.stack import build_model, check_config, uses_final_norm
+from depthlab.model.stack import build_model, check_config_type, uses_final_norm
 from depthlab.model.topology_base import topology_summary
 from depthlab.model.wrappings import Wrapping
 
@@ -104,7 +104,7 @@ def explain(cfg: ModelConfig, *, force_memory: bool = False) -> Wiring:
     wrapping's depth-dependent constants, by its own name, to its value in this layer, and "m" to the
     branch multiplier where a parametrization makes it other than 1 (the formula then shows m).
     """
-    check_config(cfg)
+    check_config_type(cfg)
     hint = f"a smaller {option_list('layers', 'd_model')}"
     estimate, free = estimate_memory(cfg, "build"), available_memory()
     check_memory(estimate, free, force_memory, hint)

@@ -176,14 +176,28 @@ class EncoderDecoder(nn.Module):
     def stack(self) -> Stack:
         return self.decoder
 
-    def encode(self, src, src_padding_mask=None, return_states=False, check: bool | None = None):
+    def encode(
+        self,
+        src: torch.Tensor,
+        src_padding_mask: torch.Tensor | None = None,
+        return_states: bool = False,
+        check: bool | None = None,
+    ):
+        """src (B, S) integer ids -> (the encoder's output (B, S, d), its states or None): the memory the
+        decoder's cross-attention reads; ``check`` as in LanguageModel."""
         check_tokens(src, "src", self.cfg.vocab_size, check)
         src_padding_mask = _padding(src_padding_mask, src, "src_padding_mask")
         ctx = _context(self.cfg, src, padding_mask=src_padding_mask)
         return self.encoder(self.embed(src), ctx, return_states)
 
     def forward(
-        self, src, tgt, src_padding_mask=None, tgt_padding_mask=None, return_states=False, check=None
+        self,
+        src: torch.Tensor,
+        tgt: torch.Tensor,
+        src_padding_mask: torch.Tensor | None = None,
+        tgt_padding_mask: torch.Tensor | None = None,
+        return_states: bool = False,
+        check: bool | None = None,
     ):
         """src (B, S) and tgt (B, T) integer ids -> logits (B, T, V); ``check`` as in LanguageModel."""
         check_tokens(tgt, "tgt", self.cfg.vocab_size, check)
@@ -250,7 +264,7 @@ def _padding(mask: torch.Tensor | None, tokens: torch.Tensor, name: str) -> torc
     return mask
 
 
-def check_config(cfg) -> None:
+def check_config_type(cfg) -> None:
     """TypeError unless ``cfg`` is a ModelConfig (a dict is not taken as one: ``ModelConfig.from_dict``
     validates it and says which field is wrong)."""
     if not isinstance(cfg, ModelConfig):
@@ -263,7 +277,7 @@ def build_model(cfg: ModelConfig) -> nn.Module:
     first, then each wrapping's adjustment of its own branch (DeepNorm's beta). TypeError when ``cfg``
     is not a ModelConfig. InputError, before anything is allocated, when the weights alone would not fit
     in the free memory (the commands check the whole run's estimate first: :mod:`depthlab.model.memory`)."""
-    check_config(cfg)
+    check_config_type(cfg)
     check_weights_fit(cfg)
     model = EncoderDecoder(cfg) if cfg.arch == "encdec" else LanguageModel(cfg)
     scaled = parametrization.scaled_residual_init(cfg, WRAPPINGS[cfg.wrap].SCALED_RESIDUAL_INIT)
@@ -369,8 +383,8 @@ def _head(cfg: ModelConfig, embed: Embedding) -> tuple[nn.Linear, nn.Linear | No
 
 
 def _logits(model: nn.Module, out: torch.Tensor) -> torch.Tensor:
-    """The last stream (after any final norm) -> (B, T, V) logits: [x d_model^-1/2 (T5)] -> [project to
-    d_embed (OPT)] -> head -> [c tanh(logits / c) (Gemma 2)]."""
+    """The last stream (after any final norm) -> (B, T, V) logits: [x d_model^-1/2 (T5)] -> [x muP's
+    readout multiplier] -> [project to d_embed (OPT)] -> head -> [c tanh(logits / c) (Gemma 2)]."""
     cfg = model.cfg
     if cfg.family.head_scale:
         out = out * cfg.d_model**-0.5

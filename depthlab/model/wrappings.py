@@ -17,8 +17,8 @@ Each class is the only declaration of its wrapping. Besides ``forward`` it state
 | USES_NORM            | the configured norm appears at all (ReZero: no)                | explain's warnings     |
 | SCALED_RESIDUAL_INIT | GPT-2's 0.02/sqrt(2L) residual-output init applies under gpt2  | init                   |
 | CONSTANTS            | the names of its depth-dependent constants                     | the stack, explain     |
-| CONSTANTS_AT         | the function of :mod:`depthlab.model.init` that computes them  | the stack              |
-|                      | from the layer's :class:`Site`                                 |                        |
+| CONSTANTS_AT         | the function that computes them from the layer's :class:`Site` | the stack              |
+|                      | (:mod:`depthlab.model.init`; DeepNorm's beside its class)      |                        |
 | DEPTH_WARNING        | (layers, why): explain warns from that depth on                | explain                |
 | PARALLEL             | the block adds one skip and each sublayer's ``branch(x, ctx)`` | the block              |
 |                      | (all read one stream) instead of applying them in turn         |                        |
@@ -146,7 +146,7 @@ def deepnorm_constants(arch: str, side: str, n_enc: int, n_dec: int) -> tuple[fl
     return (2 * L) ** 0.25, (8 * L) ** -0.25
 
 
-def deepnorm_site_constants(site) -> dict[str, float]:
+def deepnorm_site_constants(site: Site) -> dict[str, float]:
     """DeepNorm's {"alpha", "beta"} for the side ``site`` is on (:func:`deepnorm_constants`)."""
     alpha, beta = deepnorm_constants(site.arch, site.side, site.n_enc, site.n_dec)
     return {"alpha": alpha, "beta": beta}

@@ -18,7 +18,7 @@ from depthlab.errors import option_list
 from depthlab.model import build_model
 from depthlab.model.explain import init_summary, param_summary, wiring_summary
 from depthlab.model.memory import available_memory, check_memory, estimate_memory
-from depthlab.model.stack import check_config
+from depthlab.model.stack import check_config_type
 from depthlab.probe.forward_backward import check_options, probe
 from depthlab.probe.result import ProbeResult
 
@@ -51,7 +51,7 @@ def probe_config(
     bad size or seed; InputError when the probe would not fit in free memory
     (:mod:`depthlab.model.memory`; ``force_memory`` runs it anyway).
     """
-    check_config(cfg)
+    check_config_type(cfg)
     check_int("batch_size", batch_size)
     check_int("seq_len", seq_len)
     keys = ("loss", "perturbation", "jacobian_probes")

@@ -1,6 +1,6 @@
 """The study report: figures (PNG) and one self-contained index.html, from a study store.
 
-from depthlab.report import write_report
+from depthlab.report import write_report, write_run_report, write_runs_report
 path = write_report("runs/depthlab.sqlite", "runs/report")   # -> "runs/report/index.html"
 path = write_run_report("runs/mine")   # one run folder (train --out, or a watcher's out) -> runs/mine/report/index.html
 path = write_runs_report(["runs/a", "runs/b"], "runs/compare")   # several run folders overlaid on one page

@@ -1,6 +1,6 @@
 """The page of one run folder: a ``depthlab train --out DIR`` run or a watched loop's ``out`` folder.
 
-    from depthlab.report.run_page import write_run_report
+    from depthlab.report import write_run_report
     write_run_report("runs/mine")            # -> runs/mine/report/index.html (PNGs beside it)
 
 It reads DIR/metrics.jsonl (the watcher's records, :mod:`depthlab.watch.keys`) and, where present,

@@ -1,6 +1,6 @@
 """One page overlaying several run folders (``depthlab report --run A B C``): a sane and a hot run side by side.
 
-    from depthlab.report.runs import write_runs_report
+    from depthlab.report import write_runs_report
     write_runs_report(["runs/lr-3e-3", "runs/lr-0.5"], "runs/compare")   # -> runs/compare/index.html
 
 The page's table has one row per run (learning rate, steps, final loss, outcome, warnings); its figures

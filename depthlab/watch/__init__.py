@@ -13,12 +13,10 @@ integrations (``depthlab.integrations``) attach it to Hugging Face's ``Trainer``
 
 from __future__ import annotations
 
-import sys
-
 from depthlab.callable_package import make_callable
 from depthlab.watch.keys import LAYER_KEYS, RECORD_KEYS
 from depthlab.watch.rules import Thresholds, replay
-from depthlab.watch.watcher import Watcher
+from depthlab.watch.watcher import STDERR, Watcher
 
 
 def watch(
@@ -39,7 +37,7 @@ def watch(
     detectors=(),
     loss_from_output: bool = True,
     on_record=None,
-    echo=sys.stderr,
+    echo=STDERR,
 ) -> Watcher:
     """Watch ``model`` as it trains; returns the :class:`Watcher` (close it, or use it in a ``with`` block).
 

@@ -65,6 +65,23 @@ from depthlab.watch.tokens import (
 from depthlab.watch.trackers import check_trackers, make_trackers, scalars
 
 
+class _Stderr:
+    """``echo``'s default: ``sys.stderr`` as it is when a line is printed, not when depthlab was imported,
+    so that a stream redirected afterwards (``contextlib.redirect_stderr``, pytest's capsys) gets the lines."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def __repr__(self) -> str:
+        return "sys.stderr"
+
+
+STDERR = _Stderr()
+
+
 class Watcher:
     """Hooks on ``model`` (and ``optimizer``); see the module docstring. Build it with
     :func:`depthlab.watch.watch`."""
@@ -84,7 +101,7 @@ class Watcher:
         unigram_loss: float | None = None,
         loss_from_output: bool = True,
         on_record: Callable[[dict], None] | None = None,
-        echo=sys.stderr,
+        echo=STDERR,
         sublayers=None,
         logits: Callable | None = None,
         steps: int | None = None,

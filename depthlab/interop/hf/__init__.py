@@ -13,7 +13,7 @@ from torch import nn
 
 from depthlab.errors import InputError
 from depthlab.interop.hf import bert, gpt2, gpt_neox, llama, opt, seq2seq, t5  # noqa: F401 (registration)
-from depthlab.interop.hf.family import FAMILIES, Family, config_from_hf, family_for, model_types
+from depthlab.interop.hf.family import FAMILIES, Family, config_from_hf, family_for
 from depthlab.interop.hf.load import family_info, imported_config, read_config, rewire, rewired_config
 from depthlab.model import build_model
 
@@ -33,14 +33,7 @@ __all__ = [
 _ORDER = ("GPT-2", "BERT", "Llama", "Mistral", "Qwen2", "Qwen3", "OLMo 2", "Gemma 2", "Gemma 3", "GPT-NeoX",
           "GPT-J", "Falcon", "Phi", "OPT", "BART", "Marian", "T5")  # fmt: skip
 FAMILIES.sort(key=lambda f: _ORDER.index(f.name))
-# The HF model_type values depthlab imports, in the order of the table above.
-MODEL_TYPES = model_types()
 CLASSES = tuple(c for f in FAMILIES for c in f.classes)
-
-
-def output_kind(hf_model: nn.Module) -> str:
-    """Which of our outputs equals the HF model's: "logits" or "states" (BERT's last_hidden_state)."""
-    return _family_of_class(hf_model)[1]
 
 
 def from_hf(hf_model: nn.Module) -> nn.Module:
