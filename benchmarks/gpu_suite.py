@@ -46,6 +46,7 @@ from depthlab import build_model
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.study.executors import LocalExecutor
 from depthlab.study.grid import RunSpec
+from depthlab.train.distributed import available_cores
 
 # -- what runs ----------------------------------------------------------------------------------------
 PARTS = ("speed", "doctor", "topologies")
@@ -186,7 +187,7 @@ def free(device: str) -> None:
 
 # -- the machine ----------------------------------------------------------------------------------------
 def machine(device: str) -> dict:
-    info = {"python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count(),
+    info = {"python": platform.python_version(), "torch": torch.__version__, "cpus": available_cores(),
             "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")}  # fmt: skip
     if device.startswith("cuda"):
         p = torch.cuda.get_device_properties(device)
@@ -195,6 +196,13 @@ def machine(device: str) -> dict:
     else:
         info["gpu"] = None
     return info
+
+
+def worker_threads(processes: int) -> int:
+    """Torch threads for each of ``processes`` worker processes: the cores this process may use shared
+    out (its affinity mask, which a container or a VM's scheduler can set far below ``os.cpu_count()``:
+    more threads than cores make every process's CPU work, a model's init, crawl), at least one."""
+    return max(1, available_cores() // processes)
 
 
 def nominal_peak(device: str) -> float | None:
@@ -814,7 +822,7 @@ def doctor_part(ctx: Ctx, before_runs=None) -> dict:
     probes = str(ctx.out / "heldout-probes.jsonl")
     runs_path = ctx.out / "heldout-runs.jsonl"
     task = functools.partial(heldout_task, probes=probes, device=ctx.device, registered_hash=labels)
-    threads = max(1, (os.cpu_count() or 2) // ctx.workers)
+    threads = worker_threads(ctx.workers)
     ex = LocalExecutor(ctx.workers, threads, task)
     started, slowdowns, stop_why = {}, [], None
 
@@ -985,7 +993,7 @@ def topologies_start(ctx: Ctx) -> LocalExecutor | None:
     alone = ", ".join(f"{w} {1000 * v:.0f} ms" for w, v in out["measured_step_s"].items())
     ctx.say(f"topologies: hc and mhc at {c['n_layers']} x {c['d_model']}, {out['steps']} steps each"
             + (f" (a step alone: {alone})" if alone else ""))  # fmt: skip
-    threads = max(1, (os.cpu_count() or 2) // (2 + (ctx.workers if "doctor" in ctx.parts else 0)))
+    threads = worker_threads(2 + (ctx.workers if "doctor" in ctx.parts else 0))
     steps_path = str(ctx.out / "topologies-steps.jsonl")
     ex = LocalExecutor(2, threads, functools.partial(topology_task, device=ctx.device, steps_path=steps_path))
     for w in ("hc", "mhc"):

@@ -172,6 +172,13 @@ def test_the_topologies_run_when_the_doctor_part_fails_before_its_runs(tmp_path,
     assert all(run["outcome"] != "cut" and run["steps"] for run in record["topologies"]["runs"].values())
 
 
+def test_worker_threads_share_the_cores_this_process_may_use_not_the_machines(monkeypatch):
+    gs = _suite()
+    monkeypatch.setattr(os, "cpu_count", lambda: 224)  # a container's host, of which 16 cores are ours
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert [gs.worker_threads(n) for n in (8, 10, 32)] == [2, 1, 1]
+
+
 def test_the_dry_run_writes_the_markdown_sections(dry):
     _, _, out = dry
     md = (out / "gpu-results.md").read_text()
