@@ -359,6 +359,7 @@ def speed_items() -> list[tuple[str, tuple[str, ...], bool]]:
 
 
 COMPILED_REST = (("post", "sandwich"), ("deepnorm", "hc"), ("mhc",))
+AUTOCAST = torch.bfloat16  # the speed part's models and the measured steps train under bf16 autocast
 ROUNDS = 5  # alternation rounds of a group, two timed steps each per model
 WARM = 2  # untimed steps of each model before its group's rounds (a compiled model compiles in the first)
 
@@ -514,7 +515,7 @@ def time_group(ctx: Ctx, shape: Shape, names: list[str], compiled: bool, backend
     """Build ``names`` at ``shape``, warm each up (a compiled one compiles on its first step), then time
     them alternating; per model: median step, tokens/s, TFLOP/s, MFU, and the ratio to the reference."""
     device = ctx.device
-    dtype = torch.bfloat16 if device.startswith("cuda") else None
+    dtype = AUTOCAST  # the dry run's too: the models' forward under bf16 autocast, as on the GPU
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats(device)
     fns, params, first = {}, {}, {}
@@ -554,7 +555,8 @@ def time_group(ctx: Ctx, shape: Shape, names: list[str], compiled: bool, backend
 def speed_part(ctx: Ctx) -> dict:
     deadline = ctx.deadline("speed")
     compile_prior = 5.0 if ctx.dry else COMPILE_S
-    backend = "inductor" if ctx.device.startswith("cuda") else "eager"
+    # the dry run: AOTAutograd's capture of forward and backward, as inductor's, without its code generation
+    backend = "inductor" if ctx.device.startswith("cuda") else "aot_eager"
     if ctx.device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = True  # as nanoGPT's train.py sets
     import torch._dynamo as dynamo
@@ -563,7 +565,8 @@ def speed_part(ctx: Ctx) -> dict:
     if hasattr(dynamo.config, "accumulated_cache_size_limit"):
         dynamo.config.accumulated_cache_size_limit = max(dynamo.config.accumulated_cache_size_limit, 4096)
     out = {"seq": SPEED_SEQ if not ctx.dry else DRY["seq"], "batch": SPEED_BATCH if not ctx.dry else DRY["batch"],
-           "compile_backend": backend, "groups": [], "skipped": []}  # fmt: skip
+           "compile_backend": backend, "autocast": str(AUTOCAST).removeprefix("torch."), "groups": [],
+           "skipped": []}  # fmt: skip
     step_s: dict[str, float] = {}  # shape -> the slowest measured eager step there
     compile_s: list[float] = []  # measured first-step time of compiled models, less their eager step
     compiled_done: set = set()
@@ -747,7 +750,7 @@ def measured_step(
     """Median seconds of a bf16 training step of depthlab ``wrap`` at (d, layers), alone on the device."""
     d, L = shape
     s = Shape(d=d, layers=L, heads=heads, seq=seq, batch=batch)
-    dtype = torch.bfloat16 if ctx.device.startswith("cuda") else None
+    dtype = AUTOCAST
     model = build_on(f"depthlab-{wrap}", s, ctx.device, False, "eager")
     step = _synced(train_step(model, s, device=ctx.device, dtype=dtype), ctx.device)
     step()

@@ -75,6 +75,8 @@ def test_the_dry_run_exercises_the_speed_part(dry):
     for g in groups:  # the reference is in every group, at ratio 1
         ref = "nanogpt+compile" if g["compiled"] else "nanogpt"
         assert g["models"][ref]["ratio_to_reference"] == 1.0
+    # as on the GPU: the models under bf16 autocast, the compiled blocks through AOTAutograd
+    assert record["speed"]["autocast"] == "bfloat16" and record["speed"]["compile_backend"] == "aot_eager"
 
 
 def test_the_dry_run_exercises_the_doctor_part_under_the_registration(dry):
