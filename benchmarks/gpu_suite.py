@@ -46,6 +46,7 @@ from depthlab import build_model
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.study.executors import LocalExecutor
 from depthlab.study.grid import RunSpec
+from depthlab.train.distributed import available_cores
 
 # -- what runs ----------------------------------------------------------------------------------------
 PARTS = ("speed", "doctor", "topologies")
@@ -153,11 +154,16 @@ class Ctx:
         return self.deadlines[phase]
 
     def save(self) -> None:
-        """The JSON record, rewritten after every step that adds to it (a cut-off run keeps what it had)."""
+        """The JSON record and the Markdown sections, rewritten after every step that adds to them (a run
+        cut off by the command's time limit keeps what it had in both)."""
         self.record["elapsed_s"] = round(self.elapsed(), 1)
-        tmp = self.out / "gpu-record.json.tmp"
-        tmp.write_text(json.dumps(self.record, indent=1, default=_jsonable), encoding="utf-8")
-        tmp.replace(self.out / "gpu-record.json")
+        for name, text in (
+            ("gpu-record.json", json.dumps(self.record, indent=1, default=_jsonable)),
+            ("gpu-results.md", markdown(self)),
+        ):
+            tmp = self.out / (name + ".tmp")
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(self.out / name)
 
 
 def _jsonable(x):
@@ -181,7 +187,7 @@ def free(device: str) -> None:
 
 # -- the machine ----------------------------------------------------------------------------------------
 def machine(device: str) -> dict:
-    info = {"python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count(),
+    info = {"python": platform.python_version(), "torch": torch.__version__, "cpus": available_cores(),
             "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")}  # fmt: skip
     if device.startswith("cuda"):
         p = torch.cuda.get_device_properties(device)
@@ -190,6 +196,13 @@ def machine(device: str) -> dict:
     else:
         info["gpu"] = None
     return info
+
+
+def worker_threads(processes: int) -> int:
+    """Torch threads for each of ``processes`` worker processes: the cores this process may use shared
+    out (its affinity mask, which a container or a VM's scheduler can set far below ``os.cpu_count()``:
+    more threads than cores make every process's CPU work, a model's init, crawl), at least one."""
+    return max(1, available_cores() // processes)
 
 
 def nominal_peak(device: str) -> float | None:
@@ -346,6 +359,7 @@ def speed_items() -> list[tuple[str, tuple[str, ...], bool]]:
 
 
 COMPILED_REST = (("post", "sandwich"), ("deepnorm", "hc"), ("mhc",))
+AUTOCAST = torch.bfloat16  # the speed part's models and the measured steps train under bf16 autocast
 ROUNDS = 5  # alternation rounds of a group, two timed steps each per model
 WARM = 2  # untimed steps of each model before its group's rounds (a compiled model compiles in the first)
 
@@ -501,7 +515,7 @@ def time_group(ctx: Ctx, shape: Shape, names: list[str], compiled: bool, backend
     """Build ``names`` at ``shape``, warm each up (a compiled one compiles on its first step), then time
     them alternating; per model: median step, tokens/s, TFLOP/s, MFU, and the ratio to the reference."""
     device = ctx.device
-    dtype = torch.bfloat16 if device.startswith("cuda") else None
+    dtype = AUTOCAST  # the dry run's too: the models' forward under bf16 autocast, as on the GPU
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats(device)
     fns, params, first = {}, {}, {}
@@ -541,7 +555,8 @@ def time_group(ctx: Ctx, shape: Shape, names: list[str], compiled: bool, backend
 def speed_part(ctx: Ctx) -> dict:
     deadline = ctx.deadline("speed")
     compile_prior = 5.0 if ctx.dry else COMPILE_S
-    backend = "inductor" if ctx.device.startswith("cuda") else "eager"
+    # the dry run: AOTAutograd's capture of forward and backward, as inductor's, without its code generation
+    backend = "inductor" if ctx.device.startswith("cuda") else "aot_eager"
     if ctx.device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = True  # as nanoGPT's train.py sets
     import torch._dynamo as dynamo
@@ -550,7 +565,8 @@ def speed_part(ctx: Ctx) -> dict:
     if hasattr(dynamo.config, "accumulated_cache_size_limit"):
         dynamo.config.accumulated_cache_size_limit = max(dynamo.config.accumulated_cache_size_limit, 4096)
     out = {"seq": SPEED_SEQ if not ctx.dry else DRY["seq"], "batch": SPEED_BATCH if not ctx.dry else DRY["batch"],
-           "compile_backend": backend, "groups": [], "skipped": []}  # fmt: skip
+           "compile_backend": backend, "autocast": str(AUTOCAST).removeprefix("torch."), "groups": [],
+           "skipped": []}  # fmt: skip
     step_s: dict[str, float] = {}  # shape -> the slowest measured eager step there
     compile_s: list[float] = []  # measured first-step time of compiled models, less their eager step
     compiled_done: set = set()
@@ -734,7 +750,7 @@ def measured_step(
     """Median seconds of a bf16 training step of depthlab ``wrap`` at (d, layers), alone on the device."""
     d, L = shape
     s = Shape(d=d, layers=L, heads=heads, seq=seq, batch=batch)
-    dtype = torch.bfloat16 if ctx.device.startswith("cuda") else None
+    dtype = AUTOCAST
     model = build_on(f"depthlab-{wrap}", s, ctx.device, False, "eager")
     step = _synced(train_step(model, s, device=ctx.device, dtype=dtype), ctx.device)
     step()
@@ -809,7 +825,7 @@ def doctor_part(ctx: Ctx, before_runs=None) -> dict:
     probes = str(ctx.out / "heldout-probes.jsonl")
     runs_path = ctx.out / "heldout-runs.jsonl"
     task = functools.partial(heldout_task, probes=probes, device=ctx.device, registered_hash=labels)
-    threads = max(1, (os.cpu_count() or 2) // ctx.workers)
+    threads = worker_threads(ctx.workers)
     ex = LocalExecutor(ctx.workers, threads, task)
     started, slowdowns, stop_why = {}, [], None
 
@@ -895,20 +911,24 @@ def topo_spec(wrap: str, steps: int, ctx: Ctx) -> RunSpec:
     return RunSpec(model, train, axes={"wrap": wrap})
 
 
-def topology_task(spec: RunSpec, *, device: str) -> dict:
+def topology_task(spec: RunSpec, *, device: str, steps_path: str) -> dict:
     """One topology run in a worker: the composite gain by depth at init (the probe, on the GPU), then
-    training, with the watcher's topology record at every logged step."""
+    training, with the watcher's topology record at every logged step. The probe and each logged step
+    are also appended to ``steps_path`` as they come, so that a run the phase's end cuts keeps them."""
     from depthlab.train import train
 
-    out = {"wrap": spec.model.wrap}
+    wrap = spec.model.wrap
+    out = {"wrap": wrap}
     try:
         result = probe_on(spec, device)
         out["init_probe"] = {k: [row.get(k) for row in result.layers] for k in
                              ("composite_gain", "composite_gain_back", "h_res_distance", "contribution")}  # fmt: skip
     except Exception as e:
         out["init_probe"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+    _append(steps_path, {"wrap": wrap, "init_probe": out["init_probe"]})
     t0 = time.perf_counter()
-    r = train(spec.model, spec.train, None, progress=False)
+    r = train(spec.model, spec.train, None, progress=False,
+              on_log=lambda m: _append(steps_path, {"wrap": wrap, **topology_step(m)}))  # fmt: skip
     out.update(
         outcome=r.outcome,
         val_loss=_num(r.val_loss),
@@ -916,17 +936,30 @@ def topology_task(spec: RunSpec, *, device: str) -> dict:
         final_train_loss=_num(r.final_train_loss),
         tokens_per_s=_num(r.tokens_per_s),
         train_s=round(time.perf_counter() - t0, 1),
-        steps=[
-            {
-                "step": m["step"],
-                "loss": _num(m["loss"]),
-                "val_loss": _num(m.get("val_loss")),
-                "topology": m.get("topology"),
-            }
-            for m in r.metrics
-        ],  # fmt: skip
+        steps=[topology_step(m) for m in r.metrics],
     )
     return out
+
+
+def topology_step(m: dict) -> dict:
+    """What the tables read of one logged step's record: its losses and the watcher's topology record."""
+    return {"step": m["step"], "loss": _num(m["loss"]), "val_loss": _num(m.get("val_loss")),
+            "topology": m.get("topology")}  # fmt: skip
+
+
+def topology_partial(path: Path, wrap: str) -> dict:
+    """A cut run as far as ``path`` holds it: its init probe and the logged steps it wrote, outcome "cut"."""
+    run = {"wrap": wrap, "outcome": "cut", "steps": []}
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line) if line.strip() else {}
+            if row.get("wrap") != wrap:
+                continue
+            if "init_probe" in row:
+                run["init_probe"] = row["init_probe"]
+            else:
+                run["steps"].append({k: v for k, v in row.items() if k != "wrap"})
+    return run
 
 
 def topologies_measure(ctx: Ctx) -> dict:
@@ -963,8 +996,9 @@ def topologies_start(ctx: Ctx) -> LocalExecutor | None:
     alone = ", ".join(f"{w} {1000 * v:.0f} ms" for w, v in out["measured_step_s"].items())
     ctx.say(f"topologies: hc and mhc at {c['n_layers']} x {c['d_model']}, {out['steps']} steps each"
             + (f" (a step alone: {alone})" if alone else ""))  # fmt: skip
-    threads = max(1, (os.cpu_count() or 2) // (2 + (ctx.workers if "doctor" in ctx.parts else 0)))
-    ex = LocalExecutor(2, threads, functools.partial(topology_task, device=ctx.device))
+    threads = worker_threads(2 + (ctx.workers if "doctor" in ctx.parts else 0))
+    steps_path = str(ctx.out / "topologies-steps.jsonl")
+    ex = LocalExecutor(2, threads, functools.partial(topology_task, device=ctx.device, steps_path=steps_path))
     for w in ("hc", "mhc"):
         ex.submit(w, topo_spec(w, out["steps"], ctx))
     return ex
@@ -979,7 +1013,12 @@ def topologies_finish(ctx: Ctx, ex: LocalExecutor) -> None:
             got = ex.next_done(timeout=max(0.1, deadline - ctx.elapsed()))
             if got is None:
                 ex.abort()
-                out["cut"] = "the phase's time ran out before both runs ended"
+                cut = [w for w in ("hc", "mhc") if w not in out["runs"]]
+                for w in cut:  # what the cut runs had written: the init probe, the logged steps
+                    out["runs"][w] = topology_partial(ctx.out / "topologies-steps.jsonl", w)
+                out["cut"] = (f"the phase's time ran out before {' and '.join(cut)} ended: "
+                              + ", ".join(f"{w} at step {(out['runs'][w]['steps'] or [{'step': 0}])[-1]['step']}"
+                                          for w in cut))  # fmt: skip
                 ctx.say("topologies: " + out["cut"])
                 break
             w, payload = got
@@ -1069,7 +1108,9 @@ def markdown(ctx: Ctx) -> str:
         "",
     ]
     sp = rec.get("speed")
-    if sp:
+    if sp and "groups" not in sp:  # the part failed before its first group
+        lines += ["## gpu", "", f"Speed: failed: {_last_line(sp.get('error'))}", ""]
+    elif sp:
         lines += ["## gpu", "", f"Speed, {where}: bf16 autocast (fp32 weights, fused AdamW), seq {sp['seq']} x batch "
                   f"{sp['batch']}; each group timed side by side with the nanoGPT-style reference, the models "
                   "alternating; ratio = the model's tokens/s over the reference's in the same group "
@@ -1087,12 +1128,18 @@ def markdown(ctx: Ctx) -> str:
                 peak = f"{g['peak_gib']:.1f}" if g.get("peak_gib") is not None else "-"
                 lines.append(f"| {g['shape']} | {key} | {r['tokens_per_s']:,.0f} | {r['tflops']:.1f} | {mfu} | "
                              f"{r['ratio_to_reference']:.2f} | {peak} |")  # fmt: skip
-        lines += ["", *[f"- {x}" for x in sp["goals"]["lines"]]]
+        goals = sp.get("goals", {}).get("lines") or ["goals: not read yet (the part had not ended)"]
+        lines += ["", *[f"- {x}" for x in goals]]
         lines += [f"- skipped: {s['shape']} {' + '.join(s['models'])}{' compiled' if s['compiled'] else ''}: "
                   f"{s['why']}" for s in sp["skipped"]]  # fmt: skip
+        if sp.get("error"):
+            lines.append(f"- failed: {_last_line(sp['error'])}")
         lines.append("")
     dr = rec.get("doctor")
-    if dr:
+    if dr and "registration" not in dr:  # the part failed before it read the registration
+        lines += ["## depthlab advise at real width (held-out, registered before it ran)", "",
+                  f"Failed: {_last_line(dr.get('error'))}", ""]  # fmt: skip
+    elif dr:
         c = dr.get("corpus") or {}
         lines += ["## depthlab advise at real width (held-out, registered before it ran)", "",
                   f"{where}. The set and every prediction were committed before this run "
@@ -1113,7 +1160,9 @@ def markdown(ctx: Ctx) -> str:
         lines += [f"- not run: {x['run']}: {x['why']}" for x in dr["not_run"]]
         lines.append("")
     tp = rec.get("topologies")
-    if tp:
+    if tp and "config" not in tp:  # the part failed before it set its runs up
+        lines += ["## Topologies at depth", "", f"Failed: {_last_line(tp.get('error'))}", ""]
+    elif tp:
         c = tp["config"]
         lines += ["## Topologies at depth", "",
                   f"{where}. hc and mhc (n = {c['streams']}) at {c['n_layers']} layers, d_model {c['d_model']}, "
@@ -1138,12 +1187,22 @@ def markdown(ctx: Ctx) -> str:
                     lines.append(f"| {w} | step {s['step']} | {_gl(gains_at(topo['composite_gain']))} | "
                                  f"{_f(topo['composite_gain_back'][-1], 3)} | {_f(s['loss'])} | {_f(s['val_loss'])} |")  # fmt: skip
             lines.append(
-                f"| {w} | end: {run['outcome']} | | | {_f(run.get('final_train_loss'))} | {_f(run.get('val_loss'))} |"
+                f"| {w} | end: {run.get('outcome')} | | | {_f(run.get('final_train_loss'))} | {_f(run.get('val_loss'))} |"
             )
         if tp.get("skipped"):
             lines.append(f"\nSkipped: {tp['skipped']}.")
+        if tp.get("cut"):
+            lines.append(f"\nCut: {tp['cut']}.")
+        if tp.get("error"):
+            lines.append(f"\nFailed: {_last_line(tp['error'])}.")
         lines.append("")
     return "\n".join(lines)
+
+
+def _last_line(error) -> str:
+    """The last line of a recorded traceback (its exception and message)."""
+    lines = str(error or "").strip().splitlines()
+    return lines[-1] if lines else "unknown error"
 
 
 def _registered_runs() -> list[dict]:
@@ -1184,6 +1243,7 @@ def run_all(
         "gpu-log.txt",
         "heldout-probes.jsonl",
         "heldout-runs.jsonl",
+        "topologies-steps.jsonl",
         "gpu-results.md",
         "gpu-record.json",
     ):
@@ -1238,19 +1298,19 @@ def run_all(
         guarded("topologies", topologies_measure, ctx)
 
     def start_topologies():
+        topo["asked"] = True
         if "topologies" in parts and "topologies" not in failed:
             topo["ex"] = guarded("topologies", topologies_start, ctx)
 
     try:
         if "doctor" in parts:
             guarded("doctor", doctor_part, ctx, start_topologies)
-        else:
+        if not topo.get("asked"):  # no doctor part, or it failed before its runs: the topologies alone
             start_topologies()
     finally:
         if topo["ex"] is not None:
             guarded("topologies", topologies_finish, ctx, topo["ex"])
-    (outp / "gpu-results.md").write_text(markdown(ctx), encoding="utf-8")
     ctx.save()
     ctx.say(f"done in {ctx.elapsed():.0f} s; wrote {outp}/gpu-record.json, gpu-results.md, gpu-log.txt, "
-            "heldout-probes.jsonl, heldout-runs.jsonl")  # fmt: skip
+            "heldout-probes.jsonl, heldout-runs.jsonl, topologies-steps.jsonl")  # fmt: skip
     return 1 if failed else 0

@@ -83,6 +83,20 @@ def test_attention_is_read_from_the_first_rows_of_a_large_batch():
     assert any(e != pytest.approx(f, rel=1e-5) for (e, _), (f, _) in zip(part["attn"], whole["attn"]))
 
 
+def test_attention_logits_are_float32_under_bf16_autocast():
+    """The attention tap reads q k^T inside the training forward; under bf16 autocast (a GPU run's) the
+    product it takes in float32 must stay float32, not be rounded to bf16 by autocast."""
+    from depthlab.watch.attention_stats import sdpa_logits
+
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 2, 8, 16), torch.randn(2, 2, 8, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, allowed, _ = sdpa_logits(q.bfloat16(), k.bfloat16(), is_causal=True)
+    assert logits.dtype == torch.float32
+    torch.testing.assert_close(logits, (q.bfloat16().float() @ k.bfloat16().float().transpose(-2, -1)) / 4)
+    assert allowed.tril().equal(allowed)
+
+
 def test_logged_values_match_an_independent_computation():
     torch.manual_seed(0)
     model = build_model(ModelConfig(**TINY, wrap="pre"))

@@ -24,6 +24,7 @@ is most of what a logged step costs beyond a plain one (benchmarks/telemetry_ove
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -78,7 +79,10 @@ def sdpa_logits(q, k, v=None, attn_mask=None, dropout_p=0.0, is_causal=False, sc
     if k.shape[-3] != q.shape[-3]:  # grouped-query attention: each key head serves several query heads
         k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    logits = (q.float() @ k.float().transpose(-2, -1)) * scale
+    # float32 even inside a bf16-autocast forward (the tap runs there), where the product would be bf16
+    off = q.device.type in ("cpu", "cuda")
+    with torch.autocast(q.device.type, enabled=False) if off else contextlib.nullcontext():
+        logits = (q.float() @ k.float().transpose(-2, -1)) * scale
     T, S = logits.shape[-2:]
     allowed = torch.ones(T, S, dtype=torch.bool, device=logits.device)
     if is_causal:

@@ -75,6 +75,8 @@ def test_the_dry_run_exercises_the_speed_part(dry):
     for g in groups:  # the reference is in every group, at ratio 1
         ref = "nanogpt+compile" if g["compiled"] else "nanogpt"
         assert g["models"][ref]["ratio_to_reference"] == 1.0
+    # as on the GPU: the models under bf16 autocast, the compiled blocks through AOTAutograd
+    assert record["speed"]["autocast"] == "bfloat16" and record["speed"]["compile_backend"] == "aot_eager"
 
 
 def test_the_dry_run_exercises_the_doctor_part_under_the_registration(dry):
@@ -107,6 +109,76 @@ def test_the_dry_run_exercises_the_topologies_part(dry):
         assert gains[0] is None and all(abs(g - 1) < 1e-3 for g in gains[1:]), (w, gains)  # identity at init
         logged = [s for s in run["steps"] if s.get("topology")]
         assert logged and logged[-1]["step"] == topo["steps"]
+
+
+def test_the_topology_runs_write_their_probe_and_logged_steps_as_they_come(dry):
+    _, record, out = dry
+    rows = [json.loads(x) for x in (out / "topologies-steps.jsonl").read_text().splitlines()]
+    for w, run in record["topologies"]["runs"].items():
+        mine = [r for r in rows if r["wrap"] == w]
+        assert mine[0]["init_probe"] == run["init_probe"]
+        assert [{k: v for k, v in r.items() if k != "wrap"} for r in mine[1:]] == run["steps"]
+
+
+def _suite():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_suite
+
+    return gpu_suite
+
+
+def test_a_run_cut_short_keeps_its_markdown_with_what_each_part_had(tmp_path):
+    """The command's time limit can end the run at any moment: the Markdown is rewritten with the record
+    (after every group, run and part), from a part left half-done or failed too."""
+    gs = _suite()
+    ctx = gs.Ctx(out=tmp_path, work=tmp_path, device="cpu", dry=True, parts=gs.PARTS, workers=2, budget=540)
+    row = {"step_ms": 10.0, "tokens_per_s": 6400.0, "tflops": 0.1, "mfu": None, "ratio_to_reference": 1.0,
+           "first_step_s": 0.1, "params": 1000, "steps_timed": 4}  # fmt: skip
+    steps = tmp_path / "topologies-steps.jsonl"
+    steps.write_text(json.dumps({"wrap": "mhc", "init_probe": {"composite_gain": [None, 1.0]}}) + "\n"
+                     + json.dumps({"wrap": "mhc", "step": 5, "loss": 5.0, "val_loss": 5.1,
+                                   "topology": {"composite_gain": [None, 1.02], "composite_gain_back": [None, 1.01]}})
+                     + "\n")  # fmt: skip
+    ctx.record.update(
+        machine=gs.machine("cpu"),
+        speed={"seq": 32, "batch": 2, "compile_backend": "aot_eager", "skipped": [],
+               "groups": [{"shape": "d2048x24", "compiled": False, "peak_gib": None,
+                           "models": {"nanogpt": row, "depthlab-pre": row}}]},  # no goals: the part had not ended
+        doctor={"error": "Traceback (most recent call last):\n  ...\nKeyError: 'runs'"},
+        topologies={"config": {**gs.TOPO, **gs.DRY["topo"]}, "steps": 10, "cut": "time ran out",
+                    "runs": {"mhc": gs.topology_partial(steps, "mhc")}},
+    )  # fmt: skip
+    ctx.save()
+    md = (tmp_path / "gpu-results.md").read_text()
+    assert "| d2048x24 | depthlab-pre | 6,400 |" in md and "goals: not read yet" in md
+    assert "Failed: KeyError: 'runs'" in md
+    assert (
+        "| mhc | step 5 | 1.02, -, -, -, -, - | 1.01 | 5 | 5.1 |" in md
+        and "| mhc | end: cut |" in md
+        and "Cut: time ran out." in md
+    )
+    assert json.loads((tmp_path / "gpu-record.json").read_text())["doctor"]["error"].endswith("'runs'")
+
+
+def test_the_topologies_run_when_the_doctor_part_fails_before_its_runs(tmp_path, monkeypatch):
+    gs = _suite()
+
+    def broken(ctx, before_runs=None):
+        raise KeyError("runs")
+
+    monkeypatch.setattr(gs, "doctor_part", broken)
+    code = gs.run_all(str(tmp_path / "o"), ("doctor", "topologies"), True, 2, 540.0, str(tmp_path / "w"))
+    record = json.loads((tmp_path / "o" / "gpu-record.json").read_text())
+    assert code == 1 and "KeyError" in record["doctor"]["error"]
+    assert set(record["topologies"]["runs"]) == {"hc", "mhc"}
+    assert all(run["outcome"] != "cut" and run["steps"] for run in record["topologies"]["runs"].values())
+
+
+def test_worker_threads_share_the_cores_this_process_may_use_not_the_machines(monkeypatch):
+    gs = _suite()
+    monkeypatch.setattr(os, "cpu_count", lambda: 224)  # a container's host, of which 16 cores are ours
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert [gs.worker_threads(n) for n in (8, 10, 32)] == [2, 1, 1]
 
 
 def test_the_dry_run_writes_the_markdown_sections(dry):
