@@ -87,11 +87,32 @@ class DenseFormer(Topology):
         outputs = state.outputs + (x,)  # X_0 .. X_i
         if not self.sources:
             return Dense(x, outputs)
-        y = sum(a * outputs[j] for a, j in zip(self.alpha, self.sources))  # Y_i = sum_j alpha_ij X_j
+        y = WeightedSum.apply(self.alpha, *(outputs[j] for j in self.sources))  # Y_i = sum_j alpha_ij X_j
         return Dense(y, outputs)
 
     def mixing_parameters(self) -> list[nn.Parameter]:
         return [self.alpha] if self.sources else []
+
+
+class WeightedSum(torch.autograd.Function):
+    """sum_n alpha_n X_n, as ``sum(a * X for a, X in zip(alpha, xs))`` computes it (the same products and
+    additions in the same order: the same values), in one autograd node. Summed term by term under
+    autograd, every product left two small nodes behind it that pinned its freed memory (glibc's heap):
+    a 300-layer DenseFormer held 6 GB after its forward, growing with depth squared."""
+
+    @staticmethod
+    def forward(ctx, alpha: torch.Tensor, *xs: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(alpha, *xs)
+        y, term = alpha[0] * xs[0], torch.empty_like(xs[0])
+        for a, x in zip(alpha[1:], xs[1:]):
+            y += torch.mul(a, x, out=term)
+        return y
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        alpha, *xs = ctx.saved_tensors
+        grad_alpha = torch.stack([(g * x).sum() for x in xs]) if ctx.needs_input_grad[0] else None
+        return (grad_alpha, *(g * a if need else None for a, need in zip(alpha, ctx.needs_input_grad[1:])))
 
 
 @register("attnres")
