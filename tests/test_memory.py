@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from depthlab import ConfigError, ModelConfig, TrainConfig, build_model
 from depthlab.config import wrap_names
@@ -158,6 +159,33 @@ def test_the_estimate_follows_the_shape():
     assert set(MODES) == {"build", "probe", "train"}
     with pytest.raises(ValueError, match="mode"):
         estimate_memory(cfg, "infer")
+
+
+def _saved_bytes(cfg: ModelConfig, batch: int, seq: int) -> int:
+    """The bytes autograd keeps for backward after one forward: every saved tensor's storage, once."""
+    torch.manual_seed(0)
+    model, kept = build_model(cfg), {}
+
+    def pack(t):
+        kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(torch.randint(0, cfg.vocab_size, (batch, seq)))
+    return sum(kept.values())
+
+
+@pytest.mark.parametrize("wrap", ["attnres", "attnres_block"])
+def test_attention_residuals_reads_are_estimated_as_autograd_keeps_them(wrap):
+    """Each read stacks the values it reads: full AttnRes keeps memory growing with depth squared (a
+    200-layer probe passed the check and was killed at 16 GB). The estimate's term for the reads, against
+    the bytes autograd saves beyond pre-LN's."""
+    shape = {"n_layers": 16, "d_model": 16, "n_heads": 2, "vocab_size": 32, "max_len": 16}
+    pre = ModelConfig(**shape)
+    cfg = ModelConfig.from_dict({**shape, "wrap": wrap, **({"attnres_blocks": 4} if "block" in wrap else {})})
+    beyond = _saved_bytes(cfg, 2, 8) - _saved_bytes(pre, 2, 8)
+    extra = estimate_memory(cfg, "probe", 2, 8).total - estimate_memory(pre, "probe", 2, 8).total
+    assert 0.9 <= extra / beyond <= 1.25, (extra, beyond)
 
 
 def test_a_data_file_and_the_validation_batches_count(tmp_path):

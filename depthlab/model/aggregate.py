@@ -143,6 +143,23 @@ class AttentionResiduals(Topology):
     def extra_parameters(cls, cfg, n_layers, sublayers):
         return (n_layers * sublayers + 1) * 2 * cfg.d_model  # a query and a key norm per read, and the top's
 
+    @classmethod
+    def extra_activations(cls, cfg, n_layers, sublayers, checkpointed):
+        """Each read stacks the values it reads and keeps, per value and token, the stack and its RMSNorm
+        before and after the gain (3 d), the norm's scale and the softmax weight (2). Full AttnRes reads
+        1, 2, .., 2L + 1 values: what it keeps grows with depth squared (a 200-layer stack at d_model 32
+        passed the check and was killed at 16 GB). Recomputed blocks keep one layer's reads at a time."""
+        b = cls.block_of(cfg.topology, n_layers * sublayers)
+        sizes = [1 + -(-s // b) for s in range(n_layers * sublayers + 1)]  # values read; the last: the top's
+        read = sum(sizes[-sublayers - 1 :]) if checkpointed else sum(sizes)  # sizes only grow with s
+        return (3 * cfg.d_model + 2) * read
+
+    @classmethod
+    def block_of(cls, topology, sublayers: int) -> int:
+        """Sublayers per block in a stack of ``sublayers`` (``topology``: the config's options): 1 for full
+        AttnRes."""
+        return 1
+
     def forward(self, state: Depth, ctx) -> Depth:
         h, _ = self.read(state.values)  # (B, T, d), the weights over depth (a named point)
         v = self.f(self.norm(h), ctx)
@@ -163,9 +180,11 @@ class BlockAttentionResiduals(AttentionResiduals):
     FORMULA = "h = sum_n softmax_n(w*RMSNorm(b_n))*b_n over N block sums; v = F(LN(h))"
     OPTIONS = ("attnres_blocks",)
 
+    @classmethod
+    def block_of(cls, topology, sublayers: int) -> int:
+        return math.ceil(sublayers / topology.attnres_blocks)
+
 
 def block_size(w: Topology, site) -> int:
     """Sublayers per block: 1 for full AttnRes, ceil(sublayers of the stack / N) for Block AttnRes."""
-    if not isinstance(w, BlockAttentionResiduals):
-        return 1
-    return math.ceil(site.sublayers * site.n_layers / site.topology.attnres_blocks)
+    return type(w).block_of(site.topology, site.sublayers * site.n_layers)

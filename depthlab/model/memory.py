@@ -15,7 +15,9 @@ A = 10 d + the FFN's hidden activations (2 d_ff; 4 d_ff for SwiGLU), + 6 d for a
 cross-attention: what autograd keeps of one layer (norm inputs and outputs, q, k, v, the attention
 output, the FFN's hidden layer before and after its activation). Attention itself keeps no T x T
 scores: PyTorch's fused kernel recomputes them. Per token outside the layers: 3 d + 4 V (embeddings,
-logits, their softmax and gradient). Plus a fixed ``OVERHEAD`` (allocator, validation batches) and,
+logits, their softmax and gradient). A residual topology that reads earlier layers back adds what its
+reads keep (``extra_activations`` of its wrapping): full Attention Residuals stack 1, 2, .., 2L + 1
+values, 3 d + 2 floats per value and token, which grows with depth squared. Plus a fixed ``OVERHEAD`` (allocator, validation batches) and,
 for training, what its data takes (``depthlab.train.tasks.train_memory``: a ``--data`` file is read,
 split and copied, about four bytes per byte).
 
@@ -165,6 +167,10 @@ def _floats(cfg: ModelConfig, mode: str, tgt: int, src: int) -> int:
     if checkpointed:  # the block being recomputed holds its plain activations
         out += max(enc_tokens, tgt) * (layer + cross)
     out += (enc_tokens if cfg.arch == "encdec" else 0) * 3 * d
+    topology = getattr(WRAPPINGS[cfg.wrap], "extra_activations", None)  # a residual topology's reads
+    if topology is not None:
+        sides = ((cfg.enc_depth, 2, enc_tokens), (cfg.dec_depth, 3 if cfg.arch == "encdec" else 2, tgt))
+        out += sum(tokens * topology(cfg, n, s, checkpointed) for n, s, tokens in sides if n)
     return out + tgt * (3 * d + 4 * cfg.vocab_size)
 
 

@@ -59,6 +59,12 @@ class Topology(Wrapping):
         return 0
 
     @classmethod
+    def extra_activations(cls, cfg, n_layers: int, sublayers: int, checkpointed: bool) -> int:
+        """The floats per token one stack of ``n_layers`` layers keeps for backward beyond pre-LN's (the
+        memory check): 0 unless the design reads earlier layers back at a cost that grows with depth."""
+        return 0
+
+    @classmethod
     def check_config(cls, cfg) -> None:
         present = ("attn", "ffn") + (("cross",) if cfg.arch == "encdec" else ())
         if not all(cfg.has_residual(s) for s in present):
