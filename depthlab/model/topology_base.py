@@ -61,7 +61,13 @@ class Topology(Wrapping):
     @classmethod
     def extra_activations(cls, cfg, n_layers: int, sublayers: int, checkpointed: bool) -> int:
         """The floats per token one stack of ``n_layers`` layers keeps for backward beyond pre-LN's (the
-        memory check): 0 unless the design reads earlier layers back at a cost that grows with depth."""
+        memory check): 0 unless its state or its reads keep more than one stream's worth."""
+        return 0
+
+    @classmethod
+    def fixed_activations(cls, cfg, n_layers: int, sublayers: int, checkpointed: bool) -> int:
+        """The floats one stack keeps for backward once, whatever the batch (a copy of a weight made in
+        the forward): 0 unless the design makes one."""
         return 0
 
     @classmethod
