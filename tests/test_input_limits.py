@@ -129,6 +129,25 @@ def test_the_table_row_explain_100000_layers_on_an_8_gb_machine(capsys, monkeypa
     assert "a smaller --layers or --d-model" in err
 
 
+@pytest.mark.parametrize("argv", [PROBE, ["advise", *TINY, "--lr", "1e-3", "--alternatives", ""]])
+def test_a_one_token_sequence_is_refused_by_its_flag_before_any_probe(capsys, argv):
+    """The lm loss predicts each token from those before it: with --seq-len 1 the probe was built, then
+    refused without naming the flag (advise after announcing its probes)."""
+    refused(capsys, [*argv, "--seq-len", "1"], "--seq-len 1 is not allowed: at least 2 with loss lm")
+
+
+def test_full_attention_residuals_count_their_reads_which_grow_with_depth_squared(capsys, monkeypatch):
+    """Every AttnRes read stacks the values it reads: at 200 layers, d_model 32, the probe passed the
+    check (estimated at 0.4 GB) and was killed at 16 GB; at 60 layers it needs 1.6 GB."""
+    monkeypatch.setattr("depthlab.probe.from_config.available_memory", lambda: 1_000_000_000)
+    shape = ["--layers", "60", "--d-model", "32", "--heads", "2"]
+    refused(capsys, ["probe", "--wrap", "attnres", *shape], "the probe needs about 1.6 GB", "--force-memory")
+    est = memory.estimate_memory(
+        memory.ModelConfig(n_layers=200, d_model=32, n_heads=2, wrap="attnres"), "probe", 8, 64
+    )
+    assert est.total > 15 * 10**9
+
+
 def test_force_memory_runs_what_the_estimate_refuses(capsys, monkeypatch, tmp_path):
     monkeypatch.setattr("depthlab.train.tasks.available_memory", lambda device=None: 1_000_000)
     err = refused(capsys, TRAIN, "training needs about", "--checkpoint-activations", "--force-memory")

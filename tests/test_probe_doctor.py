@@ -83,6 +83,13 @@ def test_exploding(ratio, expected):
     assert levels(fake(grad)).get("exploding-gradient") == expected
 
 
+@pytest.mark.parametrize("depth, per_layer", [(10, "1.7x per layer"), (1000, "0.53% per layer")])
+def test_exploding_says_the_growth_per_layer_readably_at_any_depth(depth, per_layer):
+    """At 1,000 layers a 200x gain is 1.0053x a layer: it read "grows by 1x per layer"."""
+    v = next(v for v in diagnose(fake([200.0] + [1.0] * depth)) if v.code == "exploding-gradient")
+    assert f"grows by {per_layer} on the way down" in v.message
+
+
 def test_stream_growth_exponent_and_level():
     sqrt_growth = [0.02] + [math.sqrt(i) for i in range(1, 49)]  # an unscaled embedding, then sqrt(l)
     assert rms_exponent(sqrt_growth[1:]) == pytest.approx(0.5)

@@ -25,6 +25,7 @@ from depthlab.errors import ConfigError, InputError
 from depthlab.interop.hf import imported_config
 from depthlab.model.memory import available_memory, check_memory, estimate_memory
 from depthlab.paths import check_output_file, write_json
+from depthlab.probe.from_config import check_batch
 from depthlab.progress import say
 from depthlab.study.store import check_store_path
 from depthlab.study.transfer import heads_text
@@ -98,6 +99,7 @@ def run(args) -> int:
                              f"decoder to ask about its shape as one)")  # fmt: skip
         raise ConfigError("arch", model.arch, f"{why}; --arch decoder")
     check_task(model, train)  # the probe is of the run's first batch: a vocabulary of bytes, at least
+    check_batch(train.batch_size, train.seq_len)  # its lm loss needs two tokens a sequence
     wraps = tuple(comma_list(args.alternatives, "alternatives")) if args.alternatives.strip() else ()
     check_alternatives(model, wraps)  # every alternative a stack this model can be: before any probe
     probe = estimate_memory(model, "probe", train.batch_size, train.seq_len)

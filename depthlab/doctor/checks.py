@@ -233,8 +233,14 @@ def _exploding(r: ProbeResult):
         level,
         "exploding-gradient",
         f"the gradient at stream {where} is {peak:.3g}x its value at the top; it grows by "
-        f"{peak ** (1 / max(1, r.n_layers - where)):.3g}x per layer on the way down",
+        f"{growth_text(peak ** (1 / max(1, r.n_layers - where)))} per layer on the way down",
     )
+
+
+def growth_text(factor: float) -> str:
+    """``2.22x``, or in percent near 1: over hundreds of layers a 108x gain is 0.47% a layer, which
+    three digits would print as "1x"."""
+    return f"{factor:.3g}x" if factor >= 1.1 else f"{100 * (factor - 1):.2g}%"
 
 
 def _growth(r: ProbeResult):

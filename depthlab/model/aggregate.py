@@ -87,11 +87,32 @@ class DenseFormer(Topology):
         outputs = state.outputs + (x,)  # X_0 .. X_i
         if not self.sources:
             return Dense(x, outputs)
-        y = sum(a * outputs[j] for a, j in zip(self.alpha, self.sources))  # Y_i = sum_j alpha_ij X_j
+        y = WeightedSum.apply(self.alpha, *(outputs[j] for j in self.sources))  # Y_i = sum_j alpha_ij X_j
         return Dense(y, outputs)
 
     def mixing_parameters(self) -> list[nn.Parameter]:
         return [self.alpha] if self.sources else []
+
+
+class WeightedSum(torch.autograd.Function):
+    """sum_n alpha_n X_n, as ``sum(a * X for a, X in zip(alpha, xs))`` computes it (the same products and
+    additions in the same order: the same values), in one autograd node. Summed term by term under
+    autograd, every product left two small nodes behind it that pinned its freed memory (glibc's heap):
+    a 300-layer DenseFormer held 6 GB after its forward, growing with depth squared."""
+
+    @staticmethod
+    def forward(ctx, alpha: torch.Tensor, *xs: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(alpha, *xs)
+        y, term = alpha[0] * xs[0], torch.empty_like(xs[0])
+        for a, x in zip(alpha[1:], xs[1:]):
+            y += torch.mul(a, x, out=term)
+        return y
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        alpha, *xs = ctx.saved_tensors
+        grad_alpha = torch.stack([(g * x).sum() for x in xs]) if ctx.needs_input_grad[0] else None
+        return (grad_alpha, *(g * a if need else None for a, need in zip(alpha, ctx.needs_input_grad[1:])))
 
 
 @register("attnres")
@@ -122,6 +143,23 @@ class AttentionResiduals(Topology):
     def extra_parameters(cls, cfg, n_layers, sublayers):
         return (n_layers * sublayers + 1) * 2 * cfg.d_model  # a query and a key norm per read, and the top's
 
+    @classmethod
+    def extra_activations(cls, cfg, n_layers, sublayers, checkpointed):
+        """Each read stacks the values it reads and keeps, per value and token, the stack and its RMSNorm
+        before and after the gain (3 d), the norm's scale and the softmax weight (2). Full AttnRes reads
+        1, 2, .., 2L + 1 values: what it keeps grows with depth squared (a 200-layer stack at d_model 32
+        passed the check and was killed at 16 GB). Recomputed blocks keep one layer's reads at a time."""
+        b = cls.block_of(cfg.topology, n_layers * sublayers)
+        sizes = [1 + -(-s // b) for s in range(n_layers * sublayers + 1)]  # values read; the last: the top's
+        read = sum(sizes[-sublayers - 1 :]) if checkpointed else sum(sizes)  # sizes only grow with s
+        return (3 * cfg.d_model + 2) * read
+
+    @classmethod
+    def block_of(cls, topology, sublayers: int) -> int:
+        """Sublayers per block in a stack of ``sublayers`` (``topology``: the config's options): 1 for full
+        AttnRes."""
+        return 1
+
     def forward(self, state: Depth, ctx) -> Depth:
         h, _ = self.read(state.values)  # (B, T, d), the weights over depth (a named point)
         v = self.f(self.norm(h), ctx)
@@ -142,9 +180,11 @@ class BlockAttentionResiduals(AttentionResiduals):
     FORMULA = "h = sum_n softmax_n(w*RMSNorm(b_n))*b_n over N block sums; v = F(LN(h))"
     OPTIONS = ("attnres_blocks",)
 
+    @classmethod
+    def block_of(cls, topology, sublayers: int) -> int:
+        return math.ceil(sublayers / topology.attnres_blocks)
+
 
 def block_size(w: Topology, site) -> int:
     """Sublayers per block: 1 for full AttnRes, ceil(sublayers of the stack / N) for Block AttnRes."""
-    if not isinstance(w, BlockAttentionResiduals):
-        return 1
-    return math.ceil(site.sublayers * site.n_layers / site.topology.attnres_blocks)
+    return type(w).block_of(site.topology, site.sublayers * site.n_layers)

@@ -126,6 +126,32 @@ class _Hyper(Topology):
             each += n * w * (2 * n + n * n) + 3  # phi_pre, phi_post, phi_res, the gates
         return n_layers * sublayers * each
 
+    @classmethod
+    def extra_activations(cls, cfg, n_layers, sublayers, checkpointed):
+        """What autograd saves per token beyond pre-LN's, counted from its saved tensors (exact for
+        float32; tests/test_memory.py): per sublayer, hc the n streams and the branch output, (n + 1) d;
+        the dynamic maps and mHC's projections and Sinkhorn iterations more. Recomputed blocks keep the
+        state between layers (n - 1 streams more than one) and one layer's extras."""
+        n, d, iters = cfg.topology.streams, cfg.d_model, cfg.topology.sinkhorn_iters
+        per = {
+            ("static", Streams): (n + 1) * d,
+            ("dynamic", Streams): (2 * n + 1) * d + 2 * n * n + 6 * n,
+            ("dynamic", Fractions): 3 * d + 4 * n * n + 4 * n,
+            ("mhc", Streams): (2 * n + 1) * d + iters * (2 * n * n + 2 * n) + 3 * n * n + 5 * n + 2,
+        }[cls.FORM, cls.STATE]
+        if checkpointed:
+            return n_layers * (n - 1) * d * (cls.STATE is Streams) + sublayers * per
+        return n_layers * sublayers * per
+
+    @classmethod
+    def fixed_activations(cls, cfg, n_layers, sublayers, checkpointed):
+        """mHC concatenates its three projections (n d x (2 n + n^2)) in each sublayer's forward, and the
+        matmul keeps the copy."""
+        if cls.FORM != "mhc":
+            return 0
+        n, d = cfg.topology.streams, cfg.d_model
+        return (1 if checkpointed else n_layers) * sublayers * n * d * (n * n + 2 * n)
+
     def forward(self, H, ctx):
         pre, post, res = self.mix(H)  # (.., v, n), (.., n), (.., n, n)
         y = self.f(self.norm(mixed(pre, H).flatten(-2)), ctx)  # F(LN(H_pre H)): (B, T, d)

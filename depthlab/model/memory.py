@@ -15,7 +15,11 @@ A = 10 d + the FFN's hidden activations (2 d_ff; 4 d_ff for SwiGLU), + 6 d for a
 cross-attention: what autograd keeps of one layer (norm inputs and outputs, q, k, v, the attention
 output, the FFN's hidden layer before and after its activation). Attention itself keeps no T x T
 scores: PyTorch's fused kernel recomputes them. Per token outside the layers: 3 d + 4 V (embeddings,
-logits, their softmax and gradient). Plus a fixed ``OVERHEAD`` (allocator, validation batches) and,
+logits, their softmax and gradient). A residual topology that reads earlier layers back adds what its
+state and reads keep (``extra_activations`` and ``fixed_activations`` of its wrapping, counted from
+autograd's saved tensors): full Attention Residuals stack 1, 2, .., 2L + 1 values, 3 d + 2 floats per
+value and token, which grows with depth squared; hyper-connections keep n streams; mHC its Sinkhorn
+iterations and a copy of its projections per sublayer. Plus a fixed ``OVERHEAD`` (allocator, validation batches) and,
 for training, what its data takes (``depthlab.train.tasks.train_memory``: a ``--data`` file is read,
 split and copied, about four bytes per byte).
 
@@ -144,7 +148,8 @@ def estimate_memory(
     p = param_count(cfg)
     parts = {PARAM_PART[mode]: PARAM_BYTES[mode] * p}
     if mode != "build":
-        parts["activations"] = BYTES * batch_size * _floats(cfg, mode, seq_len, src_len or seq_len)
+        floats = batch_size * _floats(cfg, mode, seq_len, src_len or seq_len) + _fixed(cfg, mode)
+        parts["activations"] = BYTES * floats
     if data_bytes:
         parts["data"] = data_bytes
     parts["overhead"] = OVERHEAD[mode]
@@ -165,7 +170,27 @@ def _floats(cfg: ModelConfig, mode: str, tgt: int, src: int) -> int:
     if checkpointed:  # the block being recomputed holds its plain activations
         out += max(enc_tokens, tgt) * (layer + cross)
     out += (enc_tokens if cfg.arch == "encdec" else 0) * 3 * d
+    topology = getattr(WRAPPINGS[cfg.wrap], "extra_activations", None)  # a residual topology's state
+    if topology is not None:
+        out += sum(
+            tokens * topology(cfg, n, s, checkpointed) for n, s, tokens in _sides(cfg, enc_tokens, tgt)
+        )
     return out + tgt * (3 * d + 4 * cfg.vocab_size)
+
+
+def _sides(cfg: ModelConfig, enc_tokens: int = 0, tgt: int = 0) -> list[tuple[int, int, int]]:
+    """(layers, sublayers per layer, tokens) of each stack the model has."""
+    sides = ((cfg.enc_depth, 2, enc_tokens), (cfg.dec_depth, 3 if cfg.arch == "encdec" else 2, tgt))
+    return [side for side in sides if side[0]]
+
+
+def _fixed(cfg: ModelConfig, mode: str) -> int:
+    """Floats kept once whatever the batch: a residual topology's copies of its weights (mHC's)."""
+    topology = getattr(WRAPPINGS[cfg.wrap], "fixed_activations", None)
+    if topology is None:
+        return 0
+    checkpointed = mode == "train" and cfg.activation_checkpointing
+    return sum(topology(cfg, n, s, checkpointed) for n, s, _ in _sides(cfg))
 
 
 def available_memory(device: torch.device | str | None = None) -> int | None:

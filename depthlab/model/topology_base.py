@@ -59,6 +59,18 @@ class Topology(Wrapping):
         return 0
 
     @classmethod
+    def extra_activations(cls, cfg, n_layers: int, sublayers: int, checkpointed: bool) -> int:
+        """The floats per token one stack of ``n_layers`` layers keeps for backward beyond pre-LN's (the
+        memory check): 0 unless its state or its reads keep more than one stream's worth."""
+        return 0
+
+    @classmethod
+    def fixed_activations(cls, cfg, n_layers: int, sublayers: int, checkpointed: bool) -> int:
+        """The floats one stack keeps for backward once, whatever the batch (a copy of a weight made in
+        the forward): 0 unless the design makes one."""
+        return 0
+
+    @classmethod
     def check_config(cls, cfg) -> None:
         present = ("attn", "ffn") + (("cross",) if cfg.arch == "encdec" else ())
         if not all(cfg.has_residual(s) for s in present):

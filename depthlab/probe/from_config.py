@@ -14,7 +14,7 @@ import torch
 from depthlab.config import ModelConfig, check_int
 from depthlab.corpus import describe_batch, load_corpus, text_batch, train_windows
 from depthlab.doctor.verdict import Verdict
-from depthlab.errors import option_list
+from depthlab.errors import ConfigError, option_list
 from depthlab.model import build_model
 from depthlab.model.explain import init_summary, param_summary, wiring_summary
 from depthlab.model.memory import available_memory, check_memory, estimate_memory
@@ -24,6 +24,17 @@ from depthlab.probe.result import ProbeResult
 
 # depthlab's reference init conventions: what a verdict is compared under to tell init from wiring
 REFERENCE_INIT = {"init": "xavier", "tie_embeddings": True, "embed_scale": True}
+
+
+def check_batch(batch_size: int, seq_len: int, loss: str = "lm") -> None:
+    """ConfigError naming the size unless the probe's batch can be cut and its loss taken: lm predicts
+    each token from those before it, so it needs two tokens a sequence."""
+    check_int("batch_size", batch_size)
+    check_int("seq_len", seq_len)
+    if loss == "lm" and seq_len < 2:
+        raise ConfigError(
+            "seq_len", seq_len, "at least 2 with loss lm: it predicts each token from those before"
+        )
 
 
 def probe_config(
@@ -52,8 +63,7 @@ def probe_config(
     (:mod:`depthlab.model.memory`; ``force_memory`` runs it anyway).
     """
     check_config_type(cfg)
-    check_int("batch_size", batch_size)
-    check_int("seq_len", seq_len)
+    check_batch(batch_size, seq_len, options.get("loss", "lm"))
     keys = ("loss", "perturbation", "jacobian_probes")
     check_options(**{k: options[k] for k in keys if k in options}, seed=seed)
     cfg.check_length(seq_len)
