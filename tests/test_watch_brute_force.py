@@ -230,3 +230,16 @@ def test_train_metrics_jsonl_is_a_replay_by_hand(tmp_path):
         if t in records:  # the loss is the mean over the steps since the last logged one (2 and 3 at step 3)
             by_hand["loss"] = sum(losses[-2:]) / 2 if t == 3 else losses[-1]
             _same(records[t], by_hand)
+
+
+def test_the_attention_keys_say_how_many_sequences_they_read():
+    """attn_entropy and attn_logit_max are taken over the batch's first ROWS sequences (the recomputation
+    costs); the key table and docs/watch.md say that number."""
+    from pathlib import Path
+
+    from depthlab.watch import keys
+    from depthlab.watch.attention_stats import ROWS
+
+    assert f"first ``ROWS`` = {ROWS} sequences" in keys.__doc__
+    page = " ".join((Path(__file__).parents[1] / "docs" / "watch.md").read_text().split())
+    assert f"over the batch's first {ROWS} sequences" in page

@@ -27,8 +27,8 @@ A record (one per logged step; a line of ``metrics.jsonl``) holds, in this order
 | cross_grad_norm | the same for cross-attention (None outside an encoder-decoder's decoder) |
 | ffn_grad_norm  | the same for the feed-forward sublayer                                 |
 | param_update | ||W_after - W_before|| / ||W_before|| over all of layer i's parameters   |
-| attn_entropy | layer i's self-attention entropy -sum_j p_ij log p_ij (nats), mean over batch, heads and queries (Zhai et al. 2023) |
-| attn_logit_max | the largest pre-softmax attention logit of layer i (Dehghani et al. 2023) |
+| attn_entropy | layer i's self-attention entropy -sum_j p_ij log p_ij (nats), mean over the batch's first ``ROWS`` = 4 sequences, heads and queries (Zhai et al. 2023) |
+| attn_logit_max | the largest pre-softmax attention logit of layer i over those sequences (Dehghani et al. 2023) |
 
 The per-layer keys are None at i = 0, and the attention keys None where the scores cannot be observed
 (:mod:`depthlab.watch.attention_stats`). The sublayer groups are the probe's
