@@ -78,7 +78,7 @@ def test_duplicate_combinations_are_dropped():
         ({"axes": {"n_layers": []}}, "axes.n_layers"),
         ({"model": {"d_modle": 32}}, "model.d_modle"),  # typo in a base section
         ({"train": {"lr": -1.0}}, "train.lr"),
-        ({"axes": {"variant": [{"wrap": "pre", "residul": []}]}}, "residul"),
+        ({"axes": {"variant": [{"wrap": "pre", "residul": []}]}}, "axes.variant.residul"),
         ({"axes": {"variant": [{"wrap": "prenorm"}]}}, "axes.variant.wrap"),  # in one of an axis's mappings
         ({"axis": {"wrap": ["pre"]}}, "axis"),  # unknown top-level key
         ({"train": {"seq_len": 512}, "model": {"max_len": 64}}, "train.seq_len"),
@@ -94,6 +94,31 @@ def test_bad_grids_name_the_key(grid, field):
         StudyConfig.from_dict({"name": "bad", **grid})
     assert e.value.field == field
     assert field in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "grid, message",
+    [
+        # a misspelt field in one of an axis's mappings: the key as typed, with the value it was given
+        ({"axes": {"variant": [{"wrap": "pre"}, {"wrp": "post"}]}}, "axes.variant.wrp='post'"),
+        ({"axis": {"wrap": ["pre"]}}, "did you mean 'axes'?"),  # the nearest name is suggested
+        ({"model": {"d_modle": 32}}, "did you mean 'd_model'?"),
+        ({"axes": {"n_layer": [2, 4]}}, "did you mean 'n_layers'?"),
+        ({"axes": {"variant": [{"wrp": "post"}]}}, "did you mean 'wrap'?"),
+        ({"model": {"lr": 0.01}}, "lr is a train field"),  # a field under the other section
+        ({"train": {"n_layers": 4}}, "n_layers is a model field"),
+    ],
+)
+def test_a_misspelt_key_is_named_as_typed_with_the_nearest_name(grid, message):
+    with pytest.raises(ConfigError) as e:
+        StudyConfig.from_dict({"name": "bad", **grid})
+    assert message in str(e.value)
+
+
+def test_an_unknown_key_with_no_near_name_suggests_none():
+    with pytest.raises(ConfigError) as e:
+        StudyConfig.from_dict({"name": "bad", "axes": {"zzzzzz": [1]}})
+    assert "did you mean" not in str(e.value)
 
 
 def test_bad_combination_is_named():

@@ -26,6 +26,7 @@ value raises :class:`depthlab.ConfigError` naming the field before the first run
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import math
 import os
@@ -152,7 +153,19 @@ def route(name: str) -> tuple[str, str]:
         return "model", name
     if name in TRAIN_FIELDS:
         return "train", name
-    raise ConfigError(name, name, "a field of ModelConfig or TrainConfig (see `depthlab study --fields`)")
+    hint = did_you_mean(name, MODEL_FIELDS | TRAIN_FIELDS)
+    raise ConfigError(
+        name, name, f"a field of ModelConfig or TrainConfig{hint} (see `depthlab study --fields`)"
+    )
+
+
+def did_you_mean(name, known) -> str:
+    """`` (did you mean 'n_layers'?)`` for the name of ``known`` nearest a misspelt ``name``; '' when
+    none is near (difflib's ratio of 0.6, its default: a typo or two in a word of a few letters)."""
+    if not isinstance(name, str):
+        return ""
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _coerce(cls, name: str, value):
@@ -180,7 +193,10 @@ def _overrides(mapping, where: str) -> dict:
     out: dict[str, dict] = {"model": {}, "train": {}}
     given: dict[tuple[str, str], object] = {}
     for name, value in mapping.items():
-        side, fname = route(name)
+        try:
+            side, fname = route(name)
+        except ConfigError as e:  # named as typed: the axis, the key, the value given
+            raise ConfigError(f"{where}.{name}", value, e.allowed) from None
         if (side, fname) in given:  # `wrap` and `model.wrap`, or a field's old and new name
             raise ConfigError(
                 f"{where}.{name}",
@@ -201,9 +217,15 @@ def _section(d: dict, side: str) -> dict:
     cls = ModelConfig if side == "model" else TrainConfig
     known = MODEL_FIELDS if side == "model" else TRAIN_FIELDS
     sec = one_spelling(cls, sec, side)
+    other = "train" if side == "model" else "model"
     for k in sec:
+        if k in (TRAIN_FIELDS if side == "model" else MODEL_FIELDS):
+            raise ConfigError(f"{side}.{k}", sec[k], f"a field of {cls.__name__} ({k} is a {other} field)")
         if k not in known:
-            raise ConfigError(f"{side}.{k}", sec[k], f"a field of {cls.__name__}: {', '.join(sorted(known))}")
+            hint = did_you_mean(k, known)
+            raise ConfigError(
+                f"{side}.{k}", sec[k], f"a field of {cls.__name__}{hint}: {', '.join(sorted(known))}"
+            )
     return {k: _coerce(cls, k, v) for k, v in sec.items()}
 
 
@@ -216,8 +238,11 @@ def _axis_values(name: str, values) -> list[tuple[object, dict]]:
     except ConfigError:
         if all(isinstance(v, dict) for v in values):
             return [(v, _overrides(v, f"axes.{name}")) for v in values]
+        hint = did_you_mean(name, MODEL_FIELDS | TRAIN_FIELDS)
         raise ConfigError(
-            f"axes.{name}", values, "a ModelConfig/TrainConfig field, or a list of {field: value} mappings"
+            f"axes.{name}",
+            values,
+            f"a ModelConfig/TrainConfig field{hint}, or a list of {{field: value}} mappings",
         ) from None
     cls = ModelConfig if side == "model" else TrainConfig
     out = []
@@ -259,7 +284,8 @@ class StudyConfig:
             )
         for k in d:
             if k not in TOP_KEYS:
-                raise ConfigError(k, d[k], f"a study grid key: {', '.join(TOP_KEYS)}")
+                hint = did_you_mean(k, TOP_KEYS)
+                raise ConfigError(k, d[k], f"a study grid key{hint}: {', '.join(TOP_KEYS)}")
         name = d.get("name", default_name)
         if not isinstance(name, str) or not name.strip():
             raise ConfigError("name", name, "a non-empty study name")
