@@ -309,6 +309,12 @@ class StudyConfig:
         """The grid in the YAML file at ``path`` (read by :func:`depthlab.study.gridfile.read_grid_file`,
         which refuses what is not a sound grid file), then as :meth:`from_dict`."""
         d = read_grid_file(path)
+        if not isinstance(d, dict):  # a TOML file, say, reads as one YAML string
+            what = {type(None): "nothing", str: "one string", list: "a list"}.get(type(d), type(d).__name__)
+            raise InputError(
+                f"grid file {path} holds {what}, not a mapping of {', '.join(TOP_KEYS)}: a grid is YAML "
+                "(or JSON)"
+            )
         name = os.path.splitext(os.path.basename(path))[0]
         return cls.from_dict(d, default_name=name, max_runs=max_runs, validate=validate)
 
