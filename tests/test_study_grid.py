@@ -198,3 +198,15 @@ def test_a_data_file_too_short_for_the_longest_run_is_refused_before_any_run(tmp
         StudyConfig.from_dict(grid)
     grid["axes"] = {"seq_len": [8, 16]}
     assert len(StudyConfig.from_dict(grid).expand()) == 2
+
+
+def test_fields_lists_each_group_of_options_under_its_own_heading():
+    from depthlab.study.grid import field_help
+
+    lines = field_help().splitlines()
+    heads = [i for i, line in enumerate(lines) if not line.startswith("  ")]
+    group = {lines[i]: lines[i + 1 : j] for i, j in zip(heads, heads[1:] + [len(lines)])}
+    (family,) = [h for h in group if "family options" in h]
+    (topology,) = [h for h in group if "topology options" in h]
+    assert any(line.split()[0] == "d_head" for line in group[family])
+    assert [line.split()[0] for line in group[topology]][:1] == ["streams"]  # not among the family's

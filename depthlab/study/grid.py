@@ -435,6 +435,13 @@ def _build(model: dict, train: dict, labels: dict, typed: dict | None = None) ->
     return RunSpec(model=m, train=t, axes=labels)
 
 
+# the headings of ``--fields`` for the config's groups of options
+OPTION_GROUPS = {
+    "family": "family options, what released model families need",
+    "topology": "topology options, read by hc, dhc, mhc, frac, denseformer and attnres",
+}
+
+
 def field_help() -> str:
     """The fields a grid may set, with their defaults (for ``depthlab study --fields``): the core
     fields of each config, then the family options (named flat in a grid as everywhere)."""
@@ -444,7 +451,7 @@ def field_help() -> str:
         for f in fields(config):
             value = getattr(config, f.name)
             if isinstance(value, ConfigBase):
-                lines.append(f"{side}, family options (what released model families need; named flat too):")
+                lines.append(f"{side}, {OPTION_GROUPS.get(f.name, f'{f.name} options')} (named flat too):")
                 lines += [f"  {g.name:16} default {getattr(value, g.name)!r}" for g in fields(value)]
             else:
                 lines.append(f"  {f.name:16} default {value!r}")
