@@ -121,6 +121,33 @@ def test_an_unknown_key_with_no_near_name_suggests_none():
     assert "did you mean" not in str(e.value)
 
 
+@pytest.mark.parametrize(
+    "grid, field, combination",
+    [
+        ({"axes": {"dyt_alpha": [0.5, 1.0]}}, "axes.dyt_alpha", "dyt_alpha=1.0"),  # only norm=dyt reads it
+        ({"axes": {"mix_ratio": [0.5]}}, "axes.mix_ratio", "mix_ratio=0.5"),  # only wrap=mix reads it
+        ({"axes": {"rope_base": [500.0]}}, "axes.rope_base", "rope_base=500.0"),  # learned positions
+        ({"model": {"mix_ratio": 0.5}, "axes": {"wrap": ["mix", "pre"]}}, "model.mix_ratio", "wrap=pre"),
+    ],
+)
+def test_a_setting_the_model_does_not_read_is_refused_not_run_twice(grid, field, combination):
+    """Two runs that differ only in a setting the model ignores would train one model twice, and the
+    sweep would read as 'no effect'."""
+    with pytest.raises(ConfigError) as e:
+        StudyConfig.from_dict({"name": "bad", **grid})
+    assert e.value.field == field and "does not read it" in str(e.value) and combination in str(e.value)
+
+
+def test_a_setting_is_kept_where_the_model_reads_it():
+    axes = {
+        "v": [{"norm": "dyt", "dyt_alpha": 1.0}, {"wrap": "mix", "mix_ratio": 0.5}, {"norm": "layernorm"}]
+    }
+    runs = StudyConfig.from_dict(
+        {"name": "ok", "model": {"position": "rope", "rope_base": 500.0}, "axes": axes}
+    )
+    assert [r.model.rope_base for r in runs.expand()] == [500.0] * 3
+
+
 def test_bad_combination_is_named():
     with pytest.raises(ConfigError, match="grid combination: wrap=deepnorm norm=none"):
         StudyConfig.from_dict(

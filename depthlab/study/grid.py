@@ -424,6 +424,7 @@ def _build(model: dict, train: dict, labels: dict, typed: dict | None = None) ->
             base = imported_config(model.pop(HF_KEY), flag="model.hf")[0]
             model = {**base.flat_dict(), **rewire(base, model)}  # n_layers or arch: the stacks' own depths go
         m, t = ModelConfig.from_dict(model), TrainConfig.from_dict(train)
+        _refuse_unread(m, typed or {})
         check_task(m, t)  # as training will check it, but before any run
     except ConfigError as e:
         where = axes_label(labels) if labels else ""
@@ -440,6 +441,26 @@ OPTION_GROUPS = {
     "family": "family options, what released model families need",
     "topology": "topology options, read by hc, dhc, mhc, frac, denseformer and attnres",
 }
+
+
+# model fields read under one setting only: field -> (the setting's field, its value). A grid that
+# sets one elsewhere would train one model under two keys, and its sweep would read as "no effect"
+# (the residual topologies' options are refused so by ModelConfig itself).
+READ_ONLY_WITH = {
+    "dyt_alpha": ("norm", "dyt"),
+    "mix_ratio": ("wrap", "mix"),
+    "rope_base": ("position", "rope"),
+}
+
+
+def _refuse_unread(m: ModelConfig, typed: dict) -> None:
+    """ConfigError for a field of READ_ONLY_WITH that the grid set (``typed``: field -> key) away from its
+    default in a run whose model does not read it. A value a Hugging Face config brought is not refused."""
+    for name, (by, value) in READ_ONLY_WITH.items():
+        given = getattr(m, name)
+        if name in typed and getattr(m, by) != value and not math.isclose(given, getattr(ModelConfig, name)):
+            why = f"to be left unset with {by}={getattr(m, by)}, which does not read it (read with {by}={value}: set both in one mapping of an axis)"
+            raise ConfigError(name, given, why)
 
 
 def field_help() -> str:
