@@ -127,6 +127,7 @@ def test_an_unknown_key_with_no_near_name_suggests_none():
         ({"axes": {"dyt_alpha": [0.5, 1.0]}}, "axes.dyt_alpha", "dyt_alpha=1.0"),  # only norm=dyt reads it
         ({"axes": {"mix_ratio": [0.5]}}, "axes.mix_ratio", "mix_ratio=0.5"),  # only wrap=mix reads it
         ({"axes": {"rope_base": [500.0]}}, "axes.rope_base", "rope_base=500.0"),  # learned positions
+        ({"axes": {"init_std": [0.02, 0.05]}}, "axes.init_std", "init_std=0.05"),  # xavier has no std
         ({"model": {"mix_ratio": 0.5}, "axes": {"wrap": ["mix", "pre"]}}, "model.mix_ratio", "wrap=pre"),
     ],
 )
@@ -140,12 +141,17 @@ def test_a_setting_the_model_does_not_read_is_refused_not_run_twice(grid, field,
 
 def test_a_setting_is_kept_where_the_model_reads_it():
     axes = {
-        "v": [{"norm": "dyt", "dyt_alpha": 1.0}, {"wrap": "mix", "mix_ratio": 0.5}, {"norm": "layernorm"}]
+        "v": [
+            {"norm": "dyt", "dyt_alpha": 1.0},
+            {"wrap": "mix", "mix_ratio": 0.5},
+            {"init": "normal", "init_std": 0.05},
+            {"init": "gpt2", "init_std": 0.05},
+        ]
     }
     runs = StudyConfig.from_dict(
         {"name": "ok", "model": {"position": "rope", "rope_base": 500.0}, "axes": axes}
     )
-    assert [r.model.rope_base for r in runs.expand()] == [500.0] * 3
+    assert [r.model.rope_base for r in runs.expand()] == [500.0] * 4
 
 
 def test_bad_combination_is_named():

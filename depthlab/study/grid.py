@@ -443,24 +443,27 @@ OPTION_GROUPS = {
 }
 
 
-# model fields read under one setting only: field -> (the setting's field, its value). A grid that
-# sets one elsewhere would train one model under two keys, and its sweep would read as "no effect"
-# (the residual topologies' options are refused so by ModelConfig itself).
+# model fields read under some settings only: field -> (the setting's field, the values that read it).
+# A grid that sets one elsewhere would train one model under two keys, and its sweep would read as
+# "no effect" (the residual topologies' options are refused so by ModelConfig itself).
 READ_ONLY_WITH = {
-    "dyt_alpha": ("norm", "dyt"),
-    "mix_ratio": ("wrap", "mix"),
-    "rope_base": ("position", "rope"),
+    "dyt_alpha": ("norm", ("dyt",)),
+    "mix_ratio": ("wrap", ("mix",)),
+    "rope_base": ("position", ("rope",)),
+    "init_std": ("init", ("normal", "gpt2")),  # xavier's scale is its own
 }
+_DEFAULTS = ModelConfig().flat_dict()
 
 
 def _refuse_unread(m: ModelConfig, typed: dict) -> None:
     """ConfigError for a field of READ_ONLY_WITH that the grid set (``typed``: field -> key) away from its
     default in a run whose model does not read it. A value a Hugging Face config brought is not refused."""
-    for name, (by, value) in READ_ONLY_WITH.items():
-        given = getattr(m, name)
-        if name in typed and getattr(m, by) != value and not math.isclose(given, getattr(ModelConfig, name)):
-            why = f"to be left unset with {by}={getattr(m, by)}, which does not read it (read with {by}={value}: set both in one mapping of an axis)"
-            raise ConfigError(name, given, why)
+    flat = m.flat_dict()
+    for name, (by, readers) in READ_ONLY_WITH.items():
+        if name in typed and flat[by] not in readers and not math.isclose(flat[name], _DEFAULTS[name]):
+            with_ = " or ".join(f"{by}={r}" for r in readers)
+            why = f"to be left unset with {by}={flat[by]}, which does not read it (read with {with_}: set both in one mapping of an axis)"
+            raise ConfigError(name, flat[name], why)
 
 
 def field_help() -> str:
