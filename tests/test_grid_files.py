@@ -55,6 +55,18 @@ def test_grid_files_that_are_not_utf8_are_refused(capsys, tmp_path, content, nee
     _refused(capsys, tmp_path, _grid(tmp_path, content), needle)
 
 
+@pytest.mark.parametrize(
+    "name, content",
+    [
+        ("g.toml", 'name = "t"\n[model]\nd_model = 16\n[axes]\nn_layers = [2, 4]\n'),  # YAML reads one string
+        ("g.yaml", "- n_layers: [2, 4]\n"),
+        ("g.yaml", "# only a comment\n"),
+    ],
+)
+def test_a_grid_file_that_is_no_mapping_is_refused_naming_the_file(capsys, tmp_path, name, content):
+    _refused(capsys, tmp_path, _grid(tmp_path, content, name), f"grid file {tmp_path / name}", "YAML")
+
+
 def test_a_utf8_byte_order_mark_is_fine(tmp_path):
     path = _grid(tmp_path, codecs.BOM_UTF8 + GOOD.encode())
     assert [s.model.n_layers for s in StudyConfig.from_yaml(str(path)).expand()] == [2, 4]

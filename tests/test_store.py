@@ -150,6 +150,26 @@ def test_a_grid_edited_under_its_old_name_is_said_to_be_a_new_study(tmp_path):
     )
 
 
+def test_an_extended_grid_runs_only_its_new_runs_and_other_workers_are_the_same_study(tmp_path):
+    import io
+
+    from test_study_fakes import fake_task
+
+    from depthlab.study import run_study
+
+    db = str(tmp_path / "s.sqlite")
+    first = run_study(fake_study(depths=(2,)), db=db, task=fake_task, progress=False, out=io.StringIO())
+    said = io.StringIO()  # the same grid on another number of workers, under another run limit
+    again = run_study(
+        fake_study(depths=(2,)), db=db, task=fake_task, workers=2, max_runs=5, progress=False, out=said
+    )
+    assert again.study_id == first.study_id and (again.ran, again.skipped) == (0, first.total)
+    assert "note:" not in said.getvalue()
+    bigger = run_study(fake_study(depths=(2, 4)), db=db, task=fake_task, progress=False, out=io.StringIO())
+    assert bigger.study_id != first.study_id
+    assert (bigger.total, bigger.skipped, bigger.ran) == (2 * first.total, first.total, first.total)
+
+
 def test_claim_finish_release_lifecycle(tmp_path):
     study = fake_study(depths=(4,), warmups=(0,))
     specs = study.expand()

@@ -78,7 +78,7 @@ def test_duplicate_combinations_are_dropped():
         ({"axes": {"n_layers": []}}, "axes.n_layers"),
         ({"model": {"d_modle": 32}}, "model.d_modle"),  # typo in a base section
         ({"train": {"lr": -1.0}}, "train.lr"),
-        ({"axes": {"variant": [{"wrap": "pre", "residul": []}]}}, "residul"),
+        ({"axes": {"variant": [{"wrap": "pre", "residul": []}]}}, "axes.variant.residul"),
         ({"axes": {"variant": [{"wrap": "prenorm"}]}}, "axes.variant.wrap"),  # in one of an axis's mappings
         ({"axis": {"wrap": ["pre"]}}, "axis"),  # unknown top-level key
         ({"train": {"seq_len": 512}, "model": {"max_len": 64}}, "train.seq_len"),
@@ -94,6 +94,64 @@ def test_bad_grids_name_the_key(grid, field):
         StudyConfig.from_dict({"name": "bad", **grid})
     assert e.value.field == field
     assert field in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "grid, message",
+    [
+        # a misspelt field in one of an axis's mappings: the key as typed, with the value it was given
+        ({"axes": {"variant": [{"wrap": "pre"}, {"wrp": "post"}]}}, "axes.variant.wrp='post'"),
+        ({"axis": {"wrap": ["pre"]}}, "did you mean 'axes'?"),  # the nearest name is suggested
+        ({"model": {"d_modle": 32}}, "did you mean 'd_model'?"),
+        ({"axes": {"n_layer": [2, 4]}}, "did you mean 'n_layers'?"),
+        ({"axes": {"variant": [{"wrp": "post"}]}}, "did you mean 'wrap'?"),
+        ({"model": {"lr": 0.01}}, "lr is a train field"),  # a field under the other section
+        ({"train": {"n_layers": 4}}, "n_layers is a model field"),
+    ],
+)
+def test_a_misspelt_key_is_named_as_typed_with_the_nearest_name(grid, message):
+    with pytest.raises(ConfigError) as e:
+        StudyConfig.from_dict({"name": "bad", **grid})
+    assert message in str(e.value)
+
+
+def test_an_unknown_key_with_no_near_name_suggests_none():
+    with pytest.raises(ConfigError) as e:
+        StudyConfig.from_dict({"name": "bad", "axes": {"zzzzzz": [1]}})
+    assert "did you mean" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "grid, field, combination",
+    [
+        ({"axes": {"dyt_alpha": [0.5, 1.0]}}, "axes.dyt_alpha", "dyt_alpha=1.0"),  # only norm=dyt reads it
+        ({"axes": {"mix_ratio": [0.5]}}, "axes.mix_ratio", "mix_ratio=0.5"),  # only wrap=mix reads it
+        ({"axes": {"rope_base": [500.0]}}, "axes.rope_base", "rope_base=500.0"),  # learned positions
+        ({"axes": {"init_std": [0.02, 0.05]}}, "axes.init_std", "init_std=0.05"),  # xavier has no std
+        ({"model": {"mix_ratio": 0.5}, "axes": {"wrap": ["mix", "pre"]}}, "model.mix_ratio", "wrap=pre"),
+    ],
+)
+def test_a_setting_the_model_does_not_read_is_refused_not_run_twice(grid, field, combination):
+    """Two runs that differ only in a setting the model ignores would train one model twice, and the
+    sweep would read as 'no effect'."""
+    with pytest.raises(ConfigError) as e:
+        StudyConfig.from_dict({"name": "bad", **grid})
+    assert e.value.field == field and "does not read it" in str(e.value) and combination in str(e.value)
+
+
+def test_a_setting_is_kept_where_the_model_reads_it():
+    axes = {
+        "v": [
+            {"norm": "dyt", "dyt_alpha": 1.0},
+            {"wrap": "mix", "mix_ratio": 0.5},
+            {"init": "normal", "init_std": 0.05},
+            {"init": "gpt2", "init_std": 0.05},
+        ]
+    }
+    runs = StudyConfig.from_dict(
+        {"name": "ok", "model": {"position": "rope", "rope_base": 500.0}, "axes": axes}
+    )
+    assert [r.model.rope_base for r in runs.expand()] == [500.0] * 4
 
 
 def test_bad_combination_is_named():
@@ -173,3 +231,15 @@ def test_a_data_file_too_short_for_the_longest_run_is_refused_before_any_run(tmp
         StudyConfig.from_dict(grid)
     grid["axes"] = {"seq_len": [8, 16]}
     assert len(StudyConfig.from_dict(grid).expand()) == 2
+
+
+def test_fields_lists_each_group_of_options_under_its_own_heading():
+    from depthlab.study.grid import field_help
+
+    lines = field_help().splitlines()
+    heads = [i for i, line in enumerate(lines) if not line.startswith("  ")]
+    group = {lines[i]: lines[i + 1 : j] for i, j in zip(heads, heads[1:] + [len(lines)])}
+    (family,) = [h for h in group if "family options" in h]
+    (topology,) = [h for h in group if "topology options" in h]
+    assert any(line.split()[0] == "d_head" for line in group[family])
+    assert [line.split()[0] for line in group[topology]][:1] == ["streams"]  # not among the family's

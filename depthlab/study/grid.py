@@ -26,6 +26,7 @@ value raises :class:`depthlab.ConfigError` naming the field before the first run
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import math
 import os
@@ -152,7 +153,19 @@ def route(name: str) -> tuple[str, str]:
         return "model", name
     if name in TRAIN_FIELDS:
         return "train", name
-    raise ConfigError(name, name, "a field of ModelConfig or TrainConfig (see `depthlab study --fields`)")
+    hint = did_you_mean(name, MODEL_FIELDS | TRAIN_FIELDS)
+    raise ConfigError(
+        name, name, f"a field of ModelConfig or TrainConfig{hint} (see `depthlab study --fields`)"
+    )
+
+
+def did_you_mean(name, known) -> str:
+    """`` (did you mean 'n_layers'?)`` for the name of ``known`` nearest a misspelt ``name``; '' when
+    none is near (difflib's ratio of 0.6, its default: a typo or two in a word of a few letters)."""
+    if not isinstance(name, str):
+        return ""
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _coerce(cls, name: str, value):
@@ -180,7 +193,10 @@ def _overrides(mapping, where: str) -> dict:
     out: dict[str, dict] = {"model": {}, "train": {}}
     given: dict[tuple[str, str], object] = {}
     for name, value in mapping.items():
-        side, fname = route(name)
+        try:
+            side, fname = route(name)
+        except ConfigError as e:  # named as typed: the axis, the key, the value given
+            raise ConfigError(f"{where}.{name}", value, e.allowed) from None
         if (side, fname) in given:  # `wrap` and `model.wrap`, or a field's old and new name
             raise ConfigError(
                 f"{where}.{name}",
@@ -201,9 +217,15 @@ def _section(d: dict, side: str) -> dict:
     cls = ModelConfig if side == "model" else TrainConfig
     known = MODEL_FIELDS if side == "model" else TRAIN_FIELDS
     sec = one_spelling(cls, sec, side)
+    other = "train" if side == "model" else "model"
     for k in sec:
+        if k in (TRAIN_FIELDS if side == "model" else MODEL_FIELDS):
+            raise ConfigError(f"{side}.{k}", sec[k], f"a field of {cls.__name__} ({k} is a {other} field)")
         if k not in known:
-            raise ConfigError(f"{side}.{k}", sec[k], f"a field of {cls.__name__}: {', '.join(sorted(known))}")
+            hint = did_you_mean(k, known)
+            raise ConfigError(
+                f"{side}.{k}", sec[k], f"a field of {cls.__name__}{hint}: {', '.join(sorted(known))}"
+            )
     return {k: _coerce(cls, k, v) for k, v in sec.items()}
 
 
@@ -216,8 +238,11 @@ def _axis_values(name: str, values) -> list[tuple[object, dict]]:
     except ConfigError:
         if all(isinstance(v, dict) for v in values):
             return [(v, _overrides(v, f"axes.{name}")) for v in values]
+        hint = did_you_mean(name, MODEL_FIELDS | TRAIN_FIELDS)
         raise ConfigError(
-            f"axes.{name}", values, "a ModelConfig/TrainConfig field, or a list of {field: value} mappings"
+            f"axes.{name}",
+            values,
+            f"a ModelConfig/TrainConfig field{hint}, or a list of {{field: value}} mappings",
         ) from None
     cls = ModelConfig if side == "model" else TrainConfig
     out = []
@@ -259,7 +284,8 @@ class StudyConfig:
             )
         for k in d:
             if k not in TOP_KEYS:
-                raise ConfigError(k, d[k], f"a study grid key: {', '.join(TOP_KEYS)}")
+                hint = did_you_mean(k, TOP_KEYS)
+                raise ConfigError(k, d[k], f"a study grid key{hint}: {', '.join(TOP_KEYS)}")
         name = d.get("name", default_name)
         if not isinstance(name, str) or not name.strip():
             raise ConfigError("name", name, "a non-empty study name")
@@ -283,6 +309,12 @@ class StudyConfig:
         """The grid in the YAML file at ``path`` (read by :func:`depthlab.study.gridfile.read_grid_file`,
         which refuses what is not a sound grid file), then as :meth:`from_dict`."""
         d = read_grid_file(path)
+        if not isinstance(d, dict):  # a TOML file, say, reads as one YAML string
+            what = {type(None): "nothing", str: "one string", list: "a list"}.get(type(d), type(d).__name__)
+            raise InputError(
+                f"grid file {path} holds {what}, not a mapping of {', '.join(TOP_KEYS)}: a grid is YAML "
+                "(or JSON)"
+            )
         name = os.path.splitext(os.path.basename(path))[0]
         return cls.from_dict(d, default_name=name, max_runs=max_runs, validate=validate)
 
@@ -392,6 +424,7 @@ def _build(model: dict, train: dict, labels: dict, typed: dict | None = None) ->
             base = imported_config(model.pop(HF_KEY), flag="model.hf")[0]
             model = {**base.flat_dict(), **rewire(base, model)}  # n_layers or arch: the stacks' own depths go
         m, t = ModelConfig.from_dict(model), TrainConfig.from_dict(train)
+        _refuse_unread(m, typed or {})
         check_task(m, t)  # as training will check it, but before any run
     except ConfigError as e:
         where = axes_label(labels) if labels else ""
@@ -403,6 +436,36 @@ def _build(model: dict, train: dict, labels: dict, typed: dict | None = None) ->
     return RunSpec(model=m, train=t, axes=labels)
 
 
+# the headings of ``--fields`` for the config's groups of options
+OPTION_GROUPS = {
+    "family": "family options, what released model families need",
+    "topology": "topology options, read by hc, dhc, mhc, frac, denseformer and attnres",
+}
+
+
+# model fields read under some settings only: field -> (the setting's field, the values that read it).
+# A grid that sets one elsewhere would train one model under two keys, and its sweep would read as
+# "no effect" (the residual topologies' options are refused so by ModelConfig itself).
+READ_ONLY_WITH = {
+    "dyt_alpha": ("norm", ("dyt",)),
+    "mix_ratio": ("wrap", ("mix",)),
+    "rope_base": ("position", ("rope",)),
+    "init_std": ("init", ("normal", "gpt2")),  # xavier's scale is its own
+}
+_DEFAULTS = ModelConfig().flat_dict()
+
+
+def _refuse_unread(m: ModelConfig, typed: dict) -> None:
+    """ConfigError for a field of READ_ONLY_WITH that the grid set (``typed``: field -> key) away from its
+    default in a run whose model does not read it. A value a Hugging Face config brought is not refused."""
+    flat = m.flat_dict()
+    for name, (by, readers) in READ_ONLY_WITH.items():
+        if name in typed and flat[by] not in readers and not math.isclose(flat[name], _DEFAULTS[name]):
+            with_ = " or ".join(f"{by}={r}" for r in readers)
+            why = f"to be left unset with {by}={flat[by]}, which does not read it (read with {with_}: set both in one mapping of an axis)"
+            raise ConfigError(name, flat[name], why)
+
+
 def field_help() -> str:
     """The fields a grid may set, with their defaults (for ``depthlab study --fields``): the core
     fields of each config, then the family options (named flat in a grid as everywhere)."""
@@ -412,7 +475,7 @@ def field_help() -> str:
         for f in fields(config):
             value = getattr(config, f.name)
             if isinstance(value, ConfigBase):
-                lines.append(f"{side}, family options (what released model families need; named flat too):")
+                lines.append(f"{side}, {OPTION_GROUPS.get(f.name, f'{f.name} options')} (named flat too):")
                 lines += [f"  {g.name:16} default {getattr(value, g.name)!r}" for g in fields(value)]
             else:
                 lines.append(f"  {f.name:16} default {value!r}")
