@@ -234,7 +234,7 @@ def test_a_data_file_too_short_for_the_longest_run_is_refused_before_any_run(tmp
 
 
 def test_fields_lists_each_group_of_options_under_its_own_heading():
-    from depthlab.study.grid import field_help
+    from depthlab.study.grid_fields import field_help
 
     lines = field_help().splitlines()
     heads = [i for i, line in enumerate(lines) if not line.startswith("  ")]

@@ -15,7 +15,8 @@ from depthlab.report import check_report_dir, default_report_dir, load, render, 
 from depthlab.report.lr_tables import lr_summary
 from depthlab.study import StudyConfig, plan, preset, run_study
 from depthlab.study.executors import EXECUTORS, check_executor, default_workers, threads_per_worker
-from depthlab.study.grid import MAX_RUNS, field_help
+from depthlab.study.grid import MAX_RUNS
+from depthlab.study.grid_fields import field_help
 from depthlab.study.presets import preset_lines
 from depthlab.study.runner import repeat_note, store_note, time_plan
 from depthlab.study.store import DEFAULT_DB, check_store_path

@@ -26,34 +26,30 @@ value raises :class:`depthlab.ConfigError` naming the field before the first run
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import math
 import os
-import typing
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 
-from depthlab.config import (
-    ConfigBase,
-    ModelConfig,
-    TrainConfig,
-    current_name,
-    flat_field_names,
-    flat_field_types,
-)
+from depthlab.config import ModelConfig, TrainConfig
 from depthlab.config_base import check_int, one_spelling
 from depthlab.corpus import check_length, read_data_file, split
 from depthlab.errors import ConfigError, InputError, as_flags
 from depthlab.interop.hf import imported_config, rewire
 from depthlab.jsonable import digest
+from depthlab.study.grid_fields import (
+    HF_KEY,
+    MODEL_FIELDS,
+    TRAIN_FIELDS,
+    coerce,
+    did_you_mean,
+    refuse_unread,
+    route,
+)
 from depthlab.study.gridfile import read_grid_file
 from depthlab.train.tasks import check_task
 
-HF_KEY = "hf"  # model.hf: a Hugging Face config to start from (not a ModelConfig field)
-# a grid names every field flat, the family options too (``d_head: 8``, not ``family: {d_head: 8}``)
-MODEL_FIELDS = set(flat_field_names(ModelConfig)) | {HF_KEY}
-TRAIN_FIELDS = set(flat_field_names(TrainConfig))
 TOP_KEYS = ("name", "description", "model", "train", "axes")
 # A study larger than this is refused unless its caller raises the limit (``--max-runs``): a typo such
 # as an axis of 1,000 values crossed with another of 1,000 must not queue a million runs unasked. The
@@ -136,56 +132,6 @@ def _short(v) -> str:
     return str(v)
 
 
-def route(name: str) -> tuple[str, str]:
-    """A field name (optionally ``model.``/``train.`` prefixed; a renamed field's first name is
-    accepted) -> ("model"|"train", its current name)."""
-    if isinstance(name, str) and "." in name:
-        side, _, rest = name.partition(".")
-        cls = {"model": ModelConfig, "train": TrainConfig}.get(side)
-        known = MODEL_FIELDS if side == "model" else TRAIN_FIELDS
-        if cls is not None and current_name(cls, rest) in known:
-            return side, current_name(cls, rest)
-    if isinstance(name, str) and current_name(ModelConfig, name) != name:
-        return "model", current_name(ModelConfig, name)
-    if name in MODEL_FIELDS and name in TRAIN_FIELDS:
-        raise ConfigError(name, name, f"model.{name} or train.{name} (both configs have it)")
-    if name in MODEL_FIELDS:
-        return "model", name
-    if name in TRAIN_FIELDS:
-        return "train", name
-    hint = did_you_mean(name, MODEL_FIELDS | TRAIN_FIELDS)
-    raise ConfigError(
-        name, name, f"a field of ModelConfig or TrainConfig{hint} (see `depthlab study --fields`)"
-    )
-
-
-def did_you_mean(name, known) -> str:
-    """`` (did you mean 'n_layers'?)`` for the name of ``known`` nearest a misspelt ``name``; '' when
-    none is near (difflib's ratio of 0.6, its default: a typo or two in a word of a few letters)."""
-    if not isinstance(name, str):
-        return ""
-    close = difflib.get_close_matches(name, sorted(known), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _coerce(cls, name: str, value):
-    """YAML 1.1 reads ``1e-3`` as a string: turn numeric strings into floats for float-typed fields."""
-    if cls is ModelConfig and name == HF_KEY:
-        if not isinstance(value, str) or not value:
-            raise ConfigError(
-                "model.hf", value, "a path to a Hugging Face config.json or save_pretrained folder"
-            )
-        return value
-    hint = flat_field_types(cls)[name]
-    floaty = hint is float or float in typing.get_args(hint)
-    if floaty and isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
-
-
 def _overrides(mapping, where: str) -> dict:
     """{field: value} -> {"model": {...}, "train": {...}}, every field routed and coerced."""
     if not isinstance(mapping, dict):
@@ -205,7 +151,7 @@ def _overrides(mapping, where: str) -> dict:
             )
         given[side, fname] = name
         cls = ModelConfig if side == "model" else TrainConfig
-        out[side][fname] = _coerce(cls, fname, value)
+        out[side][fname] = coerce(cls, fname, value)
     return out
 
 
@@ -226,7 +172,7 @@ def _section(d: dict, side: str) -> dict:
             raise ConfigError(
                 f"{side}.{k}", sec[k], f"a field of {cls.__name__}{hint}: {', '.join(sorted(known))}"
             )
-    return {k: _coerce(cls, k, v) for k, v in sec.items()}
+    return {k: coerce(cls, k, v) for k, v in sec.items()}
 
 
 def _axis_values(name: str, values) -> list[tuple[object, dict]]:
@@ -248,7 +194,7 @@ def _axis_values(name: str, values) -> list[tuple[object, dict]]:
     out = []
     for v in values:
         over: dict[str, dict] = {"model": {}, "train": {}}
-        over[side][fname] = _coerce(cls, fname, v)
+        over[side][fname] = coerce(cls, fname, v)
         out.append((v, over))
     return out
 
@@ -424,7 +370,7 @@ def _build(model: dict, train: dict, labels: dict, typed: dict | None = None) ->
             base = imported_config(model.pop(HF_KEY), flag="model.hf")[0]
             model = {**base.flat_dict(), **rewire(base, model)}  # n_layers or arch: the stacks' own depths go
         m, t = ModelConfig.from_dict(model), TrainConfig.from_dict(train)
-        _refuse_unread(m, typed or {})
+        refuse_unread(m, typed or {})
         check_task(m, t)  # as training will check it, but before any run
     except ConfigError as e:
         where = axes_label(labels) if labels else ""
@@ -434,49 +380,3 @@ def _build(model: dict, train: dict, labels: dict, typed: dict | None = None) ->
             e.allowed + (f" (grid combination: {where})" if where else ""),
         ) from None
     return RunSpec(model=m, train=t, axes=labels)
-
-
-# the headings of ``--fields`` for the config's groups of options
-OPTION_GROUPS = {
-    "family": "family options, what released model families need",
-    "topology": "topology options, read by hc, dhc, mhc, frac, denseformer and attnres",
-}
-
-
-# model fields read under some settings only: field -> (the setting's field, the values that read it).
-# A grid that sets one elsewhere would train one model under two keys, and its sweep would read as
-# "no effect" (the residual topologies' options are refused so by ModelConfig itself).
-READ_ONLY_WITH = {
-    "dyt_alpha": ("norm", ("dyt",)),
-    "mix_ratio": ("wrap", ("mix",)),
-    "rope_base": ("position", ("rope",)),
-    "init_std": ("init", ("normal", "gpt2")),  # xavier's scale is its own
-}
-_DEFAULTS = ModelConfig().flat_dict()
-
-
-def _refuse_unread(m: ModelConfig, typed: dict) -> None:
-    """ConfigError for a field of READ_ONLY_WITH that the grid set (``typed``: field -> key) away from its
-    default in a run whose model does not read it. A value a Hugging Face config brought is not refused."""
-    flat = m.flat_dict()
-    for name, (by, readers) in READ_ONLY_WITH.items():
-        if name in typed and flat[by] not in readers and not math.isclose(flat[name], _DEFAULTS[name]):
-            with_ = " or ".join(f"{by}={r}" for r in readers)
-            why = f"to be left unset with {by}={flat[by]}, which does not read it (read with {with_}: set both in one mapping of an axis)"
-            raise ConfigError(name, flat[name], why)
-
-
-def field_help() -> str:
-    """The fields a grid may set, with their defaults (for ``depthlab study --fields``): the core
-    fields of each config, then the family options (named flat in a grid as everywhere)."""
-    lines = ["model.hf: a Hugging Face config.json or save_pretrained folder to start from (optional)"]
-    for side, config in (("model", ModelConfig()), ("train", TrainConfig())):
-        lines.append(f"{side}:")
-        for f in fields(config):
-            value = getattr(config, f.name)
-            if isinstance(value, ConfigBase):
-                lines.append(f"{side}, {OPTION_GROUPS.get(f.name, f'{f.name} options')} (named flat too):")
-                lines += [f"  {g.name:16} default {getattr(value, g.name)!r}" for g in fields(value)]
-            else:
-                lines.append(f"  {f.name:16} default {value!r}")
-    return "\n".join(lines)
