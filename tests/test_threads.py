@@ -25,15 +25,21 @@ def _machine(monkeypatch, affinity: int, cpus: int = 64, quota: float | None = N
     monkeypatch.delenv("WORLD_SIZE", raising=False)
 
 
-def _cgroup(tmp_path, group: str, limits: dict[str, str]) -> tuple[str, str]:
-    """A /proc/self/cgroup naming ``group`` and a cgroup v2 tree with each path's cpu.max."""
+def _cgroup(tmp_path, group: str, limits: dict[str, str], lines: str = "") -> tuple[str, str]:
+    """A /proc/self/cgroup naming v2 ``group`` (after ``lines``), and a cgroup tree: ``limits`` maps a
+    path to cpu.max's line (v2: "quota period") or to v1's two files ("quota/period")."""
     tmp_path.mkdir(exist_ok=True)
     proc = tmp_path / "cgroup"
-    proc.write_text(f"0::{group}\n")
-    for path, line in limits.items():
+    proc.write_text(f"{lines}0::{group}\n")
+    for path, text in limits.items():
         folder = tmp_path / "fs" / path
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "cpu.max").write_text(line + "\n")
+        if "/" in text:
+            quota, period = text.split("/")
+            (folder / "cpu.cfs_quota_us").write_text(quota + "\n")
+            (folder / "cpu.cfs_period_us").write_text(period + "\n")
+        else:
+            (folder / "cpu.max").write_text(text + "\n")
     return str(proc), str(tmp_path / "fs")
 
 
@@ -43,7 +49,15 @@ def test_the_cgroup_quota_is_read_as_cpus_the_least_up_to_the_root(tmp_path):
     nested = {"": "max 100000", "kube": "400000 100000", "kube/pod": "max 100000"}
     assert read(*_cgroup(tmp_path / "b", "/kube/pod", nested)) == 4.0  # the parent's limit binds
     assert read(*_cgroup(tmp_path / "c", "/user.slice", {"user.slice": "max 100000"})) is None
-    assert read(str(tmp_path / "no-such-file"), str(tmp_path)) is None  # no cgroup v2: no limit
+    assert read(str(tmp_path / "no-such-file"), str(tmp_path)) is None  # no cgroups: no limit
+
+
+def test_a_cgroup_v1_quota_is_read_too(tmp_path):
+    # a v1 container sees the host's path in /proc/self/cgroup and its own group at the mount's root
+    read, v1 = distributed.cgroup_cpu_quota, "4:memory:/docker/abc\n2:cpu,cpuacct:/docker/abc\n"
+    assert read(*_cgroup(tmp_path / "a", "/", {"cpu,cpuacct": "150000/100000"}, v1)) == 1.5
+    assert read(*_cgroup(tmp_path / "b", "/", {"cpu,cpuacct": "-1/100000"}, v1)) is None
+    assert read(*_cgroup(tmp_path / "c", "/", {"cpu": "200000/100000"}, "1:cpu:/\n")) == 2.0
 
 
 def test_the_usable_cores_are_the_affinity_mask_under_the_quota(monkeypatch):

@@ -137,7 +137,7 @@ THREADS_PER_CORE_MAX = 4
 def available_cores() -> int:
     """CPU cores this process may use: those of its affinity mask (``taskset``, a container's cpuset)
     where the OS has one, and no more than its cgroup's CPU quota allows, rounded up (``docker
-    --cpus=2`` or a Kubernetes CPU limit on a 64-core host: 2), as the JVM and Go's runtime count them."""
+    --cpus=2`` or a Kubernetes CPU limit on a 64-core host: 2)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:
@@ -147,27 +147,52 @@ def available_cores() -> int:
 
 
 def cgroup_cpu_quota(proc: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup") -> float | None:
-    """The CPUs that cgroup v2 lets this process's group use (``cpu.max``: quota / period, the least
-    on its path up to the root, where a parent's limit binds too), or None where nothing limits it."""
+    """The CPUs this process's cgroup may use (quota / period: cgroup v2's ``cpu.max``, v1's
+    ``cpu.cfs_quota_us`` and ``cpu.cfs_period_us``), the least on its path up to the root (a parent's
+    limit binds too; in a container the host's path is absent, its own limit sits at the root), or None
+    where nothing limits it."""
     try:
         with open(proc) as f:
-            group = next((line.split(":", 2)[2].strip() for line in f if line.startswith("0::")), None)
-    except (OSError, IndexError):
+            lines = [line.strip().split(":", 2) for line in f if line.count(":") >= 2]
+    except OSError:
         return None
-    if group is None:
+    found = []
+    for _, controllers, group in lines:
+        if controllers == "":  # v2: one hierarchy
+            folder, read = root, _quota_v2
+        elif "cpu" in controllers.split(","):  # v1: the cpu controller's own hierarchy
+            folder, read = os.path.join(root, controllers), _quota_v1
+        else:
+            continue
+        path = group.strip("/")
+        while True:
+            quota = read(os.path.join(folder, path))
+            found += [quota] if quota is not None else []
+            if not path:
+                break
+            path = os.path.dirname(path)
+    return min(found) if found else None
+
+
+def _quota_v2(folder: str) -> float | None:
+    try:
+        with open(os.path.join(folder, "cpu.max")) as f:
+            quota, period = f.read().split()[:2]
+        return int(quota) / int(period) if quota != "max" and int(period) > 0 else None
+    except (OSError, ValueError):  # no file at this level (a v2 root group has none)
         return None
-    found, path = [], group.strip("/")
-    while True:
-        try:
-            with open(os.path.join(root, path, "cpu.max")) as f:
-                quota, period = f.read().split()[:2]
-            if quota != "max" and int(period) > 0:
-                found.append(int(quota) / int(period))
-        except (OSError, ValueError):  # no file at this level (the host's root group has none)
-            pass
-        if not path:
-            return min(found) if found else None
-        path = os.path.dirname(path)
+
+
+def _quota_v1(folder: str) -> float | None:
+    try:
+        with (
+            open(os.path.join(folder, "cpu.cfs_quota_us")) as f,
+            open(os.path.join(folder, "cpu.cfs_period_us")) as g,
+        ):
+            quota, period = int(f.read()), int(g.read())
+        return quota / period if quota > 0 and period > 0 else None  # -1: no limit
+    except (OSError, ValueError):
+        return None
 
 
 def max_threads() -> int:
