@@ -38,6 +38,7 @@ OPTIONS = {
     "seq_len": ("seq_len", "--seq-len"),
     "data": ("data file", "--data"),  # TrainConfig.data, probe_config(data=...)
     "checkpoint_activations": ("activation_checkpointing=True", "--checkpoint-activations"),
+    "no_telemetry": ("telemetry=False", "--no-telemetry"),
     "steps": ("steps", "--steps"),
     "lr": ("lr", "--lr"),
     "heads": ("heads", "--heads"),

@@ -155,6 +155,19 @@ def test_force_memory_runs_what_the_estimate_refuses(capsys, monkeypatch, tmp_pa
     assert main([*TRAIN, "--force-memory"]) == 0
 
 
+def test_a_training_refusal_offers_to_turn_telemetry_off_when_it_is_on(capsys, monkeypatch):
+    """Telemetry copies every layer's weights on a logged step (4 bytes a parameter, counted since): the
+    refusal names the flag that drops it, and from Python the argument."""
+    monkeypatch.setattr("depthlab.train.tasks.available_memory", lambda device=None: 1_000_000)
+    refused(capsys, TRAIN, "training needs about", "--checkpoint-activations, or --no-telemetry")
+    assert "--no-telemetry" not in refused(capsys, [*TRAIN, "--no-telemetry"], "--force-memory")
+    from depthlab import TrainConfig
+    from depthlab.train import train
+
+    with pytest.raises(memory.InputError, match=r"or telemetry=False, or force_memory=True"):
+        train(memory.ModelConfig(n_layers=2, d_model=16, n_heads=2), TrainConfig(steps=2), progress=False)
+
+
 def test_a_study_too_big_for_memory_at_once_is_refused_before_the_store(capsys, monkeypatch, tmp_path):
     monkeypatch.setattr("depthlab.study.runner.available_memory", lambda: 200_000_000)
     db = tmp_path / "s.sqlite"

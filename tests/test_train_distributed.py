@@ -77,13 +77,13 @@ def test_two_processes_match_one(tmp_path, capsys, one_thread):
 
 def test_omp_num_threads_is_honoured_as_a_limit(monkeypatch):
     from depthlab.study.executors import threads_per_worker
-    from depthlab.train.distributed import default_threads
+    from depthlab.train.distributed import available_cores, default_threads
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert default_threads() == 1 and threads_per_worker(1) == 1
     monkeypatch.setenv("OMP_NUM_THREADS", "not a number")  # ignored, as OpenMP would
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    assert default_threads() == max(1, min(os.cpu_count() or 1, 2))
+    assert default_threads() == min(available_cores(), 2)
 
 
 def _torchrun(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
@@ -145,13 +145,13 @@ def test_ctrl_c_under_torchrun_is_said_by_rank_0(monkeypatch, capsys, rank, said
 @pytest.mark.parametrize("value", ["", "two", "-1", "²"])
 def test_a_rank_or_world_size_not_torchruns_is_one_process(monkeypatch, value):
     # read with int(), these made every command that asked (the refusal, the thread count) fail
-    from depthlab.train.distributed import Dist, default_threads
+    from depthlab.train.distributed import Dist, available_cores, default_threads
 
     monkeypatch.setenv("RANK", value)
     monkeypatch.setenv("WORLD_SIZE", value)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert (Dist.from_env().rank, Dist.from_env().world) == (0, 1)
-    assert default_threads() == max(1, min(os.cpu_count() or 1, 2))
+    assert default_threads() == min(available_cores(), 2)
 
 
 # train() under torchrun, then: is its DDP wrapper still alive? It sat in a reference cycle with its

@@ -18,7 +18,7 @@ from depthlab.cli import advise, check, coord, explain, probe, report, study, tr
 from depthlab.cli.common import as_typed
 from depthlab.errors import ConfigError, InputError, spoken_as_flags
 from depthlab.paths import forget_new_folders, printable, undo_new_folders
-from depthlab.train.distributed import env_rank, env_world_size
+from depthlab.train.distributed import cap_torch_threads, env_rank, env_world_size
 from depthlab.version import __version__
 
 # What ``depthlab --help`` says (the module docstring above is for developers).
@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             value = getattr(args, dest, None)
             if isinstance(value, str) and not value.strip():
                 raise InputError(f"--{dest}: an empty {what}")
+        cap_torch_threads()  # no more threads than usable cores; train and reproduce then set their own
         with spoken_as_flags():  # the library's messages name the flags the user typed
             return int(args.run(args) or 0)
     except ConfigError as e:

@@ -195,18 +195,26 @@ def repeat_note(study: StudyConfig, runs: int) -> str | None:
     )
 
 
+# A worker is a process of its own: Python, torch and depthlab imported before its first run (238 MB
+# measured on CPU torch 2.13, Linux x86-64; tests/test_memory.py measures it again), which the free memory
+# the driver reads does not yet hold and a run's estimate does not count.
+WORKER_PROCESS = 256 << 20
+
+
 def check_study_memory(specs: list[RunSpec], workers: int) -> None:
-    """InputError when the ``workers`` largest runs, trained at once, would not fit in free memory."""
+    """InputError when the ``workers`` largest runs, trained at once, each in a worker process of its own
+    (:data:`WORKER_PROCESS`), would not fit in free memory."""
     free = available_memory()
     if free is None or not specs:
         return
     estimates = sorted((train_memory(s.model, s.train) for s in specs), key=lambda e: -e.total)
     at_once = estimates[:workers]
-    need = sum(e.total for e in at_once)
+    need = sum(e.total + WORKER_PROCESS for e in at_once)
     if need > USABLE * free:
         n = len(at_once)
         raise InputError(
-            f"{plural(n, 'run')} at once ({plural(workers, 'worker')}) need about {gb(need)}, the largest "
+            f"{plural(n, 'run')} at once ({plural(workers, 'worker')}, each a process of "
+            f"{gb(WORKER_PROCESS)} before its run) need about {gb(need)}, the largest "
             f"{estimates[0].describe()}, more than {USABLE:.0%} of the {gb(free)} free: use fewer "
             f"{option('workers')} or smaller runs, or {option('force_memory')} to try anyway"
         )

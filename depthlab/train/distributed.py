@@ -9,6 +9,7 @@ single process would with the same global batch. Only rank 0 writes files or pri
 from __future__ import annotations
 
 import gc
+import math
 import os
 from dataclasses import dataclass
 
@@ -111,14 +112,14 @@ def wrap_ddp(model: torch.nn.Module, dist: Dist) -> torch.nn.Module:
 
 def default_threads() -> int:
     """Intra-op threads: ``OMP_NUM_THREADS`` when the user set it; else min(cores, 2) for one process
-    and 1 per process under torchrun (the processes already share the cores, and more threads than
-    cores make every one of them slower)."""
+    (:func:`available_cores`: ``taskset -c 0`` leaves one) and 1 per process under torchrun (the
+    processes already share the cores, and more threads than cores make every one of them slower)."""
     limit = omp_threads()
     if limit is not None:
         return limit
     if env_world_size() > 1:
         return 1
-    return max(1, min(os.cpu_count() or 1, 2))
+    return min(available_cores(), 2)
 
 
 def omp_threads() -> int | None:
@@ -134,11 +135,64 @@ THREADS_PER_CORE_MAX = 4
 
 
 def available_cores() -> int:
-    """CPU cores this process may use (the affinity mask where the OS has one)."""
+    """CPU cores this process may use: those of its affinity mask (``taskset``, a container's cpuset)
+    where the OS has one, and no more than its cgroup's CPU quota allows, rounded up (``docker
+    --cpus=2`` or a Kubernetes CPU limit on a 64-core host: 2)."""
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    quota = cgroup_cpu_quota()
+    return max(1, min(cores, math.ceil(quota))) if quota is not None else max(1, cores)
+
+
+def cgroup_cpu_quota(proc: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup") -> float | None:
+    """The CPUs this process's cgroup may use (quota / period: cgroup v2's ``cpu.max``, v1's
+    ``cpu.cfs_quota_us`` and ``cpu.cfs_period_us``), the least on its path up to the root (a parent's
+    limit binds too; in a container the host's path is absent, its own limit sits at the root), or None
+    where nothing limits it."""
+    try:
+        with open(proc) as f:
+            lines = [line.strip().split(":", 2) for line in f if line.count(":") >= 2]
+    except OSError:
+        return None
+    found = []
+    for _, controllers, group in lines:
+        if controllers == "":  # v2: one hierarchy
+            folder, read = root, _quota_v2
+        elif "cpu" in controllers.split(","):  # v1: the cpu controller's own hierarchy
+            folder, read = os.path.join(root, controllers), _quota_v1
+        else:
+            continue
+        path = group.strip("/")
+        while True:
+            quota = read(os.path.join(folder, path))
+            found += [quota] if quota is not None else []
+            if not path:
+                break
+            path = os.path.dirname(path)
+    return min(found) if found else None
+
+
+def _quota_v2(folder: str) -> float | None:
+    try:
+        with open(os.path.join(folder, "cpu.max")) as f:
+            quota, period = f.read().split()[:2]
+        return int(quota) / int(period) if quota != "max" and int(period) > 0 else None
+    except (OSError, ValueError):  # no file at this level (a v2 root group has none)
+        return None
+
+
+def _quota_v1(folder: str) -> float | None:
+    try:
+        with (
+            open(os.path.join(folder, "cpu.cfs_quota_us")) as f,
+            open(os.path.join(folder, "cpu.cfs_period_us")) as g,
+        ):
+            quota, period = int(f.read()), int(g.read())
+        return quota / period if quota > 0 and period > 0 else None  # -1: no limit
+    except (OSError, ValueError):
+        return None
 
 
 def max_threads() -> int:
@@ -150,6 +204,15 @@ def check_threads(n, name: str = "threads") -> int:
     """ConfigError unless ``n`` is an integer in [1, :func:`max_threads`]; returns ``n``."""
     check_int(name, n, 1, max_threads())
     return n
+
+
+def cap_torch_threads() -> int:
+    """Lower torch's intra-op threads to :func:`available_cores` where they exceed it, unless the user
+    set ``OMP_NUM_THREADS`` (torch follows it); returns the count now. Torch's own default counts the
+    cores of the affinity mask, not a container's CPU quota, beyond which more threads only wait."""
+    if omp_threads() is None and torch.get_num_threads() > available_cores():
+        torch.set_num_threads(available_cores())
+    return torch.get_num_threads()
 
 
 def set_torch_threads(n: int | None) -> int:

@@ -99,7 +99,9 @@ def train_memory(model_cfg: ModelConfig, cfg: TrainConfig, world: int = 1) -> Me
         except OSError:  # a missing file is reported when it is read
             pass
     batch = max(1, cfg.batch_size // world)
-    return estimate_memory(model_cfg, "train", batch, tgt, src_len=src, data_bytes=data)
+    return estimate_memory(
+        model_cfg, "train", batch, tgt, src_len=src, data_bytes=data, telemetry=cfg.telemetry
+    )
 
 
 def check_train_memory(
@@ -113,5 +115,7 @@ def check_train_memory(
     hint = f"a smaller {option_list('layers', 'd_model', 'batch_size', 'seq_len')}"
     if not model_cfg.activation_checkpointing:
         hint += f", or {option('checkpoint_activations')}"
+    if cfg.telemetry:
+        hint += f", or {option('no_telemetry')}"
     estimate = train_memory(model_cfg, cfg, world)
     check_memory(estimate, None if free is None else free // max(1, local), force, hint)
