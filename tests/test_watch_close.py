@@ -185,17 +185,9 @@ def test_the_lightning_callback_checks_its_model_when_made():
 def test_the_default_echo_is_stderr_as_it_is_when_a_line_is_printed():
     """The lines go to sys.stderr as it is when they are printed, not as it was when depthlab was
     imported: a stream redirected afterwards (contextlib.redirect_stderr, pytest's capsys) receives them."""
-    torch.manual_seed(0)
-    model = build_model(ModelConfig(**TINY))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    default = inspect.signature(depthlab.watch).parameters["echo"].default
     buf = io.StringIO()
-    with contextlib.redirect_stderr(buf), depthlab.watch(model, opt, every=1) as w:
-        for t in range(3):
-            x = torch.randint(0, 256, (4, 16), generator=torch.Generator().manual_seed(t))
-            loss = F.cross_entropy(model(x)[:, :-1].flatten(0, 1), x[:, 1:].flatten())
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            w.step(loss)
+    with contextlib.redirect_stderr(buf):
+        watched_run(steps=3, every=1, echo=default)
     assert re.search(LABEL, buf.getvalue()), buf.getvalue()
-    assert repr(inspect.signature(depthlab.watch).parameters["echo"].default) == "sys.stderr"
+    assert repr(default) == "sys.stderr"
