@@ -60,6 +60,16 @@ def test_a_cgroup_v1_quota_is_read_too(tmp_path):
     assert read(*_cgroup(tmp_path / "c", "/", {"cpu": "200000/100000"}, "1:cpu:/\n")) == 2.0
 
 
+def test_a_cgroup_named_in_bytes_that_are_not_utf8_is_read(tmp_path):
+    # a cgroup's name is any bytes: reading /proc/self/cgroup as UTF-8 ended every command in a traceback
+    name = b"caf\xe9"
+    (tmp_path / "cgroup").write_bytes(b"0::/" + name + b"\n")
+    os.makedirs(os.fsencode(tmp_path / "fs") + b"/" + name)
+    with open(os.fsencode(tmp_path / "fs") + b"/" + name + b"/cpu.max", "w") as f:
+        f.write("300000 100000\n")
+    assert distributed.cgroup_cpu_quota(str(tmp_path / "cgroup"), str(tmp_path / "fs")) == 3.0
+
+
 def test_the_usable_cores_are_the_affinity_mask_under_the_quota(monkeypatch):
     _machine(monkeypatch, affinity=1)
     assert distributed.available_cores() == 1  # taskset -c 0 on a 64-CPU machine

@@ -151,8 +151,8 @@ def cgroup_cpu_quota(proc: str = "/proc/self/cgroup", root: str = "/sys/fs/cgrou
     ``cpu.cfs_quota_us`` and ``cpu.cfs_period_us``), the least on its path up to the root (a parent's
     limit binds too; in a container the host's path is absent, its own limit sits at the root), or None
     where nothing limits it."""
-    try:
-        with open(proc) as f:
+    try:  # a group's name is any bytes: kept as the file system's own (surrogateescape), not decoded
+        with open(proc, errors="surrogateescape") as f:
             lines = [line.strip().split(":", 2) for line in f if line.count(":") >= 2]
     except OSError:
         return None
