@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 
 import pytest
 
@@ -455,6 +456,30 @@ def test_advise_marks_a_store_s_runs_and_says_where_they_contradict_the_shipped_
     assert "contradict" not in plain.format()
     assert " 16x32 " in advise(TINY, RUN, atlas, alternatives=()).format()  # asked at 32 x 64: said
     assert plain.to_dict()["disagreements"] == []
+
+
+def test_an_evidence_row_widened_by_a_store_s_shape_keeps_its_distance(atlas):
+    """A store's run at another batch x sequence, marked '(yours)', widens the stack column past the
+    screen's width: the row lost its distance to the cut ('(distance ...'); its spaces give way first."""
+    model, run = ModelConfig(n_layers=24, d_model=128, n_heads=4, wrap="sandwich"), TrainConfig(lr=1e-3)
+    near = advise(model, run, atlas, alternatives=()).evidence
+    mine = tuple(
+        dataclasses.replace(
+            r,
+            batch_size=4,
+            seq_len=128,
+            config_hash=f"mine{i}",
+            source="mine.sqlite:s",
+            seed=100 + i,
+            val_loss=(r.val_loss or 2.0) + 0.01 * (i % 2),
+        )  # fmt: skip
+        for i, (_, r) in enumerate(near * 2)
+    )
+    a = advise(model, run, Atlas(atlas.runs + mine), alternatives=())
+    rows = [ln for ln in a.format().splitlines() if ln.startswith("  sandwich ") and " steps " in ln]
+    assert any("4x128 (yours)" in ln for ln in rows)
+    for ln in rows:
+        assert len(ln) <= 110 and re.search(r" \(distance \d+\.\d\d\)$", ln), ln
 
 
 def test_json_to_stdout_is_the_json_alone(capsys, monkeypatch):

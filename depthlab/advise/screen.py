@@ -24,6 +24,16 @@ def _cut(text: str, width: int = WIDTH) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def _squeeze(text: str, width: int = WIDTH) -> str:
+    """A table row that fits in ``width``: where it is longer, its padding (runs of spaces after the
+    indent) gives way from the right, one space at a time, before :func:`_cut` takes any of its words."""
+    indent = len(text) - len(text.lstrip())
+    while len(text) > width and "  " in text[indent:]:
+        at = text.rindex("  ", indent)
+        text = text[:at] + text[at + 1 :]
+    return _cut(text, width)
+
+
 def _fold(text: str, width: int = WIDTH, most: int | None = None, indent: str | None = None) -> list[str]:
     """``text`` as one line, or, where it is longer than ``width``, broken after its last "; " that fits,
     else at its last space, never between a flag and its value (the rest indented on lines of their
@@ -156,7 +166,7 @@ def render(a, likely: float) -> str:
         lo, hi = (f"{x:.2f}" for x in (losses[0], losses[-1])) if losses else ("-", "-")
         loss = lo if hi == lo else f"{lo}-{hi}"
         outcome = r.outcome + (f" x{len(runs)}" if len(runs) > 1 else "")
-        lines.append(_cut(f"  {_shape(r, t):<{wide}} lr {r.lr:<8g} warmup {r.warmup:<4} {r.steps:>5} steps  "
+        lines.append(_squeeze(f"  {_shape(r, t):<{wide}} lr {r.lr:<8g} warmup {r.warmup:<4} {r.steps:>5} steps  "
                           f"{outcome:<12} val {loss:<5} (distance {d:.2f})"))  # fmt: skip
     if a.disagreements:
         lines += _fold(disagree_text(a.disagreements))
