@@ -423,7 +423,7 @@ def test_advise_says_where_the_seed_alone_decided_a_measured_configuration(atlas
 
 
 def test_advise_marks_a_store_s_runs_and_says_where_they_contradict_the_shipped_atlas(atlas):
-    """A run a user's store added (--atlas) is marked '(yours)' in the evidence, with its batch x sequence
+    """A run a user's store added (--atlas) is marked '(your store)' in the evidence, with its batch x sequence
     where it is not the question's; where the store's runs of a setting went the other way from the
     shipped atlas's (here at the same seed: not the seed), one line says so, naming the store."""
     run = dataclasses.replace(RUN, batch_size=16, seq_len=32)  # the measured runs' batch: no shape said
@@ -439,9 +439,9 @@ def test_advise_marks_a_store_s_runs_and_says_where_they_contradict_the_shipped_
     screen = a.format().splitlines()
     assert len(screen) <= 25
     shape = near.shape(recipe=False)
-    assert any(ln.startswith(f"  {shape} (yours) ") and f" {flip} " in ln for ln in screen)
-    assert any(ln.startswith(f"  {shape} 4x128 (yours) ") for ln in screen)
-    assert not any(ln.startswith(f"  {shape} (yours)") and f" {near.outcome} " in ln for ln in screen)
+    assert any(ln.startswith(f"  {shape} (your store) ") and f" {flip} " in ln for ln in screen)
+    assert any(ln.startswith(f"  {shape} 4x128 (your store) ") for ln in screen)
+    assert not any(ln.startswith(f"  {shape} (your store)") and f" {near.outcome} " in ln for ln in screen)
     text = " ".join(ln.strip() for ln in screen)  # a folded line read whole
     said = f"your runs contradict the shipped atlas here: {shape} lr {near.lr:g} warmup {near.warmup} "
     said += f"{flip} at seed {near.seed} in mine.sqlite:study; {near.outcome} at seed"
@@ -452,14 +452,14 @@ def test_advise_marks_a_store_s_runs_and_says_where_they_contradict_the_shipped_
     assert len(data["disagreements"][0]["atlas"]) == len(theirs) and len(data["disagreements"]) == 1
     assert {e["config_hash"] for e in data["evidence"] if e["from_store"]} <= {"mine", "long"}
     rows = [ln for ln in plain.format().splitlines() if " steps " in ln]  # the evidence rows
-    assert rows and not any("(yours)" in ln or " 16x32 " in ln for ln in rows)
+    assert rows and not any("(your store)" in ln or " 16x32 " in ln for ln in rows)
     assert "contradict" not in plain.format()
     assert " 16x32 " in advise(TINY, RUN, atlas, alternatives=()).format()  # asked at 32 x 64: said
     assert plain.to_dict()["disagreements"] == []
 
 
 def test_an_evidence_row_widened_by_a_store_s_shape_keeps_its_distance(atlas):
-    """A store's run at another batch x sequence, marked '(yours)', widens the stack column past the
+    """A store's run at another batch x sequence, marked '(your store)', widens the stack column past the
     screen's width: the row lost its distance to the cut ('(distance ...'); its spaces give way first."""
     model, run = ModelConfig(n_layers=24, d_model=128, n_heads=4, wrap="sandwich"), TrainConfig(lr=1e-3)
     near = advise(model, run, atlas, alternatives=()).evidence
@@ -477,7 +477,7 @@ def test_an_evidence_row_widened_by_a_store_s_shape_keeps_its_distance(atlas):
     )
     a = advise(model, run, Atlas(atlas.runs + mine), alternatives=())
     rows = [ln for ln in a.format().splitlines() if ln.startswith("  sandwich ") and " steps " in ln]
-    assert any("4x128 (yours)" in ln for ln in rows)
+    assert any("4x128 (your store)" in ln for ln in rows)
     for ln in rows:
         assert len(ln) <= 110 and re.search(r" \(distance \d+\.\d\d\)$", ln), ln
 

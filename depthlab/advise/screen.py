@@ -201,12 +201,12 @@ def _short_outside(text: str) -> str:
 
 def _shape(r, train) -> str:
     """An evidence row's stack, 'post 6L d32', with the run's batch x sequence where it is not the
-    question's ('post 6L d32 4x128': the distance does not weigh it) and '(yours)' for a run a user's
+    question's ('post 6L d32 4x128': the distance does not weigh it) and '(your store)' for a run a user's
     store added (``--atlas``), not the shipped atlas."""
     shape = r.shape(recipe=False)
     if (r.batch_size, r.seq_len) != (train.batch_size, train.seq_len):
         shape += f" {r.batch_size}x{r.seq_len}"
-    return shape + (" (yours)" if r.config_hash not in shipped_hashes() else "")
+    return shape + (" (your store)" if r.config_hash not in shipped_hashes() else "")
 
 
 def _settings(evidence) -> list[tuple[float, list]]:
