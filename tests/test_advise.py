@@ -679,3 +679,29 @@ def test_the_calibrated_range_line_says_each_quantity_in_a_few_words():
         "lr 1e-06 (calibrated 1e-05-0.01)",
     ]
     assert _short_outside("something else") == "something else"
+
+
+def test_a_long_advise_says_its_expected_time_and_its_progress_per_stack(capsys, monkeypatch, atlas):
+    """Above ESTIMATE_FLOP the opening line gives the expected time (step times measured now, as train's
+    plan) and a line per stack probed the time left; the library calls ``on_probed`` in probing order."""
+    import depthlab.advise.advice as advice
+
+    seen = []
+    advise(TINY, RUN, atlas, alternatives=("pre", "post", "deepnorm"), on_probed=seen.append)
+    assert seen == ["post", "pre", "deepnorm"]  # the user's own stack first, each once
+    argv = ["advise", "--layers", "2", "--d-model", "16", "--heads", "2", "--wrap", "post", "--steps", "100"]
+    assert advice.expected_seconds(TINY, RUN, ("pre",)) is None  # a quick answer is not timed
+    assert main([*argv, "--alternatives", "pre,deepnorm", "--json", "-"]) == 0
+    quick = capsys.readouterr()
+    assert "expected time" not in quick.err and "stacks," not in quick.err, quick.err  # nor shows progress
+    monkeypatch.setattr(advice, "ESTIMATE_FLOP", 0)
+    expected = advice.expected_seconds(TINY, RUN, ("pre", "post"))
+    assert (
+        list(expected) == ["post", "pre"] and expected["post"] > expected["pre"] > 0
+    )  # the full probe costs more
+    assert main([*argv, "--alternatives", "pre,deepnorm", "--json", "-"]) == 0
+    timed = capsys.readouterr()
+    assert timed.out == quick.out  # the timing before the probes changes none of their numbers
+    err = timed.err.splitlines()
+    assert "; expected time: about " in err[0] and err[0].endswith("(step times measured now)"), err
+    assert [line.split(",")[0] for line in err[1:4]] == [f"advise: {k}/3 stacks" for k in (1, 2, 3)]

@@ -55,6 +55,9 @@ BAD_FLAGS = [
     ("topologies", ["--designs", "vres", "--d-model", "16", "--layers", "1", "--rounds", "-1"], "--rounds"),
     ("probe_cost", ["--layers", "1", "--d-model", "16", "--heads", "3"], "--heads"),
     ("probe_cost", ["--layers", "1", "--d-model", "16", "--heads", "2", "--rounds", "0"], "--rounds"),
+    ("advise_cost", ["--layers", "1", "--d-model", "16", "--heads", "3"], "--heads"),
+    ("advise_cost", ["--layers", "1", "--d-model", "16", "--heads", "2", "--rounds", "0"], "--rounds"),
+    ("advise_cost", ["--layers", "1", "--d-model", "16", "--heads", "2", "--wrap", "nope"], "--wrap"),
     ("profile_step", ["--configs", "16"], "--configs"),
     ("profile_step", ["--configs", "16x1", *TINY_RUN, "--models", "nope"], "--models"),
     ("profile_step", ["--configs", "16x1", *TINY_RUN, "--rounds", "0"], "--rounds"),
@@ -196,6 +199,16 @@ def common_notes() -> str:
     import run_all
 
     return run_all.NOTES
+
+
+def test_advise_cost_tiny_prints_each_cost_in_steps_and_the_expected_time():
+    out = run("advise_cost.py", "--layers", "1", "--d-model", "16", "--heads", "2", "--rounds", "1").stdout
+    lines = out.splitlines()
+    assert lines[0].startswith("post, 1 layers, d_model 16, batch 32 x 64, 1 threads"), out
+    assert [line.split("  ")[1] for line in lines[1:6]] == [
+        "Adam step", "probe (your stack)", "light probe (alternative)", "advise, 4 alternatives", "advise, --alternatives ''"
+    ], out  # fmt: skip
+    assert lines[6].startswith("probe = ") and lines[7].startswith("advise's expected time "), out
 
 
 def test_linear_fit_and_alternation():

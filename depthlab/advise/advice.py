@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from depthlab.advise import track_record
@@ -32,14 +32,19 @@ from depthlab.doctor.recipe import recipe
 from depthlab.doctor.record import load_record
 from depthlab.doctor.verdict import Verdict
 from depthlab.errors import ConfigError
+from depthlab.model.memory import param_count
 from depthlab.model.stack import uses_final_norm
 from depthlab.probe.result import ProbeResult
 from depthlab.study.grid import RunSpec
 from depthlab.study.worker import probe_run
+from depthlab.train.cost import LIGHT_PROBE_STEPS, PROBE_STEPS, probe_seconds
 
 ALTERNATIVES = ("pre", "sandwich", "deepnorm", "post")  # ranked beside the user's own by default
 LR_GRID = tuple(10 ** (k / 8) for k in range(-40, 1))  # 1e-5 to 1, 8 per decade: where P(trains) is scanned
 LIKELY = 0.8  # the probability above which a learning rate is called likely to train
+# The probes' FLOP above which advise times this machine to say how long it will take: about half a
+# minute of one CPU core and more, where the timing's few seconds are a small part of the wait.
+ESTIMATE_FLOP = 2e12
 
 
 @dataclass(frozen=True)
@@ -335,6 +340,27 @@ def final_norm_note(model: ModelConfig, other: ModelConfig) -> str:
     return "final norm" if plain else "no final norm"
 
 
+def probed(model: ModelConfig, alternatives: tuple[str, ...]) -> tuple[tuple[str, ModelConfig], ...]:
+    """The stacks :func:`advise` probes, in order, each as (wrapping, config): ``model`` itself (the full
+    probe), then each of ``alternatives`` (:func:`check_alternatives`'s) but its own wrapping, rewired."""
+    return ((model.wrap, model), *((w, rewired(model, w)) for w in alternatives if w != model.wrap))
+
+
+def expected_seconds(model: ModelConfig, train: TrainConfig, alternatives: tuple[str, ...]) -> dict | None:
+    """{wrapping: expected seconds of its probe} for the stacks :func:`advise` probes (:func:`probed`), from
+    step times measured on this machine now (:func:`depthlab.train.cost.probe_seconds`); None where the
+    probes are quick (under :data:`ESTIMATE_FLOP`: timing would be much of the wait) or cannot be timed."""
+    stacks = probed(model, alternatives)
+    tokens = train.batch_size * train.seq_len
+    steps = [PROBE_STEPS, *[LIGHT_PROBE_STEPS] * (len(stacks) - 1)]  # a step: about 6 FLOP per weight a token
+    if sum(6 * param_count(m) * tokens * k for (_, m), k in zip(stacks, steps)) < ESTIMATE_FLOP:
+        return None
+    try:
+        return {w: probe_seconds(m, train, light=i > 0) for i, (w, m) in enumerate(stacks)}
+    except (ValueError, RuntimeError, MemoryError):  # a shape this machine cannot time: no estimate
+        return None
+
+
 def rewired(model: ModelConfig, wrap: str) -> ModelConfig:
     """``model`` as an alternative wrapping ``wrap``: a final-norm setting that only says what the model's
     own wrapping does anyway (``on`` for pre-LN) is left to ``wrap``'s own, so that the alternative is
@@ -357,10 +383,12 @@ def advise(
     atlas: Atlas | str | os.PathLike | Sequence[str | os.PathLike] | None = None,
     alternatives: tuple[str, ...] | str = ALTERNATIVES,
     record: dict | None = None,
+    on_probed: Callable[[str], None] | None = None,
 ) -> Advice:
     """The advice for training ``model`` under ``train`` (its lr, warmup, steps, batch and seed).
     ``atlas``: the measured runs (default the shipped atlas), or a study store's path (or a list of them)
-    whose finished runs join it; ``alternatives``: wrappings, or one comma-separated string of them."""
+    whose finished runs join it; ``alternatives``: wrappings, or one comma-separated string of them;
+    ``on_probed``: called with each wrapping once its stack is probed (:func:`probed`'s order)."""
     for name, value, cls in (("model", model, ModelConfig), ("train", train, TrainConfig)):
         if not isinstance(value, cls):
             raise TypeError(f"{name} must be a depthlab.{cls.__name__}, not {type(value).__name__}")
@@ -372,15 +400,15 @@ def advise(
         atlas = load_atlas(atlas, name="atlas")  # a store's path, or a list: its runs join the shipped ones
     atlas = Atlas.load() if atlas is None else atlas
     record = load_record() if record is None else record
+    done = on_probed or (lambda wrap: None)
     result = probe_for(model, train)
+    done(model.wrap)
     prediction, limit = predict(result, model, train, atlas, record)
     judge(result, prediction, train.steps, record, limit, recipe(model, train))
     options = [_option(model.wrap, prediction, limit, model, train, atlas, record)]
-    for wrap in alternatives:
-        if wrap == model.wrap:
-            continue
-        other = rewired(model, wrap)
+    for wrap, other in probed(model, alternatives)[1:]:
         p, lim = predict(probe_for(other, train, full=False), other, train, atlas, record)
+        done(wrap)
         options.append(dataclasses.replace(_option(wrap, p, lim, other, train, atlas, record),
                                            note=final_norm_note(model, other)))  # fmt: skip
     options.sort(key=lambda o: (-o.p_trains, o.wrap))

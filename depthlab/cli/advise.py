@@ -7,7 +7,7 @@ import dataclasses
 import os
 
 from depthlab.advise import ALTERNATIVES, advise
-from depthlab.advise.advice import check_alternatives, check_schedule
+from depthlab.advise.advice import check_alternatives, check_schedule, expected_seconds
 from depthlab.advise.evidence import load_atlas
 from depthlab.advise.target import transfer_advice
 from depthlab.cli.common import (
@@ -26,7 +26,7 @@ from depthlab.interop.hf import imported_config
 from depthlab.model.memory import available_memory, check_memory, estimate_memory
 from depthlab.paths import check_output_file, write_json
 from depthlab.probe.from_config import check_batch
-from depthlab.progress import say
+from depthlab.progress import Progress, duration, say
 from depthlab.study.store import check_store_path
 from depthlab.study.transfer import heads_text
 from depthlab.train.tasks import check_task
@@ -131,9 +131,19 @@ def run(args) -> int:
         transfer = transfer_advice(model, axis, target, args.transfer, args.transfer_study, train=train)
     atlas = load_atlas(args.atlas)
     n = 1 + len([w for w in wraps if w != model.wrap])
+    expected = expected_seconds(model, train, wraps)  # None where the answer is quick
+    total = sum(expected.values()) if expected else None
+    took = f"; expected time: about {duration(total)} (step times measured now)" if expected else ""
     say(f"advise: probing {n} stack{'s' if n > 1 else ''} at init ({model.n_layers} layers, d_model {model.d_model}); "
-        f"{len(atlas):,} measured runs as evidence")  # fmt: skip
-    advice = dataclasses.replace(advise(model, train, atlas, wraps), transfer=transfer)
+        f"{len(atlas):,} measured runs as evidence{took}")  # fmt: skip
+    # with an expected time, a line per stack probed (redrawn on a terminal) says the time left
+    bar = Progress(n, "advise", unit="stack", expected_s=total, plain=True) if expected else None
+    probed = (lambda wrap: bar.advance(expected_s=expected[wrap])) if bar else None
+    try:
+        advice = dataclasses.replace(advise(model, train, atlas, wraps, on_probed=probed), transfer=transfer)
+    finally:
+        if bar:
+            bar.close()
     if args.json != "-":  # with --json -, stdout holds the JSON alone
         print(advice.format())
     if args.json:

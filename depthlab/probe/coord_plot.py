@@ -8,11 +8,13 @@ probe's figure: importing depthlab never changes matplotlib's backend.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from matplotlib.figure import Figure
-
-from depthlab.display import InlineFigure
+from depthlab.display import inline_figure
 from depthlab.probe.coord import CoordResult, seed_means
+
+if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn, not with the command line
+    from matplotlib.figure import Figure
 
 MAX_PANELS = 10
 
@@ -31,7 +33,7 @@ def coord_figure(result: CoordResult, wrap: str, param: str) -> Figure:
     steps = _steps(s.steps)
     cols = min(5, len(steps))
     rows = math.ceil(len(steps) / cols)
-    fig = InlineFigure(figsize=(3.2 * cols, 2.8 * rows), layout="constrained")
+    fig = inline_figure(figsize=(3.2 * cols, 2.8 * rows), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     for ax, t in zip(axes, steps):
         for module, table in result.values[(wrap, param)].items():
@@ -61,7 +63,7 @@ def coord_vs_size_figure(result: CoordResult, step: int | None = None) -> Figure
     modules = [m for m in next(iter(result.values.values()))]
     cols = min(4, len(modules))
     rows = math.ceil(len(modules) / cols)
-    fig = InlineFigure(figsize=(3.4 * cols, 2.9 * rows), layout="constrained")
+    fig = inline_figure(figsize=(3.4 * cols, 2.9 * rows), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     for ax, module in zip(axes, modules):
         for (wrap, param), tables in result.values.items():

@@ -25,6 +25,12 @@ from depthlab.model.memory import param_count
 TIMED_STEPS = 3
 LOOP_OVERHEAD = 1.2  # telemetry on logged steps and the loop's bookkeeping: an allowance, not a measurement
 TIMING_FLOP = 2e10  # at most this many FLOP in one timed step (about a second of one CPU core)
+# The probe at init in Adam steps (a step: a forward, a backward and the update; a forward is about a
+# third of it): a forward and backward, one more backward to the streams and two forwards without grad
+# (the output change, the update gain); advise's light probe of an alternative: a forward and backward
+# and the update gain's forward.
+PROBE_STEPS = 2.0
+LIGHT_PROBE_STEPS = 4 / 3
 _STEP: dict[tuple, tuple[float, float, float]] = {}
 
 
@@ -93,6 +99,15 @@ def run_seconds(mcfg: ModelConfig, tcfg: TrainConfig, bare: bool = False) -> flo
     evals = tcfg.steps // tcfg.eval_every + 1
     forward = step / 3  # a forward pass is about a third of forward, backward and update
     return build * layers + LOOP_OVERHEAD * step * tcfg.steps + evals * tcfg.eval_batches * forward + 2 * step
+
+
+def probe_seconds(mcfg: ModelConfig, tcfg: TrainConfig, light: bool = False) -> float:
+    """The expected seconds of the study's probe at init of ``mcfg`` on the run's batch on this machine's
+    CPU now (where advise probes): its build and about :data:`PROBE_STEPS` Adam steps; ``light`` (advise's
+    probe of an alternative, :func:`depthlab.study.worker.probe_run`) :data:`LIGHT_PROBE_STEPS`."""
+    fixed, per_layer, build = step_cost(mcfg, tcfg.batch_size, tcfg.seq_len, torch.device("cpu"))
+    layers = mcfg.enc_depth + mcfg.dec_depth
+    return build * layers + (fixed + per_layer * layers) * (LIGHT_PROBE_STEPS if light else PROBE_STEPS)
 
 
 def estimate(runs, threads: int = 1, bare: bool = False) -> dict | None:
