@@ -213,27 +213,18 @@ def test_importing_every_library_module_loads_nothing_of_the_lab():
     assert int(count) > 100 and lab == "[]", done.stdout
 
 
-def test_import_depthlab_loads_no_plotting_table_or_hf_library():
-    """In a fresh interpreter (this one has imported everything already)."""
+@pytest.mark.parametrize("module", ["depthlab", "depthlab.cli"])
+def test_import_loads_no_plotting_table_or_hf_library(module):
+    """In a fresh interpreter (this one has imported everything already). The command line builds every
+    command's parser on each call (``depthlab advise``, ``probe``): matplotlib alone took half a second of
+    each, before any work; a command loads it when it draws."""
     code = (
-        "import sys, depthlab; "
+        f"import sys, {module}; "
         f"print(','.join(sorted({{m.split('.')[0] for m in sys.modules}} & set({NOT_ON_IMPORT!r}))))"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT.parent)}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert done.stdout.strip() == "", f"import depthlab loaded {done.stdout.strip()}"
-
-
-def test_the_command_line_loads_no_plotting_table_or_hf_library():
-    """Every command's parser is built on each call (``depthlab advise``, ``probe``): matplotlib alone
-    took half a second of each, before any work; a command loads it when it draws."""
-    code = (
-        "import sys, depthlab.cli; "
-        f"print(','.join(sorted({{m.split('.')[0] for m in sys.modules}} & set({NOT_ON_IMPORT!r}))))"
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT.parent)}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert done.stdout.strip() == "", f"import depthlab.cli loaded {done.stdout.strip()}"
+    assert done.stdout.strip() == "", f"import {module} loaded {done.stdout.strip()}"
 
 
 def test_a_figure_still_draws_and_shows_in_a_notebook():
