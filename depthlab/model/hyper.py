@@ -127,6 +127,12 @@ class _Hyper(Topology):
         return n_layers * sublayers * each
 
     @classmethod
+    def stream_width(cls, cfg) -> int:
+        """Floats per token of the state H between layers: n d for n streams, d for m fractions of d/m
+        (what the probe records, and the gradient it keeps, per layer)."""
+        return cfg.d_model * (cfg.topology.streams if cls.STATE is Streams else 1)
+
+    @classmethod
     def extra_activations(cls, cfg, n_layers, sublayers, checkpointed):
         """What autograd saves per token beyond pre-LN's, counted from its saved tensors (exact for
         float32; tests/test_memory.py): per sublayer, hc the n streams and the branch output, (n + 1) d;
