@@ -72,7 +72,7 @@ def test_smoke_preset_end_to_end_then_resume(tmp_path):
             assert len(s.probe_layers(r["id"])) == r["config"]["model"]["n_layers"] + 1
         assert s.integrity() == "ok"
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-    assert again.returncode == 0 and "4 runs, 4 already done, 0 to run" in again.stdout
+    assert again.returncode == 0 and "4 runs (2 x 2), 4 already done, 0 to run" in again.stdout
 
 
 def _grid(tmp_path) -> str:
@@ -252,7 +252,7 @@ def test_one_run_one_study_and_one_layer_are_said_in_the_singular(tmp_path, caps
     fill_store(db, study)
     assert main(["study", "--grid", str(grid), "--db", db, "--no-report"]) == 0
     out = capsys.readouterr().out
-    assert "study 'one': 1 run, 1 already done, 0 to run" in out and "ran 0 of 1 run in" in out
+    assert "study 'one': 1 run (1), 1 already done, 0 to run" in out and "ran 0 of 1 run in" in out
     assert "  wrapping  1 layer\n" in out
     store = depthlab.open(db)
     assert ": 1 study (one)>" in repr(store) and ": 1 run (1 trained)" in repr(store.study("one"))
@@ -284,6 +284,7 @@ def test_combinations_that_repeat_a_run_are_said(tmp_path, capsys):
     said = io.StringIO()
     res = run_study(StudyConfig.from_yaml(str(grid)), db=db, task=fake_task, progress=False, out=said)
     assert note in said.getvalue() and res.total == res.ran == 2
+    assert "study 'g': 2 runs (3 x 2, 4 repeated), 0 already done, 2 to run" in said.getvalue()
     assert main(["study", "--preset", "smoke", "--db", db, "--dry-run"]) == 0
     assert "note:" not in capsys.readouterr().out  # a grid without repeats: no note
 

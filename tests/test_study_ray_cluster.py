@@ -174,7 +174,7 @@ def test_a_killed_ray_worker_fails_only_its_own_run(ray_head, tmp_path):
     again = _study(address, db)
     out2, err2 = again.communicate(timeout=300)
     assert again.returncode == 0, err2
-    assert "4 runs, 3 already done, 1 to run" in out2 and "ran 1 of 4" in out2
+    assert "4 runs (2 x 2), 3 already done, 1 to run" in out2 and "ran 1 of 4" in out2
     rows2 = _rows(db)
     assert all(r["status"] == "done" for r in rows2["runs"].values()) and len(rows2["runs"]) == 4
     assert rows2["runs"][next(h for h, r in rows.items() if r["status"] == "failed")]["attempts"] == 2

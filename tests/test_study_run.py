@@ -15,6 +15,7 @@ import pytest
 from test_study_fakes import fake_records, fake_study, fake_task
 
 from depthlab.study import Store, run_study
+from depthlab.study import runner as runner_module
 from depthlab.study.executors import make_executor, threads_per_worker
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -64,7 +65,9 @@ def test_study_runs_every_run_once_and_resume_skips_done(tmp_path):
     assert (res.total, res.skipped, res.ran, res.failed) == (n, 0, n, 0)
     assert res.outcomes == {"stalled": 1, "trained": n - 1}  # post, 4 layers, no warmup
     lines = out.getvalue().splitlines()
-    assert lines[0].startswith("study 'fake': 8 runs, 0 already done, 8 to run (local: 2 workers")
+    assert lines[0].startswith(
+        "study 'fake': 8 runs (2 x 2 x 2 x 1), 0 already done, 8 to run (local: 2 workers"
+    )
     assert sum("-> trained" in x for x in lines) == n - 1 and sum("-> stalled" in x for x in lines) == 1
     c = _counts(db)
     assert c["runs"] == n and c["status"] == {"done": n} and c["dup_metrics"] == 0
@@ -369,3 +372,31 @@ def test_a_data_file_changed_during_the_study_is_not_stored_under_the_old_key(tm
     assert "train.data" in payload["error"] and "changed during the study" in payload["error"]
     trained.data_info["sha256"] = spec.data_sha256
     assert "error" not in worker.execute(None, spec)
+
+
+def test_the_time_left_learns_from_each_run_as_waited_for_its_worker_start_too(tmp_path, monkeypatch):
+    """The clock's correction compares a run's expected seconds, which count its worker's start for a
+    worker's first run, with the seconds the driver waited for it (from its submission), not the seconds
+    the worker timed itself (which begin after the process and its imports have started)."""
+    told, timed = [], []
+    original = runner_module.saved_seconds
+
+    def spy_saved(spec, payload):
+        timed.append(payload["seconds"])
+        return original(spec, payload)
+
+    class SpyClock(runner_module.TimeLeft):
+        def finished(self, key, seconds=None):
+            told.append(seconds)
+            super().finished(key, seconds)
+
+    monkeypatch.setattr(runner_module, "saved_seconds", spy_saved)
+    monkeypatch.setattr(runner_module, "TimeLeft", SpyClock)
+    monkeypatch.setattr(runner_module, "estimate", lambda runs, threads: {k: 1.0 for k, _, _ in runs})
+    study = fake_study(depths=(2,), warmups=(0,))
+    run_study(
+        study, db=str(tmp_path / "s.sqlite"), workers=1, task=fake_task, progress=False, out=io.StringIO()
+    )
+    assert len(told) == len(timed) == 2
+    assert told[0] > timed[0] + 0.3  # the first waited for a spawned process to import torch and depthlab
+    assert all(w >= t for w, t in zip(told, timed))

@@ -103,19 +103,56 @@ def test_the_cost_model_extrapolates_by_layers_and_times_a_large_shape_at_a_smal
     assert timed[0][1] < 64 and per_layer == pytest.approx(0.001 * 64)  # scaled back to the batch
 
 
+def test_a_run_costs_its_task_set_ups_measured_once_after_the_corpus_is_read(monkeypatch):
+    """A study run sets its task up twice (the probe's first batch, then training's): at tiny shapes that
+    is most of a run, and the estimate left it out. It is timed once per task, after a first set-up (the
+    corpus read, once per process)."""
+    clock, calls = [0.0], []
+
+    def fake_make_task(mcfg, tcfg):
+        calls.append(tcfg.seq_len)
+        clock[0] += 1.0 if len(calls) == 1 else 0.05  # the first reads the corpus
+
+    monkeypatch.setattr(cost, "_timed", lambda cfg, batch, seq, device: (0.0, 0.001 * (1 + cfg.n_layers)))
+    monkeypatch.setattr(cost, "_STEP", {})
+    monkeypatch.setattr(cost, "_TASK", {})
+    monkeypatch.setattr(cost, "make_task", fake_make_task)
+    monkeypatch.setattr(cost.time, "perf_counter", lambda: clock[0])
+    m, t = ModelConfig(n_layers=4, d_model=32, n_heads=4), TrainConfig(steps=100, eval_every=1000)
+    step = 0.001 * 5
+    loop = cost.LOOP_OVERHEAD * step * 100 + t.eval_batches * step / 3 + cost.PROBE_STEPS * step
+    assert cost.run_seconds(m, t) == pytest.approx(loop + 2 * 0.05)
+    assert cost.run_seconds(m.replace(n_layers=8), t) > cost.run_seconds(m, t) and len(calls) == 2
+    assert cost.run_seconds(m, t, bare=True) == pytest.approx(100 * step)  # a coordinate check's: no task
+
+
+def test_the_first_run_on_each_worker_waits_for_the_worker_to_start(monkeypatch):
+    """A spawned worker imports torch and depthlab (and its first run what it imports on first use)
+    before any step: seconds each, that the expected time left out ("about 1 s" for studies of 4 to 17 s).
+    The ``workers`` longest runs start one each; the others, and a single worker's later runs, do not."""
+    monkeypatch.setattr(runner_module, "WORKER_START_S", 4.0)
+    costs = {0: 30.0, 1: 10.0, 2: 20.0, 3: 10.0}
+    monkeypatch.setattr(runner_module, "estimate", lambda runs, threads: {k: costs[k] for k, _, _ in runs})
+    todo = list(enumerate(preset("smoke").expand()))
+    clock, line = runner_module.time_plan(todo, [], 2, 1)
+    assert clock.expected == {0: 34.0, 1: 10.0, 2: 24.0, 3: 10.0}
+    assert clock.total_s() == pytest.approx(39.0) and line.startswith("expected time: about 39 s")
+    assert runner_module.time_plan(todo, [], 1, 1)[0].total_s() == pytest.approx(74.0)
+
+
 def _fixed_estimate(monkeypatch, seconds: float):
     monkeypatch.setattr(runner_module, "estimate", lambda runs, threads: {k: seconds for k, _, _ in runs})
 
 
 def test_a_dry_run_ends_with_the_expected_time(capsys, tmp_path, monkeypatch):
     _fixed_estimate(monkeypatch, 30.0)
-    n = len(preset("smoke").expand())
+    n, start = len(preset("smoke").expand()), runner_module.WORKER_START_S  # each of 2 workers starts
     db = str(tmp_path / "s.sqlite")
     assert main(["study", "--preset", "smoke", "--db", db, "--dry-run", "--workers", "2"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert (
         last
-        == f"study 'smoke': {n} runs, {n} to run; expected time: about {30 * n // 2} s (step times measured now; the longest runs first), on 2 workers"
+        == f"study 'smoke': {n} runs, {n} to run; expected time: about {(30 * n + 2 * start) // 2:.0f} s (step times measured now; the longest runs first), on 2 workers"
     )
 
 
@@ -123,8 +160,9 @@ def test_a_study_says_its_expected_time_first_and_the_time_left_as_it_goes(tmp_p
     monkeypatch.setattr(runner_module, "estimate", lambda runs, threads: {k: 10.0 for k, _, _ in runs})
     out = io.StringIO()
     study = fake_study(steps=5)
+    monkeypatch.setattr(runner_module, "WORKER_START_S", 5.0)
     header = runner_module.time_plan(list(enumerate(study.expand())), [], 1, 1)[1]
-    assert header.startswith(f"expected time: about {10 * len(study.expand())} s")
+    assert header.startswith(f"expected time: about {10 * len(study.expand()) + 5} s")
     run_study(study, db=str(tmp_path / "s.sqlite"), workers=1, task=fake_task, progress=False, out=out)
     lines = [line for line in out.getvalue().splitlines() if line.startswith("[")]
     assert len(lines) == len(study.expand()) and all(line.endswith(" left)") for line in lines[:-1])

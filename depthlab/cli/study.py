@@ -18,7 +18,7 @@ from depthlab.study.executors import EXECUTORS, check_executor, default_workers,
 from depthlab.study.grid import MAX_RUNS
 from depthlab.study.grid_fields import field_help
 from depthlab.study.presets import preset_lines
-from depthlab.study.runner import repeat_note, store_note, time_plan
+from depthlab.study.runner import grid_shape, repeat_note, store_note, time_plan
 from depthlab.study.store import DEFAULT_DB, check_store_path
 from depthlab.words import plural
 
@@ -184,9 +184,11 @@ def dry_run(study, db: str, workers: int) -> int:
     it is built, with what the store already knows about it, then the totals and the expected time of
     the runs to run on ``workers`` workers (the cost model: step times measured now)."""
     runs = plan(study, db)  # reads the store now: a bad one is refused before anything is printed
-    shape = " x ".join(str(n) for n in study.shape()) or "no axes"
     count = study.count()
-    print(f"study {study.name!r}: {plural(count, 'run')} ({shape}), store {printable(db)}", flush=True)
+    print(
+        f"study {study.name!r}: {plural(count, 'run')} ({grid_shape(study, count)}), store {printable(db)}",
+        flush=True,
+    )
     note = store_note(db)
     if note:
         print(note)

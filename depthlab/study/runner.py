@@ -109,7 +109,8 @@ def run_study(
         todo = deque(sorted(todo, key=lambda t: -run_cost(t[1])))  # longest first: a shorter makespan
         res = StudyOutcome(study_id=sid, total=len(specs), skipped=len(specs) - len(todo))
         print(
-            f"study {study.name!r}: {plural(res.total, 'run')}, {res.skipped} already done, {len(todo)} to run "
+            f"study {study.name!r}: {plural(res.total, 'run')} ({grid_shape(study, res.total)}), "
+            f"{res.skipped} already done, {len(todo)} to run "
             f"({executor}: {plural(workers, 'worker')} x {plural(threads, 'thread')}, "
             f"{plural(available_cores(), 'core')}) -> {printable(db)}",
             file=out,
@@ -129,11 +130,28 @@ def run_study(
     return res
 
 
+def grid_shape(study: StudyConfig, runs: int) -> str:
+    """The grid's axes' lengths (``2 x 3 x 2``; ``no axes``), and how many of its combinations repeat a run
+    when fewer than their product are ``runs`` (:func:`repeat_note` says which)."""
+    shape = " x ".join(str(n) for n in study.shape()) or "no axes"
+    repeats = study.count() - runs
+    return f"{shape}, {repeats:,} repeated" if repeats > 0 else shape
+
+
+# A worker's start, before its first run's own time: the spawned process, its imports of torch and
+# depthlab, and what its first run imports on first use (torch._dynamo at its first optimizer, the
+# probe's autograd functions); its first run's corpus read. Measured: a 1-worker executor's first round
+# of a smoke run less its second, a median of 3-4 rounds, 3.9 s and 4.7 s at load averages 3.8 and 5.4
+# on the 2-core development machine (CPU torch 2.x, shared with other jobs); less on an idle machine.
+WORKER_START_S = 4.0
+
+
 def time_plan(todo, known, workers: int, threads: int, trains: bool = True) -> tuple[TimeLeft | None, str]:
     """The clock of the runs ``todo`` ((id, RunSpec) pairs) and the line that says how long they are
     expected to take: the cost model (:mod:`depthlab.train.cost`: step times measured now), corrected by
     the runs of ``known`` ((RunSpec, store row) pairs) already done with their measured seconds. A task
-    other than training (``trains`` False) has no cost model: its runs count alike until measured."""
+    other than training (``trains`` False) has no cost model: its runs count alike until measured. The
+    ``workers`` longest runs each start a worker first (:data:`WORKER_START_S`)."""
     if not trains:
         clock = TimeLeft({rid: 1.0 for rid, _ in todo}, workers)
         return clock, "expected time: known once a run has finished"
@@ -142,6 +160,8 @@ def time_plan(todo, known, workers: int, threads: int, trains: bool = True) -> t
     before = estimate([(i, s.model, s.train) for i, (s, _) in enumerate(done)], threads) if done else {}
     if expected is None or before is None:
         return None, "expected time: unknown (the step times could not be measured here)"
+    for rid in sorted(expected, key=lambda k: -expected[k])[:workers]:
+        expected[rid] += WORKER_START_S
     clock = TimeLeft(expected, workers, known=[(before[i], sec) for i, (_, sec) in enumerate(done)])
     basis = "step times measured now"
     if done:
@@ -238,13 +258,13 @@ def _drive(
 ) -> None:
     """Keep the executor full, write each result as it lands (the store, then TensorBoard events),
     print a line per finished run with the time left (``clock``); ``bar`` is drawn on a terminal."""
-    owner, start, specs = owner_id(), time.time(), {}
+    owner, start, specs, began = owner_id(), time.time(), {}, {}
     try:
         while todo or ex.in_flight:
             while todo and ex.in_flight < ex.capacity:
                 rid, spec = todo.popleft()
                 if store.claim(rid, owner):
-                    specs[rid] = spec
+                    specs[rid], began[rid] = spec, time.monotonic()
                     ex.submit(rid, spec)
                     if clock is not None:
                         clock.started(rid)
@@ -269,8 +289,9 @@ def _drive(
                 res.stopped_early += 1
                 res.saved_seconds += saved
             line = run_line(res.skipped + res.ran + res.elsewhere, res.total, spec, status, payload)
+            took = time.monotonic() - began.pop(rid)  # its worker's start too, where the run started one
             if clock is not None and status == "done":  # a run stopped early: measured at its whole length
-                clock.finished(rid, payload.get("seconds", 0.0) + saved)
+                clock.finished(rid, took + saved)
             elif clock is not None:  # a failed run says nothing of the speed
                 clock.skip(rid)
             if clock is not None and (todo or ex.in_flight):

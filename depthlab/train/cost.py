@@ -4,7 +4,9 @@ A training step's time grows linearly with the number of layers at a given shape
 vocabulary, batch, sequence length, device, torch threads), so per shape a 1-layer and a 3-layer copy
 of the model take a few Adam steps on random tokens, and every run of that shape is extrapolated from
 them: steps x (fixed + per layer x layers), a fifth more for the loop's telemetry and bookkeeping, its
-validation passes and the study's probe at init. Each shape is timed once per process. A shape too
+validation passes and the study's probe at init, and the run's task set up twice (the probe's and the
+training's: windows of the corpus and its unigram entropy, timed here too: at tiny shapes it is most of
+a run). Each shape and task is timed once per process. A shape too
 large to time quickly is timed at a smaller batch and scaled (a step's time is linear in the batch
 once the work dominates). It is an estimate: a shared machine's load changes under it, and a run that
 stops early (diverged) takes less; :class:`depthlab.progress.TimeLeft` corrects it with the run times
@@ -21,6 +23,7 @@ import torch.nn.functional as F
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.model import build_model
 from depthlab.model.memory import param_count
+from depthlab.train.tasks import make_task
 
 TIMED_STEPS = 3
 LOOP_OVERHEAD = 1.2  # telemetry on logged steps and the loop's bookkeeping: an allowance, not a measurement
@@ -31,7 +34,9 @@ TIMING_FLOP = 2e10  # at most this many FLOP in one timed step (about a second o
 # and the update gain's forward.
 PROBE_STEPS = 2.0
 LIGHT_PROBE_STEPS = 4 / 3
+TASK_SETUPS = 2  # a study run sets its task up twice: the probe at init's first batch, then training's
 _STEP: dict[tuple, tuple[float, float, float]] = {}
+_TASK: dict[tuple, float] = {}
 
 
 def device_of(tcfg: TrainConfig) -> torch.device:
@@ -86,11 +91,25 @@ def step_cost(cfg: ModelConfig, batch: int, seq: int, device: torch.device) -> t
     return _STEP[key]
 
 
+def task_seconds(mcfg: ModelConfig, tcfg: TrainConfig) -> float:
+    """Seconds to set up the task of a run of ``mcfg`` as ``tcfg`` says (:func:`make_task`: the corpus's
+    windows and unigram entropy, or a synthetic task's generator), measured once per task and process,
+    after a first set-up that reads the corpus (each process reads it once, not each run)."""
+    key = (tcfg.task, tcfg.data, tcfg.seq_len, tcfg.batch_size, mcfg.arch, mcfg.vocab_size)
+    if key not in _TASK:
+        make_task(mcfg, tcfg)
+        start = time.perf_counter()
+        make_task(mcfg, tcfg)
+        _TASK[key] = time.perf_counter() - start
+    return _TASK[key]
+
+
 def run_seconds(mcfg: ModelConfig, tcfg: TrainConfig, bare: bool = False) -> float:
     """The expected seconds of one training run of ``mcfg`` as ``tcfg`` says, on this machine now: the
     build, its steps (a third more with activation checkpointing, which recomputes the forward), the
-    validation passes and the probe at init (a forward and two backward passes). ``bare``: the build
-    and the Adam steps only (a loop without validation or telemetry: a coordinate check's)."""
+    validation passes, the probe at init (a forward and two backward passes) and the task's set-ups
+    (:func:`task_seconds`). ``bare``: the build and the Adam steps only (a loop without validation or
+    telemetry: a coordinate check's)."""
     fixed, per_layer, build = step_cost(mcfg, tcfg.batch_size, tcfg.seq_len, device_of(tcfg))
     layers = mcfg.enc_depth + mcfg.dec_depth
     step = (fixed + per_layer * layers) * (4 / 3 if mcfg.activation_checkpointing else 1)
@@ -98,7 +117,8 @@ def run_seconds(mcfg: ModelConfig, tcfg: TrainConfig, bare: bool = False) -> flo
         return build * layers + step * tcfg.steps
     evals = tcfg.steps // tcfg.eval_every + 1
     forward = step / 3  # a forward pass is about a third of forward, backward and update
-    return build * layers + LOOP_OVERHEAD * step * tcfg.steps + evals * tcfg.eval_batches * forward + 2 * step
+    loop = LOOP_OVERHEAD * step * tcfg.steps + evals * tcfg.eval_batches * forward
+    return build * layers + loop + PROBE_STEPS * step + TASK_SETUPS * task_seconds(mcfg, tcfg)
 
 
 def probe_seconds(mcfg: ModelConfig, tcfg: TrainConfig, light: bool = False) -> float:
