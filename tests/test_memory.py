@@ -203,7 +203,7 @@ for line in open("/proc/self/status"):
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
 def test_a_study_worker_process_is_counted_as_big_as_it_starts():
-    """Each worker holds Python, torch and depthlab before its run: 0.24 GB, which a study's check left
+    """Each worker holds Python, torch and depthlab before its run: 0.24-0.30 GB, which a study's check left
     out (2 workers of a 6-layer, d_model 64 grid each peaked at 0.37 GB against a run's estimate of 0.16)."""
     from depthlab.study.runner import WORKER_PROCESS
 
@@ -212,7 +212,8 @@ def test_a_study_worker_process_is_counted_as_big_as_it_starts():
         env={"OMP_NUM_THREADS": "1", "PATH": ""},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert 0.7 <= int(proc.stdout) / WORKER_PROCESS <= 1.1, int(proc.stdout)
+    # the installed packages move it (226 and 282 MiB in two installs of the same torch)
+    assert 0.6 <= int(proc.stdout) / WORKER_PROCESS <= 1.15, int(proc.stdout)
 
 
 def test_a_studys_check_counts_each_workers_process(monkeypatch):
