@@ -226,7 +226,9 @@ def run(args) -> int:
     else:
         for _, cfg in configs:  # every stack's own refusals before any work (the timing included)
             check_probe(cfg, force_memory=args.force_memory, **options)
-        runs = compare(configs, expected_seconds(configs, options), force_memory=args.force_memory, **options)
+        runs = compare(
+            configs, expected=expected_seconds(configs, options), force_memory=args.force_memory, **options
+        )
         if args.hf:
             for label, r in runs.runs:
                 r.config["probe"]["source"] = f"the config at {args.hf}, re-wired: {label}"
