@@ -682,9 +682,11 @@ def test_the_calibrated_range_line_says_each_quantity_in_a_few_words():
 
 
 def test_a_long_advise_says_its_expected_time_and_its_progress_per_stack(capsys, monkeypatch, atlas):
-    """Above ESTIMATE_FLOP the opening line gives the expected time (step times measured now, as train's
-    plan) and a line per stack probed the time left; the library calls ``on_probed`` in probing order."""
+    """Above the cost model's ESTIMATE_FLOP the opening line gives the expected time (step times measured
+    now, as train's plan) and a line per stack probed the time left; the library calls ``on_probed`` in
+    probing order."""
     import depthlab.advise.advice as advice
+    import depthlab.train.cost as cost
 
     seen = []
     advise(TINY, RUN, atlas, alternatives=("pre", "post", "deepnorm"), on_probed=seen.append)
@@ -694,7 +696,7 @@ def test_a_long_advise_says_its_expected_time_and_its_progress_per_stack(capsys,
     assert main([*argv, "--alternatives", "pre,deepnorm", "--json", "-"]) == 0
     quick = capsys.readouterr()
     assert "expected time" not in quick.err and "stacks," not in quick.err, quick.err  # nor shows progress
-    monkeypatch.setattr(advice, "ESTIMATE_FLOP", 0)
+    monkeypatch.setattr(cost, "ESTIMATE_FLOP", 0)
     expected = advice.expected_seconds(TINY, RUN, ("pre", "post"))
     assert (
         list(expected) == ["post", "pre"] and expected["post"] > expected["pre"] > 0

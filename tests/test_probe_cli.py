@@ -145,3 +145,49 @@ def test_an_empty_value_in_a_comma_list_is_refused_before_any_work(flag, value, 
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"{flag} {value!r} is not allowed" in err or f"{flag} {value} is not allowed" in err
     assert "no empty value in the comma list" in err and not out.exists()
+
+
+def test_a_long_probe_says_its_expected_time_and_compare_its_time_left_per_stack(
+    capsys, monkeypatch, one_thread
+):
+    """Above the cost model's ESTIMATE_FLOP (as advise) a probe says its expected time on stderr before it
+    starts, and --compare a line per stack with the time left; stdout is the quick probe's, byte for byte,
+    and a quick probe says nothing more than before."""
+    import depthlab.train.cost as cost
+
+    small = "probe --layers 2 --d-model 16 --heads 2 --batch-size 2 --seq-len 8"
+    argvs = [small.split(), [*small.split(), "--compare", "--wrap", "post,pre,deepnorm"]]
+    quick = []
+    for argv in argvs:
+        assert main(argv) == 0
+        quick.append(capsys.readouterr())
+        assert quick[-1].err == "", quick[-1].err  # a quick probe prints on stdout only
+    monkeypatch.setattr(cost, "ESTIMATE_FLOP", 0)
+    assert main(argvs[0]) == 0
+    one = capsys.readouterr()
+    assert one.out == quick[0].out
+    assert one.err.splitlines()[0].startswith("probe: probing 1 stack at init (2 layers, d_model 16); ")
+    assert one.err.endswith("expected time: about 0 s (step times measured now)\n"), one.err
+    assert main(argvs[1]) == 0
+    three = capsys.readouterr()
+    assert three.out == quick[1].out  # the timing before the probes changes none of their numbers
+    err = three.err.splitlines()
+    assert err[0].startswith("probe: probing 3 stacks at init (2 layers, d_model 16); expected time: about ")
+    assert [line.split(",")[0] for line in err[1:]] == [f"probe --compare: {k}/3 probes" for k in (1, 2, 3)]
+    assert all(" left" in line for line in err[1:]), err
+
+
+@pytest.mark.parametrize(
+    "args", ["--seq-len 999", "--batch-size 0", "--compare --wrap post,pre --seq-len 999"]
+)
+def test_a_refused_probe_is_refused_before_its_expected_time_is_measured(args, capsys, monkeypatch):
+    """The expected time's timing is work: a probe refused (a length the positions cannot hold, an empty
+    batch) gets its one line before any stack is timed, as before there was a timing."""
+    import depthlab.train.cost as cost
+
+    timed = []
+    monkeypatch.setattr(cost, "ESTIMATE_FLOP", 0)
+    monkeypatch.setattr(cost, "step_cost", lambda *a: timed.append(a) or (0.0, 0.0, 0.0))
+    assert main(["probe", "--layers", "2", "--d-model", "16", "--heads", "2", *args.split()]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and timed == [], err

@@ -32,19 +32,15 @@ from depthlab.doctor.recipe import recipe
 from depthlab.doctor.record import load_record
 from depthlab.doctor.verdict import Verdict
 from depthlab.errors import ConfigError
-from depthlab.model.memory import param_count
 from depthlab.model.stack import uses_final_norm
 from depthlab.probe.result import ProbeResult
 from depthlab.study.grid import RunSpec
 from depthlab.study.worker import probe_run
-from depthlab.train.cost import LIGHT_PROBE_STEPS, PROBE_STEPS, probe_seconds
+from depthlab.train.cost import probes_seconds
 
 ALTERNATIVES = ("pre", "sandwich", "deepnorm", "post")  # ranked beside the user's own by default
 LR_GRID = tuple(10 ** (k / 8) for k in range(-40, 1))  # 1e-5 to 1, 8 per decade: where P(trains) is scanned
 LIKELY = 0.8  # the probability above which a learning rate is called likely to train
-# The probes' FLOP above which advise times this machine to say how long it will take: about half a
-# minute of one CPU core and more, where the timing's few seconds are a small part of the wait.
-ESTIMATE_FLOP = 2e12
 
 
 @dataclass(frozen=True)
@@ -348,17 +344,9 @@ def probed(model: ModelConfig, alternatives: tuple[str, ...]) -> tuple[tuple[str
 
 def expected_seconds(model: ModelConfig, train: TrainConfig, alternatives: tuple[str, ...]) -> dict | None:
     """{wrapping: expected seconds of its probe} for the stacks :func:`advise` probes (:func:`probed`), from
-    step times measured on this machine now (:func:`depthlab.train.cost.probe_seconds`); None where the
-    probes are quick (under :data:`ESTIMATE_FLOP`: timing would be much of the wait) or cannot be timed."""
-    stacks = probed(model, alternatives)
-    tokens = train.batch_size * train.seq_len
-    steps = [PROBE_STEPS, *[LIGHT_PROBE_STEPS] * (len(stacks) - 1)]  # a step: about 6 FLOP per weight a token
-    if sum(6 * param_count(m) * tokens * k for (_, m), k in zip(stacks, steps)) < ESTIMATE_FLOP:
-        return None
-    try:
-        return {w: probe_seconds(m, train, light=i > 0) for i, (w, m) in enumerate(stacks)}
-    except (ValueError, RuntimeError, MemoryError):  # a shape this machine cannot time: no estimate
-        return None
+    step times measured on this machine now; None where the probes are quick or cannot be timed
+    (:func:`depthlab.train.cost.probes_seconds`)."""
+    return probes_seconds([(w, m, i > 0) for i, (w, m) in enumerate(probed(model, alternatives))], train)
 
 
 def rewired(model: ModelConfig, wrap: str) -> ModelConfig:

@@ -26,7 +26,10 @@ from depthlab.interop.hf import family_for, imported_config, read_config
 from depthlab.paths import PLOT_FORMATS, check_output_file, note_replaced, write_json
 from depthlab.probe import LOSSES
 from depthlab.probe.compare import Comparison, compare
+from depthlab.probe.from_config import check_probe
 from depthlab.probe.saved_hf import probe_hf
+from depthlab.progress import duration, say
+from depthlab.train.cost import probes_seconds
 
 # The most combinations one --compare probes: every single-stream wrapping under every norm (12 x 5)
 # fits, not every residual topology too (21 x 5); a longer list is a typo or a script's runaway loop,
@@ -221,7 +224,11 @@ def run(args) -> int:
         if args.lr is not None and not args.hf_weights and _family(args.hf)[1] is not None:
             imported = imported_config(args.hf)[0]  # what advise --hf asks about: the same model at init
     else:
-        runs = compare(configs, force_memory=args.force_memory, **options)
+        for _, cfg in configs:  # every stack's own refusals before any work (the timing included)
+            check_probe(cfg, force_memory=args.force_memory, **options)
+        runs = compare(
+            configs, expected=expected_seconds(configs, options), force_memory=args.force_memory, **options
+        )
         if args.hf:
             for label, r in runs.runs:
                 r.config["probe"]["source"] = f"the config at {args.hf}, re-wired: {label}"
@@ -232,6 +239,19 @@ def run(args) -> int:
             expect(r, atlas, model=imported, optimiser=optimiser)
     _report(args, runs, existed)
     return 0
+
+
+def expected_seconds(configs: list[tuple[str, object]], options: dict) -> list[float] | None:
+    """Each stack's expected seconds, from step times measured now through advise's cost model (said on
+    stderr first, with their sum), or None where the probes are quick (:func:`probes_seconds`)."""
+    run = TrainConfig(batch_size=options["batch_size"], seq_len=options["seq_len"])
+    expected = probes_seconds([(i, cfg, False) for i, (_, cfg) in enumerate(configs)], run)
+    if expected is None:
+        return None
+    n, cfg = len(configs), configs[0][1]
+    say(f"probe: probing {n} stack{'s' if n > 1 else ''} at init ({cfg.n_layers} layers, d_model {cfg.d_model}); "
+        f"expected time: about {duration(sum(expected.values()))} (step times measured now)")  # fmt: skip
+    return list(expected.values())
 
 
 def _rewired(args) -> tuple[bool, str | None]:

@@ -156,8 +156,12 @@ class Comparison:
         return save_figure(self.figure(title), path)
 
 
-def compare(configs: list[tuple[str, ModelConfig]], **options) -> Comparison:
+def compare(
+    configs: list[tuple[str, ModelConfig]], expected: list[float] | None = None, **options
+) -> Comparison:
     """Probe each (label, config) with :func:`depthlab.probe.from_config.probe_config` and the same ``options``.
+    ``expected``: each probe's expected seconds (:func:`depthlab.train.cost.probes_seconds`), for the time
+    left: on a terminal the progress line gives it, elsewhere a line per probe of several says it.
     ValueError for an empty list; TypeError for anything but (label, ModelConfig) pairs."""
     if not isinstance(configs, (list, tuple)) or not all(
         isinstance(c, (list, tuple)) and len(c) == 2 for c in configs
@@ -166,10 +170,12 @@ def compare(configs: list[tuple[str, ModelConfig]], **options) -> Comparison:
     if not configs:
         raise ValueError("configs must hold at least one (label, ModelConfig) pair")
     runs = []
-    with Progress(len(configs), "probe --compare", unit="probe") as bar:  # drawn on a terminal only
-        for label, cfg in configs:
+    total = sum(expected) if expected else None
+    plain = total is not None and len(configs) > 1  # a line per probe off a terminal, where it is long
+    with Progress(len(configs), "probe --compare", unit="probe", expected_s=total, plain=plain) as bar:
+        for i, (label, cfg) in enumerate(configs):
             runs.append((label, probe_config(cfg, **options)))
-            bar.advance()
+            bar.advance(expected_s=expected[i] if expected else None)
     return Comparison(runs)
 
 

@@ -62,13 +62,7 @@ def probe_config(
     bad size or seed; InputError when the probe would not fit in free memory
     (:mod:`depthlab.model.memory`; ``force_memory`` runs it anyway).
     """
-    check_config_type(cfg)
-    check_batch(batch_size, seq_len, options.get("loss", "lm"))
-    keys = ("loss", "perturbation", "jacobian_probes")
-    check_options(**{k: options[k] for k in keys if k in options}, seed=seed)
-    cfg.check_length(seq_len)
-    hint = f"a smaller {option_list('layers', 'd_model', 'batch_size', 'seq_len')}"
-    check_memory(estimate_memory(cfg, "probe", batch_size, seq_len), available_memory(), force_memory, hint)
+    check_probe(cfg, batch_size=batch_size, seq_len=seq_len, seed=seed, force_memory=force_memory, **options)
     result = _probe_built(cfg, batch_size, seq_len, seed, options, data)
     if attribute:
         attribute_to_init(
@@ -81,6 +75,26 @@ def probe_config(
             **options,
         )
     return result
+
+
+def check_probe(
+    cfg: ModelConfig,
+    *,
+    batch_size: int = 8,
+    seq_len: int = 64,
+    seed: int = 0,
+    force_memory: bool = False,
+    **options,
+) -> None:
+    """What :func:`probe_config` checks before it builds anything (its docstring's last sentences), for a
+    caller that checks every config before the first probe (``probe --compare``, its expected time)."""
+    check_config_type(cfg)
+    check_batch(batch_size, seq_len, options.get("loss", "lm"))
+    keys = ("loss", "perturbation", "jacobian_probes")
+    check_options(**{k: options[k] for k in keys if k in options}, seed=seed)
+    cfg.check_length(seq_len)
+    hint = f"a smaller {option_list('layers', 'd_model', 'batch_size', 'seq_len')}"
+    check_memory(estimate_memory(cfg, "probe", batch_size, seq_len), available_memory(), force_memory, hint)
 
 
 def _probe_built(

@@ -35,6 +35,9 @@ TIMING_FLOP = 2e10  # at most this many FLOP in one timed step (about a second o
 PROBE_STEPS = 2.0
 LIGHT_PROBE_STEPS = 4 / 3
 TASK_SETUPS = 2  # a study run sets its task up twice: the probe at init's first batch, then training's
+# The probes' FLOP above which advise and probe time this machine to say how long they will take: about
+# half a minute of one CPU core and more, where the timing's few seconds are a small part of the wait.
+ESTIMATE_FLOP = 2e12
 _STEP: dict[tuple, tuple[float, float, float]] = {}
 _TASK: dict[tuple, float] = {}
 
@@ -128,6 +131,22 @@ def probe_seconds(mcfg: ModelConfig, tcfg: TrainConfig, light: bool = False) -> 
     fixed, per_layer, build = step_cost(mcfg, tcfg.batch_size, tcfg.seq_len, torch.device("cpu"))
     layers = mcfg.enc_depth + mcfg.dec_depth
     return build * layers + (fixed + per_layer * layers) * (LIGHT_PROBE_STEPS if light else PROBE_STEPS)
+
+
+def probes_seconds(probes, tcfg: TrainConfig) -> dict | None:
+    """{key: expected seconds} of the probes at init ``probes`` ((key, ModelConfig, light) triples, each
+    :func:`probe_seconds`' on ``tcfg``'s batch), from step times measured here now; None where they are
+    quick (under :data:`ESTIMATE_FLOP`: timing would be much of the wait) or cannot be timed."""
+    tokens = tcfg.batch_size * tcfg.seq_len  # a step: about 6 FLOP per weight a token
+    flop = sum(
+        6 * param_count(m) * tokens * (LIGHT_PROBE_STEPS if light else PROBE_STEPS) for _, m, light in probes
+    )
+    if flop < ESTIMATE_FLOP:
+        return None
+    try:
+        return {key: probe_seconds(m, tcfg, light) for key, m, light in probes}
+    except (ValueError, RuntimeError, MemoryError):  # a shape this machine cannot time: no estimate
+        return None
 
 
 def estimate(runs, threads: int = 1, bare: bool = False) -> dict | None:
