@@ -19,26 +19,21 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
     Parser,
+    add_model_flags,
+    add_timing_flags,
     check_heads,
     check_names,
     median,
     pin_threads,
-    positive_float,
-    positive_int,
     time_alternating,
 )
 
 
 def main(argv=None) -> None:
     p = Parser(description=__doc__.splitlines()[0])
-    p.add_argument("--layers", type=positive_int, default=24)
-    p.add_argument("--d-model", type=positive_int, default=128)
-    p.add_argument("--heads", type=positive_int, default=4)
+    add_model_flags(p, layers=24, d_model=128)
     p.add_argument("--wrap", default="post")
-    p.add_argument("--rounds", type=positive_int, default=3)
-    p.add_argument(
-        "--budget", type=positive_float, default=90.0, help="seconds after which no new round starts"
-    )
+    add_timing_flags(p, rounds=3)
     args = p.parse_args(argv)
     check_heads(p, args.heads, [args.d_model], "--d-model", f"--heads {args.heads}")
     from depthlab.config import wrap_names  # the registered wrappings, checked before any work

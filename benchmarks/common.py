@@ -54,6 +54,21 @@ def positive_float(text: str) -> float:
     return v
 
 
+def add_model_flags(p: argparse.ArgumentParser, layers: int, d_model: int, heads: int = 4) -> None:
+    """--layers, --d-model and --heads: the shape of the one model a benchmark times."""
+    p.add_argument("--layers", type=positive_int, default=layers)
+    p.add_argument("--d-model", type=positive_int, default=d_model)
+    p.add_argument("--heads", type=positive_int, default=heads)
+
+
+def add_timing_flags(p: argparse.ArgumentParser, rounds: int, budget: float = 90.0) -> None:
+    """--rounds and --budget of :func:`time_alternating`."""
+    p.add_argument("--rounds", type=positive_int, default=rounds)
+    p.add_argument(
+        "--budget", type=positive_float, default=budget, help="seconds after which no new round starts"
+    )
+
+
 def shape_list(text: str) -> list[tuple[int, int]]:
     """An argparse type: shapes as ``DxL,DxL`` (width x layers, each >= 1)."""
     out = []

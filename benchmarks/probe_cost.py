@@ -16,10 +16,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
     Parser,
+    add_model_flags,
+    add_timing_flags,
     check_heads,
     median,
     pin_threads,
-    positive_float,
     positive_int,
     time_alternating,
 )
@@ -27,15 +28,10 @@ from common import (  # noqa: E402
 
 def main(argv=None) -> None:
     p = Parser(description=__doc__.splitlines()[0])
-    p.add_argument("--layers", type=positive_int, default=96)
-    p.add_argument("--d-model", type=positive_int, default=64)
-    p.add_argument("--heads", type=positive_int, default=4)
+    add_model_flags(p, layers=96, d_model=64)
     p.add_argument("--batch", type=positive_int, default=8)
     p.add_argument("--seq", type=positive_int, default=64)
-    p.add_argument("--rounds", type=positive_int, default=7)
-    p.add_argument(
-        "--budget", type=positive_float, default=90.0, help="seconds after which no new round starts"
-    )
+    add_timing_flags(p, rounds=7)
     args = p.parse_args(argv)
     check_heads(p, args.heads, [args.d_model], "--d-model", f"--heads {args.heads}")
     threads = pin_threads()
