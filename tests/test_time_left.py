@@ -200,6 +200,22 @@ def test_train_on_a_terminal_says_its_plan_and_a_warmup_it_ends_inside(capsys, m
     assert main([*argv, "--warmup", "30", "--quiet"]) == 0 and capsys.readouterr().err == ""
 
 
+def test_train_s_plan_does_not_set_its_task_up_again(capsys, monkeypatch):
+    """train says its plan once its task is set up: the expected time of what is left has no set-up in
+    it, and the cost model does not build the task twice more to time one (a large --data file read
+    again at every start)."""
+
+    def refuse(*a, **k):
+        raise AssertionError("the cost model set the task up")
+
+    monkeypatch.setattr(cost, "make_task", refuse)
+    argv = ["train", *TINY, "--steps", "4", "--batch-size", "2", "--seq-len", "8", "--threads", "1"]
+    assert main(argv) == 0
+    assert (
+        capsys.readouterr().err.splitlines()[0].startswith("train pre x2: 4 steps of 2 x 8 tokens; expected")
+    )
+
+
 def test_coord_off_a_terminal_prints_its_plan_and_plain_progress_lines(capsys):
     argv = ["coord", "--depths", "2,3", "--width", "16", "--heads", "2", "--steps", "1", "--seeds", "5"]
     assert main([*argv, "--batch-size", "2", "--seq-len", "8"]) == 0

@@ -107,12 +107,12 @@ def task_seconds(mcfg: ModelConfig, tcfg: TrainConfig) -> float:
     return _TASK[key]
 
 
-def run_seconds(mcfg: ModelConfig, tcfg: TrainConfig, bare: bool = False) -> float:
+def run_seconds(mcfg: ModelConfig, tcfg: TrainConfig, bare: bool = False, task: bool = True) -> float:
     """The expected seconds of one training run of ``mcfg`` as ``tcfg`` says, on this machine now: the
     build, its steps (a third more with activation checkpointing, which recomputes the forward), the
     validation passes, the probe at init (a forward and two backward passes) and the task's set-ups
-    (:func:`task_seconds`). ``bare``: the build and the Adam steps only (a loop without validation or
-    telemetry: a coordinate check's)."""
+    (:func:`task_seconds`; ``task`` False: set up already, as in a ``train`` that says its plan). ``bare``:
+    the build and the Adam steps only (a loop without validation or telemetry: a coordinate check's)."""
     fixed, per_layer, build = step_cost(mcfg, tcfg.batch_size, tcfg.seq_len, device_of(tcfg))
     layers = mcfg.enc_depth + mcfg.dec_depth
     step = (fixed + per_layer * layers) * (4 / 3 if mcfg.activation_checkpointing else 1)
@@ -121,7 +121,8 @@ def run_seconds(mcfg: ModelConfig, tcfg: TrainConfig, bare: bool = False) -> flo
     evals = tcfg.steps // tcfg.eval_every + 1
     forward = step / 3  # a forward pass is about a third of forward, backward and update
     loop = LOOP_OVERHEAD * step * tcfg.steps + evals * tcfg.eval_batches * forward
-    return build * layers + loop + PROBE_STEPS * step + TASK_SETUPS * task_seconds(mcfg, tcfg)
+    setups = TASK_SETUPS * task_seconds(mcfg, tcfg) if task else 0.0
+    return build * layers + loop + PROBE_STEPS * step + setups
 
 
 def probe_seconds(mcfg: ModelConfig, tcfg: TrainConfig, light: bool = False) -> float:
@@ -149,14 +150,14 @@ def probes_seconds(probes, tcfg: TrainConfig) -> dict | None:
         return None
 
 
-def estimate(runs, threads: int = 1, bare: bool = False) -> dict | None:
+def estimate(runs, threads: int = 1, bare: bool = False, task: bool = True) -> dict | None:
     """{key: expected seconds} of ``runs`` ((key, ModelConfig, TrainConfig) triples) with ``threads``
-    torch threads each (each worker's; ``bare``: :func:`run_seconds`'), or None when the step times
+    torch threads each (each worker's; ``bare``, ``task``: :func:`run_seconds`'), or None when the step times
     cannot be measured here (a shape this machine cannot build: its run is refused anyway)."""
     before = torch.get_num_threads()
     torch.set_num_threads(max(1, threads))
     try:
-        return {key: run_seconds(m, t, bare) for key, m, t in runs}
+        return {key: run_seconds(m, t, bare, task) for key, m, t in runs}
     except (ValueError, RuntimeError, MemoryError):  # InputError (memory) is a ValueError
         return None
     finally:

@@ -199,7 +199,7 @@ class Trainer:
         that prints a line per tenth of those steps with the time left, else None (tqdm draws the bar)."""
         left, m = self.cfg.steps - self.step, self.model_cfg
         what = f"train {m.wrap} x{m.enc_depth + m.dec_depth}"
-        expected = estimate([(0, m, self.cfg)], torch.get_num_threads())
+        expected = estimate([(0, m, self.cfg)], torch.get_num_threads(), task=False)  # its task is set up
         seconds = expected[0] * left / self.cfg.steps if expected else None
         guess = f"about {duration(seconds)} (step times measured now)" if seconds is not None else "unknown"
         from_step = f" from step {self.step + 1}" if self.step else ""
