@@ -13,21 +13,25 @@ float32, for ``mode``:
 
 A = 10 d + the FFN's hidden activations (2 d_ff; 4 d_ff for SwiGLU), + 6 d for a decoder layer's
 cross-attention: what autograd keeps of one layer (norm inputs and outputs, q, k, v, the attention
-output, the FFN's hidden layer before and after its activation). Attention itself keeps no T x T
-scores: PyTorch's fused kernel recomputes them. Per token outside the layers: 3 d + 4 V (embeddings,
-logits, their softmax and gradient). The probe keeps two gradients of each layer's stream (the loss's,
-and its position-varying part's, with the graph held for the second backward): 2 s, s = d, or n d for
-hyper-connections' n streams (a 1,000-layer hc probe of 4 streams at d_model 32, 8 x 64 tokens,
-peaked at 2.9 GB: counted at 2 d the estimate was 0.76 of it, at 2 n d 0.89). A residual topology
-that reads earlier layers back adds what its state and reads keep (``extra_activations`` and ``fixed_activations`` of its wrapping, counted from
+output, the FFN's hidden layer before and after its activation). Attention itself keeps no T x T scores:
+PyTorch's fused kernel recomputes them. Per token outside the layers: 3 d + 4 V (embeddings, logits,
+their softmax and gradient).
+
+The probe keeps two gradients of each layer's stream (the loss's, and its position-varying part's, with
+the graph held for the second backward): 2 s, s = d, or n d for hyper-connections' n streams (a
+1,000-layer hc probe of 4 streams at d_model 32, 8 x 64 tokens, peaked at 2.9 GB: counted at 2 d the
+estimate was 0.76 of it, at 2 n d 0.89). A residual topology that reads earlier layers back adds what its
+state and reads keep (``extra_activations`` and ``fixed_activations`` of its wrapping, counted from
 autograd's saved tensors): full Attention Residuals stack 1, 2, .., 2L + 1 values, 3 d + 2 floats per
 value and token, which grows with depth squared; hyper-connections keep n streams; mHC its Sinkhorn
-iterations and a copy of its projections per sublayer. Telemetry copies each layer's weights before a
-logged step's update, to measure how far the update moved them: 4 bytes per parameter of the watched
-stack's layers (an encoder-decoder's decoder). One layer of d_model 4096 trained with telemetry peaked
-18% above the estimate without this term, 0.3% below the estimate with it. Plus a fixed ``OVERHEAD`` (allocator, validation batches) and, for training, what
-its data takes (``depthlab.train.tasks.train_memory``: a ``--data`` file is read, split and copied,
-about four bytes per byte).
+iterations and a copy of its projections per sublayer.
+
+Telemetry copies each layer's weights before a logged step's update, to measure how far the update moved
+them: 4 bytes per parameter of the watched stack's layers (an encoder-decoder's decoder). One layer of
+d_model 4096 trained with telemetry peaked 18% above the estimate without this term, 0.3% below the
+estimate with it. Plus a fixed ``OVERHEAD`` (allocator, validation batches) and, for training, what its
+data takes (``depthlab.train.tasks.train_memory``: a ``--data`` file is read, split and copied, about
+four bytes per byte).
 
 Measured against peak RSS on CPU (``tests/test_memory.py``, and benchmarks/memory_depth.py's table in
 benchmarks/RESULTS.md): from 18% below to 30% above it from 6 to 384 layers, d_model 32 to 256, batch
