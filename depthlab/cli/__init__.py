@@ -6,7 +6,6 @@ Exit codes (docs/design.md): 0 success, 2 bad input (one line on stderr, no trac
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
 import os
 import re
@@ -20,6 +19,7 @@ from depthlab.errors import ConfigError, InputError, spoken_as_flags
 from depthlab.paths import forget_new_folders, printable, undo_new_folders
 from depthlab.train.distributed import cap_torch_threads, env_rank, env_world_size
 from depthlab.version import __version__
+from depthlab.words import nearest
 
 # What ``depthlab --help`` says (the module docstring above is for developers).
 DESCRIPTION = (
@@ -55,8 +55,8 @@ class Parser(argparse.ArgumentParser):
         choice = re.match(r"argument \w+: invalid choice: '(.*)' \(choose from (.*)\)$", message)
         if choice:  # a mistyped subcommand: the closest one
             names = re.findall(r"'([^']*)'", choice.group(2))
-            close = difflib.get_close_matches(choice.group(1), names, n=1, cutoff=0.6)
-            message += f" (did you mean {close[0]}?)" if close else ""
+            close = nearest(choice.group(1), names)
+            message += f" (did you mean {close}?)" if close else ""
         refuse(f"{self.prog}: error: {printable(message)}")
         raise SystemExit(2)
 
@@ -67,8 +67,8 @@ class Parser(argparse.ArgumentParser):
         hints = []
         for arg in extras:
             if arg.startswith("-"):
-                close = difflib.get_close_matches(arg.split("=", 1)[0], flags, n=1, cutoff=0.6)
-                hints += [f"{arg.split('=', 1)[0]}: did you mean {close[0]}?"] if close else []
+                close = nearest(arg.split("=", 1)[0], flags)
+                hints += [f"{arg.split('=', 1)[0]}: did you mean {close}?"] if close else []
         said = f" ({'; '.join(hints)})" if hints else ""
         self.error(f"unrecognized arguments: {' '.join(extras)}{said}")
 

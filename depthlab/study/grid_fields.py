@@ -6,7 +6,6 @@ only with others (a sweep of one elsewhere would train one model twice), and the
 
 from __future__ import annotations
 
-import difflib
 import math
 import typing
 from dataclasses import fields
@@ -20,6 +19,7 @@ from depthlab.config import (
     flat_field_types,
 )
 from depthlab.errors import ConfigError
+from depthlab.words import nearest
 
 HF_KEY = "hf"  # model.hf: a Hugging Face config to start from (not a ModelConfig field)
 # a grid names every field flat, the family options too (``d_head: 8``, not ``family: {d_head: 8}``)
@@ -51,12 +51,10 @@ def route(name: str) -> tuple[str, str]:
 
 
 def did_you_mean(name, known) -> str:
-    """`` (did you mean 'n_layers'?)`` for the name of ``known`` nearest a misspelt ``name``; '' when
-    none is near (difflib's ratio of 0.6, its default: a typo or two in a word of a few letters)."""
-    if not isinstance(name, str):
-        return ""
-    close = difflib.get_close_matches(name, sorted(known), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    """`` (did you mean 'n_layers'?)`` for the name of ``known`` nearest a misspelt ``name``
+    (:func:`depthlab.words.nearest`); '' when none is near."""
+    close = nearest(name, known)
+    return f" (did you mean {close!r}?)" if close else ""
 
 
 def coerce(cls, name: str, value):
