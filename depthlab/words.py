@@ -1,5 +1,6 @@
-"""How depthlab says a count in words (``1 run``, ``2 runs``) and the name a typo was nearest (every
-command's lines, the report, the views, a grid's refusals)."""
+"""How depthlab says a count (``1 run``, ``2 runs``) and the name nearest a typo, in words.
+
+Every command's lines, the report, the views and a grid's refusals use them."""
 
 from __future__ import annotations
 
