@@ -22,13 +22,13 @@ Nothing here changes the model: hooks on the blocks, the ``mix`` modules (H_pre,
 
 from __future__ import annotations
 
-import contextlib
 import math
 from contextlib import ExitStack
 
 import torch
 from torch import nn
 
+from depthlab.model.precision import without_autocast
 from depthlab.model.sinkhorn import stochastic_error
 from depthlab.model.stack import Stack
 from depthlab.model.state import Dense, Depth, DepthAttention, Fractions, Streams
@@ -97,8 +97,7 @@ def summarise(stack: Stack, rec: dict) -> tuple[list[dict], dict]:
     """The rows and extra config of one recorded pass (:class:`TopologyTap`), in float32 even under
     autocast: the watcher takes a logged step's record inside the training forward, where bf16 autocast
     would round the product of the H_res maps at every sublayer (2.8% off after 24 of them)."""
-    device = next(stack.parameters()).device.type
-    with torch.autocast(device, enabled=False) if device in ("cpu", "cuda") else contextlib.nullcontext():
+    with without_autocast(next(stack.parameters()).device.type):
         return _summarise(stack, rec)
 
 

@@ -24,7 +24,6 @@ is most of what a logged step costs beyond a plain one (benchmarks/telemetry_ove
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
@@ -33,6 +32,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from depthlab.model.layers import Attention, Block
+from depthlab.model.precision import without_autocast
 from depthlab.watch.dist import all_reduce
 
 _SOFTMAXES = (F.softmax, torch.softmax, torch.Tensor.softmax)
@@ -80,8 +80,7 @@ def sdpa_logits(q, k, v=None, attn_mask=None, dropout_p=0.0, is_causal=False, sc
         k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     # float32 even inside a bf16-autocast forward (the tap runs there), where the product would be bf16
-    off = q.device.type in ("cpu", "cuda")
-    with torch.autocast(q.device.type, enabled=False) if off else contextlib.nullcontext():
+    with without_autocast(q.device.type):
         logits = (q.float() @ k.float().transpose(-2, -1)) * scale
     T, S = logits.shape[-2:]
     allowed = torch.ones(T, S, dtype=torch.bool, device=logits.device)
